@@ -1,0 +1,40 @@
+"""dcd-deploy: take Dynamic Convolution Decomposition networks to the edge.
+
+Public API: build (:func:`create_model`, :func:`list_models`), load and save
+(:func:`load_checkpoint`, :func:`save_checkpoint`), lower and export
+(:func:`to_deploy`, :func:`export_onnx`) and prove (:func:`check_parity`).
+Export and parity import ONNX Runtime lazily.
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+from .errors import DCDDeployError
+from .models import create_model, list_models, pseudo_train
+
+__all__ = [
+    "DCDDeployError", "__version__", "check_parity", "create_model", "export_onnx",
+    "list_models", "load_checkpoint", "pseudo_train", "save_checkpoint", "to_deploy",
+]
+
+
+def __getattr__(name: str):
+    # Lazy so that `import dcd_deploy.models` needs only torch.
+    if name in ("load_checkpoint", "save_checkpoint"):
+        from . import checkpoint
+
+        return getattr(checkpoint, name)
+    if name == "to_deploy":
+        from .exporters import to_deploy
+
+        return to_deploy
+    if name == "export_onnx":
+        from .exporters import export_onnx
+
+        return export_onnx
+    if name == "check_parity":
+        from .parity import check_parity
+
+        return check_parity
+    raise AttributeError(f"module 'dcd_deploy' has no attribute {name!r}")

@@ -1,0 +1,48 @@
+"""User-facing errors.
+
+Everything a user can cause (a bad path, an unknown architecture, a checkpoint that
+does not fit, a parity failure) raises a :class:`DCDDeployError` subclass. The CLI
+prints those as one ``Error: ...`` line and exits with status 1; any other exception
+is a bug in the toolkit and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+
+class DCDDeployError(Exception):
+    """Base class of every error a user can act on."""
+
+
+class UnknownModelError(DCDDeployError, KeyError):
+    """An architecture name that the registry does not know."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
+
+
+class CheckpointError(DCDDeployError):
+    """A checkpoint file that cannot be read, recognised or trusted."""
+
+
+class UnsafeCheckpointError(CheckpointError):
+    """A checkpoint that needs full unpickling (it could run code when loaded)."""
+
+
+class StateDictMismatchError(CheckpointError):
+    """A state dict whose keys or shapes do not fit the architecture."""
+
+
+class UnsupportedInputError(DCDDeployError):
+    """An input size or batch that the architecture cannot take."""
+
+
+class ExportError(DCDDeployError):
+    """A model or layer that the exporter cannot lower, or an output it cannot write."""
+
+
+class ParityError(DCDDeployError):
+    """ONNX Runtime and PyTorch disagree beyond tolerance."""
+
+    def __init__(self, message: str, report=None):
+        super().__init__(message)
+        self.report = report

@@ -1,0 +1,55 @@
+"""Vanilla dynamic convolution: K kernels mixed by input attention (paper Eq. 1).
+
+``W(x) = Σ_k π_k(x) W_k``. DY-Conv and CondConv differ only in how π is computed, so
+they share this base and each supplies :meth:`routing`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class MixtureConv2d(nn.Module):
+    """Base of :class:`DynamicConv2d` and :class:`CondConv2d`.
+
+    ``weight`` is (K, C_out, C_in / groups, k, k); padding is ``k // 2``.
+    """
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: int, stride: int,
+                 groups: int, num_kernels: int, bias: bool):
+        super().__init__()
+        self.in_channels, self.out_channels = in_channels, out_channels
+        self.kernel_size, self.stride, self.groups = kernel_size, stride, groups
+        self.padding = kernel_size // 2
+        self.num_kernels = num_kernels
+        self.weight = nn.Parameter(
+            torch.empty(num_kernels, out_channels, in_channels // groups, kernel_size, kernel_size))
+        self.bias = nn.Parameter(torch.zeros(num_kernels, out_channels)) if bias else None
+        fan_out = kernel_size * kernel_size * out_channels // groups
+        nn.init.normal_(self.weight, 0.0, math.sqrt(2.0 / fan_out))
+        self.pool = nn.AdaptiveAvgPool2d(1)
+
+    def routing(self, y: torch.Tensor) -> torch.Tensor:
+        """π(x) as (B, K) from pooled features (B, C_in)."""
+        raise NotImplementedError
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, c, h, w = x.shape
+        pi = self.routing(torch.flatten(self.pool(x), 1))  # (B, K)
+        k = self.kernel_size
+        weight = torch.matmul(pi, self.weight.view(self.num_kernels, -1))  # (B, C_out * C_in/g * k * k)
+        weight = weight.view(b * self.out_channels, c // self.groups, k, k)
+        out = F.conv2d(x.reshape(1, b * c, h, w), weight, None, self.stride, self.padding,
+                       groups=b * self.groups)  # (1, B * C_out, H', W')
+        out = out.view(b, self.out_channels, out.shape[-2], out.shape[-1])  # (B, C_out, H', W')
+        if self.bias is not None:
+            out = out + torch.matmul(pi, self.bias).view(b, -1, 1, 1)
+        return out
+
+    def extra_repr(self) -> str:
+        return (f"{self.in_channels}, {self.out_channels}, k={self.kernel_size}, s={self.stride}, "
+                f"groups={self.groups}, K={self.num_kernels}")

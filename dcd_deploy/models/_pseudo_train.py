@@ -1,0 +1,95 @@
+"""Deterministic stand-in for training: non-trivial weights and calibrated BN statistics.
+
+No ImageNet weights exist here, and an untrained DCD net in eval mode can overflow (the
+per-sample Λ and Φ terms compound through BatchNorm running statistics). Tests and
+demos still need a model whose dynamic path matters, so ``pseudo_train``:
+
+1. redraws every weight from a seeded generator, with the dynamic branch's heads
+   scaled so Λ and Φ vary visibly from input to input;
+2. gives every BatchNorm a random affine (so folding it is not a no-op);
+3. recalibrates BatchNorm running statistics on seeded synthetic images, which is what
+   keeps eval-mode activations finite whatever the depth.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from ..layers import DCDConv2d, DCDLinear
+from ..layers._mixture import MixtureConv2d
+
+#: Legend: std of Λ/Φ heads' weights, number and size of calibration batches.
+HEAD_STD = 0.5
+CALIB_BATCHES = 3
+CALIB_BATCH_SIZE = 8
+
+
+def synthetic_images(n: int, size: int, *, seed: int = 0, channels: int = 3) -> torch.Tensor:
+    """Seeded images with per-image colour gradients and noise, each channel standardised.
+
+    Images differ in content (so top-1 classes differ) but not in overall scale: an
+    untrained dynamic net's per-sample terms grow with the square of the input scale.
+    """
+    g = torch.Generator().manual_seed(seed)
+    base = torch.randn(n, channels, 1, 1, generator=g)
+    ramp = torch.linspace(-1, 1, size).view(1, 1, 1, size) * torch.randn(n, channels, 1, 1, generator=g)
+    noise = 0.5 * torch.randn(n, channels, size, size, generator=g)
+    img = base + ramp + ramp.transpose(2, 3) * torch.randn(n, channels, 1, 1, generator=g) + noise
+    return (img - img.mean((2, 3), keepdim=True)) / img.std((2, 3), keepdim=True).clamp_min(1e-6)
+
+
+@torch.no_grad()
+def pseudo_train(model: nn.Module, seed: int = 0, *, input_size: int = 224) -> nn.Module:
+    """Give ``model`` seeded non-trivial weights and calibrated BN statistics (in place).
+
+    Args:
+        model: any zoo model (or module built from this package's layers).
+        seed: everything drawn depends on this seed only.
+        input_size: side of the synthetic calibration images.
+
+    Returns:
+        The same model, in eval mode.
+    """
+    g = torch.Generator().manual_seed(seed)
+    heads = set()
+    for m in model.modules():
+        if isinstance(m, (DCDConv2d, DCDLinear)):
+            heads.update(id(h.weight) for h in (m.fc_phi, m.fc_scale) if h is not None)
+    for name, p in model.named_parameters():
+        if p.dim() <= 1:
+            continue
+        fan_in = p[0].numel()
+        std = HEAD_STD / math.sqrt(fan_in) if id(p) in heads else math.sqrt(2.0 / fan_in)
+        p.copy_(torch.randn(p.shape, generator=g) * std)
+    bns = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+    for bn in bns:
+        bn.weight.copy_(0.5 + torch.rand(bn.weight.shape, generator=g))
+        bn.bias.copy_(0.1 * torch.randn(bn.bias.shape, generator=g))
+    for m in model.modules():
+        if isinstance(m, (nn.Linear, MixtureConv2d)) and getattr(m, "bias", None) is not None:
+            m.bias.copy_(0.05 * torch.randn(m.bias.shape, generator=g))
+    recalibrate_bn(model, seed=seed, input_size=input_size)
+    return model.eval()
+
+
+@torch.no_grad()
+def recalibrate_bn(model: nn.Module, *, seed: int = 0, input_size: int = 224,
+                   batches: int = CALIB_BATCHES, batch_size: int = CALIB_BATCH_SIZE) -> None:
+    """Reset BN running statistics to their average over seeded synthetic batches."""
+    bns = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+    saved = [bn.momentum for bn in bns]
+    model.eval()
+    for bn in bns:
+        bn.reset_running_stats()
+        bn.momentum = None  # cumulative average over the calibration batches
+        bn.train()
+    try:
+        for i in range(batches):
+            model(synthetic_images(batch_size, input_size, seed=seed * 1000 + i))
+    finally:
+        for bn, mom in zip(bns, saved):
+            bn.momentum = mom
+        model.eval()
