@@ -1,0 +1,14 @@
+"""Lowering to deploy form and ONNX export."""
+
+from .lowering import to_deploy
+
+__all__ = ["to_deploy", "export_onnx", "ExportResult"]
+
+
+def __getattr__(name: str):
+    # ONNX and ONNX Runtime load only when exporting.
+    if name in ("export_onnx", "ExportResult"):
+        from . import onnx as _onnx
+
+        return getattr(_onnx, name)
+    raise AttributeError(name)

@@ -54,6 +54,11 @@ def default_kernel_latent_dim(kernel_size: int) -> int:
     return max(1, kernel_size * kernel_size // 2)
 
 
+def _require_dynamic(channel_attention: bool, channel_fusion: bool) -> None:
+    if not (channel_attention or channel_fusion):
+        raise ValueError("with Λ and Φ both off a DCD layer is static: use nn.Conv2d / nn.Linear")
+
+
 @dataclass(frozen=True)
 class DCDForm:
     """Which of the paper's forms a layer takes (derived from its arguments)."""
@@ -157,6 +162,7 @@ class DCDConv2d(_DCDBase):
             raise ValueError("num_blocks and latent_bn apply to channel fusion only")
         if in_channels % num_blocks or out_channels % num_blocks:
             raise ValueError(f"num_blocks={num_blocks} must divide in and out channels")
+        _require_dynamic(channel_attention, channel_fusion)
 
         self.in_channels, self.out_channels = in_channels, out_channels
         self.kernel_size, self.stride, self.groups = kernel_size, stride, groups
@@ -286,6 +292,7 @@ class DCDLinear(_DCDBase):
         latent_bn: bool = False, bias: bool = True,
     ):
         super().__init__()
+        _require_dynamic(channel_attention, channel_fusion)
         latent = latent_dim or default_latent_dim(min(in_features, out_features))
         if in_features % num_blocks or out_features % num_blocks or latent % num_blocks:
             raise ValueError(f"num_blocks={num_blocks} must divide in, out and latent dims")

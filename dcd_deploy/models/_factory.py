@@ -80,6 +80,8 @@ class LayerSpec:
         object.__setattr__(self, "roles", frozenset(self.roles))
 
     def is_dynamic(self, role: str) -> bool:
+        if self.kind == "dcd" and not (self.channel_attention or self.channel_fusion):
+            return False  # Table 1's W0 row: nothing dynamic is left
         return self.kind != "static" and role in self.roles
 
     # -- convolutions -------------------------------------------------------------

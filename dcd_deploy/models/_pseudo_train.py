@@ -6,7 +6,8 @@ demos still need a model whose dynamic path matters, so ``pseudo_train``:
 
 1. redraws every weight from a seeded generator, with the dynamic branch's heads
    scaled so Λ and Φ vary visibly from input to input;
-2. gives every BatchNorm a random affine (so folding it is not a no-op);
+2. gives every BatchNorm a random affine (so folding it is not a no-op), with the
+   release's latent ``bn2`` kept at a modest gain so the net is not chaotic;
 3. recalibrates BatchNorm running statistics on seeded synthetic images, which is what
    keeps eval-mode activations finite whatever the depth.
 """
@@ -25,6 +26,12 @@ from ..layers._mixture import MixtureConv2d
 HEAD_STD = 0.5
 CALIB_BATCHES = 3
 CALIB_BATCH_SIZE = 8
+#: Gain range of the release's latent ``bn2``: it normalises Φz, so its weight alone sets
+#: how much Φ contributes; a full gain makes an untrained 34-layer net chaotic.
+LATENT_GAIN = (0.1, 0.3)
+#: Running variances are floored at this fraction of their layer's mean: a channel that
+#: never varied on synthetic data would otherwise amplify rounding noise by 1/sqrt(eps).
+VAR_FLOOR = 0.05
 
 
 def synthetic_images(n: int, size: int, *, seed: int = 0, channels: int = 3) -> torch.Tensor:
@@ -68,6 +75,11 @@ def pseudo_train(model: nn.Module, seed: int = 0, *, input_size: int = 224) -> n
     for bn in bns:
         bn.weight.copy_(0.5 + torch.rand(bn.weight.shape, generator=g))
         bn.bias.copy_(0.1 * torch.randn(bn.bias.shape, generator=g))
+    lo, hi = LATENT_GAIN
+    for m in model.modules():
+        if isinstance(m, (DCDConv2d, DCDLinear)) and m.bn2 is not None:
+            m.bn2.weight.copy_(lo + (hi - lo) * torch.rand(m.bn2.weight.shape, generator=g))
+            m.bn2.bias.mul_(lo)
     for m in model.modules():
         if isinstance(m, (nn.Linear, MixtureConv2d)) and getattr(m, "bias", None) is not None:
             m.bias.copy_(0.05 * torch.randn(m.bias.shape, generator=g))
@@ -92,4 +104,5 @@ def recalibrate_bn(model: nn.Module, *, seed: int = 0, input_size: int = 224,
     finally:
         for bn, mom in zip(bns, saved):
             bn.momentum = mom
+            bn.running_var.clamp_(min=VAR_FLOOR * bn.running_var.mean().item())
         model.eval()

@@ -1,0 +1,342 @@
+"""Load and save checkpoints: format detection and safe loading.
+
+:func:`load_checkpoint` recognises
+
+* this toolkit's format (:func:`save_checkpoint`): ``{"format": "dcd-deploy",
+  "format_version": 1, "arch", "config", "state_dict"}``;
+* the authors' release format (DESIGN.md section 4): ``{"epoch", "arch", "state_dict",
+  "best_prec1", "optimizer"}`` with a family ``arch`` such as ``mobilenetv2_dcd``
+  (see :mod:`dcd_deploy.models.authors`);
+* a plain state dict, or a dict holding one under ``state_dict``, for an architecture
+  the caller names.
+
+Files are read with ``torch.load(weights_only=True)``, which rebuilds tensors and plain
+containers and never runs code from the file. A file that needs more (a pickled module,
+arbitrary objects, a TorchScript archive) is refused unless the caller trusts it.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import pickle
+import pickletools
+import re
+import secrets
+import warnings
+import zipfile
+from collections.abc import Mapping
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from .errors import CheckpointError, StateDictMismatchError, UnsafeCheckpointError
+
+FORMAT = "dcd-deploy"
+FORMAT_VERSION = 1
+#: Keys an error message names before "...".
+MAX_LISTED = 3
+#: torch's legacy (pre-zip) format is five pickles followed by raw storage bytes.
+LEGACY_PICKLES = 5
+
+_TRUST_HINT = "pass --trust-checkpoint (trust_checkpoint=True) only if you trust its source"
+_DATA_PKL = re.compile(r"[^/]+/data\.pkl")
+_TORCHSCRIPT_ENTRY = re.compile(r"[^/]+/(constants\.pkl|code/.*)")
+_UNSAFE_GLOBAL = re.compile(r"GLOBAL (\S+) was not an allowed global")
+_PLAIN_SCALARS = (type(None), bool, int, float, str)
+
+
+def save_checkpoint(model: nn.Module, path: str | os.PathLike) -> Path:
+    """Write ``model`` in this toolkit's format, atomically.
+
+    Args:
+        model: a model from :func:`~dcd_deploy.create_model` (it carries the ``arch``
+            and ``config`` the file records), or any module given those attributes.
+        path: the file to write; an existing file is replaced only once the new one is
+            complete.
+
+    Returns:
+        ``path`` as a :class:`~pathlib.Path`.
+
+    Raises:
+        CheckpointError: the model has no ``arch``, its ``config`` holds values that a
+            safely loadable file cannot store, or ``path`` cannot be written.
+    """
+    arch = getattr(model, "arch", None)
+    if not isinstance(arch, str):
+        raise CheckpointError(
+            f"{type(model).__name__} has no .arch, the architecture name a checkpoint records; "
+            "build it with create_model() or set model.arch and model.config")
+    config = getattr(model, "config", {})
+    if not isinstance(config, dict):
+        raise CheckpointError(f"model.config is a {type(config).__name__}, not a dict of create_model() knobs")
+    config = _plain(config, "model.config")
+    return save_atomic({"format": FORMAT, "format_version": FORMAT_VERSION, "arch": arch,
+                        "config": config, "state_dict": model.state_dict()}, path)
+
+
+def load_checkpoint(path: str | os.PathLike, *, arch: str | None = None, trust_checkpoint: bool = False,
+                    **overrides) -> nn.Module:
+    """Build the model a checkpoint file describes and load its weights.
+
+    Args:
+        path: a file in any format the module docstring lists.
+        arch: the zoo name (:func:`~dcd_deploy.list_models`) for a file that does not
+            record one (a plain state dict); for other files it must agree with theirs.
+        trust_checkpoint: allow full unpickling, which runs any code stored in the file,
+            for files that need it (pickled modules, TorchScript archives).
+        **overrides: knobs passed to :func:`~dcd_deploy.create_model` (e.g.
+            ``num_classes``), replacing those the file records or implies.
+
+    Returns:
+        The model, in eval mode, with ``arch`` and ``config`` set.
+
+    Raises:
+        CheckpointError: the file is missing, unreadable, damaged or not a checkpoint,
+            or it names no architecture and ``arch`` is not given.
+        UnsafeCheckpointError: the file needs full unpickling and is not trusted.
+        StateDictMismatchError: the weights do not fit the architecture.
+        UnknownModelError: the architecture is unknown.
+    """
+    # authors imports load_weights from this module, so it is imported here, not at the top.
+    from .models import authors
+
+    path = Path(path)
+    state_dict, file_arch, config, ours = _unpack(_read(path, trust_checkpoint), path)
+    state_dict = strip_module_prefix(state_dict)
+    # A release arch names a family (mobilenetv2_dcd): the variant is inferred from the tensors.
+    release = None if ours else file_arch or arch
+    if release in authors.RELEASE_ARCHS:
+        model = authors.build_from_release(release, state_dict, **overrides)
+        if arch not in (None, release, model.arch):  # a zoo name for the inferred variant agrees
+            raise _arch_conflict(path, model.arch, arch)
+        return model
+    if arch and file_arch and arch != file_arch:
+        raise _arch_conflict(path, file_arch, arch)
+    arch = arch or file_arch
+    if arch is None:
+        raise CheckpointError(f"{path} is a plain state dict that does not name its architecture; "
+                              "pass --arch NAME (arch=...; names from list_models())")
+    model = authors.build_model(arch, **{**config, **overrides})
+    # Plain state dicts may come from the authors' code with a zoo name given.
+    load_weights(model, state_dict if ours else authors.to_zoo_layout(state_dict))
+    return model
+
+
+def load_weights(model: nn.Module, state_dict: Mapping[str, torch.Tensor]) -> None:
+    """Load ``state_dict`` into ``model`` strictly, checking every key and shape first.
+
+    Raises:
+        StateDictMismatchError: keys are missing, unexpected or mis-shaped (the message
+            counts each kind and names a few).
+    """
+    expected = model.state_dict()
+    state_dict = dict(state_dict)
+    for key, value in expected.items():
+        # BatchNorm's step counter is newer than some files and matters only in training.
+        if key.endswith("num_batches_tracked") and key not in state_dict:
+            state_dict[key] = value
+    missing = [k for k in expected if k not in state_dict]
+    unexpected = [k for k in state_dict if k not in expected]
+    misshaped = [f"{k}: checkpoint {tuple(v.shape)} vs model {tuple(expected[k].shape)}"
+                 for k, v in state_dict.items() if k in expected and v.shape != expected[k].shape]
+    parts = [f"{len(keys)} {label} ({_listing(keys)})"
+             for label, keys in (("missing", missing), ("unexpected", unexpected), ("mis-shaped", misshaped))
+             if keys]
+    if parts:
+        label = getattr(model, "arch", type(model).__name__)
+        raise StateDictMismatchError(f"the checkpoint does not fit {label}: {', '.join(parts)}")
+    model.load_state_dict(state_dict, strict=True)
+
+
+def strip_module_prefix(state_dict: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Drop the ``module.`` prefixes DataParallel (possibly nested) puts on every key."""
+    out = {}
+    for key, value in state_dict.items():
+        while key.startswith("module."):
+            key = key[len("module."):]
+        out[key] = value
+    return out
+
+
+def save_atomic(obj, path: str | os.PathLike) -> Path:
+    """``torch.save`` to a temporary file beside ``path``, then rename it over ``path``.
+
+    A crash or a full disk mid-write leaves no partial file and any previous one intact.
+
+    Returns:
+        ``path`` as a :class:`~pathlib.Path`.
+
+    Raises:
+        CheckpointError: ``path`` cannot be written.
+    """
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+    try:
+        # 0o666 so the umask decides the final mode, as for a file torch.save opens itself.
+        with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), "wb") as f:
+            torch.save(obj, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException as exc:
+        tmp.unlink(missing_ok=True)
+        if isinstance(exc, (OSError, RuntimeError)):  # torch's writer reports a full disk as RuntimeError
+            raise CheckpointError(f"cannot write {path}: {_first_line(exc)}") from exc
+        raise
+    return path
+
+
+def _plain(value, where: str):
+    """``value`` checked to be data ``weights_only`` loading rebuilds (frozensets become sets)."""
+    if isinstance(value, _PLAIN_SCALARS):
+        return value
+    if type(value) in (list, tuple):
+        return type(value)(_plain(v, f"{where}[{i}]") for i, v in enumerate(value))
+    if isinstance(value, (set, frozenset)):
+        return {_plain(v, f"{where} item") for v in value}
+    if isinstance(value, dict) and all(isinstance(k, str) for k in value):
+        return {k: _plain(v, f"{where}[{k!r}]") for k, v in value.items()}
+    raise CheckpointError(f"{where} holds a {type(value).__name__}, which a safely loadable checkpoint "
+                          "cannot store; use numbers, strings, lists, sets and dicts")
+
+
+def _read(path: Path, trust: bool):
+    """The object stored in ``path``, loaded safely unless ``trust``."""
+    kind = _sniff(path)
+    if kind == "torchscript" and not trust:
+        raise UnsafeCheckpointError(f"{path} is a TorchScript archive; reading its weights means loading "
+                                    f"the program it holds; {_TRUST_HINT}")
+    if kind != "torchscript":
+        try:
+            with warnings.catch_warnings():
+                # Plain pickle.dump files use newer protocols; they are refused below, not warned about.
+                warnings.filterwarnings("ignore", message="Detected pickle protocol")
+                return torch.load(path, map_location="cpu", weights_only=True)
+        except pickle.UnpicklingError as exc:
+            # weights_only reports both forbidden content and garbage this way; tell them apart.
+            if not _pickles_intact(path):
+                raise CheckpointError(f"{path} is damaged or truncated (its pickled data does not parse)") from exc
+            if not trust:
+                names = sorted(set(_UNSAFE_GLOBAL.findall(str(exc))))
+                refs = f" (it references {', '.join(names)})" if names else ""
+                raise UnsafeCheckpointError(
+                    f"{path} needs full unpickling to load{refs}, which runs any code stored in the file "
+                    f"(it holds more than tensors and plain data); {_TRUST_HINT}") from exc
+        except Exception as exc:
+            raise CheckpointError(f"cannot read {path} (damaged or truncated?): {_first_line(exc)}") from exc
+    warnings.warn(f"loading {path} with trust_checkpoint=True: this runs any code stored in the file",
+                  UserWarning, stacklevel=3)
+    try:
+        if kind == "torchscript":
+            return torch.jit.load(str(path), map_location="cpu")
+        return torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as exc:
+        raise CheckpointError(f"cannot read {path}: {_first_line(exc)}") from exc
+
+
+def _sniff(path: Path) -> str:
+    """``"torch"``, ``"torchscript"`` or ``"pickle"``; CheckpointError for anything else."""
+    if not path.exists():
+        raise CheckpointError(f"{path}: no such file")
+    if path.is_dir():
+        raise CheckpointError(f"{path} is a directory, not a checkpoint file")
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4)
+            names = None
+            if zipfile.is_zipfile(f):
+                with zipfile.ZipFile(f) as zf:
+                    names = zf.namelist()
+    except (OSError, zipfile.BadZipFile) as exc:
+        raise CheckpointError(f"cannot read {path}: {_first_line(exc)}") from exc
+    if not head:
+        raise CheckpointError(f"{path} is empty")
+    if names is not None:
+        if any(_TORCHSCRIPT_ENTRY.fullmatch(n) for n in names):
+            return "torchscript"
+        if any(_DATA_PKL.fullmatch(n) for n in names):
+            return "torch"
+        raise CheckpointError(f"{path} is a zip archive but not a PyTorch checkpoint (it has no data.pkl)")
+    if head.startswith(b"PK"):
+        raise CheckpointError(f"{path} is a truncated or damaged zip archive (an incomplete download?)")
+    if not head.startswith(pickle.PROTO):
+        raise CheckpointError(f"{path} is not a PyTorch checkpoint (neither torch.save's zip format nor a pickle)")
+    return "pickle"
+
+
+def _pickles_intact(path: Path) -> bool:
+    """Whether the file's pickled data parses to its end (read as opcodes, never run)."""
+    try:
+        with open(path, "rb") as f:
+            if zipfile.is_zipfile(f):
+                with zipfile.ZipFile(f) as zf:
+                    data = next(n for n in zf.namelist() if _DATA_PKL.fullmatch(n))
+                    _walk_pickle(io.BytesIO(zf.read(data)))
+                return True
+            f.seek(0)
+            for _ in range(LEGACY_PICKLES):  # pickle.dump wrote one; legacy torch.save five
+                _walk_pickle(f)
+                if not f.peek(1):
+                    break
+    except Exception:  # any failure to parse means damaged, whatever the parser raised
+        return False
+    return True
+
+
+def _walk_pickle(stream) -> None:
+    for _ in pickletools.genops(stream):
+        pass
+
+
+def _unpack(obj, path: Path) -> tuple[Mapping[str, torch.Tensor], str | None, dict, bool]:
+    """(state dict, recorded arch, recorded config, whether this toolkit wrote it)."""
+    if isinstance(obj, nn.Module):  # only from a trusted file
+        arch, config = getattr(obj, "arch", None), getattr(obj, "config", None)
+        if isinstance(arch, str) and isinstance(config, dict):
+            return obj.state_dict(), arch, config, True
+        return obj.state_dict(), None, {}, False
+    if not isinstance(obj, Mapping):
+        raise CheckpointError(f"{path} holds a {type(obj).__name__}, not a checkpoint or state dict")
+    if obj.get("format") == FORMAT:
+        version = obj.get("format_version")
+        if not isinstance(version, int) or version > FORMAT_VERSION:
+            raise CheckpointError(f"{path} has dcd-deploy format version {version!r}; this version of "
+                                  f"dcd-deploy reads up to {FORMAT_VERSION} (upgrade dcd-deploy)")
+        arch, config = obj.get("arch"), obj.get("config")
+        if not isinstance(arch, str) or not isinstance(config, dict):
+            raise CheckpointError(f"{path} is a damaged dcd-deploy checkpoint (no arch or config)")
+        return _state_dict(obj.get("state_dict"), path), arch, config, True
+    if "state_dict" in obj:  # the release format, or a bare {"state_dict": ..., "arch"?: ...}
+        arch = obj.get("arch")
+        return _state_dict(obj["state_dict"], path), arch if isinstance(arch, str) else None, {}, False
+    if obj and all(isinstance(v, torch.Tensor) for v in obj.values()):
+        return _state_dict(obj, path), None, {}, False
+    raise CheckpointError(f"{path} holds a dict that is neither a checkpoint nor a state dict "
+                          f"(keys: {_listing([str(k) for k in obj])})")
+
+
+def _state_dict(obj, path: Path) -> Mapping[str, torch.Tensor]:
+    if not isinstance(obj, Mapping):
+        raise CheckpointError(f"{path}: its state_dict is a {type(obj).__name__}, not a mapping of tensors")
+    if not obj:
+        raise CheckpointError(f"{path}: its state_dict is empty")
+    for key, value in obj.items():
+        if not isinstance(key, str) or not isinstance(value, torch.Tensor):
+            raise CheckpointError(f"{path}: its state_dict maps {key!r} to a {type(value).__name__}, not a tensor")
+    return obj
+
+
+def _arch_conflict(path: Path, found: str, given: str) -> CheckpointError:
+    return CheckpointError(f"{path} holds a {found} checkpoint, but arch {given!r} was given; "
+                           "leave --arch out or name the matching architecture")
+
+
+def _listing(items: list[str]) -> str:
+    return ", ".join(items[:MAX_LISTED]) + (", ..." if len(items) > MAX_LISTED else "")
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
