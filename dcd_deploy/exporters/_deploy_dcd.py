@@ -229,3 +229,137 @@ class DeployDCD(nn.Module):
 
     def extra_repr(self) -> str:
         return f"{self.kind}, strategy={self.strategy}, C_out={self.c_out}, L={self.latent_dim}"
+
+    # -- ONNX emission -----------------------------------------------------------
+    def emit(self, s, x: str, in_shape, out_shape) -> str:
+        """Emit this layer with standard ops; returns the output name.
+
+        Args:
+            s: a :class:`~dcd_deploy.exporters._builder.Scope`.
+            x: input tensor name.
+            in_shape: static input shape (batch entry ignored).
+            out_shape: static output shape.
+        """
+        y = self._emit_branch(s, x, in_shape)
+        lam = None
+        if self.scale_w is not None:
+            lam = s.op("HardSigmoid", [s.op("Gemm", [y, s.const("fc_scale", self.scale_w)], transB=1)],
+                       alpha=1.0 / 6.0, beta=0.5)  # (B, C_out)
+        if self.kind == "linear":
+            return self._emit_linear(s, x, y, lam)
+        if self.strategy == "weight":
+            return self._emit_weight(s, x, y, lam, in_shape)
+        c_out, h, w = out_shape[1], out_shape[2], out_shape[3]
+        pad = self.kernel_size // 2
+        k = self.kernel_size
+        conv_attrs = dict(kernel_shape=[k, k], strides=[self.stride] * 2, pads=[pad] * 4)
+        groups = c_out if self.kind == "depthwise" else 1
+        has_bias = bool(self.bias.abs().max() > 0)
+        inputs = [x, s.const("w0", self.w0)]
+        fused_bias = has_bias and lam is None and not self.channel_fusion
+        if fused_bias:
+            inputs.append(s.const("bias", self.bias))
+        out = s.op("Conv", inputs, group=groups, **conv_attrs)  # (B, C_out, H', W')
+        if lam is not None:
+            out = s.op("Mul", [out, s.op("Unsqueeze", [lam, s.ints("axes", [2, 3])])])
+        if not self.channel_fusion:
+            return s.op("Add", [out, s.const("bias", self.bias.view(-1, 1, 1))]) if has_bias and not fused_bias else out
+        phi = s.op("Gemm", [y, s.const("fc_phi", self.phi_w)] +
+                   ([s.const("fc_phi_b", self.phi_b)] if self.kind == "channel" else []), transB=1)
+        if self.kind == "channel":
+            nb, lb = self.num_blocks, self.latent_dim // self.num_blocks
+            z = s.op("Conv", [x, s.const("q", self.q), s.const("q_b", self.q_b)], kernel_shape=[1, 1],
+                     strides=[self.stride] * 2, group=nb)  # (B, L, H', W')
+            z = s.op("Reshape", [z, s.ints("z_shape", [0, nb, lb, -1])])  # (B, nb, Lb, N)
+            phi = s.op("Reshape", [phi, s.ints("phi_shape", [0, nb, lb, lb])])  # (B, nb, Lb, Lb)
+            u = s.op("MatMul", [phi, z])  # (B, nb, Lb, N)
+            u = s.op("Reshape", [u, s.ints("u_shape", [0, self.latent_dim, h, w])])  # (B, L, H', W')
+            dyn = s.op("Conv", [u, s.const("p", self.p), s.const("bias", self.bias)], kernel_shape=[1, 1],
+                       group=nb)  # (B, C_out, H', W')
+            return s.op("Add", [dyn, out])
+        if self.kind == "depthwise":
+            lk = self.latent_dim
+            z = s.op("Conv", [x, s.const("r", self.r)], group=c_out, **conv_attrs)  # (B, C·L_k, H', W')
+            z = s.op("Reshape", [z, s.ints("z_shape", [0, c_out, lk, h * w])])  # (B, C, L_k, N)
+            phi = s.op("Reshape", [phi, s.ints("phi_shape", [0, lk, lk])])  # (B, L_k, L_k)
+            m = s.op("MatMul", [s.const("p", self.p), phi])  # (B, C, L_k)
+            m = s.op("Unsqueeze", [m, s.ints("axes2", [2])])  # (B, C, 1, L_k)
+            dyn = s.op("MatMul", [m, z])  # (B, C, 1, N)
+            dyn = s.op("Reshape", [dyn, s.ints("out_shape", [0, c_out, h, w])])
+        else:  # joint
+            lat, lk = self.latent_dim, self.kernel_latent_dim
+            z = s.op("Conv", [x, s.const("q", self.q)], kernel_shape=[1, 1])  # (B, L, H, W)
+            z = s.op("Conv", [z, s.const("r", self.r)], group=lat, **conv_attrs)  # (B, L·L_k, H', W')
+            z = s.op("Reshape", [z, s.ints("z_shape", [0, lat * lk, h * w])])  # (B, L·L_k, N)
+            phi = s.op("Reshape", [phi, s.ints("phi_shape", [0, lat, lat * lk])])  # (B, L, L·L_k)
+            u = s.op("MatMul", [phi, z])  # (B, L, N)
+            u = s.op("Reshape", [u, s.ints("u_shape", [0, lat, h, w])])
+            dyn = s.op("Conv", [u, s.const("p", self.p)], kernel_shape=[1, 1])
+        out = s.op("Add", [dyn, out])
+        return s.op("Add", [out, s.const("bias", self.bias.view(-1, 1, 1))]) if has_bias else out
+
+    def _emit_branch(self, s, x: str, in_shape) -> str:
+        """Pooled features -> gated squeeze features (B, S)."""
+        fc1 = self.fc1
+        if self.kind == "linear":
+            pooled = x
+        elif self.pool_size == 1:
+            pooled = s.reduce_mean(x, [2, 3])  # (B, C)
+        else:
+            c, h, w = in_shape[1], in_shape[2], in_shape[3]
+            kernel, stride, fc1 = [], [], fc1.view(fc1.shape[0], c, 2, 2)
+            for axis, n in ((2, h), (3, w)):
+                if n == 1:  # both bins see the one row/column: sum the FC's weights instead
+                    fc1 = fc1.sum(axis, keepdim=True)
+                    kernel.append(1)
+                    stride.append(1)
+                    continue
+                kernel_n, stride_n = adaptive_windows(n, 2)
+                kernel.append(kernel_n)
+                stride.append(stride_n)
+            fc1 = fc1.reshape(fc1.shape[0], -1)
+            pooled = s.op("AveragePool", [x], kernel_shape=kernel, strides=stride)  # (B, C, 2, 2)
+            pooled = s.op("Flatten", [pooled], axis=1)  # (B, C·4), channel-major
+        y = s.op("Gemm", [pooled, s.const("fc1", fc1)], transB=1)  # (B, S)
+        if not self.se:
+            return s.op("Relu", [y])
+        gate = s.op("HardSigmoid", [s.op("Gemm", [y, s.const("gate", self.gate)], transB=1)],
+                    alpha=1.0 / 6.0, beta=0.5)
+        return s.op("Mul", [y, gate])
+
+    def _emit_weight(self, s, x, y, lam, in_shape) -> str:
+        c_in, h, w = in_shape[1], in_shape[2], in_shape[3]
+        lat = self.latent_dim
+        phi = s.op("Gemm", [y, s.const("fc_phi", self.phi_w), s.const("fc_phi_b", self.phi_b)], transB=1)
+        phi = s.op("Reshape", [phi, s.ints("phi_shape", [0, lat, lat])])  # (B, L, L)
+        pphi = s.op("MatMul", [s.const("p", self.p.flatten(1)), phi])  # (B, C_out, L)
+        weight = s.op("MatMul", [pphi, s.const("q", self.q.flatten(1))])  # (B, C_out, C_in)
+        w0 = s.const("w0", self.w0.flatten(1))  # (C_out, C_in)
+        if lam is not None:
+            w0 = s.op("Mul", [s.op("Unsqueeze", [lam, s.ints("axes", [2])]), w0])  # (B, C_out, C_in)
+        weight = s.op("Add", [weight, w0])
+        xf = s.op("Reshape", [x, s.ints("x_shape", [0, c_in, h * w])])  # (B, C_in, N)
+        out = s.op("MatMul", [weight, xf])  # (B, C_out, N)
+        bias = s.op("MatMul", [pphi, s.const("q_b", self.q_b.view(-1, 1))])  # (B, C_out, 1)
+        bias = s.op("Add", [bias, s.const("bias", self.bias.view(-1, 1))])
+        out = s.op("Add", [out, bias])
+        return s.op("Reshape", [out, s.ints("out_shape", [0, self.c_out, h, w])])
+
+    def _emit_linear(self, s, x, y, lam) -> str:
+        inputs = [x, s.const("w0", self.w0)] + ([s.const("b0", self.b0)] if self.b0 is not None else [])
+        out = s.op("Gemm", inputs, transB=1)  # (B, C_out)
+        if lam is not None:
+            out = s.op("Mul", [out, lam])
+        if self.channel_fusion:
+            nb, lb = self.num_blocks, self.latent_dim // self.num_blocks
+            z = s.op("Gemm", [x, s.const("q", self.q), s.const("q_b", self.q_b)], transB=1)  # (B, L)
+            z = s.op("Reshape", [z, s.ints("z_shape", [0, nb, lb, 1])])  # (B, nb, Lb, 1)
+            phi = s.op("Gemm", [y, s.const("fc_phi", self.phi_w), s.const("fc_phi_b", self.phi_b)], transB=1)
+            phi = s.op("Reshape", [phi, s.ints("phi_shape", [0, nb, lb, lb])])  # (B, nb, Lb, Lb)
+            u = s.op("MatMul", [phi, z])  # (B, nb, Lb, 1)
+            u = s.op("Flatten", [u], axis=1)  # (B, L)
+            out = s.op("Add", [s.op("Gemm", [u, s.const("p", self.p), s.const("bias", self.bias)], transB=1), out])
+        elif bool(self.bias.abs().max() > 0):
+            out = s.op("Add", [out, s.const("bias", self.bias)])
+        return out
+

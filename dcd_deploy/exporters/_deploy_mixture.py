@@ -71,3 +71,26 @@ class DeployMixture(nn.Module):
 
     def extra_repr(self) -> str:
         return f"{self.source_type}, C_out={self.c_out}, K={self.num_kernels}"
+
+    def emit(self, s, x: str, in_shape, out_shape) -> str:
+        """Emit with standard ops (see :meth:`DeployDCD.emit` for the arguments)."""
+        c_out, h, w = out_shape[1], out_shape[2], out_shape[3]
+        k = self.weight.shape[-1]
+        y = s.reduce_mean(x, [2, 3])  # (B, C_in)
+        z = s.op("Gemm", [y, s.const("fc1_w", self.fc1_w), s.const("fc1_b", self.fc1_b)], transB=1)
+        if self.routing == "softmax":
+            z = s.op("Gemm", [s.op("Relu", [z]), s.const("fc2_w", self.fc2_w), s.const("fc2_b", self.fc2_b)],
+                     transB=1)
+            pi = s.op("Softmax", [z], axis=1)  # (B, K)
+        else:
+            pi = s.op("Sigmoid", [z])
+        pi = s.op("Reshape", [pi, s.ints("pi_shape", [0, 1, 1, self.num_kernels])])  # (B, 1, 1, K)
+        inputs = [x, s.const("weight", self.weight)] + ([s.const("kbias", self.kbias)] if self.kbias is not None else [])
+        stacked = s.op("Conv", inputs, kernel_shape=[k, k], strides=[self.stride] * 2, pads=[self.padding] * 4,
+                       group=self.groups)  # (B, C_out·K, H', W')
+        stacked = s.op("Reshape", [stacked, s.ints("stack_shape", [0, c_out, self.num_kernels, h * w])])
+        out = s.op("MatMul", [pi, stacked])  # (B, C_out, 1, N)
+        out = s.op("Reshape", [out, s.ints("out_shape", [0, c_out, h, w])])
+        if bool(self.bias.abs().max() > 0):
+            out = s.op("Add", [out, s.const("bias", self.bias.view(-1, 1, 1))])
+        return out

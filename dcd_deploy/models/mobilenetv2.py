@@ -109,11 +109,12 @@ def _init_weights(model: nn.Module) -> None:
 
 
 # Roles made dynamic by default per kind; the paper puts DCD on pointwise layers and
-# the classifier (Table 4), DY-Conv and CondConv on every conv but the stem.
+# the classifier (Table 4); DY-Conv on every block conv, CondConv also on the head
+# and classifier (the splits that fit the paper's parameter counts).
 DEFAULT_ROLES = {
     "static": (),
     "dcd": ("pw", "cls"),
-    "dyconv": ("pw", "pw0", "dw", "head"),
+    "dyconv": ("pw", "pw0", "dw"),
     "condconv": ("pw", "pw0", "dw", "head", "cls"),
 }
 # fc_squeeze of the release per width (Section 5: r = 16 for x1.0, 8 for smaller).

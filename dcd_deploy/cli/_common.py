@@ -1,0 +1,82 @@
+"""Helpers shared by the click commands.
+
+:func:`run_cli` gives every command the toolkit's error contract (DESIGN.md, errors):
+a :class:`~dcd_deploy.errors.DCDDeployError` becomes one ``Error: <message>`` line on
+stderr and exit status 1, with no traceback; any other exception is a bug and
+propagates with its traceback. :func:`write_json_atomic` writes a report so a reader
+never sees half a file.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Callable, TypeVar
+
+import click
+
+from ..errors import DCDDeployError
+
+#: Exit status of a command stopped by a user error.
+USER_ERROR_STATUS = 1
+
+#: Mode of a new file before the umask (what ``open(path, "w")`` would create).
+_DEFAULT_FILE_MODE = 0o666
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def run_cli(fn: F) -> F:
+    """Turn a :class:`DCDDeployError` raised by ``fn`` into ``Error: ...`` and exit 1.
+
+    Apply it directly above the function, under the click decorators::
+
+        @click.command()
+        @click.option(...)
+        @run_cli
+        def main(...): ...
+    """
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except DCDDeployError as exc:
+            message = " ".join(str(exc).split("\n")) or type(exc).__name__
+            click.echo(f"Error: {message}", err=True)
+            raise SystemExit(USER_ERROR_STATUS) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def write_json_atomic(path: str | os.PathLike, data: Any) -> None:
+    """Write ``data`` as JSON to ``path`` via a temporary file and :func:`os.replace`.
+
+    Raises:
+        DCDDeployError: the file cannot be written (missing directory, permissions).
+    """
+    target = Path(path)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    except OSError as exc:
+        raise DCDDeployError(f"cannot write {target}: {exc.strerror or exc}") from None
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(data, fh, indent=2, ensure_ascii=False)
+            fh.write("\n")
+        os.chmod(tmp, _DEFAULT_FILE_MODE & ~_umask())  # mkstemp makes it owner-only
+        os.replace(tmp, target)
+    except OSError as exc:
+        raise DCDDeployError(f"cannot write {target}: {exc.strerror or exc}") from None
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

@@ -1,0 +1,145 @@
+"""A small ONNX graph builder: nodes named by module path, constants as initializers.
+
+Each emitted node is named ``<module path>/<OpType>[_n]`` so Netron shows which layer
+it came from. :class:`FunctionScope` collects one DCD layer's nodes into a model-local
+function: weights become function inputs (bound to the main graph's initializers at
+the call site) and small shape vectors become Constant nodes inside the body.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import torch
+from onnx import helper, numpy_helper
+
+#: Model-local function domain of ``mode="function"`` exports.
+DOMAIN = "dcd_deploy"
+DOMAIN_VERSION = 1
+
+
+def _array(value) -> np.ndarray:
+    if isinstance(value, torch.Tensor):
+        return value.detach().cpu().numpy()
+    return np.asarray(value)
+
+
+class GraphBuilder:
+    """Nodes and initializers of the main graph.
+
+    Args:
+        opset: the default-domain opset version (decides a few op signatures).
+    """
+
+    def __init__(self, opset: int):
+        self.opset = opset
+        self.nodes: list[onnx.NodeProto] = []
+        self.initializers: list[onnx.TensorProto] = []
+        self.functions: dict[tuple, onnx.FunctionProto] = {}
+        self._names: set[str] = set()
+        self._count = 0
+
+    def unique(self, base: str) -> str:
+        name, i = base, 0
+        while name in self._names:
+            i += 1
+            name = f"{base}_{i}"
+        self._names.add(name)
+        return name
+
+    def scope(self, path: str) -> "Scope":
+        return Scope(self, path)
+
+
+class Scope:
+    """Emits into the main graph under one module path."""
+
+    def __init__(self, graph: GraphBuilder, path: str):
+        self.graph, self.path = graph, path or "model"
+
+    @property
+    def opset(self) -> int:
+        return self.graph.opset
+
+    def const(self, hint: str, value, dtype=np.float32) -> str:
+        """A constant weight (an initializer of the main graph)."""
+        name = self.graph.unique(f"{self.path}.{hint}")
+        self.graph.initializers.append(numpy_helper.from_array(_array(value).astype(dtype), name))
+        return name
+
+    def ints(self, hint: str, values) -> str:
+        """A small int64 vector (shapes, axes)."""
+        return self.const(hint, np.asarray(values, dtype=np.int64), np.int64)
+
+    def reduce_mean(self, x: str, axes: list[int]) -> str:
+        """Mean over ``axes``, dropping them (axes became an input in opset 18)."""
+        if self.opset >= 18:
+            return self.op("ReduceMean", [x, self.ints("axes", axes)], keepdims=0)
+        return self.op("ReduceMean", [x], axes=axes, keepdims=0)
+
+    def op(self, op_type: str, inputs: list[str], *, domain: str = "", **attrs) -> str:
+        name = self.graph.unique(f"{self.path}/{op_type}")
+        out = name + ":0"
+        self._append(helper.make_node(op_type, inputs, [out], name=name, domain=domain or None, **attrs))
+        return out
+
+    def _append(self, node: onnx.NodeProto) -> None:
+        self.graph.nodes.append(node)
+
+
+class FunctionScope(Scope):
+    """Emits one layer's body into a model-local function of domain ``dcd_deploy``.
+
+    Weights become function inputs; identical bodies (same ops, attributes and shape
+    constants) share one FunctionProto.
+    """
+
+    def __init__(self, graph: GraphBuilder, path: str, x: str):
+        super().__init__(graph, path)
+        self.formals = ["x"]
+        self.actuals = [x]
+        self.body: list[onnx.NodeProto] = []
+        self._local = 0
+
+    def const(self, hint: str, value, dtype=np.float32) -> str:
+        actual = super().const(hint, value, dtype)
+        formal = f"w{len(self.formals)}_{hint}"
+        self.formals.append(formal)
+        self.actuals.append(actual)
+        return formal
+
+    def ints(self, hint: str, values) -> str:
+        out = self._fresh()
+        tensor = numpy_helper.from_array(np.asarray(values, dtype=np.int64), out)
+        self.body.append(helper.make_node("Constant", [], [out], value=tensor))
+        return out
+
+    def _fresh(self) -> str:
+        self._local += 1
+        return f"t{self._local}"
+
+    def op(self, op_type: str, inputs: list[str], *, domain: str = "", **attrs) -> str:
+        out = self._fresh()
+        self.body.append(helper.make_node(op_type, inputs, [out], domain=domain or None, **attrs))
+        return out
+
+    def finish(self, out: str, kind: str) -> str:
+        """Register (or reuse) the function and emit its call in the main graph."""
+        body = [n.SerializeToString() for n in self.body]
+        key = (kind, len(self.formals), tuple(body), out)
+        fn = self.graph.functions.get(key)
+        if fn is None:
+            fname = f"{kind}_{len(self.graph.functions)}"
+            renamed = [helper.make_node(n.op_type, list(n.input),
+                                        ["y" if o == out else o for o in n.output], domain=n.domain or None)
+                       for n in self.body]
+            for src, dst in zip(self.body, renamed):
+                dst.attribute.extend(src.attribute)
+            fn = helper.make_function(
+                DOMAIN, fname, self.formals, ["y"], renamed,
+                [helper.make_opsetid("", self.graph.opset)])
+            self.graph.functions[key] = fn
+        name = self.graph.unique(f"{self.path}/{fn.name}")
+        call = helper.make_node(fn.name, self.actuals, [name + ":0"], name=name, domain=DOMAIN)
+        self.graph.nodes.append(call)
+        return name + ":0"

@@ -1,0 +1,312 @@
+"""ONNX export of the deploy form: a small graph of standard ops, parity-checked.
+
+The deploy module (:func:`~dcd_deploy.exporters.to_deploy`) is traced with torch.fx
+and each node is emitted directly as ONNX, so the graph holds exactly the ops chosen
+here: no TorchScript round trip, no BatchNorm, no per-sample kernels inside a Conv, no
+batch baked into a Reshape (shapes use 0 = "copy the batch").
+
+``mode="function"`` wraps every DCD layer in one node of domain ``dcd_deploy``
+defined as a model-local function whose body is the same standard ops.
+"""
+
+from __future__ import annotations
+
+import operator
+import os
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import onnx
+import torch
+from onnx import TensorProto, helper
+from torch import nn
+from torch.fx.passes.shape_prop import ShapeProp
+
+from .. import __version__
+from ..errors import ExportError, ParityError
+from ._builder import DOMAIN, DOMAIN_VERSION, FunctionScope, GraphBuilder, Scope
+from ._deploy_dcd import STRATEGIES, DeployDCD, adaptive_windows
+from ._deploy_mixture import DeployMixture
+from ._fold import bn_affine
+from .lowering import to_deploy
+
+DEFAULT_OPSET = 17
+MIN_OPSET = 13  # Unsqueeze/ReduceSum take axes as inputs from 13 on
+MODES = ("standard", "function")
+#: Ops an exported graph may contain (DESIGN.md section 3).
+ALLOWED_OPS = frozenset({
+    "Conv", "Gemm", "MatMul", "Mul", "Add", "Sub", "Div", "Relu", "Clip", "HardSigmoid", "Sigmoid",
+    "Softmax", "AveragePool", "GlobalAveragePool", "ReduceMean", "ReduceSum", "MaxPool", "Reshape",
+    "Flatten", "Transpose", "Concat", "Split", "Slice", "Squeeze", "Unsqueeze", "Shape", "Gather",
+    "Expand", "Identity", "Constant",
+})
+
+
+@dataclass
+class ExportResult:
+    """What :func:`export_onnx` wrote.
+
+    Truthy when the file was written and parity (if checked) passed.
+    """
+
+    path: Path
+    arch: str
+    input_size: int
+    batch: int | None
+    opset: int
+    mode: str
+    num_nodes: int
+    op_histogram: dict[str, int]
+    size_bytes: int
+    seconds: float
+    simplified: bool
+    strategies: dict[str, str] = field(default_factory=dict)
+    parity: object | None = None  # ParityReport
+
+    def __bool__(self) -> bool:
+        return self.parity is None or bool(self.parity)
+
+    def to_dict(self) -> dict:
+        d = {k: v for k, v in self.__dict__.items() if k != "parity"}
+        d["path"] = str(self.path)
+        d["parity"] = self.parity.to_dict() if self.parity is not None else None
+        return d
+
+
+def export_onnx(model: nn.Module, path, *, input_size: int = 224, batch: int | None = None,
+                opset: int | None = None, simplify: bool = True, mode: str = "standard",
+                check: bool = True, strategy: str = "auto", parity_batch_sizes=(1, 2)) -> ExportResult:
+    """Export ``model`` to ONNX in deploy form; the file appears only if all succeeded.
+
+    Args:
+        model: a zoo model or checkpoint-loaded model (not modified).
+        path: output ``.onnx`` path; its directory must exist.
+        input_size: square input side.
+        batch: fixed batch size, or None for a dynamic batch axis.
+        opset: default-domain opset (13-17; default 17).
+        simplify: run onnxsim on the graph and keep its result if it checks out.
+        mode: ``standard`` or ``function`` (one ``dcd_deploy`` node per DCD layer).
+        check: compare against PyTorch with :func:`~dcd_deploy.check_parity`; a failure
+            raises :class:`ParityError` and writes nothing.
+        strategy: DCD layer form, ``latent``, ``weight`` or ``auto``.
+        parity_batch_sizes: batch sizes the parity check runs (a fixed ``batch`` overrides).
+
+    Raises:
+        ExportError: bad arguments, an unwritable path, or a layer that cannot be lowered.
+        ParityError: ONNX Runtime disagrees with PyTorch beyond tolerance.
+    """
+    start = time.perf_counter()
+    opset = DEFAULT_OPSET if opset is None else int(opset)
+    if not MIN_OPSET <= opset <= onnx.defs.onnx_opset_version():
+        raise ExportError(f"opset {opset} is not supported; use {MIN_OPSET}-{onnx.defs.onnx_opset_version()}")
+    if mode not in MODES:
+        raise ExportError(f"unknown mode {mode!r}; expected one of {', '.join(MODES)}")
+    if strategy not in STRATEGIES:
+        raise ExportError(f"unknown strategy {strategy!r}; expected one of {', '.join(STRATEGIES)}")
+    if not isinstance(input_size, int) or input_size < 1:
+        raise ExportError(f"input size must be a positive integer, not {input_size!r}")
+    if batch is not None and (not isinstance(batch, int) or batch < 1):
+        raise ExportError(f"batch must be a positive integer or None (dynamic), not {batch!r}")
+    path = Path(path)
+    _check_writable(path)
+
+    deploy = to_deploy(model, strategy=strategy, input_size=input_size)
+    proto = build_onnx(deploy, input_size=input_size, batch=batch, opset=opset, mode=mode,
+                       arch=getattr(model, "arch", type(model).__name__))
+    simplified = False
+    if simplify and mode == "standard":
+        proto, simplified = _simplify(proto)
+    onnx.checker.check_model(proto, full_check=True)
+    bad = sorted({n.op_type for n in proto.graph.node if n.domain in ("", "ai.onnx")} - ALLOWED_OPS)
+    if bad:  # a lowering bug, not a user error
+        raise AssertionError(f"exported graph contains disallowed ops: {bad}")
+
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        onnx.save(proto, tmp)
+        report = None
+        if check:
+            from ..parity import check_parity
+
+            sizes = (batch,) if batch is not None else tuple(parity_batch_sizes)
+            report = check_parity(model, tmp, batch_sizes=sizes)
+            if not report:
+                raise ParityError(f"parity check failed: {report.summary()}", report)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    hist = Counter(_op_name(n) for n in proto.graph.node)
+    return ExportResult(
+        path=path, arch=getattr(model, "arch", type(model).__name__), input_size=input_size, batch=batch,
+        opset=opset, mode=mode, num_nodes=len(proto.graph.node), op_histogram=dict(hist.most_common()),
+        size_bytes=path.stat().st_size, seconds=time.perf_counter() - start, simplified=simplified,
+        strategies=dict(getattr(deploy, "strategies", {})), parity=report)
+
+
+def _op_name(node: onnx.NodeProto) -> str:
+    return f"{node.domain}.{node.op_type}" if node.domain not in ("", "ai.onnx") else node.op_type
+
+
+def _check_writable(path: Path) -> None:
+    parent = path.parent if str(path.parent) else Path(".")
+    if path.is_dir():
+        raise ExportError(f"output path {path} is a directory")
+    if not parent.is_dir():
+        raise ExportError(f"output directory {parent} does not exist")
+    if not os.access(parent, os.W_OK):
+        raise ExportError(f"output directory {parent} is not writable")
+
+
+def _simplify(proto: onnx.ModelProto) -> tuple[onnx.ModelProto, bool]:
+    """onnxsim, kept only if its own numeric check passes."""
+    import onnxsim
+
+    try:
+        simplified, ok = onnxsim.simplify(proto, check_n=1)
+    except Exception:  # onnxsim failing is not the user's problem: keep the unsimplified graph
+        return proto, False
+    return (simplified, True) if ok else (proto, False)
+
+
+def build_onnx(deploy: torch.fx.GraphModule, *, input_size: int, batch: int | None, opset: int,
+               mode: str, arch: str = "model") -> onnx.ModelProto:
+    """Emit a deploy-form GraphModule as an ONNX model (no simplification, no checks)."""
+    with torch.no_grad():
+        ShapeProp(deploy).propagate(torch.zeros(1, 3, input_size, input_size))
+    g = GraphBuilder(opset)
+    modules = dict(deploy.named_modules())
+    env: dict[str, str] = {}
+    inputs, outputs = [], []
+    for node in deploy.graph.nodes:
+        if node.op == "placeholder":
+            env[node.name] = "input"
+            inputs.append(helper.make_tensor_value_info(
+                "input", TensorProto.FLOAT, [batch or "batch", 3, input_size, input_size]))
+        elif node.op == "output":
+            src = node.args[0]
+            if not isinstance(src, torch.fx.Node):
+                raise ExportError("models with several outputs are not supported")
+            n_out = src.meta["tensor_meta"].shape[1:]
+            outputs.append(helper.make_tensor_value_info("logits", TensorProto.FLOAT, [batch or "batch", *n_out]))
+            g.nodes.append(helper.make_node("Identity", [env[src.name]], ["logits"], name="output/Identity"))
+        else:
+            env[node.name] = _emit_node(g, node, modules, env, mode)
+    graph = helper.make_graph(g.nodes, "dcd_deploy", inputs, outputs, g.initializers)
+    imports = [helper.make_opsetid("", opset)]
+    if g.functions:
+        imports.append(helper.make_opsetid(DOMAIN, DOMAIN_VERSION))
+    proto = helper.make_model(graph, opset_imports=imports, producer_name="dcd-deploy",
+                              producer_version=__version__, functions=list(g.functions.values()))
+    proto.ir_version = min(proto.ir_version, 10)  # readable by ONNX Runtime releases of the last years
+    helper.set_model_props(proto, {
+        "arch": arch, "input_size": str(input_size), "batch": str(batch or "dynamic"),
+        "dcd_deploy_version": __version__, "mode": mode,
+        "strategies": ",".join(f"{k}={v}" for k, v in getattr(deploy, "strategies", {}).items()),
+    })
+    return proto
+
+
+def _shape(node) -> tuple[int, ...]:
+    meta = node.meta.get("tensor_meta") if isinstance(node, torch.fx.Node) else None
+    if meta is None:
+        raise ExportError(f"no shape known for {node}")
+    return tuple(meta.shape)
+
+
+def _path(node: torch.fx.Node) -> str:
+    if node.op == "call_module":
+        return str(node.target)
+    stack = node.meta.get("nn_module_stack")
+    return next(reversed(stack.values()))[0] if stack else node.name
+
+
+def _emit_node(g: GraphBuilder, node: torch.fx.Node, modules, env, mode: str) -> str:
+    args = [env[a.name] if isinstance(a, torch.fx.Node) else a for a in node.args]
+    s = g.scope(_path(node))
+    if node.op == "call_module":
+        mod = modules[node.target]
+        in_shape, out_shape = _shape(node.args[0]), _shape(node)
+        if isinstance(mod, (DeployDCD, DeployMixture)):
+            if mode == "function" and isinstance(mod, DeployDCD):
+                fs = FunctionScope(g, s.path, args[0])
+                out = mod.emit(fs, "x", in_shape, out_shape)
+                return fs.finish(out, kind=f"DCD{mod.kind.capitalize()}{mod.strategy.capitalize()}")
+            return mod.emit(s, args[0], in_shape, out_shape)
+        return _emit_module(s, mod, args[0], in_shape, out_shape, node.target)
+    if node.op == "call_function" and node.target in (operator.add, torch.add) and len(args) == 2:
+        return s.op("Add", args)
+    if node.op == "call_function" and node.target is operator.mul and len(args) == 2:
+        return s.op("Mul", args)
+    if node.op == "call_function" and node.target is torch.relu:
+        return s.op("Relu", args)
+    if (node.op == "call_function" and node.target is torch.flatten) or (
+            node.op == "call_method" and node.target == "flatten"):
+        start = args[1] if len(args) > 1 else node.kwargs.get("start_dim", 0)
+        end = args[2] if len(args) > 2 else node.kwargs.get("end_dim", -1)
+        if end != -1 or start < 1:
+            raise ExportError(f"{s.path}: flatten({start}, {end}) cannot be exported")
+        return s.op("Flatten", [args[0]], axis=int(start))
+    if node.op == "call_method" and node.target == "unsqueeze":
+        return s.op("Unsqueeze", [args[0], s.ints("axes", [args[1]])])
+    what = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", node.target)
+    raise ExportError(f"cannot export operation {what!r} ({node.op}) in {s.path}")
+
+
+def _emit_module(s: Scope, mod: nn.Module, x: str, in_shape, out_shape, path: str) -> str:
+    if isinstance(mod, nn.Conv2d):
+        if mod.padding_mode != "zeros" or isinstance(mod.padding, str):
+            raise ExportError(f"{path}: Conv2d padding {mod.padding!r}/{mod.padding_mode} is not supported")
+        inputs = [x, s.const("weight", mod.weight)] + ([s.const("bias", mod.bias)] if mod.bias is not None else [])
+        ph, pw = mod.padding
+        return s.op("Conv", inputs, kernel_shape=list(mod.kernel_size), strides=list(mod.stride),
+                    pads=[ph, pw, ph, pw], dilations=list(mod.dilation), group=mod.groups)
+    if isinstance(mod, nn.Linear):
+        inputs = [x, s.const("weight", mod.weight)] + ([s.const("bias", mod.bias)] if mod.bias is not None else [])
+        return s.op("Gemm", inputs, transB=1)
+    if isinstance(mod, nn.ReLU):
+        return s.op("Relu", [x])
+    if isinstance(mod, nn.ReLU6):
+        return s.op("Clip", [x, s.const("min", 0.0), s.const("max", 6.0)])
+    if isinstance(mod, nn.Hardsigmoid):
+        return s.op("HardSigmoid", [x], alpha=1.0 / 6.0, beta=0.5)
+    if isinstance(mod, nn.Sigmoid):
+        return s.op("Sigmoid", [x])
+    if isinstance(mod, (nn.Identity, nn.Dropout)):
+        return x
+    if isinstance(mod, (nn.BatchNorm1d, nn.BatchNorm2d)):  # one that had no conv to fold into
+        scale, shift = bn_affine(mod, mod.num_features)
+        shape = (-1,) + (1,) * (len(in_shape) - 2)
+        return s.op("Add", [s.op("Mul", [x, s.const("scale", scale.view(shape))]), s.const("shift", shift.view(shape))])
+    if isinstance(mod, nn.MaxPool2d):
+        k, st, p = (_pair(v) for v in (mod.kernel_size, mod.stride, mod.padding))
+        if _pair(mod.dilation) != (1, 1):
+            raise ExportError(f"{path}: dilated MaxPool2d is not supported")
+        return s.op("MaxPool", [x], kernel_shape=list(k), strides=list(st), pads=[*p, *p],
+                    ceil_mode=int(mod.ceil_mode))
+    if isinstance(mod, nn.AvgPool2d):
+        k, st, p = (_pair(v) for v in (mod.kernel_size, mod.stride or mod.kernel_size, mod.padding))
+        if mod.divisor_override:
+            raise ExportError(f"{path}: AvgPool2d divisor_override is not supported")
+        return s.op("AveragePool", [x], kernel_shape=list(k), strides=list(st), pads=[*p, *p],
+                    ceil_mode=int(mod.ceil_mode), count_include_pad=int(mod.count_include_pad))
+    if isinstance(mod, nn.AdaptiveAvgPool2d):
+        oh, ow = out_shape[2], out_shape[3]
+        if (oh, ow) == (1, 1):
+            return s.op("GlobalAveragePool", [x])
+        wins = [adaptive_windows(n, o) for n, o in ((in_shape[2], oh), (in_shape[3], ow))]
+        if None in wins:
+            raise ExportError(f"{path}: adaptive pool {in_shape[2:]} -> {(oh, ow)} has uneven windows")
+        return s.op("AveragePool", [x], kernel_shape=[w[0] for w in wins], strides=[w[1] for w in wins])
+    raise ExportError(f"cannot lower layer {path} of type {type(mod).__name__}")
+
+
+def _pair(v) -> tuple[int, int]:
+    return tuple(v) if isinstance(v, (tuple, list)) else (v, v)
+
+
+__all__ = ["ALLOWED_OPS", "ExportResult", "build_onnx", "export_onnx"]
