@@ -164,10 +164,14 @@ def _check_writable(path: Path) -> None:
 
 def _simplify(proto: onnx.ModelProto) -> tuple[onnx.ModelProto, bool]:
     """onnxsim, kept only if its own numeric check passes."""
+    import contextlib
+    import io
+
     import onnxsim
 
     try:
-        simplified, ok = onnxsim.simplify(proto, check_n=1)
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            simplified, ok = onnxsim.simplify(proto, check_n=1)
     except Exception:  # onnxsim failing is not the user's problem: keep the unsimplified graph
         return proto, False
     return (simplified, True) if ok else (proto, False)

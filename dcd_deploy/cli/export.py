@@ -1,0 +1,79 @@
+"""``dcd-export MODEL``: deploy-form ONNX, parity-checked; the file appears only on success."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from ..errors import ParityError
+from ._common import load_model_arg, model_options, run_cli, write_json_atomic
+
+
+def _batch(value: str) -> int | None:
+    if value == "dynamic":
+        return None
+    try:
+        batch = int(value)
+    except ValueError:
+        raise click.BadParameter("expected a positive integer or 'dynamic'") from None
+    if batch < 1:
+        raise click.BadParameter("expected a positive integer or 'dynamic'")
+    return batch
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("model")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Output .onnx path (default: MODEL's name with .onnx, in the current directory).")
+@click.option("--input-size", type=click.IntRange(min=1), default=224, show_default=True)
+@click.option("--batch", default="dynamic", show_default=True, metavar="N|dynamic",
+              help="Fixed batch size, or a dynamic batch axis.")
+@click.option("--opset", type=int, default=None, help="ONNX opset (13-17 and up; default 17).")
+@click.option("--mode", type=click.Choice(["standard", "function"]), default="standard", show_default=True,
+              help="'function': one dcd_deploy node per DCD layer (model-local functions).")
+@click.option("--strategy", type=click.Choice(["auto", "latent", "weight"]), default="auto", show_default=True,
+              help="DCD layer form: latent path, per-sample weight, or per-layer cost model.")
+@click.option("--no-simplify", is_flag=True, help="Skip onnxsim.")
+@click.option("--no-check", is_flag=True, help="Skip the parity check against PyTorch.")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Also write the export report as JSON.")
+@click.option("-v", "--verbose", is_flag=True, help="List the form chosen for every DCD layer.")
+@model_options
+@run_cli
+def main(model, output, input_size, batch, opset, mode, strategy, no_simplify, no_check, json_path,
+         verbose, arch, trust_checkpoint, seed):
+    """Export MODEL (a checkpoint path or a zoo name) to ONNX in deploy form."""
+    from ..exporters import export_onnx
+
+    batch = _batch(batch)
+    net = load_model_arg(model, arch=arch, trust_checkpoint=trust_checkpoint, seed=seed, input_size=input_size)
+    if output is None:
+        output = Path(Path(model).name.split(".")[0] + ".onnx")
+    try:
+        result = export_onnx(net, output, input_size=input_size, batch=batch, opset=opset,
+                             simplify=not no_simplify, mode=mode, check=not no_check, strategy=strategy)
+    except ParityError as exc:
+        if exc.report is not None:
+            click.echo(exc.report.table(), err=True)
+        raise
+    params = sum(p.numel() for p in net.parameters())
+    ops = ", ".join(f"{k} {v}" for k, v in result.op_histogram.items())
+    forms = list(result.strategies.values())
+    click.echo(f"wrote {result.path} ({result.size_bytes / 1e6:.1f} MB) in {result.seconds:.1f} s")
+    click.echo(f"  model    {getattr(net, 'arch', type(net).__name__)}: {params / 1e6:.2f}M params, "
+               f"input {'N' if batch is None else batch}x3x{input_size}x{input_size}, opset {result.opset}, "
+               f"mode {mode}{', simplified' if result.simplified else ''}")
+    click.echo(f"  graph    {result.num_nodes} nodes: {ops}")
+    if forms:
+        click.echo(f"  DCD      {len(forms)} layers: {forms.count('weight')} weight form, "
+                   f"{forms.count('latent')} latent form (strategy {strategy})")
+        if verbose:
+            for path, form in result.strategies.items():
+                click.echo(f"           {path}: {form}")
+    if result.parity is not None:
+        click.echo(f"  parity   {result.parity.summary()}")
+    else:
+        click.echo("  parity   not checked (--no-check)")
+    if json_path is not None:
+        write_json_atomic(json_path, result.to_dict())

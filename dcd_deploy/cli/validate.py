@@ -1,0 +1,65 @@
+"""``dcd-validate MODEL ONNX``: the parity report on its own."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from ..errors import DCDDeployError
+from ._common import load_model_arg, model_options, run_cli, write_json_atomic
+
+
+def _sizes(value: str) -> tuple[int, ...]:
+    try:
+        sizes = tuple(int(v) for v in value.split(",") if v.strip())
+    except ValueError:
+        raise click.BadParameter("expected comma-separated positive integers, e.g. 1,2") from None
+    if not sizes or min(sizes) < 1:
+        raise click.BadParameter("expected comma-separated positive integers, e.g. 1,2")
+    return sizes
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("model")
+@click.argument("onnx_path", metavar="ONNX", type=click.Path(path_type=Path))
+@click.option("--batch-sizes", default="1,2", show_default=True, help="Comma-separated batch sizes.")
+@click.option("--inputs", "n_inputs", type=click.IntRange(min=1), default=8, show_default=True,
+              help="Synthetic inputs per batch size.")
+@click.option("--atol", type=float, default=None, help="Absolute tolerance (default 1e-5).")
+@click.option("--rtol", type=float, default=None, help="Tolerance relative to the output scale (default 1e-3).")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Also write the report as JSON.")
+@model_options
+@run_cli
+def main(model, onnx_path, batch_sizes, n_inputs, atol, rtol, json_path, arch, trust_checkpoint, seed):
+    """Check that ONNX computes what MODEL (checkpoint path or zoo name) computes."""
+    from ..parity import check_parity
+
+    if not onnx_path.is_file():
+        raise DCDDeployError(f"{onnx_path}: no such ONNX file")
+    sizes = _sizes(batch_sizes)
+    net = load_model_arg(model, arch=arch, trust_checkpoint=trust_checkpoint, seed=seed,
+                         input_size=_onnx_input_size(onnx_path))
+    report = check_parity(net, onnx_path, batch_sizes=sizes, n_inputs=n_inputs, atol=atol, rtol=rtol)
+    click.echo(report.table())
+    click.echo(report.summary())
+    if json_path is not None:
+        write_json_atomic(json_path, report.to_dict())
+    if not report:
+        raise SystemExit(1)
+
+
+def _onnx_input_size(path: Path) -> int:
+    """Input side recorded in the file (so a zoo model is pseudo-trained at that size)."""
+    import onnx
+
+    try:
+        proto = onnx.load(str(path), load_external_data=False)
+    except Exception as exc:  # protobuf raises DecodeError and friends
+        raise DCDDeployError(f"{path} is not an ONNX model: {str(exc).splitlines()[0] if str(exc) else exc}") from exc
+    props = {p.key: p.value for p in proto.metadata_props}
+    if props.get("input_size", "").isdigit():
+        return int(props["input_size"])
+    dims = proto.graph.input[0].type.tensor_type.shape.dim if proto.graph.input else []
+    return dims[2].dim_value if len(dims) == 4 and dims[2].dim_value else 224
