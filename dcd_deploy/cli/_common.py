@@ -93,7 +93,7 @@ def load_model_arg(spec: str, *, arch: str | None = None, trust_checkpoint: bool
     from ..checkpoint import load_checkpoint
     from ..errors import CheckpointError
     from ..models import create_model, is_model, pseudo_train
-    from ..models._registry import closest_models
+    from ..models._registry import check_input_size, closest_models
 
     path = Path(spec)
     if path.exists() or not is_model(spec):
@@ -103,6 +103,7 @@ def load_model_arg(spec: str, *, arch: str | None = None, trust_checkpoint: bool
             raise CheckpointError(f"{spec}: no such file, and not a model name{hint}")
         return load_checkpoint(path, arch=arch, trust_checkpoint=trust_checkpoint)
     model = create_model(spec)
+    check_input_size(model, input_size)
     if seed is not None:
         pseudo_train(model, seed, input_size=input_size)
     return model

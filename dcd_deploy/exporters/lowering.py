@@ -24,6 +24,7 @@ from torch.fx.passes.shape_prop import ShapeProp
 from ..errors import ExportError
 from ..layers import DCDConv2d, DCDLinear
 from ..layers._mixture import MixtureConv2d
+from ..models._registry import check_input_size
 from ._deploy_dcd import STRATEGIES, DeployDCD, prefers_weight_form
 from ._deploy_mixture import DeployMixture
 from ._fold import fold_conv_bn, fold_linear_bn
@@ -50,13 +51,6 @@ def trace(model: nn.Module) -> fx.GraphModule:
     except Exception as exc:  # fx raises many types; all mean "cannot lower this model"
         raise ExportError(f"cannot trace {type(model).__name__} for export: {exc}") from exc
     return fx.GraphModule(model, graph, class_name=type(model).__name__ + "Deploy")
-
-
-def check_input_size(model: nn.Module, input_size: int) -> None:
-    """Ask the architecture whether it takes ``input_size`` (fixed pools do not)."""
-    check = getattr(model, "check_input_size", None)
-    if check is not None:
-        check(input_size)
 
 
 def to_deploy(model: nn.Module, *, strategy: str = "auto", input_size: int = 224) -> fx.GraphModule:

@@ -54,3 +54,14 @@ def create_model(name: str, **kwargs) -> nn.Module:
     model.arch = name  # what save_checkpoint records, with the knobs below
     model.config = dict(kwargs)
     return model.eval()
+
+
+def check_input_size(model: nn.Module, input_size: int) -> None:
+    """Ask the architecture whether it takes ``input_size`` (fixed pools do not).
+
+    Raises:
+        UnsupportedInputError: the model cannot take that size.
+    """
+    check = getattr(model, "check_input_size", None)
+    if check is not None:
+        check(input_size)
