@@ -71,12 +71,6 @@ class Scope:
         """A small int64 vector (shapes, axes)."""
         return self.const(hint, np.asarray(values, dtype=np.int64), np.int64)
 
-    def reduce_mean(self, x: str, axes: list[int]) -> str:
-        """Mean over ``axes``, dropping them (axes became an input in opset 18)."""
-        if self.opset >= 18:
-            return self.op("ReduceMean", [x, self.ints("axes", axes)], keepdims=0)
-        return self.op("ReduceMean", [x], axes=axes, keepdims=0)
-
     def op(self, op_type: str, inputs: list[str], *, domain: str = "", **attrs) -> str:
         name = self.graph.unique(f"{self.path}/{op_type}")
         out = name + ":0"

@@ -304,7 +304,9 @@ class DeployDCD(nn.Module):
         if self.kind == "linear":
             pooled = x
         elif self.pool_size == 1:
-            pooled = s.reduce_mean(x, [2, 3])  # (B, C)
+            # GlobalAveragePool, not ReduceMean: ONNX Runtime runs it on its blocked
+            # (NCHWc) layout, so the layer's input needs no reorder back to NCHW.
+            pooled = s.op("Flatten", [s.op("GlobalAveragePool", [x])], axis=1)  # (B, C)
         else:
             c, h, w = in_shape[1], in_shape[2], in_shape[3]
             kernel, stride, fc1 = [], [], fc1.view(fc1.shape[0], c, 2, 2)

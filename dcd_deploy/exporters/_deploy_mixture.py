@@ -76,7 +76,7 @@ class DeployMixture(nn.Module):
         """Emit with standard ops (see :meth:`DeployDCD.emit` for the arguments)."""
         c_out, h, w = out_shape[1], out_shape[2], out_shape[3]
         k = self.weight.shape[-1]
-        y = s.reduce_mean(x, [2, 3])  # (B, C_in)
+        y = s.op("Flatten", [s.op("GlobalAveragePool", [x])], axis=1)  # (B, C_in); NCHWc-friendly
         z = s.op("Gemm", [y, s.const("fc1_w", self.fc1_w), s.const("fc1_b", self.fc1_b)], transB=1)
         if self.routing == "softmax":
             z = s.op("Gemm", [s.op("Relu", [z]), s.const("fc2_w", self.fc2_w), s.const("fc2_b", self.fc2_b)],
