@@ -22,7 +22,6 @@ import os
 import pickle
 import pickletools
 import re
-import secrets
 import warnings
 import zipfile
 from collections.abc import Mapping
@@ -31,6 +30,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from ._atomic import atomic_output
 from .errors import CheckpointError, StateDictMismatchError, UnsafeCheckpointError
 
 FORMAT = "dcd-deploy"
@@ -172,19 +172,13 @@ def save_atomic(obj, path: str | os.PathLike) -> Path:
         CheckpointError: ``path`` cannot be written.
     """
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
     try:
-        # 0o666 so the umask decides the final mode, as for a file torch.save opens itself.
-        with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), "wb") as f:
+        with atomic_output(path, error=CheckpointError) as tmp, open(tmp, "wb") as f:
             torch.save(obj, f)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException as exc:
-        tmp.unlink(missing_ok=True)
-        if isinstance(exc, (OSError, RuntimeError)):  # torch's writer reports a full disk as RuntimeError
-            raise CheckpointError(f"cannot write {path}: {_first_line(exc)}") from exc
-        raise
+    except (OSError, RuntimeError) as exc:  # torch's writer reports a full disk as RuntimeError
+        raise CheckpointError(f"cannot write {path}: {_first_line(exc)}") from exc
     return path
 
 

@@ -12,19 +12,16 @@ from __future__ import annotations
 import functools
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
 import click
 
+from .._atomic import atomic_output
 from ..errors import DCDDeployError
 
 #: Exit status of a command stopped by a user error.
 USER_ERROR_STATUS = 1
-
-#: Mode of a new file before the umask (what ``open(path, "w")`` would create).
-_DEFAULT_FILE_MODE = 0o666
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -53,33 +50,18 @@ def run_cli(fn: F) -> F:
 
 
 def write_json_atomic(path: str | os.PathLike, data: Any) -> None:
-    """Write ``data`` as JSON to ``path`` via a temporary file and :func:`os.replace`.
+    """Write ``data`` as JSON to ``path`` atomically (see :mod:`dcd_deploy._atomic`).
 
     Raises:
         DCDDeployError: the file cannot be written (missing directory, permissions).
     """
-    target = Path(path)
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    except OSError as exc:
-        raise DCDDeployError(f"cannot write {target}: {exc.strerror or exc}") from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(data, fh, indent=2, ensure_ascii=False)
-            fh.write("\n")
-        os.chmod(tmp, _DEFAULT_FILE_MODE & ~_umask())  # mkstemp makes it owner-only
-        os.replace(tmp, target)
-    except OSError as exc:
-        raise DCDDeployError(f"cannot write {target}: {exc.strerror or exc}") from None
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
+    with atomic_output(path) as tmp:
+        try:
+            with open(tmp, "w", encoding="utf-8") as fh:
+                json.dump(data, fh, indent=2, ensure_ascii=False)
+                fh.write("\n")
+        except OSError as exc:
+            raise DCDDeployError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
 def load_model_arg(spec: str, *, arch: str | None = None, trust_checkpoint: bool = False,

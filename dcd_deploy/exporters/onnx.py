@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import operator
 import os
-import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -26,6 +25,7 @@ from torch import nn
 from torch.fx.passes.shape_prop import ShapeProp
 
 from .. import __version__
+from .._atomic import atomic_output
 from ..errors import ExportError, ParityError
 from ._builder import DOMAIN, DOMAIN_VERSION, FunctionScope, GraphBuilder, Scope
 from ._deploy_dcd import STRATEGIES, DeployDCD, adaptive_windows
@@ -124,9 +124,7 @@ def export_onnx(model: nn.Module, path, *, input_size: int = 224, batch: int | N
     if bad:  # a lowering bug, not a user error
         raise AssertionError(f"exported graph contains disallowed ops: {bad}")
 
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
+    with atomic_output(path, error=ExportError) as tmp:
         onnx.save(proto, tmp)
         report = None
         if check:
@@ -136,10 +134,6 @@ def export_onnx(model: nn.Module, path, *, input_size: int = 224, batch: int | N
             report = check_parity(model, tmp, batch_sizes=sizes)
             if not report:
                 raise ParityError(f"parity check failed: {report.summary()}", report)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
     hist = Counter(_op_name(n) for n in proto.graph.node)
     return ExportResult(
         path=path, arch=getattr(model, "arch", type(model).__name__), input_size=input_size, batch=batch,
