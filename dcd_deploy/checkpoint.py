@@ -43,7 +43,8 @@ LEGACY_PICKLES = 5
 _TRUST_HINT = "pass --trust-checkpoint (trust_checkpoint=True) only if you trust its source"
 _DATA_PKL = re.compile(r"[^/]+/data\.pkl")
 _TORCHSCRIPT_ENTRY = re.compile(r"[^/]+/(constants\.pkl|code/.*)")
-_UNSAFE_GLOBAL = re.compile(r"GLOBAL (\S+) was not an allowed global")
+# torch words a refused global two ways: not allow-listed, or from a blocked module.
+_UNSAFE_GLOBAL = re.compile(r"GLOBAL (\S+) (?:was not an allowed global|whose module)")
 _PLAIN_SCALARS = (type(None), bool, int, float, str)
 
 

@@ -64,6 +64,17 @@ def write_json_atomic(path: str | os.PathLike, data: Any) -> None:
             raise DCDDeployError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
+def check_output_dir(path: Path | None) -> None:
+    """Refuse an output path whose directory is missing or is not a directory."""
+    if path is None:
+        return
+    parent = Path(path).parent
+    if not parent.exists():
+        raise DCDDeployError(f"cannot write {path}: directory {parent} does not exist")
+    if not parent.is_dir():
+        raise DCDDeployError(f"cannot write {path}: {parent} is not a directory")
+
+
 def load_model_arg(spec: str, *, arch: str | None = None, trust_checkpoint: bool = False,
                    seed: int | None = 0, input_size: int = 224):
     """Resolve a MODEL argument: a checkpoint path (any format) or a zoo name.

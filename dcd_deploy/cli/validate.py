@@ -6,8 +6,8 @@ from pathlib import Path
 
 import click
 
-from ..errors import DCDDeployError
-from ._common import load_model_arg, model_options, run_cli, write_json_atomic
+from ..errors import DCDDeployError, ParityError
+from ._common import check_output_dir, load_model_arg, model_options, run_cli, write_json_atomic
 
 
 def _sizes(value: str) -> tuple[int, ...]:
@@ -38,6 +38,7 @@ def main(model, onnx_path, batch_sizes, n_inputs, atol, rtol, json_path, arch, t
 
     if not onnx_path.is_file():
         raise DCDDeployError(f"{onnx_path}: no such ONNX file")
+    check_output_dir(json_path)
     sizes = _sizes(batch_sizes)
     net = load_model_arg(model, arch=arch, trust_checkpoint=trust_checkpoint, seed=seed,
                          input_size=_onnx_input_size(onnx_path))
@@ -47,7 +48,7 @@ def main(model, onnx_path, batch_sizes, n_inputs, atol, rtol, json_path, arch, t
     if json_path is not None:
         write_json_atomic(json_path, report.to_dict())
     if not report:
-        raise SystemExit(1)
+        raise ParityError(f"parity check failed: {report.summary()}", report)
 
 
 def _onnx_input_size(path: Path) -> int:
