@@ -1,0 +1,31 @@
+"""Benchmarks beside the paper: complexity counts, single-thread latency, ORT profiles.
+
+Latency: :func:`run_benchmark` returns a :class:`BenchResult` (one record per model x
+variant x backend, machine info, optional ONNX Runtime profile); :mod:`.report` prints
+and writes it. Complexity: :func:`count_complexity`, :func:`compare_with_paper`.
+Names load lazily, so ``dcd_deploy.bench.paper`` needs neither torch nor ONNX Runtime.
+"""
+
+from __future__ import annotations
+
+_LAZY = {
+    "run_benchmark": "latency", "BenchResult": "latency", "LatencyRecord": "latency",
+    "MachineInfo": "latency", "ModelEntry": "latency", "ModelProfile": "latency",
+    "pair_models": "latency", "measure_interleaved": "latency", "BACKENDS": "latency",
+    "DEFAULT_BACKENDS": "latency", "DEFAULT_MODELS": "latency", "SCHEMA": "latency",
+    "GraphIndex": "profile", "TraceBreakdown": "profile", "group_trace": "profile",
+    "profile_onnx": "profile", "GROUPS": "profile",
+    "count_complexity": "complexity", "compare_with_paper": "complexity",
+    "PAPER_LATENCY_MS": "paper",
+}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'dcd_deploy.bench' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(f"{__name__}.{module}"), name)

@@ -1,9 +1,15 @@
 """``dcd-bench``: our models beside the paper's figures.
 
+Without ``--complexity``: the latency benchmark (:func:`dcd_deploy.bench.latency.run_benchmark`):
+static vs DCD MobileNetV2 x0.5 and x1.0 on PyTorch eager, the PyTorch deploy form and
+ONNX Runtime, one thread, batch 1, 224x224, printed beside the paper's times; progress
+lines go to stderr, the table to stdout; ``--json/--markdown/--plot`` write files,
+``--profile`` adds ONNX Runtime's per-node breakdown. Everything is measured by the
+library; this module only parses options and prints.
+
 ``dcd-bench --complexity`` counts the parameters and MAdds of every model in Tables 1-4
 (:func:`dcd_deploy.bench.complexity.compare_with_paper`) and prints them beside the
-paper's cells; ``--json PATH`` also writes one record per paper row. Without
-``--complexity`` the command will run the latency benchmark (:func:`run_latency`).
+paper's cells; ``--json PATH`` also writes one record per paper row.
 """
 
 from __future__ import annotations
@@ -34,27 +40,90 @@ _COLUMNS = (
 _CONVENTION_ABBREV = {PARAMS_EXCL_CLASSIFIER: "-cls"}
 
 
+_LATENCY_ONLY = ("models", "backends", "batch", "threads", "runs", "min_time", "warmup", "quick",
+                 "profile", "profile_runs", "markdown_path", "plot_path", "seed", "trust_checkpoint")
+
+
+def _csv(value: str | None) -> list[str] | None:
+    if value is None:
+        return None
+    items = [v.strip() for v in value.split(",") if v.strip()]
+    if not items:
+        raise click.BadParameter("expected a comma-separated list")
+    return items
+
+
+def _backends(ctx, param, value):
+    items = _csv(value)
+    from ..bench.latency import BACKENDS
+
+    bad = [b for b in items if b not in BACKENDS]
+    if bad:
+        raise click.BadParameter(f"unknown backend {', '.join(bad)}; choose from {', '.join(BACKENDS)}")
+    return items
+
+
+def _out_path():
+    return click.Path(dir_okay=False, path_type=Path)
+
+
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--complexity", is_flag=True,
               help="Count params and MAdds of every model in the paper's Tables 1-4 and "
-                   "compare them with the paper's cells.")
-@click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              metavar="PATH", help="Also write the results as JSON to PATH (atomically).")
+                   "compare them with the paper's cells (instead of timing).")
+@click.option("--models", default=None, metavar="A,B,...",
+              help="Zoo names or checkpoint paths; X and X_dcd are paired as static vs DCD. "
+                   "[default: mobilenetv2_050,mobilenetv2_050_dcd,mobilenetv2_100,mobilenetv2_100_dcd]")
+@click.option("--backends", default="torch,torch-deploy,onnxruntime", show_default=True, callback=_backends,
+              metavar="B,...", help="Some of torch, torch-deploy, onnxruntime, openvino (if installed).")
+@click.option("--threads", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Threads of every backend (torch intra/inter-op, ORT intra = inter).")
+@click.option("--batch", type=click.IntRange(min=1), default=1, show_default=True, help="Images per run.")
 @click.option("--input-size", type=click.IntRange(min=MIN_INPUT_SIZE), default=DEFAULT_INPUT_SIZE,
               show_default=True, help="Side of the square input; the paper's figures are for 224.")
+@click.option("--runs", type=click.IntRange(min=1), default=None,
+              help="Minimum timed runs per model and backend. [default: 50; --quick 5]")
+@click.option("--min-time", type=click.FloatRange(min=0.0), default=None, metavar="SECONDS",
+              help="Minimum timed seconds per model and backend. [default: 5; --quick 0]")
+@click.option("--warmup", type=click.IntRange(min=0), default=None,
+              help="Warm-up runs dropped per model and backend, after the first run. [default: 5; --quick 1]")
+@click.option("--quick", is_flag=True, help="A few runs only: a smoke test, not a measurement.")
+@click.option("--profile", is_flag=True,
+              help="Also profile each exported model with ONNX Runtime and break its time down by part.")
+@click.option("--profile-runs", type=click.IntRange(min=1), default=None,
+              help="Profiled runs per model. [default: 50; --quick 3]")
+@click.option("--json", "json_path", type=_out_path(), default=None, metavar="PATH",
+              help="Also write the results as JSON to PATH (atomically).")
+@click.option("--markdown", "markdown_path", type=_out_path(), default=None, metavar="PATH",
+              help="Also write the report as Markdown to PATH.")
+@click.option("--plot", "plot_path", type=_out_path(), default=None, metavar="PATH.png",
+              help="Also draw grouped latency bars with the paper's to PATH (needs matplotlib).")
+@click.option("--seed", type=int, default=0, show_default=True,
+              help="Pseudo-training seed of zoo models and the input's seed.")
+@click.option("--trust-checkpoint", is_flag=True,
+              help="Allow checkpoints that need full unpickling (runs code from the file).")
 @run_cli
-def main(complexity: bool, json_path: Path | None, input_size: int) -> None:
-    """Benchmark the model zoo against the paper (ICLR 2021, Tables 1-4)."""
+def main(complexity: bool, json_path: Path | None, input_size: int, **latency) -> None:
+    """Benchmark the model zoo against the paper (ICLR 2021): latency, or --complexity."""
     if complexity:
+        ctx = click.get_current_context()
+        given = [f"--{k.replace('_path', '').replace('_', '-')}" for k in _LATENCY_ONLY
+                 if ctx.get_parameter_source(k) == click.core.ParameterSource.COMMANDLINE]
+        if given:
+            raise click.UsageError(f"{', '.join(given)} apply to the latency benchmark, not --complexity")
         run_complexity(json_path=json_path, input_size=input_size)
     else:
-        run_latency(json_path=json_path, input_size=input_size)
+        run_latency(json_path=json_path, input_size=input_size, **latency)
+
+
+def _check_out_dir(path: Path | None) -> None:
+    if path is not None and not path.resolve().parent.is_dir():
+        raise DCDDeployError(f"cannot write {path}: no directory {path.parent}")
 
 
 def run_complexity(*, json_path: Path | None, input_size: int) -> None:
     """Count, print the table with its legend, and write JSON if asked."""
-    if json_path is not None and not json_path.resolve().parent.is_dir():
-        raise DCDDeployError(f"cannot write {json_path}: no directory {json_path.parent}")
+    _check_out_dir(json_path)
     checks = compare_with_paper(input_size=input_size)
     if input_size != PAPER_INPUT_SIZE:
         click.echo(f"note: counted at {input_size}x{input_size}; the paper's figures are for "
@@ -66,15 +135,45 @@ def run_complexity(*, json_path: Path | None, input_size: int) -> None:
         click.echo(f"\nwrote {len(checks)} records to {json_path}")
 
 
-def run_latency(*, json_path: Path | None, input_size: int) -> None:
-    """The latency mode, still to come.
+def run_latency(*, json_path: Path | None, input_size: int, models: str | None = None,
+                backends: list[str] | None = None, threads: int = 1, batch: int = 1, runs: int | None = None,
+                min_time: float | None = None, warmup: int | None = None, quick: bool = False,
+                profile: bool = False, profile_runs: int | None = None, markdown_path: Path | None = None,
+                plot_path: Path | None = None, seed: int = 0, trust_checkpoint: bool = False) -> None:
+    """Run :func:`~dcd_deploy.bench.latency.run_benchmark`, print its tables, write the files asked for."""
+    from ..bench import latency, report
 
-    To plug it in: replace this body with the measurement (a library function returning
-    data, e.g. in ``dcd_deploy.bench.latency``), print its table beside
-    :data:`dcd_deploy.bench.paper.PAPER_LATENCY_MS` and write ``json_path`` with
-    :func:`write_json_atomic`; add its own options (``--threads``, ...) to :func:`main`.
-    """
-    raise click.UsageError("latency benchmark not available yet; run `dcd-bench --complexity`")
+    for path in (json_path, markdown_path, plot_path):
+        _check_out_dir(path)
+    if plot_path is not None:
+        report.require_matplotlib()  # fail before minutes of timing, not after
+    if input_size != PAPER_INPUT_SIZE:
+        click.echo(f"note: input {input_size}x{input_size}; the paper's times are for "
+                   f"{PAPER_INPUT_SIZE}x{PAPER_INPUT_SIZE}", err=True)
+    result = latency.run_benchmark(
+        _csv(models) or latency.DEFAULT_MODELS, backends=backends or latency.DEFAULT_BACKENDS,
+        threads=threads, batch=batch, input_size=input_size, runs=runs, min_time=min_time, warmup=warmup,
+        quick=quick, profile=profile, profile_runs=profile_runs, seed=seed, trust_checkpoint=trust_checkpoint,
+        progress=lambda msg: click.echo(msg, err=True))
+    click.echo("")
+    for line in report.format_table(result):
+        click.echo(line)
+    if result.profiles:
+        click.echo("")
+        for line in report.format_profile_table(result):
+            click.echo(line)
+    written = []
+    if json_path is not None:
+        write_json_atomic(json_path, result.to_dict())
+        written.append(str(json_path))
+    if markdown_path is not None:
+        report.write_markdown(result, markdown_path)
+        written.append(str(markdown_path))
+    if plot_path is not None:
+        report.write_plot(result, plot_path)
+        written.append(str(plot_path))
+    if written:
+        click.echo(f"\nwrote {', '.join(written)}")
 
 
 def format_complexity_table(checks: list[PaperCheck]) -> list[str]:
