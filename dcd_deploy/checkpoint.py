@@ -335,3 +335,43 @@ def _listing(items: list[str]) -> str:
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
+
+
+def resolve_model(spec: str, *, arch: str | None = None, trust_checkpoint: bool = False,
+                  seed: int | None = 0, input_size: int = 224) -> nn.Module:
+    """A MODEL argument as the commands take it: a checkpoint path or a zoo name.
+
+    A zoo name gives the model with :func:`~dcd_deploy.models.pseudo_train` weights for
+    ``seed`` (deterministic, so export, validate and bench see the same model), or its
+    plain initialisation when ``seed`` is None. A plain state dict that names no
+    architecture is taken to be the zoo model its file is named after
+    (``mobilenetv2_100_dcd.pt``) when ``arch`` is not given.
+
+    Raises:
+        CheckpointError: not a file and not a model name (close names are suggested),
+            or a file that cannot be loaded.
+        UnsupportedInputError: the architecture cannot take ``input_size``.
+    """
+    from .models import create_model, is_model, pseudo_train
+    from .models._registry import check_input_size, closest_models
+
+    path = Path(spec)
+    if path.exists() or not is_model(spec):
+        if not path.exists():
+            close = closest_models(spec)
+            hint = f"; did you mean {', '.join(close)}?" if close else ""
+            raise CheckpointError(f"{spec}: no such file, and not a model name{hint}")
+        named = path.name.split(".")[0]
+        try:
+            model = load_checkpoint(path, arch=arch, trust_checkpoint=trust_checkpoint)
+        except CheckpointError as exc:
+            if arch is not None or "does not name its architecture" not in str(exc) or not is_model(named):
+                raise
+            model = load_checkpoint(path, arch=named, trust_checkpoint=trust_checkpoint)
+        check_input_size(model, input_size)
+        return model
+    model = create_model(spec)
+    check_input_size(model, input_size)
+    if seed is not None:
+        pseudo_train(model, seed, input_size=input_size)
+    return model

@@ -418,7 +418,7 @@ def test_a_bug_propagates_through_run_cli(monkeypatch, tmp_path):
     def broken(*args, **kwargs):
         raise RuntimeError("injected bug")
 
-    monkeypatch.setattr(export_cli, "load_model_arg", broken)
+    monkeypatch.setattr(export_cli, "resolve_model", broken)
     result = CliRunner().invoke(export_cli.main, ["whatever.pt", "-o", str(tmp_path / "m.onnx")])
     assert isinstance(result.exception, RuntimeError) and not isinstance(result.exception, DCDDeployError)
     assert "Error:" not in result.output
@@ -432,7 +432,7 @@ def test_a_user_error_becomes_one_line_in_process(monkeypatch):
     def user_error(*args, **kwargs):
         raise ExportError("first line\nsecond line")
 
-    monkeypatch.setattr(export_cli, "load_model_arg", user_error)
+    monkeypatch.setattr(export_cli, "resolve_model", user_error)
     result = CliRunner().invoke(export_cli.main, ["whatever.pt"])
     assert result.exit_code == 1 and isinstance(result.exception, SystemExit)
     assert result.stderr == "Error: first line second line\n"

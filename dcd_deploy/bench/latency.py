@@ -58,7 +58,7 @@ from typing import Any, Callable, Hashable, Mapping, Sequence
 
 import numpy as np
 
-from ..errors import CheckpointError, DCDDeployError
+from ..errors import DCDDeployError
 from . import _stats
 from .paper import KINDS, PAPER_LATENCY_MS, PAPER_LATENCY_SETUP
 
@@ -152,38 +152,15 @@ def pair_models(specs: Sequence[str]) -> list[ModelEntry]:
 def load_model(spec: str, *, input_size: int, seed: int = DEFAULT_SEED, trust_checkpoint: bool = False):
     """A zoo name (pseudo-trained with ``seed``) or a checkpoint path, in eval mode.
 
-    A plain state dict (no architecture recorded) is loaded as the zoo model its file is
-    named after, e.g. ``mobilenetv2_100_dcd.pt``.
-
     Returns:
         ``(model, source)`` with source ``"zoo"`` or ``"checkpoint"``.
     """
-    from ..models import create_model, is_model, pseudo_train
-    from ..models._registry import check_input_size, closest_models
+    from ..checkpoint import resolve_model
+    from ..models import is_model
 
-    path = Path(spec)
-    if path.exists() or not is_model(spec):
-        if not path.exists():
-            close = closest_models(spec)
-            hint = f"; did you mean {', '.join(close)}?" if close else ""
-            raise CheckpointError(f"{spec}: no such file, and not a model name{hint}")
-        from ..checkpoint import load_checkpoint
-
-        try:
-            model = load_checkpoint(path, trust_checkpoint=trust_checkpoint)
-        except CheckpointError as exc:
-            # A plain state dict names no architecture: a file named after a zoo model
-            # (mobilenetv2_100_dcd.pt) is taken to be that model.
-            name = _entry_name(spec)
-            if "does not name its architecture" not in str(exc) or not is_model(name):
-                raise
-            model = load_checkpoint(path, arch=name, trust_checkpoint=trust_checkpoint)
-        check_input_size(model, input_size)
-        return model.eval(), "checkpoint"
-    model = create_model(spec)
-    check_input_size(model, input_size)
-    pseudo_train(model, seed, input_size=input_size)
-    return model.eval(), "zoo"
+    source = "zoo" if is_model(spec) and not Path(spec).exists() else "checkpoint"
+    model = resolve_model(spec, trust_checkpoint=trust_checkpoint, seed=seed, input_size=input_size)
+    return model.eval(), source
 
 
 # -- machine ------------------------------------------------------------------------------

@@ -75,33 +75,6 @@ def check_output_dir(path: Path | None) -> None:
         raise DCDDeployError(f"cannot write {path}: {parent} is not a directory")
 
 
-def load_model_arg(spec: str, *, arch: str | None = None, trust_checkpoint: bool = False,
-                   seed: int | None = 0, input_size: int = 224):
-    """Resolve a MODEL argument: a checkpoint path (any format) or a zoo name.
-
-    A zoo name gives a model with :func:`~dcd_deploy.models.pseudo_train` weights for
-    ``seed`` (deterministic, so export and validate see the same model), or the plain
-    initialisation when ``seed`` is None.
-    """
-    from ..checkpoint import load_checkpoint
-    from ..errors import CheckpointError
-    from ..models import create_model, is_model, pseudo_train
-    from ..models._registry import check_input_size, closest_models
-
-    path = Path(spec)
-    if path.exists() or not is_model(spec):
-        if not path.exists():
-            close = closest_models(spec)
-            hint = f"; did you mean {', '.join(close)}?" if close else ""
-            raise CheckpointError(f"{spec}: no such file, and not a model name{hint}")
-        return load_checkpoint(path, arch=arch, trust_checkpoint=trust_checkpoint)
-    model = create_model(spec)
-    check_input_size(model, input_size)
-    if seed is not None:
-        pseudo_train(model, seed, input_size=input_size)
-    return model
-
-
 def model_options(fn):
     """The options every command that reads a MODEL argument shares."""
     fn = click.option("--arch", default=None, metavar="NAME",

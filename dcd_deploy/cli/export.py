@@ -7,7 +7,8 @@ from pathlib import Path
 import click
 
 from ..errors import ParityError
-from ._common import check_output_dir, load_model_arg, model_options, run_cli, write_json_atomic
+from ..checkpoint import resolve_model
+from ._common import check_output_dir, model_options, run_cli, write_json_atomic
 
 
 def _batch(value: str) -> int | None:
@@ -51,7 +52,7 @@ def main(model, output, input_size, batch, opset, mode, strategy, no_simplify, n
         output = Path(Path(model).name.split(".")[0] + ".onnx")
     check_output_dir(output)  # fail before the slow part, and before anything is written
     check_output_dir(json_path)
-    net = load_model_arg(model, arch=arch, trust_checkpoint=trust_checkpoint, seed=seed, input_size=input_size)
+    net = resolve_model(model, arch=arch, trust_checkpoint=trust_checkpoint, seed=seed, input_size=input_size)
     try:
         result = export_onnx(net, output, input_size=input_size, batch=batch, opset=opset,
                              simplify=not no_simplify, mode=mode, check=not no_check, strategy=strategy)

@@ -7,7 +7,8 @@ from pathlib import Path
 import click
 
 from ..errors import DCDDeployError, ParityError
-from ._common import check_output_dir, load_model_arg, model_options, run_cli, write_json_atomic
+from ..checkpoint import resolve_model
+from ._common import check_output_dir, model_options, run_cli, write_json_atomic
 
 
 def _sizes(value: str) -> tuple[int, ...]:
@@ -40,7 +41,7 @@ def main(model, onnx_path, batch_sizes, n_inputs, atol, rtol, json_path, arch, t
         raise DCDDeployError(f"{onnx_path}: no such ONNX file")
     check_output_dir(json_path)
     sizes = _sizes(batch_sizes)
-    net = load_model_arg(model, arch=arch, trust_checkpoint=trust_checkpoint, seed=seed,
+    net = resolve_model(model, arch=arch, trust_checkpoint=trust_checkpoint, seed=seed,
                          input_size=_onnx_input_size(onnx_path))
     report = check_parity(net, onnx_path, batch_sizes=sizes, n_inputs=n_inputs, atol=atol, rtol=rtol)
     click.echo(report.table())

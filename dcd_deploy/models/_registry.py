@@ -21,6 +21,21 @@ def register_model(fn: Callable[..., nn.Module]) -> Callable[..., nn.Module]:
     return fn
 
 
+#: The variants every family registers: kind of injected conv layer -> name suffix.
+VARIANT_SUFFIXES = (("static", ""), ("dcd", "_dcd"), ("dyconv", "_dyconv"), ("condconv", "_condconv"))
+
+
+def register_variants(prefix: str, build: Callable[..., nn.Module], description: str) -> None:
+    """Register ``prefix`` + each suffix of :data:`VARIANT_SUFFIXES`; ``build(kind, **kw)``."""
+    for kind, suffix in VARIANT_SUFFIXES:
+        def entry(*, _kind=kind, **kwargs) -> nn.Module:
+            return build(_kind, **kwargs)
+
+        entry.__name__ = prefix + suffix
+        entry.__doc__ = f"{description} ({kind})."
+        register_model(entry)
+
+
 def list_models(pattern: str = "*") -> list[str]:
     """Registered names matching a shell-style ``pattern``, sorted."""
     import fnmatch

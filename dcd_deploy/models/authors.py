@@ -68,7 +68,7 @@ def build_model(arch: str, **config) -> nn.Module:
     try:
         if is_model(arch) or match is None or int(match[1]) not in DEPTHS:
             return create_model(arch, **config)
-        model = _resnet("dcd", int(match[1]), **config)
+        model = _resnet("dcd", depth=int(match[1]), **config)
     except (TypeError, ValueError) as exc:
         raise CheckpointError(f"cannot build {arch} with {config}: {exc}") from exc
     model.arch, model.config = arch, dict(config)

@@ -7,10 +7,12 @@ Module names follow the authors' release (``features.N.conv.M``, ``conv``,
 
 from __future__ import annotations
 
+import functools
+
 from torch import nn
 
 from ._factory import LayerSpec, make_spec
-from ._registry import register_model
+from ._registry import register_variants
 
 # Inverted residual settings; legend: t expansion, c output channels (x1.0),
 # n repeats, s stride of the first repeat.
@@ -121,22 +123,12 @@ DEFAULT_ROLES = {
 FC_SQUEEZE = {1.0: 16, 0.5: 8, 0.35: 8}
 
 
-def _mobilenetv2(kind: str, width: float, *, num_classes: int = 1000, dropout: float = 0.0,
+def _mobilenetv2(kind: str, *, width: float, num_classes: int = 1000, dropout: float = 0.0,
                  roles=None, **knobs) -> MobileNetV2:
     knobs.setdefault("fc_squeeze", FC_SQUEEZE[width])
     spec = make_spec(kind, default_roles=DEFAULT_ROLES[kind], roles=roles, **knobs)
     return MobileNetV2(spec, width, num_classes, dropout)
 
 
-def _register_family():
-    for tag, width in (("100", 1.0), ("050", 0.5), ("035", 0.35)):
-        for kind, suffix in (("static", ""), ("dcd", "_dcd"), ("dyconv", "_dyconv"), ("condconv", "_condconv")):
-            def entry(*, _k=kind, _w=width, **kwargs) -> MobileNetV2:
-                return _mobilenetv2(_k, _w, **kwargs)
-
-            entry.__name__ = f"mobilenetv2_{tag}{suffix}"
-            entry.__doc__ = f"MobileNetV2 x{width} ({kind})."
-            register_model(entry)
-
-
-_register_family()
+for _tag, _width in (("100", 1.0), ("050", 0.5), ("035", 0.35)):
+    register_variants(f"mobilenetv2_{_tag}", functools.partial(_mobilenetv2, width=_width), f"MobileNetV2 x{_width}")

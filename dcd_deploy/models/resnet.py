@@ -8,11 +8,13 @@ DCD layers call Q and P ``q`` and ``p``, which the release loader renames to
 
 from __future__ import annotations
 
+import functools
+
 from torch import nn
 
 from ..errors import UnsupportedInputError
 from ._factory import LayerSpec, make_spec
-from ._registry import register_model
+from ._registry import register_variants
 from .mobilenetv2 import _init_weights
 
 # Legend: stage widths (planes) and, per depth, (block type, blocks per stage).
@@ -128,7 +130,7 @@ class ResNet(nn.Module):
 DEFAULT_ROLES = {"static": (), "dcd": ("conv", "cls"), "dyconv": ("conv",), "condconv": ("conv", "cls")}
 
 
-def _resnet(kind: str, depth: int, *, num_classes: int = 1000, dropout: float = 0.0, roles=None,
+def _resnet(kind: str, *, depth: int, num_classes: int = 1000, dropout: float = 0.0, roles=None,
             fixed_pool: bool | None = None, stride_in_1x1: bool = False, **knobs) -> ResNet:
     knobs.setdefault("fc_squeeze", 16)
     spec = make_spec(kind, default_roles=DEFAULT_ROLES[kind], roles=roles, **knobs)
@@ -137,15 +139,5 @@ def _resnet(kind: str, depth: int, *, num_classes: int = 1000, dropout: float = 
     return ResNet(spec, depth, num_classes, dropout, fixed_pool, stride_in_1x1)
 
 
-def _register_family():
-    for depth in (10, 18, 50):
-        for kind, suffix in (("static", ""), ("dcd", "_dcd"), ("dyconv", "_dyconv"), ("condconv", "_condconv")):
-            def entry(*, _k=kind, _d=depth, **kwargs) -> ResNet:
-                return _resnet(_k, _d, **kwargs)
-
-            entry.__name__ = f"resnet{depth}{suffix}"
-            entry.__doc__ = f"ResNet-{depth} ({kind})."
-            register_model(entry)
-
-
-_register_family()
+for _depth in (10, 18, 50):
+    register_variants(f"resnet{_depth}", functools.partial(_resnet, depth=_depth), f"ResNet-{_depth}")
