@@ -137,7 +137,7 @@ def check_parity(model: nn.Module, onnx_path, *, batch_sizes=(1, 2), n_inputs: i
     if not isinstance(size, int):
         raise DCDDeployError(f"{onnx_path} has a dynamic spatial size; parity needs a fixed one")
     if inputs is None:
-        total = max(n_inputs, max(batch_sizes))
+        total = max(-(-n_inputs // b) * b for b in batch_sizes)  # whole batches, rounded up
         inputs = synthetic_images(total, size, seed=seed)
     inputs = inputs.float()
     report = ParityReport(onnx_path=str(onnx_path), input_size=size, atol=atol, rtol=rtol)
@@ -145,7 +145,10 @@ def check_parity(model: nn.Module, onnx_path, *, batch_sizes=(1, 2), n_inputs: i
     for b in batch_sizes:
         if fixed_batch is not None and b != fixed_batch:
             raise DCDDeployError(f"{onnx_path} has a fixed batch of {fixed_batch}; cannot check batch {b}")
-        chunks = [inputs[i:i + b] for i in range(0, inputs.shape[0] - b + 1, b)]
+        used = min(inputs.shape[0], -(-n_inputs // b) * b) if inputs.shape[0] >= b else 0
+        chunks = [inputs[i:i + b] for i in range(0, used - b + 1, b)]
+        if not chunks:
+            raise DCDDeployError(f"batch size {b} needs at least {b} inputs; got {inputs.shape[0]}")
         with torch.no_grad():
             refs = [model(c).numpy() for c in chunks]
         for name, sess in sessions.items():
@@ -161,8 +164,7 @@ def _compare(ref: np.ndarray, out: np.ndarray, level: str, batch: int, atol: flo
     finite_ref, finite_out = np.isfinite(ref), np.isfinite(out)
     nonfinite = int((~finite_ref).sum())
     nonfinite_match = bool(np.array_equal(finite_ref, finite_out)) and bool(
-        np.array_equal(ref[~finite_ref], out[~finite_out]) or np.isnan(ref[~finite_ref]).all()
-        and np.isnan(out[~finite_out]).all())
+        np.array_equal(ref[~finite_ref], out[~finite_out], equal_nan=True))
     both = finite_ref & finite_out
     diff = np.abs(ref[both].astype(np.float64) - out[both])
     scale = float(np.abs(ref[both]).max()) if both.any() else 0.0

@@ -40,9 +40,9 @@ def adaptive_windows(size: int, out: int) -> tuple[int, int] | None:
     ends = [-(-(i + 1) * size // out) for i in range(out)]
     kernels = {e - s for s, e in zip(starts, ends)}
     strides = {b - a for a, b in zip(starts, starts[1:])} or {1}
-    if len(kernels) != 1 or len(strides) != 1:
+    if len(kernels) != 1 or len(strides) != 1 or 0 in strides:  # stride 0: bins repeat one window
         return None
-    return kernels.pop(), max(1, strides.pop())
+    return kernels.pop(), strides.pop()
 
 
 def prefers_weight_form(*, c_in: int, c_out: int, latent: int, hw: int) -> bool:

@@ -5,7 +5,8 @@ per-sample Λ and Φ terms compound through BatchNorm running statistics). Tests
 demos still need a model whose dynamic path matters, so ``pseudo_train``:
 
 1. redraws every weight from a seeded generator, with the dynamic branch's heads
-   scaled so Λ and Φ vary visibly from input to input;
+   (Λ, Φ, DY-Conv/CondConv routing) scaled so they vary visibly from input to input
+   without making the untrained net chaotic;
 2. gives every BatchNorm a random affine (so folding it is not a no-op), with the
    release's latent ``bn2`` kept at a modest gain so the net is not chaotic;
 3. recalibrates BatchNorm running statistics on seeded synthetic images, which is what
@@ -19,7 +20,7 @@ import math
 import torch
 from torch import nn
 
-from ..layers import DCDConv2d, DCDLinear
+from ..layers import CondConv2d, DCDConv2d, DCDLinear, DynamicConv2d
 from ..layers._mixture import MixtureConv2d
 
 #: Legend: std of Λ/Φ heads' weights, number and size of calibration batches.
@@ -45,7 +46,8 @@ def synthetic_images(n: int, size: int, *, seed: int = 0, channels: int = 3) -> 
     ramp = torch.linspace(-1, 1, size).view(1, 1, 1, size) * torch.randn(n, channels, 1, 1, generator=g)
     noise = 0.5 * torch.randn(n, channels, size, size, generator=g)
     img = base + ramp + ramp.transpose(2, 3) * torch.randn(n, channels, 1, 1, generator=g) + noise
-    return (img - img.mean((2, 3), keepdim=True)) / img.std((2, 3), keepdim=True).clamp_min(1e-6)
+    std = img.std((2, 3), keepdim=True, correction=0)  # a 1x1 image has std 0, not NaN
+    return (img - img.mean((2, 3), keepdim=True)) / std.clamp_min(1e-6)
 
 
 @torch.no_grad()
@@ -61,10 +63,14 @@ def pseudo_train(model: nn.Module, seed: int = 0, *, input_size: int = 224) -> n
         The same model, in eval mode.
     """
     g = torch.Generator().manual_seed(seed)
-    heads = set()
+    heads = set()  # layers whose output sets a per-sample coefficient: kept modest
     for m in model.modules():
         if isinstance(m, (DCDConv2d, DCDLinear)):
             heads.update(id(h.weight) for h in (m.fc_phi, m.fc_scale) if h is not None)
+        elif isinstance(m, DynamicConv2d):
+            heads.add(id(m.fc2.weight))
+        elif isinstance(m, CondConv2d):
+            heads.add(id(m.route.weight))
     for name, p in model.named_parameters():
         if p.dim() <= 1:
             continue

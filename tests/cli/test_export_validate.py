@@ -1,0 +1,217 @@
+"""dcd-export and dcd-validate: in-process with CliRunner, and the installed scripts once."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import onnx
+import pytest
+from click.testing import CliRunner
+
+from dcd_deploy import create_model, pseudo_train
+from dcd_deploy.cli.export import main as export_main
+from dcd_deploy.cli.validate import main as validate_main
+
+MODEL = "mobilenetv2_035_dcd"
+SIZE = "64"
+
+
+def run(cmd, args):
+    return CliRunner().invoke(cmd, [str(a) for a in args])
+
+
+def dcd_layers(name: str) -> int:
+    from dcd_deploy.layers import DCDConv2d, DCDLinear
+
+    return sum(isinstance(m, (DCDConv2d, DCDLinear)) for m in create_model(name).modules())
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    """One default export (dynamic batch, standard mode, auto strategy) with --json."""
+    d = tmp_path_factory.mktemp("export")
+    out, report = d / "x.onnx", d / "x.json"
+    result = run(export_main, [MODEL, "--input-size", SIZE, "-o", out, "--json", report])
+    return result, out, report
+
+
+def test_export_zoo_name(exported):
+    result, out, _ = exported
+    assert result.exit_code == 0, result.output
+    assert out.is_file() and out.stat().st_size > 0
+    text = result.stdout
+    assert f"wrote {out}" in text
+    nodes = int(re.search(r"graph +(\d+) nodes: (.*)", text).group(1))
+    assert nodes == len(onnx.load(str(out)).graph.node)
+    ops = re.search(r"graph +\d+ nodes: (.*)", text).group(1)
+    assert "Conv" in ops and "MatMul" in ops
+    assert re.search(r"parity +PASS: max abs", text)
+    assert f"input Nx3x{SIZE}x{SIZE}" in text
+    n = dcd_layers(MODEL)
+    assert re.search(rf"DCD +{n} layers: \d+ weight form, \d+ latent form \(strategy auto\)", text)
+    assert sorted(p.name for p in out.parent.iterdir()) == ["x.json", "x.onnx"]  # no temp files
+
+
+def test_export_json_report(exported):
+    result, out, report = exported
+    assert result.exit_code == 0, result.output
+    data = json.loads(report.read_text(encoding="utf-8"))
+    assert {"path", "num_nodes", "op_histogram", "parity"} <= data.keys()
+    assert data["path"] == str(out)
+    assert data["num_nodes"] == len(onnx.load(str(out)).graph.node) == sum(data["op_histogram"].values())
+    assert data["parity"]["passed"] is True
+    assert {r["batch_size"] for r in data["parity"]["rows"]} == {1, 2}
+    assert data["arch"] == MODEL and data["input_size"] == int(SIZE) and data["batch"] is None
+    assert len(data["strategies"]) == dcd_layers(MODEL)
+
+
+def test_validate_the_written_file(exported, tmp_path):
+    _, out, _ = exported
+    report = tmp_path / "v.json"
+    result = run(validate_main, [MODEL, out, "--json", report])
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.strip().splitlines()
+    assert lines[0].split()[:3] == ["ORT", "opt", "batch"]
+    rows = [line.split() for line in lines[1:-1]]
+    assert [(r[0], r[1], r[-1]) for r in rows] == [
+        ("disabled", "1", "yes"), ("all", "1", "yes"), ("disabled", "2", "yes"), ("all", "2", "yes")]
+    assert lines[-1].startswith("PASS: ")
+    data = json.loads(report.read_text(encoding="utf-8"))
+    assert data["passed"] is True and data["input_size"] == int(SIZE)
+
+
+def test_validate_batch_sizes_and_inputs(exported):
+    _, out, _ = exported
+    result = run(validate_main, [MODEL, out, "--batch-sizes", "1,3", "--inputs", "3"])
+    assert result.exit_code == 0, result.output
+    rows = [line.split() for line in result.stdout.splitlines()[1:-1]]
+    assert [(r[1], r[2]) for r in rows] == [("1", "3"), ("1", "3"), ("3", "3"), ("3", "3")]
+
+
+def test_validate_catches_a_different_model(exported):
+    _, out, _ = exported
+    result = run(validate_main, [MODEL, out, "--seed", "1"])  # other pseudo-trained weights
+    assert result.exit_code == 1
+    assert "NO" in result.stdout and "FAIL: " in result.stdout
+
+
+def test_validate_missing_file(tmp_path):
+    result = run(validate_main, [MODEL, tmp_path / "none.onnx"])
+    assert result.exit_code == 1
+    assert result.stderr.strip().splitlines() == [f"Error: {tmp_path / 'none.onnx'}: no such ONNX file"]
+
+
+def test_export_function_mode(tmp_path):
+    out = tmp_path / "f.onnx"
+    result = run(export_main, [MODEL, "--input-size", SIZE, "-o", out, "--mode", "function"])
+    assert result.exit_code == 0, result.output
+    assert "mode function" in result.stdout and "parity   PASS" in result.stdout
+    proto = onnx.load(str(out))
+    assert sum(n.domain == "dcd_deploy" for n in proto.graph.node) == dcd_layers(MODEL)
+    assert "dcd_deploy.DCD" in result.stdout  # the histogram names the domain
+
+
+def test_export_fixed_batch(tmp_path):
+    out = tmp_path / "b.onnx"
+    result = run(export_main, [MODEL, "--input-size", SIZE, "-o", out, "--batch", "2"])
+    assert result.exit_code == 0, result.output
+    assert f"input 2x3x{SIZE}x{SIZE}" in result.stdout
+    dims = onnx.load(str(out)).graph.input[0].type.tensor_type.shape.dim
+    assert [d.dim_value for d in dims] == [2, 3, int(SIZE), int(SIZE)]
+    # validate takes the file's batch
+    result = run(validate_main, [MODEL, out, "--batch-sizes", "2"])
+    assert result.exit_code == 0, result.output
+
+
+@pytest.mark.parametrize("strategy", ["latent", "weight"])
+def test_export_strategies(tmp_path, strategy):
+    out, report = tmp_path / "s.onnx", tmp_path / "s.json"
+    result = run(export_main, [MODEL, "--input-size", SIZE, "-o", out, "--strategy", strategy, "-v",
+                               "--json", report])
+    assert result.exit_code == 0, result.output
+    assert "parity   PASS" in result.stdout
+    n = dcd_layers(MODEL)
+    weight = n - 1 if strategy == "weight" else 0  # every 1x1 DCD conv; never the classifier
+    assert f"DCD      {n} layers: {weight} weight form, {n - weight} latent form (strategy {strategy})" \
+        in result.stdout
+    assert "features.2.conv.0: " + strategy in result.stdout  # -v lists every layer
+    assert "classifier.1: latent" in result.stdout
+    assert set(json.loads(report.read_text())["strategies"].values()) == ({strategy} | {"latent"})
+
+
+@pytest.mark.parametrize("value", ["0", "x", "-3", "1.5"])
+def test_bad_batch_is_a_usage_error(tmp_path, value):
+    result = run(export_main, [MODEL, "--input-size", SIZE, "-o", tmp_path / "x.onnx", "--batch", value])
+    assert result.exit_code == 2
+    assert "positive integer or 'dynamic'" in result.output
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("value", ["0", "a,b", ""])
+def test_bad_batch_sizes_is_a_usage_error(exported, value):
+    _, out, _ = exported
+    result = run(validate_main, [MODEL, out, "--batch-sizes", value])
+    assert result.exit_code == 2
+    assert "comma-separated positive integers" in result.output
+
+
+def test_unknown_model_name(tmp_path):
+    result = run(export_main, ["mobilenetv2_035_dcx", "--input-size", SIZE, "-o", tmp_path / "x.onnx"])
+    assert result.exit_code == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error:")
+    assert "mobilenetv2_035_dcd" in lines[0] and "did you mean" in lines[0]
+    assert "Traceback" not in result.output
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_unsupported_input_size_is_a_user_error(tmp_path):
+    result = run(export_main, ["resnet18_dcd", "--input-size", "64", "-o", tmp_path / "x.onnx"])
+    assert result.exit_code == 1
+    assert result.stderr.startswith("Error: ") and "fixed 7x7" in result.stderr
+
+
+def test_export_of_a_checkpoint_file(tmp_path):
+    from dcd_deploy import save_checkpoint
+
+    model = pseudo_train(create_model("resnet10_dyconv"), seed=2, input_size=64)
+    ckpt = save_checkpoint(model, tmp_path / "net.pt")
+    out = tmp_path / "net.onnx"
+    result = run(export_main, [ckpt, "--input-size", "64", "-o", out])
+    assert result.exit_code == 0, result.output
+    assert "resnet10_dyconv" in result.stdout
+    result = run(validate_main, [ckpt, out])
+    assert result.exit_code == 0, result.output
+
+
+def script(name: str) -> str:
+    beside = Path(sys.executable).parent / name
+    found = str(beside) if beside.is_file() else shutil.which(name)
+    assert found, f"{name} is not installed next to {sys.executable} nor on PATH"
+    return found
+
+
+def test_installed_scripts_end_to_end(tmp_path):
+    # One intra-op thread, as in-process (tests/conftest.py): on a loaded 2-core machine
+    # OpenMP barriers with 2 threads made one run take 3 s or 80 s.
+    env = {**os.environ, "PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": "1"}
+    exp = subprocess.run([script("dcd-export"), "mobilenetv2_035_dcd", "--input-size", SIZE, "-o", "e2e.onnx"],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert exp.returncode == 0, exp.stderr
+    assert "parity   PASS" in exp.stdout
+    assert (tmp_path / "e2e.onnx").is_file()
+    val = subprocess.run([script("dcd-validate"), "mobilenetv2_035_dcd", "e2e.onnx", "--batch-sizes", "1,4"],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert val.returncode == 0, val.stderr
+    assert val.stdout.strip().splitlines()[-1].startswith("PASS: ")
+    bad = subprocess.run([script("dcd-export"), "resnet18_dcx"], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 1
+    lines = bad.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error:") and "resnet18_dcd" in lines[0]

@@ -1,0 +1,307 @@
+"""Parity: the comparison rule on hand-made arrays, and check_parity on a real export.
+
+The rule (dcd_deploy/parity.py docstring): a comparison passes when
+``max |onnx - torch| <= atol + rtol * max |torch|``; top-1 flips count only where the
+reference's top-2 margin exceeds that tolerance; non-finite values pass when both
+sides have them in the same places.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+import torch
+
+from dcd_deploy import check_parity, create_model, export_onnx, pseudo_train
+from dcd_deploy.errors import DCDDeployError, ExportError
+from dcd_deploy.parity import DEFAULT_ATOL, DEFAULT_RTOL, ParityReport, ParityRow, _compare
+
+NAN, INF = float("nan"), float("inf")
+
+
+def arr(rows) -> np.ndarray:
+    return np.asarray(rows, dtype=np.float32)
+
+
+def compare(ref, out, atol=1e-5, rtol=1e-3) -> ParityRow:
+    return _compare(arr(ref), arr(out), "disabled", len(ref), atol, rtol)
+
+
+# ------------------------------------------------------------------------ the rule
+def test_identical_outputs_pass():
+    ref = [[0.5, -2.0, 3.0], [1.0, 0.0, -1.0]]
+    row = compare(ref, ref)
+    assert row.passed
+    assert (row.max_abs, row.max_rel, row.mean_abs) == (0.0, 0.0, 0.0)
+    assert (row.top1_agreement, row.top1_mismatches, row.nonfinite, row.nonfinite_match) == (1.0, 0, 0, True)
+    assert (row.optimization, row.batch_size, row.n_inputs) == ("disabled", 2, 2)
+
+
+def test_error_above_tolerance_fails_and_is_measured():
+    # scale 4: tolerance 1e-5 + 1e-3 * 4 = 0.00401; the error is 0.125 (exact in fp32)
+    row = compare([[1.0, 2.0, 4.0]], [[1.0, 2.0, 4.125]])
+    assert not row.passed
+    assert row.max_abs == 0.125
+    assert row.max_rel == pytest.approx(0.125 / 4)
+    assert row.mean_abs == pytest.approx(0.125 / 3)
+    assert row.top1_mismatches == 0  # failed on the error alone
+
+
+def test_error_just_inside_tolerance_passes():
+    row = compare([[1.0, 2.0, 4.0]], [[1.0, 2.0, 4.0 + 0.0039]])
+    assert row.passed and row.max_abs == pytest.approx(0.0039, rel=1e-3)
+
+
+def test_exact_boundary_is_inside():
+    # atol 0.25 + rtol 0.5 * scale 2 = 1.25, all exact in binary floating point
+    ref = [[2.0, 0.0, -1.0]]
+    assert compare(ref, [[2.0, 1.25, -1.0]], atol=0.25, rtol=0.5).passed
+    above = float(np.nextafter(np.float32(1.25), np.float32(2.0)))
+    row = compare(ref, [[2.0, above, -1.0]], atol=0.25, rtol=0.5)
+    assert not row.passed and row.max_abs > 1.25
+
+
+def test_tolerance_scales_with_output_magnitude():
+    g = np.random.default_rng(0)
+    base = g.standard_normal((4, 10)).astype(np.float32)
+    noise = g.uniform(-1, 1, base.shape).astype(np.float32)
+    for scale in (1e-3, 1.0, 1e3):
+        ref = base * np.float32(scale)
+        rel_ok = ref + noise * np.float32(5e-4 * scale) * np.abs(base).max()  # 0.5x the rtol
+        rel_bad = ref + noise * np.float32(5e-3 * scale) * np.abs(base).max()  # 5x the rtol
+        assert _compare(ref, rel_ok, "all", 4, 0.0, 1e-3).passed, scale
+        assert not _compare(ref, rel_bad, "all", 4, 0.0, 1e-3).passed, scale
+    # The same absolute error of 0.2 passes at scale 1e3 and fails at scale 1.
+    assert _compare(base * 1000, base * 1000 + 0.2, "all", 4, DEFAULT_ATOL, DEFAULT_RTOL).passed
+    assert not _compare(base, base + 0.2, "all", 4, DEFAULT_ATOL, DEFAULT_RTOL).passed
+
+
+def test_nan_in_the_same_places_passes_and_is_counted():
+    ref = [[NAN, NAN, NAN], [1.0, 2.0, 3.0]]
+    row = compare(ref, [[NAN, NAN, NAN], [1.0, 2.0, 3.0 + 1e-6]])
+    assert row.passed and row.nonfinite_match
+    assert row.nonfinite == 3
+    assert row.max_abs == pytest.approx(1e-6, rel=0.1)  # measured on the finite values only
+    assert row.top1_agreement == 1.0  # over the finite rows
+
+
+def test_nan_on_one_side_only_fails():
+    ref = [[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]
+    row = compare(ref, [[1.0, NAN, 3.0], [4.0, 5.0, 6.0]])
+    assert not row.passed and not row.nonfinite_match
+    row = compare([[1.0, NAN, 3.0]], [[1.0, 2.0, 3.0]])
+    assert not row.passed and not row.nonfinite_match and row.nonfinite == 1
+    row = compare([[NAN, 2.0]], [[1.0, NAN]])  # as many, elsewhere
+    assert not row.passed and not row.nonfinite_match
+
+
+def test_infinities_must_match_in_place_and_sign():
+    assert compare([[INF, 1.0, -INF]], [[INF, 1.0, -INF]]).passed
+    assert not compare([[INF, 1.0]], [[-INF, 1.0]]).passed
+    assert not compare([[INF, 1.0]], [[NAN, 1.0]]).passed
+    assert not compare([[INF, 1.0]], [[1e30, 1.0]]).passed
+
+
+def test_nan_and_inf_together_in_the_same_places_pass():
+    row = compare([[NAN, INF, 1.0]], [[NAN, INF, 1.0]])
+    assert row.nonfinite == 2
+    assert row.passed
+
+
+def test_top1_flip_within_tolerance_is_allowed():
+    # tolerance 0.1 (atol 0, rtol 0.1, scale 1); the reference's top-2 margin is 0.05
+    row = compare([[1.0, 0.95, 0.0]], [[0.96, 0.99, 0.0]], atol=0.0, rtol=0.1)
+    assert row.passed
+    assert row.top1_agreement == 0.0 and row.top1_mismatches == 0
+
+
+def test_top1_flip_with_a_large_margin_fails_even_within_tolerance():
+    # every value within 0.1 of the reference, but its top-2 margin (0.15) exceeds 0.1
+    row = compare([[1.0, 0.85, 0.0], [0.0, 1.0, 0.5]], [[0.92, 0.93, 0.0], [0.0, 1.0, 0.5]], atol=0.0, rtol=0.1)
+    assert row.max_abs <= 0.1 + 1e-7
+    assert not row.passed
+    assert row.top1_mismatches == 1 and row.top1_agreement == 0.5
+
+
+def test_shape_mismatch_fails():
+    row = _compare(arr([[1.0, 2.0]]), arr([[1.0, 2.0, 3.0]]), "all", 1, 1e-5, 1e-3)
+    assert not row.passed and row.max_abs == float("inf")
+
+
+# ------------------------------------------------------------------------ the report
+def row(passed: bool, max_abs=0.0, max_rel=0.0, level="all", batch=1, nonfinite=0, match=True) -> ParityRow:
+    return ParityRow(level, batch, 8, max_abs, max_rel, max_abs / 2, 1.0, 0, nonfinite, match, passed)
+
+
+def test_report_truth_and_aggregates():
+    report = ParityReport("m.onnx", 64, 1e-5, 1e-3)
+    assert not report and not report.passed  # nothing compared is not a pass
+    report.rows = [row(True, 1e-6, 1e-7), row(True, 3e-6, 2e-7, batch=2)]
+    assert report and report.passed
+    assert (report.max_abs, report.max_rel) == (3e-6, 2e-7)
+    assert report.summary().startswith("PASS: max abs 3e-06, max rel 2e-07")
+    report.rows.append(row(False, 0.5, 0.05, level="disabled", batch=4))
+    assert not report and not report.passed
+    assert report.summary().startswith("FAIL: max abs 0.5")
+    lines = report.table().splitlines()
+    assert len(lines) == 4 and lines[0].split()[:2] == ["ORT", "opt"]
+    assert lines[3].split()[:2] == ["disabled", "4"] and lines[3].split()[-1] == "NO"
+    assert lines[1].split()[-1] == "yes"
+    d = json.loads(json.dumps(report.to_dict()))
+    assert d["passed"] is False and len(d["rows"]) == 3 and d["rows"][2]["passed"] is False
+
+
+def test_report_summary_mentions_non_finite_values():
+    report = ParityReport("m.onnx", 64, 1e-5, 1e-3, [row(True, nonfinite=10), row(True, nonfinite=10)])
+    assert "20 non-finite values propagated identically" in report.summary()
+    report.rows.append(row(False, nonfinite=1, match=False))
+    assert "non-finite values differ" in report.summary()
+
+
+# ------------------------------------------------------------------------ check_parity
+def _nets():
+    path = Path(__file__).resolve().parent / "exporters" / "test_lowering.py"
+    spec = importlib.util.spec_from_file_location("_dcd_test_lowering_nets_parity", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+SIZE = 8
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    """A small DCD net (release layers, BN after each) exported once."""
+    model = _nets().small_net(SIZE)
+    path = tmp_path_factory.mktemp("parity") / "small.onnx"
+    export_onnx(model, path, input_size=SIZE, check=False)
+    return model, path
+
+
+def ort_outputs(path, x: torch.Tensor) -> list[np.ndarray]:
+    outs = []
+    for level in (ort.GraphOptimizationLevel.ORT_DISABLE_ALL, ort.GraphOptimizationLevel.ORT_ENABLE_ALL):
+        opts = ort.SessionOptions()
+        opts.graph_optimization_level = level
+        sess = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+        outs.append(sess.run(None, {"input": x.numpy()})[0])
+    return outs
+
+
+def extreme_inputs() -> torch.Tensor:
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(6, 3, SIZE, SIZE, generator=g)
+    x[0] = 0.0
+    x[1] *= 1e4
+    x[2] *= 1e-6
+    x[3] = torch.rand(3, SIZE, SIZE, generator=g) * 1e4  # all positive, huge
+    x[4] = 1e-6
+    return x
+
+
+def test_extreme_but_finite_inputs_pass(exported):
+    model, path = exported
+    x = extreme_inputs()
+    report = check_parity(model, path, batch_sizes=(1, 2, 3), inputs=x)
+    assert report, report.table()
+    assert [(r.optimization, r.batch_size, r.n_inputs) for r in report.rows] == [
+        (level, b, 6) for b in (1, 2, 3) for level in ("disabled", "all")]
+    assert all(r.nonfinite == 0 for r in report.rows)
+    # Independently: ONNX Runtime's outputs are within the tolerance of PyTorch's.
+    with torch.no_grad():
+        ref = model(x).numpy()
+    for out in ort_outputs(path, x):
+        scale = np.abs(ref).max(axis=1)
+        assert (np.abs(out - ref).max(axis=1) <= DEFAULT_ATOL + DEFAULT_RTOL * scale).all()
+    # The outputs really span magnitudes (the huge inputs are not washed out).
+    assert np.abs(ref[1]).max() > 10 * np.abs(ref[0]).max()
+
+
+def test_nan_inputs_propagate_on_both_sides(exported):
+    model, path = exported
+    x = extreme_inputs()
+    x[5, 1, 2, 3] = float("nan")  # one pixel: spreads to the whole row through the pools
+    report = check_parity(model, path, batch_sizes=(1, 2), inputs=x)
+    with torch.no_grad():
+        ref = model(x).numpy()
+    expected_nonfinite = int((~np.isfinite(ref)).sum())
+    assert expected_nonfinite == ref.shape[1]  # the whole row 5, nothing else
+    for out in ort_outputs(path, x):
+        assert np.array_equal(np.isnan(out), np.isnan(ref))
+    assert report, report.table()
+    assert all(r.nonfinite == expected_nonfinite and r.nonfinite_match for r in report.rows)
+    assert f"{4 * expected_nonfinite} non-finite values propagated identically" in report.summary()
+
+
+def test_inf_inputs_do_not_crash_and_the_verdict_matches_an_independent_check(exported):
+    model, path = exported
+    x = extreme_inputs()
+    x[5, 0, 4, 4] = float("inf")
+    x[4, 2, 0, 0] = -float("inf")
+    report = check_parity(model, path, batch_sizes=(1,), inputs=x)
+    with torch.no_grad():
+        ref = model(x).numpy()
+    for r, out in zip(report.rows, ort_outputs(path, x)):
+        finite = np.isfinite(ref)
+        same_places = np.array_equal(finite, np.isfinite(out)) and np.array_equal(
+            ref[~finite], out[~finite], equal_nan=True)
+        scale = np.abs(ref[finite & np.isfinite(out)]).max()
+        close = np.abs(ref[finite] - out[finite]).max() <= DEFAULT_ATOL + DEFAULT_RTOL * scale
+        assert r.nonfinite == int((~finite).sum())
+        assert r.passed == (same_places and close), (r, same_places, close)
+
+
+def test_explicit_tolerances(exported):
+    model, path = exported
+    x = torch.randn(4, 3, SIZE, SIZE, generator=torch.Generator().manual_seed(1))
+    strict = check_parity(model, path, batch_sizes=(2,), inputs=x, atol=0.0, rtol=0.0)
+    if strict.max_abs > 0:  # any rounding difference at all fails a zero tolerance
+        assert not strict
+    loose = check_parity(model, path, batch_sizes=(2,), inputs=x, atol=0.0, rtol=1e-2)
+    assert loose and (loose.atol, loose.rtol) == (0.0, 1e-2)
+
+
+def test_synthetic_inputs_are_seeded(exported):
+    model, path = exported
+    a = check_parity(model, path, batch_sizes=(1, 2), n_inputs=4, seed=3)
+    b = check_parity(model, path, batch_sizes=(1, 2), n_inputs=4, seed=3)
+    assert a and [r.max_abs for r in a.rows] == [r.max_abs for r in b.rows]
+    assert a.input_size == SIZE and a.onnx_path == str(path)
+
+
+def test_n_inputs_is_rounded_up_to_whole_batches(exported):
+    model, path = exported
+    report = check_parity(model, path, batch_sizes=(3,), n_inputs=8)
+    assert all(r.n_inputs >= 8 for r in report.rows)
+
+
+def test_too_few_explicit_inputs_is_a_user_error(exported):
+    model, path = exported
+    with pytest.raises(DCDDeployError):
+        check_parity(model, path, batch_sizes=(2,), inputs=torch.randn(1, 3, SIZE, SIZE))
+
+
+def test_unreadable_file_is_a_user_error(tmp_path, exported):
+    model, _ = exported
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"not an onnx file")
+    with pytest.raises(ExportError, match="ONNX Runtime cannot load"):
+        check_parity(model, bad)
+
+
+def test_another_models_file_fails(tmp_path):
+    a = pseudo_train(create_model("mobilenetv2_035_dcd"), seed=0, input_size=32)
+    b = pseudo_train(create_model("mobilenetv2_035_dcd"), seed=1, input_size=32)
+    path = export_onnx(b, tmp_path / "b.onnx", input_size=32, check=False).path
+    report = check_parity(a, path, batch_sizes=(1, 2))
+    assert not report
+    assert all(not r.passed for r in report.rows)
+    assert report.max_rel > 0.05
