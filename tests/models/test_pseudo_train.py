@@ -52,7 +52,11 @@ def test_synthetic_images_are_seeded_and_standardised():
     assert a.shape == (4, 3, 16, 16)
     assert torch.equal(a, b) and not torch.equal(a, c)
     assert torch.allclose(a.mean(dim=(2, 3)), torch.zeros(4, 3), atol=1e-5)
-    assert torch.allclose(a.std(dim=(2, 3)), torch.ones(4, 3), atol=1e-4)
+    assert torch.allclose(a.std(dim=(2, 3), correction=0), torch.ones(4, 3), atol=1e-4)
+
+
+def test_synthetic_images_of_one_pixel_are_finite():
+    assert torch.equal(synthetic_images(2, 1, seed=0), torch.zeros(2, 3, 1, 1))
 
 
 @pytest.fixture(scope="module", params=DCD_CASES, ids=[n for n, _ in DCD_CASES])
