@@ -108,14 +108,13 @@ def _row(table: str, row: str, model: str, params: str, madds: str, *, note: str
 _RESNET = PARAMS_EXCL_CLASSIFIER
 _STRIDE_1X1 = ("stride in the first 1x1 (stride_in_1x1=True), the original ResNet-50 the "
                "paper's 3.8G counts; the authors' code puts it on the 3x3 (4.09G static)")
-_BLOCKS = ("the paper does not say how L, Q, P and the Φ head scale with B; here each block "
-           "has L/B latent channels (Q, P grouped, Φ head L²/B wide), which sheds more "
-           "parameters than the paper's rows")
+_BLOCKS = ("the paper does not say how L scales with B; here each block gets the latent dim "
+           "the release gives a C/B-channel layer (Q, P grouped, Φ head B·L_b² wide)")
 _DW = ("no released depthwise DCD exists; the zoo's (Eq. 7, global pool, FC reduction "
        "r = 8, L_k = 4) is an assumption, and the paper's DW rows carry more parameters")
 _DYCONV_MBV2 = ("the paper (quoting DY-Conv's original figures) does not say which convs "
-                "DY-Conv makes dynamic; the zoo's default includes the 1x1 head conv, and a "
-                "static head (roles=('pw', 'pw0', 'dw')) fits these params better")
+                "DY-Conv makes dynamic; the zoo makes every block conv dynamic and keeps the "
+                "stem, the 1x1 head and the classifier static")
 _RESNET10 = ("the paper does not define ResNet-10 (its static and DY-Conv figures are quoted "
              "from the original papers); the zoo's is BasicBlock x (1,1,1,1)")
 _RESNET10_PARAMS = (f"{_RESNET10}; its params excluding and including the classifier "

@@ -104,7 +104,8 @@ class LayerSpec:
         if self.style == "paper" or self.joint_fusion:
             from ..layers import default_latent_dim
 
-            lat = None if self.joint_fusion else self._blocks(self._mult(default_latent_dim(min(in_ch, out_ch))))
+            b = self.num_blocks
+            lat = None if self.joint_fusion else b * self._mult(default_latent_dim(min(in_ch, out_ch) // b))
             return DCDConv2d(in_ch, out_ch, kernel_size, stride, latent_dim=lat,
                              reduction=self.fc_squeeze, num_blocks=1 if self.joint_fusion else self.num_blocks,
                              joint_fusion=self.joint_fusion, **kw)
@@ -115,35 +116,18 @@ class LayerSpec:
     def _mult(self, dim: int) -> int:
         return max(1, int(round(dim * self.latent_mult)))
 
-    def _blocks(self, dim: int) -> int:
-        """Round a latent dim up to a multiple of B so blocks are equal."""
-        b = self.num_blocks
-        return max(b, -(-dim // b) * b)
-
     def _release_dims(self, family: str, inp: int, oup: int) -> tuple[int, int, int]:
-        """(pool, latent dim, squeeze) of the authors' DYModule / conv_basic_dy / conv_dy."""
-        if family == "mbv2":
-            if inp < oup:
-                pool, mul, red = MBV2_EXPAND_POOL, 4, MBV2_EXPAND_RED
-            else:
-                pool, mul, red = MBV2_REDUCE_POOL, 1, MBV2_REDUCE_RED
-            dim = min(inp * mul // red, oup // red)
-            while dim * dim > inp * mul * 2:
-                red *= 2
-                dim = min(inp * mul // red, oup // red)
-            dim = max(dim, MIN_LATENT)
-            squeeze = max(max(inp * mul, dim * dim) // self.fc_squeeze, MIN_SQUEEZE)
-        elif family == "basic":
-            pool, mul = 2, 4
-            dim = int(math.sqrt(inp * mul))
-            squeeze = max(max(inp * mul, dim * dim) // RESNET_SQUEEZE, MIN_SQUEEZE)
-        elif family == "bottleneck":
-            pool, mul = 1, 1
-            dim = int(math.sqrt(inp))
-            squeeze = max(inp, dim * dim) // RESNET_SQUEEZE  # the release applies no floor here
-        else:
-            raise ValueError(f"unknown family {family!r}")
-        return pool, self._blocks(self._mult(dim)), squeeze
+        """(pool, latent dim, squeeze) of the release's layer, with ``latent_mult`` and B.
+
+        With B diagonal blocks (Eq. 6) each block gets the latent dim the release gives a
+        C_in/B -> C_out/B layer (this reproduces Table 3a's parameter counts within 2%);
+        the dynamic branch keeps the full layer's squeeze width.
+        """
+        pool, dim, squeeze = release_dims(family, inp, oup, self.fc_squeeze)
+        b = self.num_blocks
+        if b > 1:
+            dim = release_dims(family, inp // b, oup // b, self.fc_squeeze)[1]
+        return pool, b * self._mult(dim), squeeze
 
     # -- classifier ---------------------------------------------------------------
     def classifier(self, in_f: int, out_f: int) -> nn.Module:
@@ -158,9 +142,11 @@ class LayerSpec:
         if self.style == "paper":
             from ..layers import default_latent_dim
 
-            return DCDLinear(in_f, out_f, latent_dim=self._blocks(self._mult(default_latent_dim(min(in_f, out_f)))),
+            b = self.num_blocks
+            return DCDLinear(in_f, out_f, latent_dim=b * self._mult(default_latent_dim(min(in_f, out_f) // b)),
                              reduction=self.fc_squeeze, **kw)
-        return DCDLinear(in_f, out_f, latent_dim=self._blocks(self._mult(CLS_DIM)), squeeze=CLS_SQUEEZE,
+        b = self.num_blocks
+        return DCDLinear(in_f, out_f, latent_dim=b * self._mult(CLS_DIM // b), squeeze=CLS_SQUEEZE,
                          gate="se", latent_bn=True, **kw)
 
 
@@ -178,3 +164,32 @@ class PointwiseClassifier(nn.Module):
 def make_spec(kind: str, *, default_roles: tuple[str, ...], roles=None, **knobs) -> LayerSpec:
     """A :class:`LayerSpec` for a zoo entry; ``roles=None`` takes the family default."""
     return LayerSpec(kind=kind, roles=frozenset(default_roles if roles is None else roles), **knobs)
+
+
+def release_dims(family: str, inp: int, oup: int, fc_squeeze: int) -> tuple[int, int, int]:
+    """(pool, latent dim, squeeze) of the authors' DYModule / conv_basic_dy / conv_dy.
+
+    Args:
+        family: ``mbv2`` (DYModule), ``basic`` (conv_basic_dy) or ``bottleneck`` (conv_dy).
+        inp: input channels.
+        oup: output channels.
+        fc_squeeze: the release's squeeze divisor (MobileNetV2 only; ResNets use 16).
+    """
+    if family == "mbv2":
+        if inp < oup:
+            pool, mul, red = MBV2_EXPAND_POOL, 4, MBV2_EXPAND_RED
+        else:
+            pool, mul, red = MBV2_REDUCE_POOL, 1, MBV2_REDUCE_RED
+        dim = min(inp * mul // red, oup // red)
+        while dim * dim > inp * mul * 2:
+            red *= 2
+            dim = min(inp * mul // red, oup // red)
+        dim = max(dim, MIN_LATENT)
+        return pool, dim, max(max(inp * mul, dim * dim) // fc_squeeze, MIN_SQUEEZE)
+    if family == "basic":
+        dim = int(math.sqrt(inp * 4))
+        return 2, dim, max(max(inp * 4, dim * dim) // RESNET_SQUEEZE, MIN_SQUEEZE)
+    if family == "bottleneck":
+        dim = int(math.sqrt(inp))
+        return 1, dim, max(inp, dim * dim) // RESNET_SQUEEZE  # the release applies no floor here
+    raise ValueError(f"unknown family {family!r}")
