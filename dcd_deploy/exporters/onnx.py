@@ -86,8 +86,9 @@ def export_onnx(model: nn.Module, path, *, input_size: int = 224, batch: int | N
         path: output ``.onnx`` path; its directory must exist.
         input_size: square input side.
         batch: fixed batch size, or None for a dynamic batch axis.
-        opset: default-domain opset (13-17; default 17).
-        simplify: run onnxsim on the graph and keep its result if it checks out.
+        opset: default-domain opset, 13 up to the installed onnx's newest (default 17).
+        simplify: run onnxsim on the graph and keep its result if its own numeric check
+            passes (standard mode; onnxsim would inline the functions of function mode).
         mode: ``standard`` or ``function`` (one ``dcd_deploy`` node per DCD layer).
         check: compare against PyTorch with :func:`~dcd_deploy.check_parity`; a failure
             raises :class:`ParityError` and writes nothing.
