@@ -16,8 +16,10 @@ install: $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/dcd-bench --complexity
-	$(BIN)/dcd-export mobilenetv2_050_dcd -o out/mobilenetv2_050_dcd.onnx
-	$(BIN)/dcd-bench --threads 1
+	mkdir -p out
+	$(BIN)/dcd-export mobilenetv2_100_dcd -o out/mobilenetv2_100_dcd.onnx
+	$(BIN)/dcd-validate mobilenetv2_100_dcd out/mobilenetv2_100_dcd.onnx --batch-sizes 1,4
+	$(BIN)/dcd-bench --threads 1 --json out/bench.json --markdown out/bench.md
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
