@@ -16,6 +16,25 @@ from typing import Iterator
 from .errors import DCDDeployError
 
 
+def check_output_path(path: str | os.PathLike, *, error: type[DCDDeployError] = DCDDeployError) -> None:
+    """Refuse, before any work, an output path that cannot be written.
+
+    Raises:
+        error: ``path`` is a directory, or its directory is missing, not a directory or
+            not writable.
+    """
+    path = Path(path)
+    parent = path.parent
+    if path.is_dir():
+        raise error(f"output path {path} is a directory")
+    if not parent.exists():
+        raise error(f"cannot write {path}: directory {parent} does not exist")
+    if not parent.is_dir():
+        raise error(f"cannot write {path}: {parent} is not a directory")
+    if not os.access(parent, os.W_OK):
+        raise error(f"cannot write {path}: output directory {parent} is not writable")
+
+
 @contextmanager
 def atomic_output(path: str | os.PathLike, *, error: type[DCDDeployError] = DCDDeployError) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; rename it over ``path`` if the block succeeds.

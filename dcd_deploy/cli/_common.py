@@ -17,7 +17,7 @@ from typing import Any, Callable, TypeVar
 
 import click
 
-from .._atomic import atomic_output
+from .._atomic import atomic_output, check_output_path
 from ..errors import DCDDeployError
 
 #: Exit status of a command stopped by a user error.
@@ -65,14 +65,9 @@ def write_json_atomic(path: str | os.PathLike, data: Any) -> None:
 
 
 def check_output_dir(path: Path | None) -> None:
-    """Refuse an output path whose directory is missing or is not a directory."""
-    if path is None:
-        return
-    parent = Path(path).parent
-    if not parent.exists():
-        raise DCDDeployError(f"cannot write {path}: directory {parent} does not exist")
-    if not parent.is_dir():
-        raise DCDDeployError(f"cannot write {path}: {parent} is not a directory")
+    """Refuse an unwritable output path early (before loading or exporting anything)."""
+    if path is not None:
+        check_output_path(path)
 
 
 def model_options(fn):

@@ -12,7 +12,6 @@ defined as a model-local function whose body is the same standard ops.
 from __future__ import annotations
 
 import operator
-import os
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -25,7 +24,7 @@ from torch import nn
 from torch.fx.passes.shape_prop import ShapeProp
 
 from .. import __version__
-from .._atomic import atomic_output
+from .._atomic import atomic_output, check_output_path
 from ..errors import ExportError, ParityError
 from ._builder import DOMAIN, DOMAIN_VERSION, FunctionScope, GraphBuilder, Scope
 from ._deploy_dcd import STRATEGIES, DeployDCD, adaptive_windows
@@ -112,7 +111,7 @@ def export_onnx(model: nn.Module, path, *, input_size: int = 224, batch: int | N
     if batch is not None and (not isinstance(batch, int) or batch < 1):
         raise ExportError(f"batch must be a positive integer or None (dynamic), not {batch!r}")
     path = Path(path)
-    _check_writable(path)
+    check_output_path(path, error=ExportError)
 
     deploy = to_deploy(model, strategy=strategy, input_size=input_size)
     proto = build_onnx(deploy, input_size=input_size, batch=batch, opset=opset, mode=mode,
@@ -145,16 +144,6 @@ def export_onnx(model: nn.Module, path, *, input_size: int = 224, batch: int | N
 
 def _op_name(node: onnx.NodeProto) -> str:
     return f"{node.domain}.{node.op_type}" if node.domain not in ("", "ai.onnx") else node.op_type
-
-
-def _check_writable(path: Path) -> None:
-    parent = path.parent if str(path.parent) else Path(".")
-    if path.is_dir():
-        raise ExportError(f"output path {path} is a directory")
-    if not parent.is_dir():
-        raise ExportError(f"output directory {parent} does not exist")
-    if not os.access(parent, os.W_OK):
-        raise ExportError(f"output directory {parent} is not writable")
 
 
 def _simplify(proto: onnx.ModelProto) -> tuple[onnx.ModelProto, bool]:
