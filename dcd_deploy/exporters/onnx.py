@@ -143,7 +143,10 @@ def export_onnx(model: nn.Module, path, *, input_size: int = 224, batch: int | N
 
 
 def _op_name(node: onnx.NodeProto) -> str:
-    return f"{node.domain}.{node.op_type}" if node.domain not in ("", "ai.onnx") else node.op_type
+    """Histogram key: the op type, or ``domain.Function`` without the per-shape suffix."""
+    if node.domain in ("", "ai.onnx"):
+        return node.op_type
+    return f"{node.domain}.{node.op_type.rsplit('_', 1)[0] if node.domain == DOMAIN else node.op_type}"
 
 
 def _simplify(proto: onnx.ModelProto) -> tuple[onnx.ModelProto, bool]:
