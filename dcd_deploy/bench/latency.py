@@ -4,7 +4,10 @@
 :func:`~dcd_deploy.models.pseudo_train` weights; a path is loaded as a checkpoint),
 prepares it for every backend, times all models of a backend interleaved in one process
 and returns a :class:`BenchResult` (printing and files are
-:mod:`dcd_deploy.bench.report`'s and the CLI's business).
+:mod:`dcd_deploy.bench.report`'s and the CLI's business). This module holds the public
+API, the defaults and the results; the parts behind it live apart: model naming and
+pairing (``_models``), the machine header (``_machine``), the per-backend runners
+(``_runners``) and the interleaved timing loop (``_timing``).
 
 Backends (:data:`BACKENDS`):
 
@@ -44,23 +47,22 @@ Method (DESIGN.md section 6):
 
 from __future__ import annotations
 
-import contextlib
-import datetime as _dt
-import gc
 import importlib.util
-import os
-import platform
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Hashable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
 from ..errors import DCDDeployError
 from . import _stats
-from .paper import KINDS, PAPER_LATENCY_MS, PAPER_LATENCY_SETUP
+from ._machine import MachineInfo, machine_info
+from ._models import DEFAULT_SEED, ModelEntry, load_model, pair_models
+from ._runners import openvino_runner, ort_runner, ort_session_options, torch_runner
+from ._timing import DEFAULT_BURST_S, measure_interleaved, set_threads
+from .paper import PAPER_LATENCY_MS, PAPER_LATENCY_SETUP
 
 #: Version of the JSON layout of :meth:`BenchResult.to_dict` (docs/bench.md).
 SCHEMA = "dcd-bench.latency/1"
@@ -70,15 +72,13 @@ DEFAULT_MODELS = ("mobilenetv2_050", "mobilenetv2_050_dcd", "mobilenetv2_100", "
 DEFAULT_THREADS = 1
 DEFAULT_BATCH = 1
 DEFAULT_INPUT_SIZE = 224
-DEFAULT_SEED = 0
+# DEFAULT_SEED (zoo pseudo-training and input seed) is ._models'; DEFAULT_BURST_S is ._timing's.
 #: Minimum timed runs per model and backend.
 DEFAULT_RUNS = 50
 #: Minimum timed seconds per model and backend.
 DEFAULT_MIN_TIME = 5.0
 #: Warm-up runs per model and backend (after the first run, not timed).
 DEFAULT_WARMUP = 5
-#: Target length of one model's burst within a round, seconds.
-DEFAULT_BURST_S = 0.1
 #: Profiled runs per model (``--profile``), after ``PROFILE_WARMUP`` dropped ones.
 DEFAULT_PROFILE_RUNS = 50
 PROFILE_WARMUP = 2
@@ -88,310 +88,10 @@ QUICK = {"runs": 5, "min_time": 0.0, "warmup": 1, "burst_s": 0.02, "profile_runs
 CI_ROUNDS, CI_RUNS = "paired rounds bootstrap", "runs bootstrap"
 #: Seconds between progress lines while timing.
 PROGRESS_EVERY_S = 10.0
-#: Largest burst (runs of one model in a row).
-MAX_BURST = 50
 #: Export settings of the onnxruntime/openvino backends (``dcd-export``'s defaults).
 ONNX_EXPORT = {"strategy": "auto", "mode": "standard", "batch": "dynamic", "check": False}
 
 Progress = Callable[[str], None]
-
-
-# -- models and pairing -------------------------------------------------------------------
-@dataclass(frozen=True)
-class ModelEntry:
-    """One model to time.
-
-    Attributes:
-        spec: as given (a zoo name or a checkpoint path).
-        name: the zoo name, or the file name up to its first dot.
-        model: the pair key: ``name`` without its kind suffix (``mobilenetv2_100``).
-        variant: ``static``, ``dcd``, ``dyconv`` or ``condconv`` (from the suffix).
-    """
-
-    spec: str
-    name: str
-    model: str
-    variant: str
-
-
-def _entry_name(spec: str) -> str:
-    from ..models import is_model
-
-    if is_model(spec) and not Path(spec).exists():
-        return spec
-    return Path(spec).name.split(".")[0] or spec
-
-
-def pair_models(specs: Sequence[str]) -> list[ModelEntry]:
-    """Name and pair the models: ``X`` is the static partner of ``X_dcd`` (and ``X_dyconv``...).
-
-    The result is ordered by pair (first appearance), static first, then the others in
-    the order given.
-
-    Raises:
-        DCDDeployError: no models, or the same name twice.
-    """
-    specs = [s.strip() for s in specs if s and s.strip()]
-    if not specs:
-        raise DCDDeployError("no models given")
-    entries, seen = [], set()
-    for spec in specs:
-        name = _entry_name(spec)
-        if name in seen:
-            raise DCDDeployError(f"model {name!r} given twice")
-        seen.add(name)
-        base, _, suffix = name.rpartition("_")
-        if base and suffix in KINDS and suffix != "static":
-            entries.append(ModelEntry(spec, name, base, suffix))
-        else:
-            entries.append(ModelEntry(spec, name, name, "static"))
-    order = list(dict.fromkeys(e.model for e in entries))
-    return sorted(entries, key=lambda e: (order.index(e.model), e.variant != "static"))
-
-
-def load_model(spec: str, *, input_size: int, seed: int = DEFAULT_SEED, trust_checkpoint: bool = False):
-    """A zoo name (pseudo-trained with ``seed``) or a checkpoint path, in eval mode.
-
-    Returns:
-        ``(model, source)`` with source ``"zoo"`` or ``"checkpoint"``.
-    """
-    from ..checkpoint import resolve_model
-    from ..models import is_model
-
-    source = "zoo" if is_model(spec) and not Path(spec).exists() else "checkpoint"
-    model = resolve_model(spec, trust_checkpoint=trust_checkpoint, seed=seed, input_size=input_size)
-    return model.eval(), source
-
-
-# -- machine ------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class MachineInfo:
-    """Where and how the numbers were taken (the header of every report)."""
-
-    cpu: str
-    cores: int
-    cpus_usable: int
-    platform: str
-    python: str
-    torch: str
-    onnxruntime: str | None
-    openvino: str | None
-    dcd_deploy: str
-    threads: int
-    torch_interop_threads: int
-    batch: int
-    input_size: int
-    date: str
-    load_avg: list[float] | None  # 1, 5, 15 min load averages when the benchmark started
-
-
-def cpu_model(cpuinfo: str | os.PathLike = "/proc/cpuinfo") -> str:
-    """The CPU's model name (first ``model name`` of ``/proc/cpuinfo``, else the platform's)."""
-    with contextlib.suppress(OSError):
-        for line in Path(cpuinfo).read_text(encoding="utf-8", errors="replace").splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() in ("model name", "Model", "Processor") and value.strip():
-                return value.strip()
-    return platform.processor() or platform.machine() or "unknown"
-
-
-def _version(module: str) -> str | None:
-    if importlib.util.find_spec(module) is None:
-        return None
-    try:
-        mod = __import__(module)
-    except Exception:  # a broken install is reported as missing
-        return None
-    return str(getattr(mod, "__version__", None) or getattr(mod, "get_version", lambda: "?")())
-
-
-def machine_info(*, threads: int, batch: int, input_size: int, with_openvino: bool = False) -> MachineInfo:
-    import torch
-
-    from .. import __version__
-
-    try:
-        usable = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        usable = os.cpu_count() or 1
-    return MachineInfo(
-        cpu=cpu_model(), cores=os.cpu_count() or 1, cpus_usable=usable,
-        platform=platform.platform(), python=platform.python_version(), torch=torch.__version__,
-        onnxruntime=_version("onnxruntime"), openvino=_version("openvino") if with_openvino else None,
-        dcd_deploy=__version__, threads=threads, torch_interop_threads=torch.get_num_interop_threads(),
-        batch=batch, input_size=input_size,
-        date=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        load_avg=_load_avg(),
-    )
-
-
-def _load_avg() -> list[float] | None:
-    try:
-        return [round(v, 2) for v in os.getloadavg()]
-    except (AttributeError, OSError):
-        return None
-
-
-# -- timing -------------------------------------------------------------------------------
-@dataclass
-class Timing:
-    """Raw timings of one model on one backend (milliseconds).
-
-    Attributes:
-        first_ms: the very first run.
-        warmup_ms: the dropped warm-up runs.
-        samples_ms: every timed run, in order.
-        rounds: the timed runs per interleaved round.
-        burst: runs per round.
-        cpu_ms: CPU time of the calling thread during each timed run (with one thread,
-            the run's time minus any time the thread was preempted).
-    """
-
-    first_ms: float
-    warmup_ms: list[float] = field(default_factory=list)
-    samples_ms: list[float] = field(default_factory=list)
-    rounds: list[list[float]] = field(default_factory=list)
-    burst: int = 1
-    cpu_ms: list[float] = field(default_factory=list)  # calling thread's CPU time, per timed run
-
-    @property
-    def total_s(self) -> float:
-        return sum(self.samples_ms) / 1000.0
-
-
-def _timed(fn: Callable[[], Any], clock: Callable[[], int]) -> float:
-    start = clock()
-    fn()
-    return (clock() - start) / 1e6
-
-
-def _timed_cpu(fn: Callable[[], Any], clock: Callable[[], int], cpu_clock: Callable[[], int]) -> tuple[float, float]:
-    start, cpu = clock(), cpu_clock()
-    fn()
-    end, cpu_end = clock(), cpu_clock()
-    return (end - start) / 1e6, (cpu_end - cpu) / 1e6
-
-
-def measure_interleaved(runners: Mapping[str, Callable[[], Any]], *, runs: int, min_time: float,
-                        warmup: int, burst_s: float = DEFAULT_BURST_S,
-                        clock: Callable[[], int] = time.perf_counter_ns,
-                        max_rounds: int = 1_000_000,
-                        cpu_clock: Callable[[], int] = time.thread_time_ns,
-                        on_round: Callable[[int, float], None] | None = None) -> dict[Hashable, Timing]:
-    """Time every runner interleaved with the others (see the module docstring).
-
-    Args:
-        runners: key -> a function running the model once on its fixed input.
-        runs: minimum timed runs per runner.
-        min_time: minimum timed seconds per runner.
-        warmup: untimed-in-results runs after the first, per runner.
-        burst_s: target seconds of one runner's burst in a round.
-        clock: nanosecond clock.
-        cpu_clock: nanosecond CPU-time clock of the calling thread.
-        max_rounds: safety stop.
-        on_round: called after each round with the rounds done and the fraction of the
-            asked runs and time reached by the runner furthest from it (0..1).
-
-    Returns:
-        key -> :class:`Timing`.
-    """
-    if runs < 1:
-        raise ValueError("runs must be at least 1")
-    keys = list(runners)
-    gc.collect()
-    gc_was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        timings = {k: Timing(first_ms=_timed(runners[k], clock)) for k in keys}
-        for i in range(warmup):
-            for k in (keys if i % 2 == 0 else keys[::-1]):
-                timings[k].warmup_ms.append(_timed(runners[k], clock))
-        for k in keys:
-            t = timings[k]
-            estimate = float(np.median(t.warmup_ms)) if t.warmup_ms else t.first_ms
-            t.burst = int(min(MAX_BURST, max(1, round(burst_s * 1000.0 / max(estimate, 1e-6)))))
-
-        def fraction() -> float:
-            return min(min(1.0, len(t.samples_ms) / runs, t.total_s / min_time if min_time > 0 else 1.0)
-                       for t in timings.values())
-
-        r = 0
-        while fraction() < 1.0 and r < max_rounds:
-            for k in (keys if r % 2 == 0 else keys[::-1]):
-                t = timings[k]
-                pairs = [_timed_cpu(runners[k], clock, cpu_clock) for _ in range(t.burst)]
-                batch = [w for w, _ in pairs]
-                t.samples_ms.extend(batch)
-                t.cpu_ms.extend(c for _, c in pairs)
-                t.rounds.append(batch)
-            r += 1
-            if on_round is not None:
-                on_round(r, fraction())
-    finally:
-        if gc_was_enabled:
-            gc.enable()
-    return timings
-
-
-# -- backends -----------------------------------------------------------------------------
-def set_threads(threads: int) -> int:
-    """Set PyTorch's thread pools; returns the intra-op count it had."""
-    import torch
-
-    previous = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    with contextlib.suppress(RuntimeError):  # only allowed before any inter-op work started
-        torch.set_num_interop_threads(threads)
-    return previous
-
-
-def ort_session_options(threads: int):
-    """ONNX Runtime options of every session here: N threads, sequential, all optimisations."""
-    import onnxruntime as ort
-
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = threads
-    so.inter_op_num_threads = threads
-    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    so.log_severity_level = 3  # errors only
-    return so
-
-
-def _torch_runner(module, x):
-    def run():
-        return module(x)
-
-    return run
-
-
-def _ort_runner(path: Path, x: np.ndarray, threads: int):
-    import onnxruntime as ort
-
-    sess = ort.InferenceSession(str(path), ort_session_options(threads), providers=["CPUExecutionProvider"])
-    feed = {sess.get_inputs()[0].name: x}
-    out = [sess.get_outputs()[0].name]
-
-    def run():
-        return sess.run(out, feed)
-
-    return run
-
-
-def _openvino_runner(path: Path, x: np.ndarray, threads: int):
-    import openvino as ov
-
-    core = ov.Core()
-    model = core.read_model(str(path))
-    model.reshape(list(x.shape))
-    compiled = core.compile_model(model, "CPU", {
-        "INFERENCE_NUM_THREADS": threads, "NUM_STREAMS": 1, "PERFORMANCE_HINT": "LATENCY"})
-    request = compiled.create_infer_request()
-
-    def run():
-        return request.infer({0: x})
-
-    return run
 
 
 # -- results ------------------------------------------------------------------------------
@@ -627,20 +327,20 @@ def run_benchmark(models: Sequence[str] = DEFAULT_MODELS, *, backends: Sequence[
             for backend in backends:
                 for e in entries:
                     if backend == "torch":
-                        runners[(backend, e.name)] = _torch_runner(built[e.name], x)
+                        runners[(backend, e.name)] = torch_runner(built[e.name], x)
                     elif backend == "torch-deploy":
                         from ..exporters import to_deploy
 
                         t0 = time.perf_counter()
                         deploy = to_deploy(built[e.name], strategy="auto", input_size=input_size)
                         forms[(backend, e.name)] = _forms(getattr(deploy, "strategies", None))
-                        runners[(backend, e.name)] = _torch_runner(deploy, x)
+                        runners[(backend, e.name)] = torch_runner(deploy, x)
                         progress(f"[torch-deploy] {e.name}: deploy form in {time.perf_counter() - t0:.1f} s")
                     elif backend == "onnxruntime":
-                        runners[(backend, e.name)] = _ort_runner(exported(e), x_np, threads)
+                        runners[(backend, e.name)] = ort_runner(exported(e), x_np, threads)
                     else:
                         try:
-                            runners[(backend, e.name)] = _openvino_runner(exported(e), x_np, threads)
+                            runners[(backend, e.name)] = openvino_runner(exported(e), x_np, threads)
                         except Exception as exc:  # OpenVINO's own error types; a user-facing failure
                             raise DCDDeployError(f"openvino cannot compile {e.name}: "
                                                  f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
@@ -745,7 +445,6 @@ def _records(entries, backends, timings, meta, forms, *, cpu_time: bool = True) 
 
 __all__ = [
     "BACKENDS", "BenchResult", "DEFAULT_BACKENDS", "DEFAULT_MODELS", "LatencyRecord", "MachineInfo",
-    "ModelEntry", "ModelProfile", "SCHEMA", "Timing", "cpu_model", "load_model", "machine_info",
-    "measure_interleaved", "ort_session_options", "pair_models", "paper_ms", "paper_ratio",
-    "run_benchmark", "set_threads",
+    "ModelEntry", "ModelProfile", "SCHEMA", "measure_interleaved", "pair_models", "paper_ms", "paper_ratio",
+    "run_benchmark",
 ]

@@ -11,7 +11,7 @@ import math
 import numpy as np
 import pytest
 
-from dcd_deploy.bench import _stats
+from dcd_deploy.bench import _machine, _models, _stats, _timing
 from dcd_deploy.bench import latency as lat
 from dcd_deploy.errors import DCDDeployError
 
@@ -129,7 +129,7 @@ def test_round_ratios_and_spread():
 
 # -- pairing ------------------------------------------------------------------------------
 def test_pairing_orders_by_pair_static_first():
-    entries = lat.pair_models(["mobilenetv2_100_dcd", "mobilenetv2_050", "mobilenetv2_100",
+    entries = _models.pair_models(["mobilenetv2_100_dcd", "mobilenetv2_050", "mobilenetv2_100",
                                "mobilenetv2_050_dcd"])
     assert [(e.model, e.variant, e.name) for e in entries] == [
         ("mobilenetv2_100", "static", "mobilenetv2_100"),
@@ -140,7 +140,7 @@ def test_pairing_orders_by_pair_static_first():
 
 
 def test_pairing_of_paths_and_other_kinds():
-    entries = lat.pair_models(["/ckpt/mobilenetv2_035_dcd.pth.tar", " mine.pt ", "resnet18_dyconv",
+    entries = _models.pair_models(["/ckpt/mobilenetv2_035_dcd.pth.tar", " mine.pt ", "resnet18_dyconv",
                                "mobilenetv2_035.pt"])
     got = {(e.name, e.model, e.variant) for e in entries}
     assert got == {("mobilenetv2_035_dcd", "mobilenetv2_035", "dcd"), ("mine", "mine", "static"),
@@ -151,9 +151,9 @@ def test_pairing_of_paths_and_other_kinds():
 
 def test_pairing_errors():
     with pytest.raises(DCDDeployError, match="twice"):
-        lat.pair_models(["mobilenetv2_050", "mobilenetv2_050"])
+        _models.pair_models(["mobilenetv2_050", "mobilenetv2_050"])
     with pytest.raises(DCDDeployError, match="no models"):
-        lat.pair_models([" ", ""])
+        _models.pair_models([" ", ""])
 
 
 def test_paper_figures():
@@ -185,7 +185,7 @@ class FakeClock:
 def test_measure_interleaved_alternates_and_meets_both_targets():
     clock = FakeClock()
     runners = {"a": clock.runner("a", 2.0), "b": clock.runner("b", 3.0)}
-    t = lat.measure_interleaved(runners, runs=4, min_time=0.05, warmup=2, burst_s=0.01, clock=clock,
+    t = _timing.measure_interleaved(runners, runs=4, min_time=0.05, warmup=2, burst_s=0.01, clock=clock,
                                 cpu_clock=clock)
     assert clock.calls[:2] == ["a", "b"]  # first runs
     assert clock.calls[2:6] == ["a", "b", "b", "a"]  # warm-up, alternating order
@@ -204,7 +204,7 @@ def test_measure_interleaved_alternates_and_meets_both_targets():
 def test_measure_interleaved_reports_progress_per_round():
     clock = FakeClock()
     seen = []
-    lat.measure_interleaved({"x": clock.runner("x", 1.0), "y": clock.runner("y", 4.0)}, runs=2,
+    _timing.measure_interleaved({"x": clock.runner("x", 1.0), "y": clock.runner("y", 4.0)}, runs=2,
                             min_time=0.02, warmup=0, burst_s=0.004, clock=clock,
                             on_round=lambda r, f: seen.append((r, f)))
     assert [r for r, _ in seen] == list(range(1, len(seen) + 1))
@@ -214,37 +214,37 @@ def test_measure_interleaved_reports_progress_per_round():
 
 def test_measure_interleaved_run_count_only():
     clock = FakeClock()
-    t = lat.measure_interleaved({"x": clock.runner("x", 1.0)}, runs=7, min_time=0.0, warmup=0,
+    t = _timing.measure_interleaved({"x": clock.runner("x", 1.0)}, runs=7, min_time=0.0, warmup=0,
                                 burst_s=0.002, clock=clock)
     assert t["x"].burst == 2 and len(t["x"].samples_ms) == 8 and not t["x"].warmup_ms
     with pytest.raises(ValueError):
-        lat.measure_interleaved({"x": clock.runner("x", 1.0)}, runs=0, min_time=0.0, warmup=0)
+        _timing.measure_interleaved({"x": clock.runner("x", 1.0)}, runs=0, min_time=0.0, warmup=0)
 
 
 # -- machine info and records -------------------------------------------------------------
 def test_cpu_model_from_cpuinfo(tmp_path):
     info = tmp_path / "cpuinfo"
     info.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC 7551P 32-Core\n")
-    assert lat.cpu_model(info) == "AMD EPYC 7551P 32-Core"
-    assert lat.cpu_model(tmp_path / "missing")  # falls back to the platform's name
+    assert _machine.cpu_model(info) == "AMD EPYC 7551P 32-Core"
+    assert _machine.cpu_model(tmp_path / "missing")  # falls back to the platform's name
 
 
 def _synthetic_result() -> lat.BenchResult:
-    entries = lat.pair_models(["mobilenetv2_050", "mobilenetv2_050_dcd"])
+    entries = _models.pair_models(["mobilenetv2_050", "mobilenetv2_050_dcd"])
     rng = np.random.default_rng(0)
     timings, meta = {}, {}
     for backend in ("torch", "onnxruntime"):
         for e, base in zip(entries, (10.0, 12.0)):
             rounds = [list(base + rng.random(5)) for _ in range(4)]
             samples = [v for r in rounds for v in r]
-            timings[(backend, e.name)] = lat.Timing(first_ms=50.0, warmup_ms=[11.0], samples_ms=samples,
+            timings[(backend, e.name)] = _timing.Timing(first_ms=50.0, warmup_ms=[11.0], samples_ms=samples,
                                                     rounds=rounds, cpu_ms=[0.9 * v for v in samples])
     for e in entries:
         meta[e.name] = {"source": "zoo", "params_m": 2.0, "madds_m": 100.0, "madds_form": "min",
                         "madds_latent_m": 130.0, "madds_weight_m": 140.0}
     forms = {("onnx", "mobilenetv2_050_dcd"): {"weight": 25, "latent": 9}}
     records = lat._records(entries, ["torch", "onnxruntime"], timings, meta, forms)
-    machine = lat.machine_info(threads=1, batch=1, input_size=224)
+    machine = _machine.machine_info(threads=1, batch=1, input_size=224)
     return lat.BenchResult(machine=machine, settings={"runs": 20, "min_time_s": 1.0, "warmup": 1},
                            records=records, notes=["openvino not installed, skipped"])
 
@@ -313,13 +313,13 @@ def test_load_model_checkpoint_paths(tmp_path):
 
     model = create_model("mobilenetv2_035")
     save_checkpoint(model, tmp_path / "mine.pt")
-    loaded, source = lat.load_model(str(tmp_path / "mine.pt"), input_size=64)
+    loaded, source = _models.load_model(str(tmp_path / "mine.pt"), input_size=64)
     assert source == "checkpoint" and loaded.arch == "mobilenetv2_035"
     torch.save(model.state_dict(), tmp_path / "mobilenetv2_035.pth")  # plain: named after the zoo model
-    loaded, _ = lat.load_model(str(tmp_path / "mobilenetv2_035.pth"), input_size=64)
+    loaded, _ = _models.load_model(str(tmp_path / "mobilenetv2_035.pth"), input_size=64)
     assert loaded.arch == "mobilenetv2_035"
     torch.save(model.state_dict(), tmp_path / "plain.pth")
     with pytest.raises(DCDDeployError, match="does not name its architecture"):
-        lat.load_model(str(tmp_path / "plain.pth"), input_size=64)
+        _models.load_model(str(tmp_path / "plain.pth"), input_size=64)
     with pytest.raises(DCDDeployError, match="did you mean"):
-        lat.load_model("mobilenetv2_10", input_size=64)
+        _models.load_model("mobilenetv2_10", input_size=64)

@@ -209,7 +209,7 @@ def test_a_real_export_maps_completely(tmp_path):
     import numpy as np
 
     from dcd_deploy import create_model, export_onnx, pseudo_train
-    from dcd_deploy.bench.latency import ort_session_options
+    from dcd_deploy.bench._runners import ort_session_options
     from dcd_deploy.bench.profile import profile_onnx
     from dcd_deploy.exporters import to_deploy
 
