@@ -110,8 +110,8 @@ _STRIDE_1X1 = ("stride in the first 1x1 (stride_in_1x1=True), the original ResNe
                "paper's 3.8G counts; the authors' code puts it on the 3x3 (4.09G static)")
 _BLOCKS = ("the paper does not say how L scales with B; here each block gets the latent dim "
            "the release gives a C/B-channel layer (Q, P grouped, Φ head B·L_b² wide)")
-_DW = ("no released depthwise DCD exists; the zoo's (Eq. 7, global pool, FC reduction "
-       "r = 8, L_k = 4) is an assumption, and the paper's DW rows carry more parameters")
+_DW = ("no released depthwise DCD exists; the zoo's is Eq. 7 (L_k = 4) with the release's "
+       "branch for a C -> C layer (global pool, squeeze C / fc_squeeze, SE gate), an assumption")
 _DYCONV_MBV2 = ("the paper (quoting DY-Conv's original figures) does not say which convs "
                 "DY-Conv makes dynamic; the zoo makes every block conv dynamic and keeps the "
                 "stem, the 1x1 head and the classifier static")

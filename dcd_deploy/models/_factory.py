@@ -97,10 +97,13 @@ class LayerSpec:
             return CondConv2d(in_ch, out_ch, kernel_size, stride, groups,
                               num_kernels=self.num_kernels or 8)
         kw = dict(channel_attention=self.channel_attention, channel_fusion=self.channel_fusion)
-        if groups > 1:  # depthwise (Eq. 7): no release variant exists; paper form
+        if groups > 1:  # depthwise (Eq. 7): no release variant exists
+            # The release's branch for a C -> C layer: global pool, squeeze C / fc_squeeze
+            # and its SE gate (the paper style keeps the plain ReLU branch).
             lk = self._mult(max(1, kernel_size * kernel_size // 2))
+            gate = "relu" if self.style == "paper" else "se"
             return DCDConv2d(in_ch, out_ch, kernel_size, stride, groups, latent_dim=lk,
-                             reduction=self.fc_squeeze, **kw)
+                             reduction=self.fc_squeeze, gate=gate, **kw)
         if self.style == "paper" or self.joint_fusion:
             from ..layers import default_latent_dim
 

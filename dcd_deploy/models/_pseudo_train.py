@@ -28,7 +28,8 @@ HEAD_STD = 0.5
 CALIB_BATCHES = 3
 CALIB_BATCH_SIZE = 8
 #: Gain range of the release's latent ``bn2``: it normalises Φz, so its weight alone sets
-#: how much Φ contributes; a full gain makes an untrained 34-layer net chaotic.
+#: how much Φ contributes; a full gain makes an untrained 34-layer net chaotic. Depthwise
+#: DCD layers (no bn2) get it on P.
 LATENT_GAIN = (0.1, 0.3)
 #: Running variances are floored at this fraction of their layer's mean: a channel that
 #: never varied on synthetic data would otherwise amplify rounding noise by 1/sqrt(eps).
@@ -86,6 +87,9 @@ def pseudo_train(model: nn.Module, seed: int = 0, *, input_size: int = 224) -> n
         if isinstance(m, (DCDConv2d, DCDLinear)) and m.bn2 is not None:
             m.bn2.weight.copy_(lo + (hi - lo) * torch.rand(m.bn2.weight.shape, generator=g))
             m.bn2.bias.mul_(lo)
+        elif isinstance(m, DCDConv2d) and m.weight_p is not None:
+            # Eq. 7 has no bn2 to set Φ's share: give P the same modest gain instead.
+            m.weight_p.mul_(lo + (hi - lo) * torch.rand(m.weight_p.shape[0], 1, generator=g))
     for m in model.modules():
         if isinstance(m, (nn.Linear, MixtureConv2d)) and getattr(m, "bias", None) is not None:
             m.bias.copy_(0.05 * torch.randn(m.bias.shape, generator=g))
