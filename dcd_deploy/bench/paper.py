@@ -119,8 +119,8 @@ _RESNET10 = ("the paper does not define ResNet-10 (its static and DY-Conv figure
              "from the original papers); the zoo's is BasicBlock x (1,1,1,1)")
 _RESNET10_PARAMS = (f"{_RESNET10}; its params excluding and including the classifier "
                     "bracket the paper's figure")
-_LAMBDA_ONLY = ("with Φ off the zoo keeps the release's branch (2x2 pool, 4·C_in inputs, SE "
-                "gate, squeeze sized as if Φ were on), wider than the paper's ΛW0 row implies")
+_LAMBDA_ONLY = ("with Φ off the zoo's branch pools globally (Λ alone is SE-like channel "
+                "attention; the release's 2x2 pool feeds Φ): an assumption fitted to Table 1's ΛW0 rows")
 _RESNET50_DCD = ("params unexplained: the authors' ResNet-50 DCD has 29.84M with its DCD "
                  "classifier (DESIGN.md section 4), under 30.7M with or without it")
 

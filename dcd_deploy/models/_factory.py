@@ -120,13 +120,18 @@ class LayerSpec:
         return max(1, int(round(dim * self.latent_mult)))
 
     def _release_dims(self, family: str, inp: int, oup: int) -> tuple[int, int, int]:
-        """(pool, latent dim, squeeze) of the release's layer, with ``latent_mult`` and B.
+        """(pool, latent dim, squeeze) of the release's layer, with ``latent_mult``, B and Φ.
 
         With B diagonal blocks (Eq. 6) each block gets the latent dim the release gives a
         C_in/B -> C_out/B layer (this reproduces Table 3a's parameter counts within 2%);
         the dynamic branch keeps the full layer's squeeze width.
         """
         pool, dim, squeeze = release_dims(family, inp, oup, self.fc_squeeze)
+        if not self.channel_fusion:
+            # Λ alone is channel attention, pooled globally like SE and DY-Conv; the 2x2
+            # pool only feeds Φ. Table 1's ΛW0 rows fit this (ResNet-18: 11.84M against
+            # 11.7M; with the 2x2 pool 12.69M).
+            pool = 1
         b = self.num_blocks
         if b > 1:
             dim = release_dims(family, inp // b, oup // b, self.fc_squeeze)[1]
