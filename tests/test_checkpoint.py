@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch import nn
 
-from dcd_deploy import create_model, load_checkpoint, pseudo_train, save_checkpoint
+from dcd_deploy import create_model, load_checkpoint, save_checkpoint
 from dcd_deploy.errors import (
     CheckpointError,
     DCDDeployError,
@@ -17,21 +17,16 @@ from dcd_deploy.errors import (
 )
 from dcd_deploy.models import synthetic_images
 
+from _zoo import ZooCache
+
 SIZE = 64  # MobileNetV2 and static ResNets take any input size
 
 
 @pytest.fixture(scope="module")
 def trained():
-    """Pseudo-trained zoo models, built once per module (weights are never modified)."""
-    cache = {}
-
-    def get(arch, **config):
-        key = (arch, tuple(sorted(config.items())))
-        if key not in cache:
-            cache[key] = pseudo_train(create_model(arch, **config), seed=len(cache), input_size=SIZE)
-        return cache[key]
-
-    return get
+    """Pseudo-trained zoo models, built once per module (weights are never modified):
+    ``trained(arch, **config)``, each with its own seed, at ``SIZE``."""
+    return ZooCache(size=lambda arch: SIZE, seed=None)
 
 
 def assert_same_model(loaded, model):

@@ -15,13 +15,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from dcd_deploy import create_model, list_models, pseudo_train, to_deploy
+from dcd_deploy import create_model, list_models, to_deploy
 from dcd_deploy.errors import ExportError, UnsupportedInputError
 from dcd_deploy.exporters._deploy_dcd import DeployDCD, adaptive_windows, prefers_weight_form
 from dcd_deploy.exporters._deploy_mixture import DeployMixture
 from dcd_deploy.layers import CondConv2d, DCDConv2d, DCDLinear, DynamicConv2d
 from dcd_deploy.layers._mixture import MixtureConv2d
 from dcd_deploy.models import synthetic_images
+
+from _zoo import ZooCache, input_size
 
 DYNAMIC = (DCDConv2d, DCDLinear, MixtureConv2d)
 BN = (nn.BatchNorm1d, nn.BatchNorm2d)
@@ -35,16 +37,6 @@ REL_TOL = 1e-4
 FP32_SLACK = 4.0
 
 
-def input_size(name: str) -> int:
-    """Smallest input the comparison is meaningful at.
-
-    DCD ResNets pool with the release's fixed 7x7 average (224 only).
-    """
-    if name.startswith("resnet"):
-        return 224 if name.endswith("_dcd") else 64
-    return 64
-
-
 def cases():
     out = []
     for name in list_models():
@@ -55,15 +47,9 @@ def cases():
     return out
 
 
-_CACHE: dict = {}
-
-
-def trained(name: str):
-    """One pseudo-trained model at a time (cases are grouped by model)."""
-    if name not in _CACHE:
-        _CACHE.clear()
-        _CACHE[name] = pseudo_train(create_model(name), seed=0, input_size=input_size(name))
-    return _CACHE[name]
+#: One pseudo-trained model at a time (cases are grouped by model), at ``input_size``
+#: (the smallest input the comparison is meaningful at).
+trained = ZooCache(keep_one=True)
 
 
 def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:

@@ -34,6 +34,8 @@ from dcd_deploy.layers._mixture import MixtureConv2d
 from dcd_deploy.models import synthetic_images
 from dcd_deploy.models.authors import save_release_checkpoint
 
+from _zoo import ZooCache, input_size as zoo_input_size
+
 DOMAIN = "dcd_deploy"
 FORBIDDEN = {"GatherND", "Einsum", "Loop", "If", "Scan", "BatchNormalization", "ConvTranspose"}
 ATOL, RTOL = 1e-5, 1e-3  # the parity contract (dcd_deploy.parity), applied here by hand
@@ -58,13 +60,8 @@ BIG_MODEL_PARAMS = 50_000_000
 
 
 def input_size(name: str) -> int:
-    """Small inputs where the architecture allows.
-
-    DCD ResNets pool with a fixed 7x7 average (224 only).
-    """
-    if name.startswith("resnet"):
-        return 224 if name.endswith("_dcd") else 64
-    return 96
+    """Small inputs where the architecture allows (96 beyond the ResNets)."""
+    return zoo_input_size(name, small=96)
 
 
 def zoo_cases():
@@ -76,17 +73,9 @@ def zoo_cases():
     return out
 
 
-_CACHE: dict = {}
-
-
-def trained(name: str, size: int | None = None, seed: int = 0):
-    """One pseudo-trained zoo model at a time (cases are grouped by model)."""
-    size = size or input_size(name)
-    key = (name, size, seed)
-    if key not in _CACHE:
-        _CACHE.clear()
-        _CACHE[key] = pseudo_train(create_model(name), seed=seed, input_size=size)
-    return _CACHE[key]
+#: ``trained(name, size=None, seed=0)``: one pseudo-trained zoo model at a time (cases
+#: are grouped by model), at ``input_size`` unless a size is given.
+trained = ZooCache(size=input_size, keep_one=True)
 
 
 # ------------------------------------------------------------------------ graph checks

@@ -9,7 +9,6 @@ Oracle: the original PyTorch model in eval mode, against ONNX Runtime on the exp
 from __future__ import annotations
 
 import copy
-import functools
 
 import numpy as np
 import onnx
@@ -17,10 +16,12 @@ import onnxruntime as ort
 import pytest
 import torch
 
-from dcd_deploy import create_model, export_onnx, pseudo_train
+from dcd_deploy import export_onnx
 from dcd_deploy.exporters import to_deploy
 from dcd_deploy.layers import DCDConv2d, DCDLinear
 from dcd_deploy.models import synthetic_images
+
+from _zoo import ZooCache
 
 SIZE = 96  # MobileNetV2 x0.5 has no fixed pool: any multiple of 32 works
 ATOL, RTOL = 1e-5, 1e-3  # the parity contract (dcd_deploy.parity), applied by hand
@@ -38,10 +39,11 @@ VARIANTS = {
 DW_VARIANTS = [name for name in VARIANTS if "DW" in name]
 
 
-@functools.lru_cache(maxsize=None)
+_trained = ZooCache(size=lambda arch: SIZE, seed=1)
+
+
 def _built(name: str):
-    model = create_model("mobilenetv2_050_dcd", **VARIANTS[name]).eval()
-    return pseudo_train(model, seed=1, input_size=SIZE)
+    return _trained("mobilenetv2_050_dcd", **VARIANTS[name])
 
 
 @pytest.fixture(params=list(VARIANTS), ids=list(VARIANTS))

@@ -23,6 +23,8 @@ from dcd_deploy.models.authors import (
     to_release_state_dict,
 )
 
+from _zoo import ZooCache
+
 # -- oracles (DESIGN.md section 4) -----------------------------------------------------
 
 
@@ -177,31 +179,29 @@ def test_our_classifier_is_the_release_dycls(inp, oup):
 # -- release files ------------------------------------------------------------------
 
 
+def with_weights(arch, size, seed, **config):
+    """A zoo model with non-trivial weights, made quickly enough for these tests."""
+    model = create_model(arch, **config)
+    if arch.startswith("resnet"):
+        # pseudo_train calibrates BN on 24 images of 224x224 (the fixed 7x7 pool): too
+        # slow here. Noise on every tensor (the zero-initialised Λ/Φ heads included) and
+        # one small calibration batch keep outputs finite and input-dependent.
+        g = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            for t in model.state_dict().values():
+                if t.is_floating_point():
+                    t.add_(0.05 * torch.randn(t.shape, generator=g))
+        recalibrate_bn(model, seed=seed, input_size=size, batches=1, batch_size=2)
+    else:
+        pseudo_train(model, seed=seed, input_size=size)
+    return model
+
+
 @pytest.fixture(scope="module")
 def trained():
-    """Zoo models with non-trivial weights, built once per module (never modified)."""
-    cache = {}
-
-    def get(arch, **config):
-        key = (arch, tuple(sorted(config.items())))
-        if key not in cache:
-            model = create_model(arch, **config)
-            if arch.startswith("resnet"):
-                # pseudo_train calibrates BN on 24 images of 224x224 (the fixed 7x7 pool): too
-                # slow here. Noise on every tensor (the zero-initialised Λ/Φ heads included) and
-                # one small calibration batch keep outputs finite and input-dependent.
-                g = torch.Generator().manual_seed(len(cache))
-                with torch.no_grad():
-                    for t in model.state_dict().values():
-                        if t.is_floating_point():
-                            t.add_(0.05 * torch.randn(t.shape, generator=g))
-                recalibrate_bn(model, seed=len(cache), input_size=224, batches=1, batch_size=2)
-            else:
-                pseudo_train(model, seed=len(cache), input_size=64)
-            cache[key] = model
-        return cache[key]
-
-    return get
+    """Zoo models with non-trivial weights, built once per module (never modified):
+    ``trained(arch, **config)``, each with its own seed, at ``_zoo.input_size``."""
+    return ZooCache(seed=None, build=with_weights)
 
 
 def assert_same_weights(loaded, model):
