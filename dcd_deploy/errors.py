@@ -33,7 +33,8 @@ class StateDictMismatchError(CheckpointError):
 
 
 class UnsupportedInputError(DCDDeployError):
-    """An input size or batch that the architecture cannot take."""
+    """An input the operation cannot take: an input size or batch the architecture cannot
+    take, or a model without the DCD layers the operation needs."""
 
 
 class ExportError(DCDDeployError):

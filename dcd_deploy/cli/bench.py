@@ -7,6 +7,9 @@ lines go to stderr, the table to stdout; ``--json/--markdown/--plot`` write file
 ``--profile`` adds ONNX Runtime's per-node breakdown. Everything is measured by the
 library; this module only parses options and prints.
 
+``dcd-bench --floor`` times each DCD model's dynamic branch alone (and with ``W(x)``
+formed) beside the static model and the full export (:mod:`dcd_deploy.bench.floor`).
+
 ``dcd-bench --complexity`` counts the parameters and MAdds of every model in Tables 1-4
 (:func:`dcd_deploy.bench.complexity.compare_with_paper`) and prints them beside the
 paper's cells; ``--json PATH`` also writes one record per paper row.
@@ -42,6 +45,8 @@ _CONVENTION_ABBREV = {PARAMS_EXCL_CLASSIFIER: "-cls"}
 
 _LATENCY_ONLY = ("models", "backends", "batch", "threads", "runs", "min_time", "warmup", "quick",
                  "profile", "profile_runs", "markdown_path", "plot_path", "seed", "trust_checkpoint")
+_FLOOR_OPTIONS = ("models", "threads", "runs", "min_time", "warmup", "quick", "seed")
+_NOT_FLOOR = tuple(k for k in _LATENCY_ONLY if k not in _FLOOR_OPTIONS)
 
 
 def _csv(value: str | None) -> list[str] | None:
@@ -88,6 +93,10 @@ def _out_path():
 @click.option("--warmup", type=click.IntRange(min=0), default=None,
               help="Warm-up runs dropped per model and backend, after the first run. [default: 5; --quick 1]")
 @click.option("--quick", is_flag=True, help="A few runs only: a smoke test, not a measurement.")
+@click.option("--floor", is_flag=True,
+              help="Time, for each DCD model in --models, its dynamic branch alone and with W(x) "
+                   "formed (W0 applied statically) beside the static model and the full export: "
+                   "the latency floor of the model on this machine (ONNX Runtime).")
 @click.option("--profile", is_flag=True,
               help="Also profile each exported model with ONNX Runtime and break its time down by part.")
 @click.option("--profile-runs", type=click.IntRange(min=1), default=None,
@@ -103,17 +112,52 @@ def _out_path():
 @click.option("--trust-checkpoint", is_flag=True,
               help="Allow checkpoints that need full unpickling (runs code from the file).")
 @run_cli
-def main(complexity: bool, json_path: Path | None, input_size: int, **latency) -> None:
-    """Benchmark the model zoo against the paper (ICLR 2021): latency, or --complexity."""
+def main(complexity: bool, floor: bool, json_path: Path | None, input_size: int, **latency) -> None:
+    """Benchmark the model zoo against the paper (ICLR 2021): latency, --floor or --complexity."""
+    if complexity and floor:
+        raise click.UsageError("--complexity and --floor are separate runs")
     if complexity:
-        ctx = click.get_current_context()
-        given = [f"--{k.replace('_path', '').replace('_', '-')}" for k in _LATENCY_ONLY
-                 if ctx.get_parameter_source(k) == click.core.ParameterSource.COMMANDLINE]
-        if given:
-            raise click.UsageError(f"{', '.join(given)} apply to the latency benchmark, not --complexity")
+        _reject_given(_LATENCY_ONLY, "apply to the latency benchmark, not --complexity")
         run_complexity(json_path=json_path, input_size=input_size)
+    elif floor:
+        _reject_given(_NOT_FLOOR, "do not apply to --floor")
+        run_floor_cli(json_path=json_path, input_size=input_size, **{k: latency[k] for k in _FLOOR_OPTIONS})
     else:
         run_latency(json_path=json_path, input_size=input_size, **latency)
+
+
+def _reject_given(names, why: str) -> None:
+    ctx = click.get_current_context()
+    given = [f"--{k.replace('_path', '').replace('_', '-')}" for k in names
+             if ctx.get_parameter_source(k) == click.core.ParameterSource.COMMANDLINE]
+    if given:
+        raise click.UsageError(f"{', '.join(given)} {why}")
+
+
+def run_floor_cli(*, json_path: Path | None, input_size: int, models: str | None, threads: int,
+                  runs: int | None, min_time: float | None, warmup: int | None, quick: bool, seed: int) -> None:
+    """Run :func:`~dcd_deploy.bench.floor.run_floor` and print its table."""
+    import tempfile
+
+    from ..bench import floor, latency
+
+    _check_out_dir(json_path)
+    defaults = latency.QUICK if quick else {"runs": latency.DEFAULT_RUNS, "min_time": latency.DEFAULT_MIN_TIME,
+                                            "warmup": latency.DEFAULT_WARMUP}
+    with tempfile.TemporaryDirectory(prefix="dcd-floor-") as tmp:
+        result = floor.run_floor(
+            _csv(models) or floor.DEFAULT_FLOOR_MODELS, threads=threads, input_size=input_size,
+            runs=defaults["runs"] if runs is None else runs,
+            min_time=defaults["min_time"] if min_time is None else min_time,
+            warmup=defaults["warmup"] if warmup is None else warmup, burst_s=defaults.get("burst_s"),
+            seed=seed, workdir=Path(tmp),
+            progress=lambda msg: click.echo(msg, err=True))
+    click.echo("")
+    for line in floor.format_floor_table(result):
+        click.echo(line)
+    if json_path is not None:
+        write_json_atomic(json_path, result.to_dict())
+        click.echo(f"\nwrote {json_path}")
 
 
 def _check_out_dir(path: Path | None) -> None:

@@ -240,11 +240,8 @@ class DeployDCD(nn.Module):
             in_shape: static input shape (batch entry ignored).
             out_shape: static output shape.
         """
-        y = self._emit_branch(s, x, in_shape)
-        lam = None
-        if self.scale_w is not None:
-            lam = s.op("HardSigmoid", [s.op("Gemm", [y, s.const("fc_scale", self.scale_w)], transB=1)],
-                       alpha=1.0 / 6.0, beta=0.5)  # (B, C_out)
+        y = self.emit_branch(s, x, in_shape)
+        lam = self.emit_attention(s, y)
         if self.kind == "linear":
             return self._emit_linear(s, x, y, lam)
         if self.strategy == "weight":
@@ -264,8 +261,7 @@ class DeployDCD(nn.Module):
             out = s.op("Mul", [out, s.op("Unsqueeze", [lam, s.ints("axes", [2, 3])])])
         if not self.channel_fusion:
             return s.op("Add", [out, s.const("bias", self.bias.view(-1, 1, 1))]) if has_bias and not fused_bias else out
-        phi = s.op("Gemm", [y, s.const("fc_phi", self.phi_w)] +
-                   ([s.const("fc_phi_b", self.phi_b)] if self.kind == "channel" else []), transB=1)
+        phi = self.emit_phi(s, y)
         if self.kind == "channel":
             nb, lb = self.num_blocks, self.latent_dim // self.num_blocks
             z = s.op("Conv", [x, s.const("q", self.q), s.const("q_b", self.q_b)], kernel_shape=[1, 1],
@@ -298,7 +294,30 @@ class DeployDCD(nn.Module):
         out = s.op("Add", [dyn, out])
         return s.op("Add", [out, s.const("bias", self.bias.view(-1, 1, 1))]) if has_bias else out
 
-    def _emit_branch(self, s, x: str, in_shape) -> str:
+    def emit_attention(self, s, y: str) -> str | None:
+        """Λ (B, C_out) from the branch features, or None when channel attention is off."""
+        if self.scale_w is None:
+            return None
+        return s.op("HardSigmoid", [s.op("Gemm", [y, s.const("fc_scale", self.scale_w)], transB=1)],
+                    alpha=1.0 / 6.0, beta=0.5)
+
+    def emit_phi(self, s, y: str) -> str:
+        """Φ' flattened (B, L²) from the branch features (bn2 and the identity folded in)."""
+        bias = [s.const("fc_phi_b", self.phi_b)] if self.kind in ("channel", "linear") else []
+        return s.op("Gemm", [y, s.const("fc_phi", self.phi_w)] + bias, transB=1)
+
+    def emit_weight(self, s, lam: str | None, phi: str) -> tuple[str, str]:
+        """Per-sample ``W(x) = Λ W0 + P Φ' Q`` (B, C_out, C_in) of the weight form, and ``P Φ'``."""
+        lat = self.latent_dim
+        phi = s.op("Reshape", [phi, s.ints("phi_shape", [0, lat, lat])])  # (B, L, L)
+        pphi = s.op("MatMul", [s.const("p", self.p.flatten(1)), phi])  # (B, C_out, L)
+        weight = s.op("MatMul", [pphi, s.const("q", self.q.flatten(1))])  # (B, C_out, C_in)
+        w0 = s.const("w0", self.w0.flatten(1))  # (C_out, C_in)
+        if lam is not None:
+            w0 = s.op("Mul", [s.op("Unsqueeze", [lam, s.ints("axes", [2])]), w0])  # (B, C_out, C_in)
+        return s.op("Add", [weight, w0]), pphi
+
+    def emit_branch(self, s, x: str, in_shape) -> str:
         """Pooled features -> gated squeeze features (B, S)."""
         fc1 = self.fc1
         if self.kind == "linear":
@@ -331,15 +350,7 @@ class DeployDCD(nn.Module):
 
     def _emit_weight(self, s, x, y, lam, in_shape) -> str:
         c_in, h, w = in_shape[1], in_shape[2], in_shape[3]
-        lat = self.latent_dim
-        phi = s.op("Gemm", [y, s.const("fc_phi", self.phi_w), s.const("fc_phi_b", self.phi_b)], transB=1)
-        phi = s.op("Reshape", [phi, s.ints("phi_shape", [0, lat, lat])])  # (B, L, L)
-        pphi = s.op("MatMul", [s.const("p", self.p.flatten(1)), phi])  # (B, C_out, L)
-        weight = s.op("MatMul", [pphi, s.const("q", self.q.flatten(1))])  # (B, C_out, C_in)
-        w0 = s.const("w0", self.w0.flatten(1))  # (C_out, C_in)
-        if lam is not None:
-            w0 = s.op("Mul", [s.op("Unsqueeze", [lam, s.ints("axes", [2])]), w0])  # (B, C_out, C_in)
-        weight = s.op("Add", [weight, w0])
+        weight, pphi = self.emit_weight(s, lam, self.emit_phi(s, y))
         xf = s.op("Reshape", [x, s.ints("x_shape", [0, c_in, h * w])])  # (B, C_in, N)
         out = s.op("MatMul", [weight, xf])  # (B, C_out, N)
         bias = s.op("MatMul", [pphi, s.const("q_b", self.q_b.view(-1, 1))])  # (B, C_out, 1)
@@ -356,8 +367,7 @@ class DeployDCD(nn.Module):
             nb, lb = self.num_blocks, self.latent_dim // self.num_blocks
             z = s.op("Gemm", [x, s.const("q", self.q), s.const("q_b", self.q_b)], transB=1)  # (B, L)
             z = s.op("Reshape", [z, s.ints("z_shape", [0, nb, lb, 1])])  # (B, nb, Lb, 1)
-            phi = s.op("Gemm", [y, s.const("fc_phi", self.phi_w), s.const("fc_phi_b", self.phi_b)], transB=1)
-            phi = s.op("Reshape", [phi, s.ints("phi_shape", [0, nb, lb, lb])])  # (B, nb, Lb, Lb)
+            phi = s.op("Reshape", [self.emit_phi(s, y), s.ints("phi_shape", [0, nb, lb, lb])])  # (B, nb, Lb, Lb)
             u = s.op("MatMul", [phi, z])  # (B, nb, Lb, 1)
             u = s.op("Flatten", [u], axis=1)  # (B, L)
             out = s.op("Add", [s.op("Gemm", [u, s.const("p", self.p), s.const("bias", self.bias)], transB=1), out])

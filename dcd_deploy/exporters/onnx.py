@@ -28,7 +28,6 @@ from .._atomic import atomic_output, check_output_path
 from ..errors import ExportError, ParityError
 from ._builder import DOMAIN, DOMAIN_VERSION, FunctionScope, GraphBuilder, Scope
 from ._deploy_dcd import STRATEGIES, DeployDCD, adaptive_windows
-from ._deploy_mixture import DeployMixture
 from ._fold import bn_affine
 from .lowering import to_deploy
 
@@ -222,11 +221,11 @@ def _emit_node(g: GraphBuilder, node: torch.fx.Node, modules, env, mode: str) ->
     if node.op == "call_module":
         mod = modules[node.target]
         in_shape, out_shape = _shape(node.args[0]), _shape(node)
-        if isinstance(mod, (DeployDCD, DeployMixture)):
-            if mode == "function" and isinstance(mod, DeployDCD):
-                fs = FunctionScope(g, s.path, args[0])
-                out = mod.emit(fs, "x", in_shape, out_shape)
-                return fs.finish(out, kind=f"DCD{mod.kind.capitalize()}{mod.strategy.capitalize()}")
+        if mode == "function" and isinstance(mod, DeployDCD):
+            fs = FunctionScope(g, s.path, args[0])
+            out = mod.emit(fs, "x", in_shape, out_shape)
+            return fs.finish(out, kind=f"DCD{mod.kind.capitalize()}{mod.strategy.capitalize()}")
+        if callable(getattr(mod, "emit", None)):  # deploy layers (and bench variants) emit themselves
             return mod.emit(s, args[0], in_shape, out_shape)
         return _emit_module(s, mod, args[0], in_shape, out_shape, node.target)
     if node.op == "call_function" and node.target in (operator.add, torch.add) and len(args) == 2:

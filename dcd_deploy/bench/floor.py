@@ -1,0 +1,222 @@
+"""The latency floor of a DCD model: what its dynamic parts cost before any is applied.
+
+A DCD layer has to pool its input, run its branch FCs and (in the per-sample weight form)
+build ``W(x)``, however ``W(x)`` is then applied. This module exports two timing-only
+variants of a DCD model's deploy form and times them interleaved with the static model
+and the real export, all in ONNX Runtime on one thread:
+
+``branch``   every DCD layer computes its dynamic branch (pool, squeeze FC, gate, Λ and Φ
+             heads) and then applies only its static ``W0`` (one Conv with BN folded);
+``forming``  as ``branch``, and weight-form layers also build ``W(x) = Λ W0 + P Φ' Q``.
+
+The dynamic values are tied to the logits through ``+ 0 · ReduceSum(Concat(...))`` so
+ONNX Runtime cannot prune them (it does not fold a product with zero: NaN · 0 is NaN).
+The outputs are therefore the static-``W0`` network's, not the DCD model's: these files
+are for timing only. The ratio ``branch / static`` bounds from below what any way of
+applying ``W(x)`` can reach, a fused DCD kernel included, on the machine measured.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import asdict, dataclass, field
+from typing import Callable, Sequence
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+from torch import nn
+
+from ..errors import UnsupportedInputError
+from ..exporters._deploy_dcd import DeployDCD
+from ..exporters.lowering import to_deploy
+from ..exporters.onnx import DEFAULT_OPSET, build_onnx
+
+STAGES = ("branch", "forming")
+DEFAULT_FLOOR_MODELS = ("mobilenetv2_050_dcd", "mobilenetv2_100_dcd", "resnet18_dcd")
+SCHEMA = "dcd-bench.floor/1"
+
+
+class FloorDCD(nn.Module):
+    """Emits a deploy-form DCD layer's dynamic parts, then applies only its static W0.
+
+    Args:
+        layer: the deploy-form layer.
+        stage: ``branch`` or ``forming`` (see the module docstring).
+        side: list the emitted dynamic tensors (2-D, batch first) are appended to.
+    """
+
+    def __init__(self, layer: DeployDCD, stage: str, side: list[str]):
+        super().__init__()
+        if stage not in STAGES:
+            raise ValueError(f"stage must be one of {STAGES}, not {stage!r}")
+        self.layer, self.stage, self.side = layer, stage, side
+
+    def forward(self, x):  # shapes for the exporter's shape propagation
+        return self.layer(x)
+
+    def emit(self, s, x: str, in_shape, out_shape) -> str:
+        layer = self.layer
+        y = layer.emit_branch(s, x, in_shape)
+        lam = layer.emit_attention(s, y)
+        phi = layer.emit_phi(s, y) if layer.channel_fusion else None
+        self.side.extend(t for t in (lam, phi) if t is not None)
+        if self.stage == "forming" and layer.strategy == "weight":
+            weight, _ = layer.emit_weight(s, lam, phi)
+            self.side.append(s.op("Flatten", [weight], axis=1))
+        return _emit_static(layer, s, x)
+
+
+def _emit_static(layer: DeployDCD, s, x: str) -> str:
+    """``W0`` alone (BN folded, bias fused) in the form the static model has."""
+    if layer.kind == "linear":
+        bias = layer.bias + (layer.b0 if layer.b0 is not None else 0.0)
+        return s.op("Gemm", [x, s.const("w0", layer.w0), s.const("bias", bias)], transB=1)
+    k, pad = layer.kernel_size, layer.kernel_size // 2
+    groups = layer.c_out if layer.kind == "depthwise" else 1
+    return s.op("Conv", [x, s.const("w0", layer.w0), s.const("bias", layer.bias)], group=groups,
+                kernel_shape=[k, k], strides=[layer.stride] * 2, pads=[pad] * 4)
+
+
+def floor_onnx(model: nn.Module, *, stage: str, input_size: int = 224,
+               opset: int = DEFAULT_OPSET) -> onnx.ModelProto:
+    """The ``stage`` floor variant of ``model`` (eval mode) as an ONNX model, dynamic batch.
+
+    ``to_deploy`` picks each layer's form as ``dcd-export`` does (strategy ``auto``).
+    """
+    deploy = to_deploy(model, input_size=input_size)
+    floor = copy.deepcopy(deploy)
+    side: list[str] = []
+    layers = [(name, mod) for name, mod in floor.named_modules() if isinstance(mod, DeployDCD)]
+    if not layers:
+        raise UnsupportedInputError("the model has no DCD layer: it has no floor to measure")
+    for name, mod in layers:
+        parent, _, child = name.rpartition(".")
+        setattr(floor.get_submodule(parent) if parent else floor, child, FloorDCD(mod, stage, side))
+    proto = build_onnx(floor, input_size=input_size, batch=None, opset=opset, mode="standard",
+                       arch=getattr(model, "arch", type(model).__name__) + f"@floor-{stage}")
+    _tie_to_output(proto.graph, side)
+    onnx.checker.check_model(proto)
+    return proto
+
+
+def _tie_to_output(graph: onnx.GraphProto, side: Sequence[str]) -> None:
+    """Make the logits depend on every ``side`` tensor: ``logits + 0 · sum(concat(side))``."""
+    final = next(n for n in graph.node if n.output[0] == graph.output[0].name)
+    logits = final.input[0]
+    graph.initializer.append(numpy_helper.from_array(np.zeros((), np.float32), "floor/zero"))
+    graph.node.remove(final)
+    graph.node.extend([
+        helper.make_node("Concat", list(side), ["floor/side"], axis=1, name="floor/Concat"),
+        helper.make_node("ReduceSum", ["floor/side"], ["floor/sum"], keepdims=1, name="floor/ReduceSum"),
+        helper.make_node("Mul", ["floor/sum", "floor/zero"], ["floor/nil"], name="floor/Mul"),
+        helper.make_node("Add", [logits, "floor/nil"], [final.output[0]], name="floor/Add"),
+    ])
+
+
+@dataclass
+class FloorRecord:
+    """One DCD model against its static partner (medians of interleaved runs, ms).
+
+    ``*_ratio`` = that variant's median / the static model's median.
+    """
+
+    model: str
+    static_model: str
+    static_ms: float
+    branch_ms: float
+    forming_ms: float
+    dcd_ms: float
+    branch_ratio: float
+    forming_ratio: float
+    dcd_ratio: float
+    runs: int
+
+
+@dataclass
+class FloorResult:
+    threads: int
+    input_size: int
+    records: list[FloorRecord] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {"schema": SCHEMA, "threads": self.threads, "input_size": self.input_size,
+                "records": [asdict(r) for r in self.records]}
+
+
+def run_floor(models: Sequence[str] = DEFAULT_FLOOR_MODELS, *, threads: int = 1, input_size: int = 224,
+              runs: int = 50, min_time: float = 5.0, warmup: int = 5, burst_s: float | None = None,
+              seed: int = 0, workdir, progress: Callable[[str], None] = lambda line: None) -> FloorResult:
+    """Time static, ``branch``, ``forming`` and the real export of each DCD zoo model.
+
+    Args:
+        models: DCD zoo names (``X_dcd``; the static partner is ``X``).
+        threads: ONNX Runtime intra/inter-op threads.
+        input_size: side of the square input.
+        runs, min_time, warmup, burst_s: as for :func:`~dcd_deploy.bench.latency.run_benchmark`
+            (``burst_s=None``: the timing loop's default).
+        seed: pseudo-training seed and input seed.
+        workdir: directory the ONNX files are written to.
+        progress: called with one line per step.
+    """
+    from ..exporters.onnx import export_onnx
+    from ..models import is_model, synthetic_images
+    from ._models import load_model
+    from ._runners import ort_runner
+    from ._timing import measure_interleaved
+
+    x = synthetic_images(1, input_size, seed=seed).numpy()
+    runners, pairs = {}, []
+    for name in models:
+        if not name.endswith("_dcd") or not is_model(name):
+            raise UnsupportedInputError(f"--floor takes DCD zoo models (X_dcd with a static X), not {name!r}")
+        static_name = name[: -len("_dcd")]
+        files = {}
+        for key, spec in (("static", static_name), ("dcd", name)):
+            model, _ = load_model(spec, input_size=input_size, seed=seed)
+            files[key] = workdir / f"{spec}.onnx"
+            export_onnx(model, files[key], input_size=input_size, check=False)
+        for stage in STAGES:
+            files[stage] = workdir / f"{name}.floor-{stage}.onnx"
+            onnx.save(floor_onnx(model, stage=stage, input_size=input_size), str(files[stage]))
+        progress(f"[export] {name}: static, branch, forming, dcd")
+        for key, path in files.items():
+            runners[(name, key)] = ort_runner(path, x, threads)
+        pairs.append((name, static_name))
+    progress(f"[timing] {len(runners)} runners, interleaved ...")
+    burst = {} if burst_s is None else {"burst_s": burst_s}
+    timings = measure_interleaved(runners, runs=runs, min_time=min_time, warmup=warmup, **burst)
+    progress("[timing] done")
+    result = FloorResult(threads=threads, input_size=input_size)
+    for name, static_name in pairs:
+        med = {k: float(np.median(timings[(name, k)].samples_ms)) for k in ("static", *STAGES, "dcd")}
+        result.records.append(FloorRecord(
+            model=name, static_model=static_name, static_ms=med["static"], branch_ms=med["branch"],
+            forming_ms=med["forming"], dcd_ms=med["dcd"], branch_ratio=med["branch"] / med["static"],
+            forming_ratio=med["forming"] / med["static"], dcd_ratio=med["dcd"] / med["static"],
+            runs=min(len(timings[(name, k)].samples_ms) for k in med)))
+    return result
+
+
+def format_floor_table(result: FloorResult) -> list[str]:
+    """The floor table and its legend, as printed by ``dcd-bench --floor``."""
+    head = (f"{'model':22s} {'static ms':>9s} {'branch':>14s} {'+ forming W(x)':>16s} "
+            f"{'full DCD':>14s} {'runs':>5s}")
+    lines = [head, "-" * len(head)]
+    for r in result.records:
+        lines.append(f"{r.model:22s} {r.static_ms:9.2f} {r.branch_ms:7.2f} x{r.branch_ratio:5.3f} "
+                     f"{r.forming_ms:9.2f} x{r.forming_ratio:5.3f} {r.dcd_ms:7.2f} x{r.dcd_ratio:5.3f} "
+                     f"{r.runs:5d}")
+    lines += [
+        "",
+        "ONNX Runtime, one session per file, interleaved; ms = medians, xN = / the static model's median.",
+        "branch: every DCD layer runs its dynamic branch (pool, FCs, gate, Λ/Φ heads) and applies only",
+        "  its static W0; + forming W(x): weight-form layers also build W(x) = ΛW0 + PΦ'Q; full DCD: the",
+        "  file dcd-export writes. Branch and forming files are for timing only (their logits are the",
+        "  static-W0 network's); 'branch' is a floor no way of applying W(x) can go under on this machine.",
+    ]
+    return lines
+
+
+__all__ = ["DEFAULT_FLOOR_MODELS", "FloorDCD", "FloorRecord", "FloorResult", "STAGES",
+           "floor_onnx", "format_floor_table", "run_floor"]
