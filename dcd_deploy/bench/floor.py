@@ -13,7 +13,8 @@ The dynamic values are tied to the logits through ``+ 0 · ReduceSum(Concat(...)
 ONNX Runtime cannot prune them (it does not fold a product with zero: NaN · 0 is NaN).
 The outputs are therefore the static-``W0`` network's, not the DCD model's: these files
 are for timing only. The ratio ``branch / static`` bounds from below what any way of
-applying ``W(x)`` can reach, a fused DCD kernel included, on the machine measured.
+applying ``W(x)`` can reach on the machine measured (a fused kernel for the application
+included) as long as the branch itself runs as these standard ops.
 """
 
 from __future__ import annotations
@@ -171,14 +172,14 @@ def run_floor(models: Sequence[str] = DEFAULT_FLOOR_MODELS, *, threads: int = 1,
         if not name.endswith("_dcd") or not is_model(name):
             raise UnsupportedInputError(f"--floor takes DCD zoo models (X_dcd with a static X), not {name!r}")
         static_name = name[: -len("_dcd")]
-        files = {}
+        files, built = {}, {}
         for key, spec in (("static", static_name), ("dcd", name)):
-            model, _ = load_model(spec, input_size=input_size, seed=seed)
+            built[key], _ = load_model(spec, input_size=input_size, seed=seed)
             files[key] = workdir / f"{spec}.onnx"
-            export_onnx(model, files[key], input_size=input_size, check=False)
+            export_onnx(built[key], files[key], input_size=input_size, check=False)
         for stage in STAGES:
             files[stage] = workdir / f"{name}.floor-{stage}.onnx"
-            onnx.save(floor_onnx(model, stage=stage, input_size=input_size), str(files[stage]))
+            onnx.save(floor_onnx(built["dcd"], stage=stage, input_size=input_size), str(files[stage]))
         progress(f"[export] {name}: static, branch, forming, dcd")
         for key, path in files.items():
             runners[(name, key)] = ort_runner(path, x, threads)
