@@ -147,40 +147,45 @@ class FloorResult:
 
 def run_floor(models: Sequence[str] = DEFAULT_FLOOR_MODELS, *, threads: int = 1, input_size: int = 224,
               runs: int = 50, min_time: float = 5.0, warmup: int = 5, burst_s: float | None = None,
-              seed: int = 0, workdir, progress: Callable[[str], None] = lambda line: None) -> FloorResult:
+              seed: int = 0, trust_checkpoint: bool = False, workdir, progress: Callable[[str], None] = lambda line: None) -> FloorResult:
     """Time static, ``branch``, ``forming`` and the real export of each DCD zoo model.
 
     Args:
-        models: DCD zoo names (``X_dcd``; the static partner is ``X``).
+        models: DCD zoo names (``X_dcd``) or checkpoints of DCD models; the static partner
+            is the zoo's ``X`` (latency does not depend on the weights).
         threads: ONNX Runtime intra/inter-op threads.
         input_size: side of the square input.
         runs, min_time, warmup, burst_s: as for :func:`~dcd_deploy.bench.latency.run_benchmark`
             (``burst_s=None``: the timing loop's default).
         seed: pseudo-training seed and input seed.
+        trust_checkpoint: allow checkpoints that need full unpickling.
         workdir: directory the ONNX files are written to.
         progress: called with one line per step.
     """
     from ..exporters.onnx import export_onnx
     from ..models import is_model, synthetic_images
-    from ._models import load_model
+    from ._models import _entry_name, load_model
     from ._runners import ort_runner
     from ._timing import measure_interleaved
 
     x = synthetic_images(1, input_size, seed=seed).numpy()
     runners, pairs = {}, []
-    for name in models:
-        if not name.endswith("_dcd") or not is_model(name):
-            raise UnsupportedInputError(f"--floor takes DCD zoo models (X_dcd with a static X), not {name!r}")
-        static_name = name[: -len("_dcd")]
-        files, built = {}, {}
-        for key, spec in (("static", static_name), ("dcd", name)):
-            built[key], _ = load_model(spec, input_size=input_size, seed=seed)
-            files[key] = workdir / f"{spec}.onnx"
-            export_onnx(built[key], files[key], input_size=input_size, check=False)
+    for spec in models:
+        dcd, _ = load_model(spec, input_size=input_size, seed=seed, trust_checkpoint=trust_checkpoint)
+        arch = getattr(dcd, "arch", "")
+        static_name = arch[: -len("_dcd")] if arch.endswith("_dcd") else ""
+        if not is_model(static_name):
+            raise UnsupportedInputError(f"--floor takes DCD models (a zoo X_dcd or a checkpoint of one), "
+                                        f"not {spec!r} ({arch or 'no architecture name'})")
+        static, _ = load_model(static_name, input_size=input_size, seed=seed)
+        name = _entry_name(spec)
+        files = {"static": workdir / f"{name}.static.onnx", "dcd": workdir / f"{name}.onnx"}
+        export_onnx(static, files["static"], input_size=input_size, check=False)
+        export_onnx(dcd, files["dcd"], input_size=input_size, check=False)
         for stage in STAGES:
             files[stage] = workdir / f"{name}.floor-{stage}.onnx"
-            onnx.save(floor_onnx(built["dcd"], stage=stage, input_size=input_size), str(files[stage]))
-        progress(f"[export] {name}: static, branch, forming, dcd")
+            onnx.save(floor_onnx(dcd, stage=stage, input_size=input_size), str(files[stage]))
+        progress(f"[export] {name} ({arch}): static {static_name}, branch, forming, dcd")
         for key, path in files.items():
             runners[(name, key)] = ort_runner(path, x, threads)
         pairs.append((name, static_name))

@@ -45,7 +45,7 @@ _CONVENTION_ABBREV = {PARAMS_EXCL_CLASSIFIER: "-cls"}
 
 _LATENCY_ONLY = ("models", "backends", "batch", "threads", "runs", "min_time", "warmup", "quick",
                  "profile", "profile_runs", "markdown_path", "plot_path", "seed", "trust_checkpoint")
-_FLOOR_OPTIONS = ("models", "threads", "runs", "min_time", "warmup", "quick", "seed")
+_FLOOR_OPTIONS = ("models", "threads", "runs", "min_time", "warmup", "quick", "seed", "trust_checkpoint")
 _NOT_FLOOR = tuple(k for k in _LATENCY_ONLY if k not in _FLOOR_OPTIONS)
 
 
@@ -135,7 +135,8 @@ def _reject_given(names, why: str) -> None:
 
 
 def run_floor_cli(*, json_path: Path | None, input_size: int, models: str | None, threads: int,
-                  runs: int | None, min_time: float | None, warmup: int | None, quick: bool, seed: int) -> None:
+                  runs: int | None, min_time: float | None, warmup: int | None, quick: bool, seed: int,
+                  trust_checkpoint: bool) -> None:
     """Run :func:`~dcd_deploy.bench.floor.run_floor` and print its table."""
     import tempfile
 
@@ -150,7 +151,7 @@ def run_floor_cli(*, json_path: Path | None, input_size: int, models: str | None
             runs=defaults["runs"] if runs is None else runs,
             min_time=defaults["min_time"] if min_time is None else min_time,
             warmup=defaults["warmup"] if warmup is None else warmup, burst_s=defaults.get("burst_s"),
-            seed=seed, workdir=Path(tmp),
+            seed=seed, trust_checkpoint=trust_checkpoint, workdir=Path(tmp),
             progress=lambda msg: click.echo(msg, err=True))
     click.echo("")
     for line in floor.format_floor_table(result):

@@ -116,7 +116,8 @@ def test_cli_floor_quick_table_and_json(tmp_path):
 
 
 @pytest.mark.parametrize("args, code, text", [
-    (["--floor", "--models", "mobilenetv2_035"], 1, "Error: --floor takes DCD zoo models"),
+    (["--floor", "--models", "mobilenetv2_035"], 1, "Error: --floor takes DCD models"),
+    (["--floor", "--models", "nosuchnet_dcd"], 1, "Error: "),
     (["--floor", "--backends", "onnxruntime"], 2, "--backends do not apply to --floor"),
     (["--floor", "--complexity"], 2, "separate runs"),
 ])
@@ -125,3 +126,14 @@ def test_cli_floor_bad_input(args, code, text):
     assert result.exit_code == code
     assert text in result.output
     assert "Traceback" not in result.output
+
+
+def test_cli_floor_takes_a_checkpoint_of_a_dcd_model(tmp_path):
+    from dcd_deploy import save_checkpoint
+
+    path = tmp_path / "mine.pt"
+    save_checkpoint(create_model(NAME), path)
+    result = CliRunner().invoke(main, ["--floor", "--quick", "--models", str(path), "--input-size", str(SIZE)])
+    assert result.exit_code == 0, result.output
+    assert any(line.startswith("mine ") for line in result.stdout.splitlines())
+    assert "static mobilenetv2_035," in result.stderr  # the zoo's static partner of its arch
