@@ -136,6 +136,8 @@ class FloorRecord:
 
 @dataclass
 class FloorResult:
+    """What :func:`run_floor` measured: one :class:`FloorRecord` per DCD model."""
+
     threads: int
     input_size: int
     records: list[FloorRecord] = field(default_factory=list)
