@@ -34,10 +34,7 @@ VARIANTS = {
     "3a B=4": dict(num_blocks=4),
     "2 L x0.5": dict(latent_mult=0.5),
 }
-
-
 DW_VARIANTS = [name for name in VARIANTS if "DW" in name]
-
 
 _trained = ZooCache(size=lambda arch: SIZE, seed=1)
 
