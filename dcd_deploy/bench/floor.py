@@ -148,8 +148,8 @@ class FloorResult:
 
 
 def run_floor(models: Sequence[str] = DEFAULT_FLOOR_MODELS, *, threads: int = 1, input_size: int = 224,
-              runs: int = 50, min_time: float = 5.0, warmup: int = 5, burst_s: float | None = None,
-              seed: int = 0, trust_checkpoint: bool = False, workdir, progress: Callable[[str], None] = lambda line: None) -> FloorResult:
+              quick: bool = False, runs: int | None = None, min_time: float | None = None,
+              warmup: int | None = None, burst_s: float | None = None, seed: int = 0, trust_checkpoint: bool = False, workdir, progress: Callable[[str], None] = lambda line: None) -> FloorResult:
     """Time static, ``branch``, ``forming`` and the real export of each DCD zoo model.
 
     Args:
@@ -157,8 +157,8 @@ def run_floor(models: Sequence[str] = DEFAULT_FLOOR_MODELS, *, threads: int = 1,
             is the zoo's ``X`` (latency does not depend on the weights).
         threads: ONNX Runtime intra/inter-op threads.
         input_size: side of the square input.
-        runs, min_time, warmup, burst_s: as for :func:`~dcd_deploy.bench.latency.run_benchmark`
-            (``burst_s=None``: the timing loop's default).
+        quick, runs, min_time, warmup, burst_s: as for
+            :func:`~dcd_deploy.bench.latency.run_benchmark` (None: the default).
         seed: pseudo-training seed and input seed.
         trust_checkpoint: allow checkpoints that need full unpickling.
         workdir: directory the ONNX files are written to.
@@ -169,6 +169,7 @@ def run_floor(models: Sequence[str] = DEFAULT_FLOOR_MODELS, *, threads: int = 1,
     from ._models import _entry_name, load_model
     from ._runners import ort_runner
     from ._timing import measure_interleaved
+    from .latency import timing_settings
 
     x = synthetic_images(1, input_size, seed=seed).numpy()
     runners, pairs = {}, []
@@ -192,8 +193,9 @@ def run_floor(models: Sequence[str] = DEFAULT_FLOOR_MODELS, *, threads: int = 1,
             runners[(name, key)] = ort_runner(path, x, threads)
         pairs.append((name, static_name))
     progress(f"[timing] {len(runners)} runners, interleaved ...")
-    burst = {} if burst_s is None else {"burst_s": burst_s}
-    timings = measure_interleaved(runners, runs=runs, min_time=min_time, warmup=warmup, **burst)
+    timing = timing_settings(quick=quick, runs=runs, min_time=min_time, warmup=warmup, burst_s=burst_s)
+    timings = measure_interleaved(runners, runs=timing["runs"], min_time=timing["min_time"],
+                                  warmup=timing["warmup"], burst_s=timing["burst_s"])
     progress("[timing] done")
     result = FloorResult(threads=threads, input_size=input_size)
     for name, static_name in pairs:

@@ -235,6 +235,20 @@ def _forms(strategies: Mapping[str, str] | None) -> dict[str, int] | None:
     return out
 
 
+def timing_settings(*, quick: bool, runs: int | None = None, min_time: float | None = None,
+                    warmup: int | None = None, burst_s: float | None = None,
+                    profile_runs: int | None = None) -> dict:
+    """The timing settings, each the value given or else its default (``QUICK``'s with ``quick``)."""
+    def pick(value, key, default):
+        return value if value is not None else (QUICK[key] if quick else default)
+
+    return {"runs": int(pick(runs, "runs", DEFAULT_RUNS)),
+            "min_time": float(pick(min_time, "min_time", DEFAULT_MIN_TIME)),
+            "warmup": int(pick(warmup, "warmup", DEFAULT_WARMUP)),
+            "burst_s": float(pick(burst_s, "burst_s", DEFAULT_BURST_S)),
+            "profile_runs": int(pick(profile_runs, "profile_runs", DEFAULT_PROFILE_RUNS))}
+
+
 def run_benchmark(models: Sequence[str] = DEFAULT_MODELS, *, backends: Sequence[str] = DEFAULT_BACKENDS,
                   threads: int = DEFAULT_THREADS, batch: int = DEFAULT_BATCH,
                   input_size: int = DEFAULT_INPUT_SIZE, runs: int | None = None,
@@ -265,12 +279,9 @@ def run_benchmark(models: Sequence[str] = DEFAULT_MODELS, *, backends: Sequence[
     import torch
 
     progress = progress or (lambda _msg: None)
-    pick = (lambda v, key, default: v if v is not None else (QUICK[key] if quick else default))
-    runs = int(pick(runs, "runs", DEFAULT_RUNS))
-    min_time = float(pick(min_time, "min_time", DEFAULT_MIN_TIME))
-    warmup = int(pick(warmup, "warmup", DEFAULT_WARMUP))
-    burst_s = float(pick(burst_s, "burst_s", DEFAULT_BURST_S))
-    profile_runs = int(pick(profile_runs, "profile_runs", DEFAULT_PROFILE_RUNS))
+    runs, min_time, warmup, burst_s, profile_runs = timing_settings(
+        quick=quick, runs=runs, min_time=min_time, warmup=warmup, burst_s=burst_s,
+        profile_runs=profile_runs).values()
     for name, value, low in (("threads", threads, 1), ("batch", batch, 1), ("input size", input_size, 1),
                              ("runs", runs, 1), ("warm-up runs", warmup, 0), ("profile runs", profile_runs, 1)):
         if value < low:

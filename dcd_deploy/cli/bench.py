@@ -140,19 +140,14 @@ def run_floor_cli(*, json_path: Path | None, input_size: int, models: str | None
     """Run :func:`~dcd_deploy.bench.floor.run_floor` and print its table."""
     import tempfile
 
-    from ..bench import floor, latency
+    from ..bench import floor
 
     _check_out_dir(json_path)
-    defaults = latency.QUICK if quick else {"runs": latency.DEFAULT_RUNS, "min_time": latency.DEFAULT_MIN_TIME,
-                                            "warmup": latency.DEFAULT_WARMUP}
     with tempfile.TemporaryDirectory(prefix="dcd-floor-") as tmp:
         result = floor.run_floor(
-            _csv(models) or floor.DEFAULT_FLOOR_MODELS, threads=threads, input_size=input_size,
-            runs=defaults["runs"] if runs is None else runs,
-            min_time=defaults["min_time"] if min_time is None else min_time,
-            warmup=defaults["warmup"] if warmup is None else warmup, burst_s=defaults.get("burst_s"),
-            seed=seed, trust_checkpoint=trust_checkpoint, workdir=Path(tmp),
-            progress=lambda msg: click.echo(msg, err=True))
+            _csv(models) or floor.DEFAULT_FLOOR_MODELS, threads=threads, input_size=input_size, quick=quick,
+            runs=runs, min_time=min_time, warmup=warmup, seed=seed, trust_checkpoint=trust_checkpoint,
+            workdir=Path(tmp), progress=lambda msg: click.echo(msg, err=True))
     click.echo("")
     for line in floor.format_floor_table(result):
         click.echo(line)
