@@ -47,3 +47,7 @@ class ParityError(DCDDeployError):
     def __init__(self, message: str, report=None):
         super().__init__(message)
         self.report = report
+
+
+class NonFiniteOutputError(ParityError):
+    """The PyTorch model itself outputs NaN or Inf for finite inputs (a broken checkpoint)."""

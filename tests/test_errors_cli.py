@@ -381,7 +381,7 @@ def validate_mismatch(assets, tmp_path_factory):
     """dcd-validate of mobilenetv2_035 (seed 0) against an export of other weights (seed 1)."""
     d = tmp_path_factory.mktemp("validate_mismatch")
     return run("dcd-validate", "mobilenetv2_035", assets / "seed1.onnx", "--seed", "0", "--batch-sizes", "1,2",
-               "--inputs", "2", cwd=d), d
+               "--num-inputs", "2", cwd=d), d
 
 
 def test_validate_parity_failure_exits_1_with_the_report(validate_mismatch):

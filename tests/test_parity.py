@@ -1,13 +1,15 @@
 """Parity: the comparison rule on hand-made arrays, and check_parity on a real export.
 
-The rule (dcd_deploy/parity.py docstring): a comparison passes when
-``max |onnx - torch| <= atol + rtol * max |torch|``; top-1 flips count only where the
-reference's top-2 margin exceeds that tolerance; non-finite values pass when both
-sides have them in the same places.
+The rule (dcd_deploy/parity.py docstring), with ``ref`` the float64 reference and
+``torch`` PyTorch's fp32 result: a comparison passes when
+``max |onnx - ref| <= max(atol + rtol * max |ref|, k * max |torch - ref|)``; top-1 flips
+count only where the reference's top-2 margin exceeds that tolerance; non-finite values
+pass when ONNX Runtime has them in the same places as PyTorch fp32.
 """
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import json
 import sys
@@ -19,8 +21,9 @@ import pytest
 import torch
 
 from dcd_deploy import check_parity, create_model, export_onnx, pseudo_train
-from dcd_deploy.errors import DCDDeployError, ExportError
-from dcd_deploy.parity import DEFAULT_ATOL, DEFAULT_RTOL, ParityReport, ParityRow, _compare
+from dcd_deploy.models import synthetic_images
+from dcd_deploy.errors import DCDDeployError, ExportError, NonFiniteOutputError
+from dcd_deploy.parity import DEFAULT_ATOL, DEFAULT_K, DEFAULT_RTOL, ParityReport, ParityRow, _compare
 
 NAN, INF = float("nan"), float("inf")
 
@@ -29,8 +32,15 @@ def arr(rows) -> np.ndarray:
     return np.asarray(rows, dtype=np.float32)
 
 
-def compare(ref, out, atol=1e-5, rtol=1e-3) -> ParityRow:
-    return _compare(arr(ref), arr(out), "disabled", len(ref), atol, rtol)
+def compare(ref, out, atol=1e-5, rtol=1e-3, torch32=None, k=DEFAULT_K) -> ParityRow:
+    """``torch32`` defaults to the reference itself: PyTorch fp32 exact, the classic rule alone."""
+    ref = arr(ref).astype(np.float64)
+    torch32 = ref.astype(np.float32) if torch32 is None else arr(torch32)
+    return _compare(ref, torch32, arr(out), "disabled", len(ref), atol=atol, rtol=rtol, k=k)
+
+
+def rule(ref, out, level="all", batch=4, atol=DEFAULT_ATOL, rtol=DEFAULT_RTOL) -> ParityRow:
+    return _compare(ref.astype(np.float64), ref, out, level, batch, atol=atol, rtol=rtol)
 
 
 # ------------------------------------------------------------------------ the rule
@@ -75,11 +85,11 @@ def test_tolerance_scales_with_output_magnitude():
         ref = base * np.float32(scale)
         rel_ok = ref + noise * np.float32(5e-4 * scale) * np.abs(base).max()  # 0.5x the rtol
         rel_bad = ref + noise * np.float32(5e-3 * scale) * np.abs(base).max()  # 5x the rtol
-        assert _compare(ref, rel_ok, "all", 4, 0.0, 1e-3).passed, scale
-        assert not _compare(ref, rel_bad, "all", 4, 0.0, 1e-3).passed, scale
+        assert rule(ref, rel_ok, atol=0.0).passed, scale
+        assert not rule(ref, rel_bad, atol=0.0).passed, scale
     # The same absolute error of 0.2 passes at scale 1e3 and fails at scale 1.
-    assert _compare(base * 1000, base * 1000 + 0.2, "all", 4, DEFAULT_ATOL, DEFAULT_RTOL).passed
-    assert not _compare(base, base + 0.2, "all", 4, DEFAULT_ATOL, DEFAULT_RTOL).passed
+    assert rule(base * 1000, base * 1000 + 0.2).passed
+    assert not rule(base, base + 0.2).passed
 
 
 def test_nan_in_the_same_places_passes_and_is_counted():
@@ -130,13 +140,52 @@ def test_top1_flip_with_a_large_margin_fails_even_within_tolerance():
 
 
 def test_shape_mismatch_fails():
-    row = _compare(arr([[1.0, 2.0]]), arr([[1.0, 2.0, 3.0]]), "all", 1, 1e-5, 1e-3)
+    row = rule(arr([[1.0, 2.0]]), arr([[1.0, 2.0, 3.0]]))
     assert not row.passed and row.max_abs == float("inf")
+
+
+# ------------------------------------------------------------------------ conditioning
+def test_export_as_good_as_ill_conditioned_pytorch_passes_and_is_named():
+    # scale 10: classic tolerance 0.01001. PyTorch fp32 is 0.5 off the reference (5%):
+    # fp32 itself is ill-conditioned, and ONNX at 0.8 is within k = 10 times that.
+    ref = [[10.0, 2.0, 1.0]]
+    row = compare(ref, [[10.8, 2.0, 1.0]], torch32=[[9.5, 2.0, 1.0]])
+    assert row.passed and row.ill_conditioned
+    assert row.torch_fp32_abs == pytest.approx(0.5) and row.tolerance == pytest.approx(DEFAULT_K * 0.5)
+    report = ParityReport("m.onnx", 8, 1e-5, 1e-3, rows=[row])
+    assert report.ill_conditioned
+    assert "fp32 itself is ill-conditioned on these inputs (PyTorch fp32 is 0.05 of the output scale off " \
+        "float64)" in report.summary()
+
+
+def test_export_far_worse_than_pytorch_fails_even_when_ill_conditioned():
+    ref = [[10.0, 2.0, 1.0]]
+    row = compare(ref, [[10.0, 8.0, 1.0]], torch32=[[10.5, 2.0, 1.0]])  # 6.0 > 10 * 0.5? no: 6 > 5
+    assert not row.passed and row.ill_conditioned
+
+
+def test_well_conditioned_pytorch_keeps_the_classic_bound():
+    # PyTorch fp32 is 1e-4 off: k * err = 1e-3 < classic 0.01001, so the classic bound decides
+    ref = [[10.0, 2.0, 1.0]]
+    torch32 = [[10.0001, 2.0, 1.0]]
+    assert compare(ref, [[10.0, 2.0, 1.0 + 0.01]], torch32=torch32).passed
+    row = compare(ref, [[10.0, 2.0, 1.0 + 0.0102]], torch32=torch32)
+    assert not row.passed and not row.ill_conditioned
+    assert row.tolerance == pytest.approx(1e-5 + 1e-3 * 10)
+
+
+def test_errors_are_measured_against_the_reference_not_pytorch_fp32():
+    # ONNX equals PyTorch fp32 exactly, but both are 0.5 off: max_abs is 0.5, not 0
+    row = compare([[10.0, 2.0]], [[10.5, 2.0]], torch32=[[10.5, 2.0]])
+    assert row.max_abs == pytest.approx(0.5) and row.torch_fp32_abs == pytest.approx(0.5)
+    assert row.passed  # as good as PyTorch itself
 
 
 # ------------------------------------------------------------------------ the report
 def row(passed: bool, max_abs=0.0, max_rel=0.0, level="all", batch=1, nonfinite=0, match=True) -> ParityRow:
-    return ParityRow(level, batch, 8, max_abs, max_rel, max_abs / 2, 1.0, 0, nonfinite, match, passed)
+    scale = max_abs / max_rel if max_rel else 1.0
+    return ParityRow(level, batch, 8, max_abs, max_rel, max_abs / 2, 0.0, scale, 1e-3 * scale, False, 1.0, 0,
+                     nonfinite, match, passed)
 
 
 def test_report_truth_and_aggregates():
@@ -262,9 +311,12 @@ def test_inf_inputs_do_not_crash_and_the_verdict_matches_an_independent_check(ex
 def test_explicit_tolerances(exported):
     model, path = exported
     x = torch.randn(4, 3, SIZE, SIZE, generator=torch.Generator().manual_seed(1))
-    strict = check_parity(model, path, batch_sizes=(2,), inputs=x, atol=0.0, rtol=0.0)
+    strict = check_parity(model, path, batch_sizes=(2,), inputs=x, atol=0.0, rtol=0.0, k=0.0)
     if strict.max_abs > 0:  # any rounding difference at all fails a zero tolerance
         assert not strict
+    # With only the k rule left, the verdict is "no worse than k times PyTorch fp32".
+    k_only = check_parity(model, path, batch_sizes=(2,), inputs=x, atol=0.0, rtol=0.0, k=3.0)
+    assert bool(k_only) == all(r.max_abs <= 3.0 * r.torch_fp32_abs for r in k_only.rows)
     loose = check_parity(model, path, batch_sizes=(2,), inputs=x, atol=0.0, rtol=1e-2)
     assert loose and (loose.atol, loose.rtol) == (0.0, 1e-2)
 
@@ -305,3 +357,75 @@ def test_another_models_file_fails(tmp_path):
     assert not report
     assert all(not r.passed for r in report.rows)
     assert report.max_rel > 0.05
+
+
+# ------------------------------------------------------------------------ conditioning, end to end
+@pytest.fixture(scope="module")
+def mbv2(tmp_path_factory):
+    """A pseudo-trained DCD MobileNetV2 x0.5 at 64x64 and its correct export."""
+    model = pseudo_train(create_model("mobilenetv2_050_dcd"), seed=0, input_size=64)
+    path = tmp_path_factory.mktemp("mbv2") / "m.onnx"
+    export_onnx(model, path, input_size=64, check=False)
+    return model, path
+
+
+def test_correct_export_passes_where_fp32_itself_is_ill_conditioned(mbv2):
+    model, path = mbv2
+    # White noise at twice the unit scale: far outside the range the BN statistics were
+    # calibrated on (natural images), where the per-sample terms blow up.
+    x = 2 * torch.randn(4, 3, 64, 64, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        ref64 = copy.deepcopy(model).double()(x.double()).numpy()
+        ref32 = model(x).numpy()
+    own = np.abs(ref32 - ref64).max() / np.abs(ref64).max()
+    assert own > 10 * DEFAULT_RTOL  # the premise: PyTorch fp32 itself is percent-level off
+    # fp32 against fp32 (the old rule) would refuse this correct file:
+    assert max(np.abs(out - ref32).max() for out in ort_outputs(path, x)) > DEFAULT_RTOL * np.abs(ref32).max()
+
+    report = check_parity(model, path, batch_sizes=(2,), inputs=x)
+    assert report, report.table()
+    assert report.ill_conditioned and not report.synthetic_inputs
+    assert report.torch_fp32_rel == pytest.approx(own, rel=0.5)
+    assert "fp32 itself is ill-conditioned on these inputs" in report.summary()
+    # On the default inputs (natural-looking images) the same model is well-conditioned.
+    default = check_parity(model, path, batch_sizes=(2,), n_inputs=4)
+    assert default and not default.ill_conditioned and default.synthetic_inputs
+    assert default.torch_fp32_rel < 1e-4 and "ill-conditioned" not in default.summary()
+
+
+def test_check_leaves_the_model_untouched(mbv2):
+    model, path = mbv2
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    check_parity(model, path, batch_sizes=(1,), n_inputs=2)
+    after = model.state_dict()
+    assert all(after[k].dtype == before[k].dtype and torch.equal(after[k], before[k]) for k in before)
+    assert next(model.parameters()).dtype == torch.float32
+
+
+def test_explicit_inputs_are_all_used_in_whole_batches(exported):
+    model, path = exported
+    x = torch.randn(11, 3, SIZE, SIZE, generator=torch.Generator().manual_seed(2))
+    report = check_parity(model, path, batch_sizes=(1, 4), n_inputs=2, inputs=x)  # n_inputs is for synthetic
+    assert [(r.batch_size, r.n_inputs) for r in report.rows] == [(1, 11), (1, 11), (4, 8), (4, 8)]
+
+
+def test_a_model_that_outputs_nan_is_refused_and_nothing_is_written(tmp_path, mbv2):
+    model, _ = mbv2
+    broken = copy.deepcopy(model)
+    with torch.no_grad():
+        broken.features[3].conv[3].weight[0, 0, 0, 0] = float("nan")  # one weight of a depthwise conv
+    with pytest.raises(NonFiniteOutputError, match="the PyTorch model outputs NaN on finite inputs: check the checkpoint"):
+        export_onnx(broken, tmp_path / "nan.onnx", input_size=64)
+    assert list(tmp_path.iterdir()) == []
+    # NaN *inputs* still only have to propagate identically.
+    x = synthetic_images(2, 64, seed=0)
+    x[1, 0, 5, 5] = float("nan")
+    report = check_parity(model, mbv2[1], batch_sizes=(1,), inputs=x)
+    assert report and report.rows[0].nonfinite == 1000  # the whole row of sample 1
+
+
+def test_json_names_the_file_written_not_its_temporary_name(tmp_path, exported):
+    model, _ = exported
+    result = export_onnx(model, tmp_path / "final.onnx", input_size=SIZE)
+    assert result.parity.onnx_path == str(tmp_path / "final.onnx")
+    assert result.to_dict()["parity"]["onnx_path"] == str(tmp_path / "final.onnx")

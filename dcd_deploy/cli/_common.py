@@ -18,7 +18,7 @@ from typing import Any, Callable, TypeVar
 import click
 
 from .._atomic import atomic_output, check_output_path
-from ..errors import DCDDeployError
+from ..errors import DCDDeployError, ParityError
 
 #: Exit status of a command stopped by a user error.
 USER_ERROR_STATUS = 1
@@ -68,6 +68,23 @@ def check_output_dir(path: Path | None) -> None:
     """Refuse an unwritable output path early (before loading or exporting anything)."""
     if path is not None:
         check_output_path(path)
+
+
+def parity_failure(report) -> ParityError:
+    """The error for a failed check; it names ``--inputs`` where the inputs were to blame."""
+    message = f"parity check failed: {report.summary()}"
+    if report.ill_conditioned and report.synthetic_inputs:
+        message += ("; the built-in synthetic images are outside this model's working range: "
+                    "check on your own preprocessed images with --inputs FILE (.npy or .pt, N x 3 x H x W)")
+    return ParityError(message, report)
+
+
+def inputs_option(fn):
+    """``--inputs FILE``: the parity check's images instead of the synthetic ones."""
+    return click.option("--inputs", "inputs_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+                        metavar="FILE",
+                        help="Check parity on these images: a .npy or .pt float tensor N x 3 x H x W, "
+                             "preprocessed as the model expects (default: built-in synthetic images).")(fn)
 
 
 def model_options(fn):

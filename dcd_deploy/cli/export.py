@@ -8,7 +8,10 @@ import click
 
 from ..errors import ParityError
 from ..checkpoint import resolve_model
-from ._common import check_output_dir, model_options, run_cli, write_json_atomic
+from ._common import check_output_dir, inputs_option, model_options, parity_failure, run_cli, write_json_atomic
+
+#: Input side when neither --input-size nor --inputs gives one.
+DEFAULT_INPUT_SIZE = 224
 
 
 def _batch(value: str) -> int | None:
@@ -27,7 +30,8 @@ def _batch(value: str) -> int | None:
 @click.argument("model")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Output .onnx path (default: MODEL's name with .onnx, in the current directory).")
-@click.option("--input-size", type=click.IntRange(min=1), default=224, show_default=True)
+@click.option("--input-size", type=click.IntRange(min=1), default=None,
+              help=f"Square input side (default: that of --inputs, else {DEFAULT_INPUT_SIZE}).")
 @click.option("--batch", default="dynamic", show_default=True, metavar="N|dynamic",
               help="Fixed batch size, or a dynamic batch axis.")
 @click.option("--opset", type=int, default=None, help="ONNX opset (13-17 and up; default 17).")
@@ -37,17 +41,24 @@ def _batch(value: str) -> int | None:
               help="DCD layer form: latent path, per-sample weight, or per-layer cost model.")
 @click.option("--no-simplify", is_flag=True, help="Skip onnxsim.")
 @click.option("--no-check", is_flag=True, help="Skip the parity check against PyTorch.")
+@inputs_option
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Also write the export report as JSON.")
 @click.option("-v", "--verbose", is_flag=True, help="List the form chosen for every DCD layer.")
 @model_options
 @run_cli
-def main(model, output, input_size, batch, opset, mode, strategy, no_simplify, no_check, json_path,
-         verbose, arch, trust_checkpoint, seed):
+def main(model, output, input_size, batch, opset, mode, strategy, no_simplify, no_check, inputs_path,
+         json_path, verbose, arch, trust_checkpoint, seed):
     """Export MODEL (a checkpoint path or a zoo name) to ONNX in deploy form."""
     from ..exporters import export_onnx
+    from ..inputs import load_inputs
 
     batch = _batch(batch)
+    inputs = None
+    if inputs_path is not None:
+        inputs = load_inputs(inputs_path, input_size=input_size)
+        input_size = inputs.shape[2]
+    input_size = DEFAULT_INPUT_SIZE if input_size is None else input_size
     if output is None:
         output = Path(Path(model).name.split(".")[0] + ".onnx")
     check_output_dir(output)  # fail before the slow part, and before anything is written
@@ -55,11 +66,13 @@ def main(model, output, input_size, batch, opset, mode, strategy, no_simplify, n
     net = resolve_model(model, arch=arch, trust_checkpoint=trust_checkpoint, seed=seed, input_size=input_size)
     try:
         result = export_onnx(net, output, input_size=input_size, batch=batch, opset=opset,
-                             simplify=not no_simplify, mode=mode, check=not no_check, strategy=strategy)
+                             simplify=not no_simplify, mode=mode, check=not no_check, strategy=strategy,
+                             parity_inputs=inputs)
     except ParityError as exc:
-        if exc.report is not None:
-            click.echo(exc.report.table(), err=True)
-        raise
+        if exc.report is None:  # the model itself is broken (NaN outputs): nothing to tabulate
+            raise
+        click.echo(exc.report.table(), err=True)
+        raise parity_failure(exc.report) from None
     params = sum(p.numel() for p in net.parameters())
     ops = ", ".join(f"{k} {v}" for k, v in result.op_histogram.items())
     forms = list(result.strategies.values())

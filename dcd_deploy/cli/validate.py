@@ -6,9 +6,9 @@ from pathlib import Path
 
 import click
 
-from ..errors import DCDDeployError, ParityError
+from ..errors import DCDDeployError
 from ..checkpoint import resolve_model
-from ._common import check_output_dir, model_options, run_cli, write_json_atomic
+from ._common import check_output_dir, inputs_option, model_options, parity_failure, run_cli, write_json_atomic
 
 
 def _sizes(value: str) -> tuple[int, ...]:
@@ -25,31 +25,36 @@ def _sizes(value: str) -> tuple[int, ...]:
 @click.argument("model")
 @click.argument("onnx_path", metavar="ONNX", type=click.Path(path_type=Path))
 @click.option("--batch-sizes", default="1,2", show_default=True, help="Comma-separated batch sizes.")
-@click.option("--inputs", "n_inputs", type=click.IntRange(min=1), default=8, show_default=True,
-              help="Synthetic inputs per batch size.")
+@click.option("--num-inputs", "n_inputs", type=click.IntRange(min=1), default=8, show_default=True,
+              help="Synthetic inputs per batch size (without --inputs).")
+@inputs_option
 @click.option("--atol", type=float, default=None, help="Absolute tolerance (default 1e-5).")
 @click.option("--rtol", type=float, default=None, help="Tolerance relative to the output scale (default 1e-3).")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Also write the report as JSON.")
 @model_options
 @run_cli
-def main(model, onnx_path, batch_sizes, n_inputs, atol, rtol, json_path, arch, trust_checkpoint, seed):
+def main(model, onnx_path, batch_sizes, n_inputs, inputs_path, atol, rtol, json_path, arch, trust_checkpoint,
+         seed):
     """Check that ONNX computes what MODEL (checkpoint path or zoo name) computes."""
+    from ..inputs import load_inputs
     from ..parity import check_parity
 
     if not onnx_path.is_file():
         raise DCDDeployError(f"{onnx_path}: no such ONNX file")
     check_output_dir(json_path)
     sizes = _sizes(batch_sizes)
-    net = resolve_model(model, arch=arch, trust_checkpoint=trust_checkpoint, seed=seed,
-                         input_size=_onnx_input_size(onnx_path))
-    report = check_parity(net, onnx_path, batch_sizes=sizes, n_inputs=n_inputs, atol=atol, rtol=rtol)
+    input_size = _onnx_input_size(onnx_path)
+    inputs = None if inputs_path is None else load_inputs(inputs_path, input_size=input_size)
+    net = resolve_model(model, arch=arch, trust_checkpoint=trust_checkpoint, seed=seed, input_size=input_size)
+    report = check_parity(net, onnx_path, batch_sizes=sizes, n_inputs=n_inputs, atol=atol, rtol=rtol,
+                          inputs=inputs)
     click.echo(report.table())
     click.echo(report.summary())
     if json_path is not None:
         write_json_atomic(json_path, report.to_dict())
     if not report:
-        raise ParityError(f"parity check failed: {report.summary()}", report)
+        raise parity_failure(report)
 
 
 def _onnx_input_size(path: Path) -> int:

@@ -76,7 +76,8 @@ class ExportResult:
 
 def export_onnx(model: nn.Module, path, *, input_size: int = 224, batch: int | None = None,
                 opset: int | None = None, simplify: bool = True, mode: str = "standard",
-                check: bool = True, strategy: str = "auto", parity_batch_sizes=(1, 2)) -> ExportResult:
+                check: bool = True, strategy: str = "auto", parity_batch_sizes=(1, 2),
+                parity_inputs: torch.Tensor | None = None) -> ExportResult:
     """Export ``model`` to ONNX in deploy form; the file appears only if all succeeded.
 
     Args:
@@ -92,10 +93,14 @@ def export_onnx(model: nn.Module, path, *, input_size: int = 224, batch: int | N
             raises :class:`ParityError` and writes nothing.
         strategy: DCD layer form, ``latent``, ``weight`` or ``auto``.
         parity_batch_sizes: batch sizes the parity check runs (a fixed ``batch`` overrides).
+        parity_inputs: the check's inputs, (N, 3, input_size, input_size), instead of the
+            built-in synthetic images (see :func:`~dcd_deploy.check_parity`).
 
     Raises:
         ExportError: bad arguments, an unwritable path, or a layer that cannot be lowered.
-        ParityError: ONNX Runtime disagrees with PyTorch beyond tolerance.
+        ParityError: ONNX Runtime disagrees with PyTorch beyond tolerance, or
+            (:class:`~dcd_deploy.errors.NonFiniteOutputError`) the model itself outputs
+            NaN or Inf on finite inputs.
     """
     start = time.perf_counter()
     opset = DEFAULT_OPSET if opset is None else int(opset)
@@ -130,7 +135,8 @@ def export_onnx(model: nn.Module, path, *, input_size: int = 224, batch: int | N
             from ..parity import check_parity
 
             sizes = (batch,) if batch is not None else tuple(parity_batch_sizes)
-            report = check_parity(model, tmp, batch_sizes=sizes)
+            report = check_parity(model, tmp, batch_sizes=sizes, inputs=parity_inputs)
+            report.onnx_path = str(path)  # the file the user gets, not its temporary name
             if not report:
                 raise ParityError(f"parity check failed: {report.summary()}", report)
     hist = Counter(_op_name(n) for n in proto.graph.node)

@@ -2,7 +2,8 @@
 
 from . import mobilenetv2, resnet  # noqa: F401  (registers the entry points)
 from ._factory import LayerSpec
-from ._pseudo_train import pseudo_train, recalibrate_bn, synthetic_images
+from ._images import synthetic_images
+from ._pseudo_train import pseudo_train, recalibrate_bn
 from ._registry import create_model, is_model, list_models, register_model
 from .mobilenetv2 import MobileNetV2
 from .resnet import ResNet

@@ -15,6 +15,7 @@ demos still need a model whose dynamic path matters, so ``pseudo_train``:
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import torch
@@ -22,6 +23,7 @@ from torch import nn
 
 from ..layers import CondConv2d, DCDConv2d, DCDLinear, DynamicConv2d
 from ..layers._mixture import MixtureConv2d
+from ._images import synthetic_images
 
 #: Legend: std of Λ/Φ heads' weights, number and size of calibration batches.
 HEAD_STD = 0.5
@@ -36,21 +38,6 @@ LATENT_GAIN = (0.1, 0.3)
 VAR_FLOOR = 0.05
 
 
-def synthetic_images(n: int, size: int, *, seed: int = 0, channels: int = 3) -> torch.Tensor:
-    """Seeded images with per-image colour gradients and noise, each channel standardised.
-
-    Images differ in content (so top-1 classes differ) but not in overall scale: an
-    untrained dynamic net's per-sample terms grow with the square of the input scale.
-    """
-    g = torch.Generator().manual_seed(seed)
-    base = torch.randn(n, channels, 1, 1, generator=g)
-    ramp = torch.linspace(-1, 1, size).view(1, 1, 1, size) * torch.randn(n, channels, 1, 1, generator=g)
-    noise = 0.5 * torch.randn(n, channels, size, size, generator=g)
-    img = base + ramp + ramp.transpose(2, 3) * torch.randn(n, channels, 1, 1, generator=g) + noise
-    std = img.std((2, 3), keepdim=True, correction=0)  # a 1x1 image has std 0, not NaN
-    return (img - img.mean((2, 3), keepdim=True)) / std.clamp_min(1e-6)
-
-
 @torch.no_grad()
 def pseudo_train(model: nn.Module, seed: int = 0, *, input_size: int = 224) -> nn.Module:
     """Give ``model`` seeded non-trivial weights and calibrated BN statistics (in place).
@@ -61,8 +48,31 @@ def pseudo_train(model: nn.Module, seed: int = 0, *, input_size: int = 224) -> n
         input_size: side of the synthetic calibration images.
 
     Returns:
-        The same model, in eval mode.
+        The same model, in eval mode; its weights are bit-identical for a given seed
+        whatever torch's thread count (calibration runs on one thread).
     """
+    with _one_thread():
+        _draw_weights(model, seed)
+        recalibrate_bn(model, seed=seed, input_size=input_size)
+    return model.eval()
+
+
+@contextlib.contextmanager
+def _one_thread():
+    """Run on one intra-op thread, then restore the caller's count.
+
+    Calibration sums over convolution outputs; their reduction order, hence the last
+    bits of the BN statistics, depends on how many threads split the work.
+    """
+    saved = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(saved)
+
+
+def _draw_weights(model: nn.Module, seed: int) -> None:
     g = torch.Generator().manual_seed(seed)
     heads = set()  # layers whose output sets a per-sample coefficient: kept modest
     for m in model.modules():
@@ -93,8 +103,6 @@ def pseudo_train(model: nn.Module, seed: int = 0, *, input_size: int = 224) -> n
     for m in model.modules():
         if isinstance(m, (nn.Linear, MixtureConv2d)) and getattr(m, "bias", None) is not None:
             m.bias.copy_(0.05 * torch.randn(m.bias.shape, generator=g))
-    recalibrate_bn(model, seed=seed, input_size=input_size)
-    return model.eval()
 
 
 @torch.no_grad()

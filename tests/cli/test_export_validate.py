@@ -88,7 +88,7 @@ def test_validate_the_written_file(exported, tmp_path):
 
 def test_validate_batch_sizes_and_inputs(exported):
     _, out, _ = exported
-    result = run(validate_main, [MODEL, out, "--batch-sizes", "1,3", "--inputs", "3"])
+    result = run(validate_main, [MODEL, out, "--batch-sizes", "1,3", "--num-inputs", "3"])
     assert result.exit_code == 0, result.output
     rows = [line.split() for line in result.stdout.splitlines()[1:-1]]
     assert [(r[1], r[2]) for r in rows] == [("1", "3"), ("1", "3"), ("3", "3"), ("3", "3")]

@@ -1,0 +1,95 @@
+"""The user's own inputs for a parity check: a ``.npy`` or ``.pt`` file of images.
+
+Synthetic images are a stand-in; the inputs that decide whether a model is in its
+working range are the user's own (a few preprocessed images from the validation set).
+Polygraphy spells the same idea ``--load-inputs``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .errors import UnsupportedInputError
+
+#: Legend: at most this many images, and this many float32 values in all (1 GiB).
+MAX_IMAGES = 4096
+MAX_VALUES = 1 << 28
+SUFFIXES = (".npy", ".pt", ".pth")
+NPY_MAGIC = b"\x93NUMPY"
+
+
+def load_inputs(path: str | os.PathLike, *, input_size: int | None = None) -> torch.Tensor:
+    """Read an (N, 3, H, W) float tensor of images from a ``.npy`` or ``.pt`` file.
+
+    ``.npy`` is read without pickle; ``.pt`` with ``torch.load(weights_only=True)`` and
+    must hold one tensor. Any floating dtype is accepted and converted to float32.
+
+    Args:
+        path: the file.
+        input_size: the model's square input side; H and W must equal it when given.
+
+    Returns:
+        A float32 CPU tensor of shape (N, 3, S, S).
+
+    Raises:
+        UnsupportedInputError: a missing or unreadable file, or a tensor that is not a
+            batch of square 3-channel float images of the model's size.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise UnsupportedInputError(f"inputs file {path}: no such file" if not path.exists()
+                                    else f"inputs file {path} is not a regular file")
+    if path.suffix.lower() not in SUFFIXES:
+        raise UnsupportedInputError(f"inputs file {path}: expected a .npy or .pt file")
+    data = _read(path)
+    if not data.is_floating_point():
+        raise UnsupportedInputError(f"inputs file {path} holds {data.dtype} values; expected floating-point images")
+    shape = tuple(data.shape)
+    if data.dim() != 4 or shape[1] != 3:
+        raise UnsupportedInputError(f"inputs file {path} holds a tensor of shape {shape}; expected N x 3 x H x W")
+    n, _, h, w = shape
+    if n < 1 or h < 1 or w < 1:
+        raise UnsupportedInputError(f"inputs file {path} holds an empty tensor of shape {shape}")
+    if n > MAX_IMAGES:
+        raise UnsupportedInputError(f"inputs file {path} holds {n} images; at most {MAX_IMAGES} are checked")
+    if h != w:
+        raise UnsupportedInputError(f"inputs file {path} holds {h}x{w} images; the export takes square inputs")
+    if input_size is not None and h != input_size:
+        raise UnsupportedInputError(
+            f"inputs file {path} holds {h}x{w} images, but the model takes {input_size}x{input_size}")
+    return data.to(torch.float32).contiguous()
+
+
+def _read(path: Path) -> torch.Tensor:
+    if path.suffix.lower() == ".npy":
+        with open(path, "rb") as fh:
+            if fh.read(len(NPY_MAGIC)) != NPY_MAGIC:
+                raise UnsupportedInputError(f"inputs file {path} is not a NumPy .npy file")
+        try:  # memory-mapped: the shape is checked before anything is read into memory
+            array = np.load(path, mmap_mode="r", allow_pickle=False)
+        except (ValueError, OSError, EOFError) as exc:
+            raise UnsupportedInputError(f"inputs file {path} is not a readable NumPy .npy file: "
+                                        f"{(str(exc).splitlines() or [type(exc).__name__])[0]}") from None
+        _check_size(path, array.shape)
+        if array.dtype.kind != "f":
+            raise UnsupportedInputError(f"inputs file {path} holds {array.dtype} values; expected floating-point images")
+        return torch.from_numpy(np.array(array, dtype=np.float32))
+    try:
+        data = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # torch.load raises many types for foreign or damaged files
+        raise UnsupportedInputError(f"cannot read inputs file {path} as a tensor: "
+                                    f"{(str(exc).splitlines() or [type(exc).__name__])[0]}") from None
+    if not isinstance(data, torch.Tensor):
+        raise UnsupportedInputError(f"inputs file {path} holds a {type(data).__name__}, not one tensor")
+    _check_size(path, tuple(data.shape))
+    return data.detach().cpu()
+
+
+def _check_size(path: Path, shape: tuple) -> None:
+    values = int(np.prod(shape, dtype=np.float64)) if shape else 1
+    if values > MAX_VALUES:
+        raise UnsupportedInputError(f"inputs file {path} holds {values} values; at most {MAX_VALUES} are checked")
