@@ -215,3 +215,108 @@ def test_installed_scripts_end_to_end(tmp_path):
     assert bad.returncode == 1
     lines = bad.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("Error:") and "resnet18_dcd" in lines[0]
+
+
+# ------------------------------------------------------------------------ the user's own inputs
+def test_export_and_validate_on_the_users_inputs(tmp_path):
+    import numpy as np
+    import torch
+
+    from dcd_deploy.models import synthetic_images
+
+    images = synthetic_images(5, 48, seed=4)
+    np.save(tmp_path / "x.npy", images.numpy())
+    torch.save(images.double(), tmp_path / "x.pt")
+    out = tmp_path / "m.onnx"
+    # the input size comes from the file when --input-size is not given
+    result = run(export_main, [MODEL, "--inputs", tmp_path / "x.npy", "-o", out, "--json", tmp_path / "e.json"])
+    assert result.exit_code == 0, result.output
+    assert "input Nx3x48x48" in result.stdout and "parity   PASS" in result.stdout
+    parity = json.loads((tmp_path / "e.json").read_text())["parity"]
+    assert parity["synthetic_inputs"] is False and parity["onnx_path"] == str(out)
+    assert {r["n_inputs"] for r in parity["rows"]} == {5, 4}  # all 5 at batch 1, 2 whole batches of 2
+    result = run(validate_main, [MODEL, out, "--inputs", tmp_path / "x.pt", "--batch-sizes", "1"])
+    assert result.exit_code == 0, result.output
+    assert [line.split()[2] for line in result.stdout.splitlines()[1:-1]] == ["5", "5"]
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda d: d / "missing.npy", "no such file"),
+    (lambda d: (d / "t.npy").write_text("not numpy") and d / "t.npy", "is not a NumPy .npy file"),
+    (lambda d: __import__("numpy").save(d / "r.npy", __import__("numpy").zeros((2, 64, 64), "float32"))
+     or d / "r.npy", "expected N x 3 x H x W"),
+    (lambda d: __import__("numpy").save(d / "s.npy", __import__("numpy").zeros((2, 3, 32, 32), "float32"))
+     or d / "s.npy", "holds 32x32 images, but the model takes 64x64"),
+    (lambda d: __import__("numpy").save(d / "i.npy", __import__("numpy").zeros((2, 3, 64, 64), "int64"))
+     or d / "i.npy", "expected floating-point images"),
+])
+def test_bad_inputs_file_is_one_error_line(exported, tmp_path, make, message):
+    _, out, _ = exported
+    path = make(tmp_path)
+    result = run(validate_main, [MODEL, out, "--inputs", path])
+    assert result.exit_code == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: inputs file") and message in lines[0], lines
+    result = run(export_main, [MODEL, "--input-size", SIZE, "--inputs", path, "-o", tmp_path / "o.onnx"])
+    assert result.exit_code == 1 and message in result.stderr
+    assert not (tmp_path / "o.onnx").exists()
+
+
+def test_a_checkpoint_that_outputs_nan_is_refused(tmp_path):
+    import torch
+
+    from dcd_deploy import save_checkpoint
+
+    model = pseudo_train(create_model(MODEL), seed=0, input_size=int(SIZE))
+    with torch.no_grad():
+        model.classifier[-1].cls.weight[3, 7] = float("nan")
+    ckpt = save_checkpoint(model, tmp_path / "nan.pt")
+    result = run(export_main, [ckpt, "--input-size", SIZE, "-o", tmp_path / "nan.onnx"])
+    assert result.exit_code == 1
+    assert result.stderr.strip().splitlines() == [result.stderr.strip()]
+    assert "Error: the PyTorch model outputs NaN on finite inputs: check the checkpoint" in result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["nan.pt"]
+
+
+def test_failure_on_ill_conditioned_synthetic_inputs_suggests_inputs():
+    from dcd_deploy.cli._common import parity_failure
+    from dcd_deploy.parity import ParityReport, ParityRow
+
+    def report(synthetic, ill):
+        row = ParityRow("all", 1, 8, 0.5, 0.05, 0.1, 0.2 if ill else 1e-6, 10.0, 0.01, ill, 1.0, 0, 0, True, False)
+        return ParityReport("m.onnx", 224, 1e-5, 1e-3, [row], synthetic_inputs=synthetic)
+
+    hint = "check on your own preprocessed images with --inputs FILE"
+    assert hint in str(parity_failure(report(True, True)))
+    assert "fp32 itself is ill-conditioned" in str(parity_failure(report(True, True)))
+    assert hint not in str(parity_failure(report(False, True)))  # they were the user's inputs already
+    assert hint not in str(parity_failure(report(True, False)))  # a real mismatch: inputs are not to blame
+
+
+def test_validate_refuses_every_tampered_file_of_a_release_checkpoint(tmp_path):
+    import numpy as np
+
+    from dcd_deploy.models import synthetic_images
+    from dcd_deploy.models.authors import save_release_checkpoint
+
+    from _tamper import TAMPERS
+
+    model = pseudo_train(create_model("mobilenetv2_050_dcd"), seed=1, input_size=int(SIZE))
+    ckpt = tmp_path / "mbv2.pth.tar"
+    save_release_checkpoint(model, ckpt)
+    good = tmp_path / "good.onnx"
+    assert run(export_main, [ckpt, "--input-size", SIZE, "-o", good]).exit_code == 0
+    np.save(tmp_path / "x.npy", synthetic_images(4, int(SIZE), seed=21).numpy())
+    inputs = [[], ["--inputs", tmp_path / "x.npy"]]
+    for extra in inputs:
+        result = run(validate_main, [ckpt, good, "--batch-sizes", "2", *extra])
+        assert result.exit_code == 0, result.output
+    for name, tamper in TAMPERS.items():
+        proto = onnx.load(str(good))
+        tamper(proto)
+        bad = tmp_path / f"{name}.onnx"
+        onnx.save(proto, str(bad))
+        for extra in inputs:
+            result = run(validate_main, [ckpt, bad, "--batch-sizes", "2", *extra])
+            assert result.exit_code == 1, (name, extra, result.output)
+            assert result.stderr.startswith("Error: parity check failed: FAIL"), result.stderr

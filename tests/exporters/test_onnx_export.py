@@ -483,3 +483,34 @@ def test_release_checkpoint_exports_what_the_authors_network_computes(tmp_path):
         got = sess.run(None, {"input": x.numpy()})[0]
         assert np.abs(got - expected).max() <= ATOL + RTOL * scale
         assert (got.argmax(1) == expected.argmax(1)).all()
+
+
+def test_release_checkpoint_at_224_exports_with_defaults_and_matches_the_authors_logits(tmp_path, monkeypatch):
+    """The user's first command on a published MobileNetV2 file: ``dcd-export model_best.pth.tar``.
+
+    Its BN statistics come from the images it was calibrated on (here: natural-looking
+    synthetic images, as training on photographs gives); the gate must pass the correct
+    export on its default inputs, and the file must match an independent implementation
+    of the authors' network to 1e-4 of the output scale on the checkpoint's own inputs.
+    """
+    from click.testing import CliRunner
+
+    from dcd_deploy.cli.export import main as export_main
+
+    model = pseudo_train(create_model("mobilenetv2_050_dcd"), seed=3, input_size=224)
+    save_release_checkpoint(model, tmp_path / "model_best.pth.tar")  # module. prefix, dropout classifier
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(export_main, ["model_best.pth.tar"])
+    assert result.exit_code == 0, result.output
+    assert "parity   PASS" in result.stdout and "ill-conditioned" not in result.stdout
+
+    raw = torch.load(tmp_path / "model_best.pth.tar", weights_only=True)
+    oracle = OracleMobileNetV2(0.5, fc_squeeze=8)
+    oracle.load_state_dict({k.removeprefix("module."): v for k, v in raw["state_dict"].items()}, strict=True)
+    x = synthetic_images(4, 224, seed=1234)  # "the checkpoint's own inputs": images of its working range
+    with torch.no_grad():
+        expected = oracle.double().eval()(x.double()).numpy()
+    scale = np.abs(expected).max()
+    for sess in sessions(tmp_path / "model_best.onnx"):
+        got = sess.run(None, {"input": x.numpy()})[0]
+        assert np.abs(got - expected).max() <= 1e-4 * scale
