@@ -9,8 +9,10 @@ demos still need a model whose dynamic path matters, so ``pseudo_train``:
    without making the untrained net chaotic;
 2. gives every BatchNorm a random affine (so folding it is not a no-op), with the
    release's latent ``bn2`` kept at a modest gain so the net is not chaotic;
-3. recalibrates BatchNorm running statistics on seeded synthetic images, which is what
-   keeps eval-mode activations finite whatever the depth.
+3. recalibrates BatchNorm running statistics on seeded natural-looking synthetic images
+   (:mod:`._images`, the parity check's default inputs too), which is what keeps
+   eval-mode activations finite whatever the depth, and puts those images in the
+   model's working range as training on photographs would.
 """
 
 from __future__ import annotations
