@@ -23,7 +23,7 @@ from onnx import TensorProto, helper
 from torch import nn
 from torch.fx.passes.shape_prop import ShapeProp
 
-from .. import __version__
+from .._version import __version__
 from .._atomic import atomic_output, check_output_path
 from ..errors import ExportError, ParityError
 from ._builder import DOMAIN, DOMAIN_VERSION, FunctionScope, GraphBuilder, Scope
