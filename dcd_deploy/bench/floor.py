@@ -29,7 +29,7 @@ from onnx import helper, numpy_helper
 from torch import nn
 
 from ..errors import UnsupportedInputError
-from ..exporters._deploy_dcd import DeployDCD
+from ..exporters import DeployDCD
 from ..exporters.lowering import to_deploy
 from ..exporters.onnx import DEFAULT_OPSET, build_onnx
 

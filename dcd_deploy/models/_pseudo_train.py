@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from ..layers import CondConv2d, DCDConv2d, DCDLinear, DynamicConv2d
-from ..layers._mixture import MixtureConv2d
+from ..layers import MixtureConv2d
 
 #: Legend: std of Λ/Φ heads' weights, number and size of calibration batches.
 HEAD_STD = 0.5

@@ -20,7 +20,7 @@ from dcd_deploy.errors import ExportError, UnsupportedInputError
 from dcd_deploy.exporters._deploy_dcd import DeployDCD, adaptive_windows, prefers_weight_form
 from dcd_deploy.exporters._deploy_mixture import DeployMixture
 from dcd_deploy.layers import CondConv2d, DCDConv2d, DCDLinear, DynamicConv2d
-from dcd_deploy.layers._mixture import MixtureConv2d
+from dcd_deploy.layers import MixtureConv2d
 from dcd_deploy.models import synthetic_images
 
 from _zoo import ZooCache, input_size

@@ -31,7 +31,7 @@ from dcd_deploy.exporters import onnx as onnx_exporter
 from dcd_deploy.exporters import to_deploy
 from dcd_deploy.exporters.onnx import ALLOWED_OPS
 from dcd_deploy.layers import DCDConv2d, DCDLinear
-from dcd_deploy.layers._mixture import MixtureConv2d
+from dcd_deploy.layers import MixtureConv2d
 from dcd_deploy.models import synthetic_images
 from dcd_deploy.models.authors import save_release_checkpoint
 
