@@ -353,6 +353,7 @@ def resolve_model(spec: str, *, arch: str | None = None, trust_checkpoint: bool 
         UnsupportedInputError: the architecture cannot take ``input_size``.
     """
     from .models import create_model, is_model, pseudo_train
+    from ._threads import preparation_threads
     from .models._registry import check_input_size, closest_models
 
     path = Path(spec)
@@ -370,8 +371,9 @@ def resolve_model(spec: str, *, arch: str | None = None, trust_checkpoint: bool 
             model = load_checkpoint(path, arch=named, trust_checkpoint=trust_checkpoint)
         check_input_size(model, input_size)
         return model
-    model = create_model(spec)
-    check_input_size(model, input_size)
-    if seed is not None:
-        pseudo_train(model, seed, input_size=input_size)
+    with preparation_threads():  # see dcd_deploy._threads
+        model = create_model(spec)
+        check_input_size(model, input_size)
+        if seed is not None:
+            pseudo_train(model, seed, input_size=input_size)
     return model

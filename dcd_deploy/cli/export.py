@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from .._threads import preparation_threads
 from ..errors import ParityError
 from ..checkpoint import resolve_model
 from ._common import check_output_dir, model_options, run_cli, write_json_atomic
@@ -54,8 +55,9 @@ def main(model, output, input_size, batch, opset, mode, strategy, no_simplify, n
     check_output_dir(json_path)
     net = resolve_model(model, arch=arch, trust_checkpoint=trust_checkpoint, seed=seed, input_size=input_size)
     try:
-        result = export_onnx(net, output, input_size=input_size, batch=batch, opset=opset,
-                             simplify=not no_simplify, mode=mode, check=not no_check, strategy=strategy)
+        with preparation_threads():  # 3-5 s instead of 25-40 s on a busy 2-core machine
+            result = export_onnx(net, output, input_size=input_size, batch=batch, opset=opset,
+                                 simplify=not no_simplify, mode=mode, check=not no_check, strategy=strategy)
     except ParityError as exc:
         if exc.report is not None:
             click.echo(exc.report.table(), err=True)
