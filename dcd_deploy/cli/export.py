@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from .._threads import preparation_threads
+from .._version import __version__
 from ..errors import ParityError
 from ..checkpoint import resolve_model
 from ._common import check_output_dir, model_options, run_cli, write_json_atomic
@@ -25,6 +26,7 @@ def _batch(value: str) -> int | None:
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "--version")
 @click.argument("model")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Output .onnx path (default: MODEL's name with .onnx, in the current directory).")
@@ -41,13 +43,18 @@ def _batch(value: str) -> int | None:
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Also write the export report as JSON.")
 @click.option("-v", "--verbose", is_flag=True, help="List the form chosen for every DCD layer.")
+@click.option("-q", "--quiet", is_flag=True,
+              help="Print only the 'wrote ...' line (errors still print their one Error: line, "
+                   "without the parity table).")
 @model_options
 @run_cli
 def main(model, output, input_size, batch, opset, mode, strategy, no_simplify, no_check, json_path,
-         verbose, arch, trust_checkpoint, seed):
+         verbose, quiet, arch, trust_checkpoint, seed):
     """Export MODEL (a checkpoint path or a zoo name) to ONNX in deploy form."""
     from ..exporters import export_onnx
 
+    if quiet and verbose:
+        raise click.UsageError("-q/--quiet and -v/--verbose exclude each other")
     batch = _batch(batch)
     if output is None:
         output = Path(Path(model).name.split(".")[0] + ".onnx")
@@ -59,13 +66,17 @@ def main(model, output, input_size, batch, opset, mode, strategy, no_simplify, n
             result = export_onnx(net, output, input_size=input_size, batch=batch, opset=opset,
                                  simplify=not no_simplify, mode=mode, check=not no_check, strategy=strategy)
     except ParityError as exc:
-        if exc.report is not None:
+        if exc.report is not None and not quiet:
             click.echo(exc.report.table(), err=True)
         raise
     params = sum(p.numel() for p in net.parameters())
     ops = ", ".join(f"{k} {v}" for k, v in result.op_histogram.items())
     forms = list(result.strategies.values())
     click.echo(f"wrote {result.path} ({result.size_bytes / 1e6:.1f} MB) in {result.seconds:.1f} s")
+    if json_path is not None:
+        write_json_atomic(json_path, result.to_dict())
+    if quiet:
+        return
     click.echo(f"  model    {getattr(net, 'arch', type(net).__name__)}: {params / 1e6:.2f}M params, "
                f"input {'N' if batch is None else batch}x3x{input_size}x{input_size}, opset {result.opset}, "
                f"mode {mode}{', simplified' if result.simplified else ''}")
@@ -80,5 +91,3 @@ def main(model, output, input_size, batch, opset, mode, strategy, no_simplify, n
         click.echo(f"  parity   {result.parity.summary()}")
     else:
         click.echo("  parity   not checked (--no-check)")
-    if json_path is not None:
-        write_json_atomic(json_path, result.to_dict())

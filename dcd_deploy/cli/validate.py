@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from .._version import __version__
 from ..errors import DCDDeployError, ParityError
 from ..checkpoint import resolve_model
 from ._common import check_output_dir, model_options, run_cli, write_json_atomic
@@ -22,6 +23,7 @@ def _sizes(value: str) -> tuple[int, ...]:
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "--version")
 @click.argument("model")
 @click.argument("onnx_path", metavar="ONNX", type=click.Path(path_type=Path))
 @click.option("--batch-sizes", default="1,2", show_default=True, help="Comma-separated batch sizes.")
