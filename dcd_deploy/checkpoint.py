@@ -4,7 +4,7 @@
 
 * this toolkit's format (:func:`save_checkpoint`): ``{"format": "dcd-deploy",
   "format_version": 1, "arch", "config", "state_dict"}``;
-* the authors' release format (DESIGN.md section 4): ``{"epoch", "arch", "state_dict",
+* the authors' release format (docs/design.md#release-format): ``{"epoch", "arch", "state_dict",
   "best_prec1", "optimizer"}`` with a family ``arch`` such as ``mobilenetv2_dcd``
   (see :mod:`dcd_deploy.models.authors`);
 * a plain state dict, or a dict holding one under ``state_dict``, for an architecture

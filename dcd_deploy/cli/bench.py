@@ -286,7 +286,7 @@ def _legend() -> list[str]:
         "Legend:",
         "  P = params, M = MAdds (multiply-adds), in millions; paper cells as printed (G = 1000M).",
         "  conv. = params convention: all = every parameter; -cls = excluding the classifier",
-        "    (the paper's ResNet figures; DESIGN.md section 5).",
+        "    (the paper's ResNet figures; docs/design.md#counting-conventions).",
         "  M ours is in the form shown: min = per DCD layer the cheaper of its latent form",
         "    (as the layer's forward executes: W0 conv, Q conv, Φ, P conv, Λ scaling) and its",
         "    weight form (W(x) = ΛW0 + PΦQᵀ built per sample, then one conv), matching the",

@@ -22,8 +22,7 @@ from torch import nn
 from torch.fx.passes.shape_prop import ShapeProp
 
 from ..errors import ExportError
-from ..layers import DCDConv2d, DCDLinear
-from ..layers import MixtureConv2d
+from ..layers import DCDConv2d, DCDLinear, MixtureConv2d
 from ..models import check_input_size
 from ._deploy_dcd import STRATEGIES, DeployDCD, prefers_weight_form
 from ._deploy_mixture import DeployMixture

@@ -34,7 +34,7 @@ from .lowering import to_deploy
 DEFAULT_OPSET = 17
 MIN_OPSET = 13  # Unsqueeze/ReduceSum take axes as inputs from 13 on
 MODES = ("standard", "function")
-#: Ops an exported graph may contain (DESIGN.md section 3).
+#: Ops an exported graph may contain (docs/design.md#deploy-form).
 ALLOWED_OPS = frozenset({
     "Conv", "Gemm", "MatMul", "Mul", "Add", "Sub", "Div", "Relu", "Clip", "HardSigmoid", "Sigmoid",
     "Softmax", "AveragePool", "GlobalAveragePool", "ReduceMean", "ReduceSum", "MaxPool", "Reshape",

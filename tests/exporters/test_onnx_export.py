@@ -4,7 +4,7 @@ Conv weights and no baked-in batch, parity-checked against the original PyTorch 
 Oracles: the original model (PyTorch, eval mode), ONNX Runtime run here directly,
 the graph read back from the file, and, for the authors' release format, a network
 assembled from the independent re-implementation of their layers in
-``tests/models/test_authors.py`` (DESIGN.md section 4).
+``tests/models/test_authors.py`` (docs/design.md#release-format).
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ def _load(name: str, path: Path):
 _HERE = Path(__file__).resolve().parent
 #: Hand-built nets (every DCD form, odd sizes) from the lowering tests.
 nets = _load("_dcd_test_lowering_nets", _HERE / "test_lowering.py")
-#: The release's layers re-implemented from DESIGN.md section 4 alone.
+#: The release's layers re-implemented from docs/design.md#release-format alone.
 authors = _load("_dcd_test_authors_oracles", _HERE.parent / "models" / "test_authors.py")
 
 
@@ -437,7 +437,7 @@ class OracleBlock(nn.Module):
 
 
 class OracleMobileNetV2(nn.Module):
-    """The release's DCD MobileNetV2 (DESIGN.md section 4), trained with --dropout."""
+    """The release's DCD MobileNetV2 (docs/design.md#release-format), trained with --dropout."""
 
     BLOCKS = ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1), (6, 160, 3, 2),
               (6, 320, 1, 1))
