@@ -32,9 +32,14 @@ def test_missing_or_unknown_command_is_a_usage_error(capsys, argv, message):
 @pytest.mark.parametrize("name", list(COMMANDS))
 def test_subcommand_runs_the_click_command_under_its_own_name(capsys, name):
     with pytest.raises(SystemExit) as info:
+        main([name, "--help"])
+    assert info.value.code == 0
+    assert capsys.readouterr().out.startswith(f"Usage: python -m dcd_deploy {name} [OPTIONS]")
+    with pytest.raises(SystemExit) as info:
         main([name, "--version"])
     assert info.value.code == 0
-    assert capsys.readouterr().out == f"python -m dcd_deploy {name}, version {__version__}\n"
+    # The version line names the command as installed, however it was started.
+    assert capsys.readouterr().out == f"dcd-{name}, version {__version__}\n"
 
 
 def test_subcommand_passes_its_arguments_on(capsys):

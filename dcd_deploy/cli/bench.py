@@ -96,7 +96,7 @@ def format_model_list() -> list[str]:
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, "--version")
+@click.version_option(__version__, "--version", prog_name="dcd-bench")
 @click.option("--list-models", is_flag=True, is_eager=True, expose_value=False, callback=_list_models,
               help="Print the model zoo with parameter counts and exit.")
 @click.option("--complexity", is_flag=True,

@@ -26,7 +26,7 @@ def _batch(value: str) -> int | None:
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, "--version")
+@click.version_option(__version__, "--version", prog_name="dcd-export")
 @click.argument("model")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Output .onnx path (default: MODEL's name with .onnx, in the current directory).")

@@ -23,7 +23,7 @@ def _sizes(value: str) -> tuple[int, ...]:
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, "--version")
+@click.version_option(__version__, "--version", prog_name="dcd-validate")
 @click.argument("model")
 @click.argument("onnx_path", metavar="ONNX", type=click.Path(path_type=Path))
 @click.option("--batch-sizes", default="1,2", show_default=True, help="Comma-separated batch sizes.")

@@ -29,7 +29,7 @@ def test_version_is_the_installed_distributions(name):
     # The installed metadata is read from dcd_deploy/_version.py at build time: one source.
     installed = importlib.metadata.version("dcd-deploy")
     assert installed == dcd_deploy.__version__
-    assert result.output.strip().endswith(f"version {installed}")
+    assert result.output == f"{name}, version {installed}\n"
 
 
 def test_export_quiet_prints_only_the_wrote_line(tmp_path):
