@@ -8,8 +8,7 @@ Export and parity import ONNX Runtime lazily.
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
-
+from ._version import __version__
 from .errors import DCDDeployError
 from .models import create_model, list_models, pseudo_train
 

@@ -4,7 +4,7 @@
 
 * this toolkit's format (:func:`save_checkpoint`): ``{"format": "dcd-deploy",
   "format_version": 1, "arch", "config", "state_dict"}``;
-* the authors' release format (DESIGN.md section 4): ``{"epoch", "arch", "state_dict",
+* the authors' release format (docs/design.md#release-format): ``{"epoch", "arch", "state_dict",
   "best_prec1", "optimizer"}`` with a family ``arch`` such as ``mobilenetv2_dcd``
   (see :mod:`dcd_deploy.models.authors`);
 * a plain state dict, or a dict holding one under ``state_dict``, for an architecture
@@ -353,6 +353,7 @@ def resolve_model(spec: str, *, arch: str | None = None, trust_checkpoint: bool 
         UnsupportedInputError: the architecture cannot take ``input_size``.
     """
     from .models import create_model, is_model, pseudo_train
+    from ._threads import preparation_threads
     from .models._registry import check_input_size, closest_models
 
     path = Path(spec)
@@ -370,8 +371,9 @@ def resolve_model(spec: str, *, arch: str | None = None, trust_checkpoint: bool 
             model = load_checkpoint(path, arch=named, trust_checkpoint=trust_checkpoint)
         check_input_size(model, input_size)
         return model
-    model = create_model(spec)
-    check_input_size(model, input_size)
-    if seed is not None:
-        pseudo_train(model, seed, input_size=input_size)
+    with preparation_threads():  # see dcd_deploy._threads
+        model = create_model(spec)
+        check_input_size(model, input_size)
+        if seed is not None:
+            pseudo_train(model, seed, input_size=input_size)
     return model

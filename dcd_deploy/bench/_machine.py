@@ -61,7 +61,7 @@ def _version(module: str) -> str | None:
 def machine_info(*, threads: int, batch: int, input_size: int, with_openvino: bool = False) -> MachineInfo:
     import torch
 
-    from .. import __version__
+    from .._version import __version__
 
     try:
         usable = len(os.sched_getaffinity(0))

@@ -3,7 +3,7 @@
 :func:`count_complexity` runs one shape-only forward pass (meta tensors) of a
 ``(1, 3, S, S)`` input with forward hooks and adds up, per executed layer, the
 multiply-adds below. A dynamic layer (:class:`~dcd_deploy.layers.DCDConv2d`,
-:class:`~dcd_deploy.layers.DCDLinear`, :class:`~dcd_deploy.layers._mixture.MixtureConv2d`)
+:class:`~dcd_deploy.layers.DCDLinear`, :class:`~dcd_deploy.layers.MixtureConv2d`)
 is counted as one unit from its attributes and the shapes it saw; its children are not
 hooked. :func:`compare_with_paper` counts every model of Tables 1-4 and sets it beside
 the paper's cells (:mod:`dcd_deploy.bench.paper`).
@@ -57,7 +57,7 @@ Switched-off terms     dropped (no Λ: no Λ terms; no Φ: no Q, Φ, P, R terms)
 
 Parameters are ``sum(p.numel() for p in model.parameters())`` (BN affine included,
 running statistics excluded); ``classifier_params`` lets a caller apply the paper's
-ResNet convention (parameters excluding the classifier, DESIGN.md section 5).
+ResNet convention (parameters excluding the classifier, docs/design.md#counting-conventions).
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ from torch import nn
 from torch.func import functional_call
 
 from ..layers import DCDConv2d, DCDLinear
-from ..layers._mixture import MixtureConv2d
+from ..layers import MixtureConv2d
 from ..layers.common import SEGate
 from ..models import create_model
 from .paper import PAPER_ROWS, PARAMS_EXCL_CLASSIFIER, PaperRow, parse_figure

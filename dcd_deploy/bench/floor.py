@@ -29,7 +29,7 @@ from onnx import helper, numpy_helper
 from torch import nn
 
 from ..errors import UnsupportedInputError
-from ..exporters._deploy_dcd import DeployDCD
+from ..exporters import DeployDCD
 from ..exporters.lowering import to_deploy
 from ..exporters.onnx import DEFAULT_OPSET, build_onnx
 
@@ -168,9 +168,10 @@ def run_floor(models: Sequence[str] = DEFAULT_FLOOR_MODELS, *, threads: int = 1,
     from ..models import is_model, synthetic_images
     from ._models import _entry_name, load_model
     from ._runners import ort_runner
-    from ._timing import measure_interleaved
+    from ._timing import measure_interleaved, set_threads
     from .latency import timing_settings
 
+    set_threads(threads)  # as run_benchmark: building and exporting at the count being timed
     x = synthetic_images(1, input_size, seed=seed).numpy()
     runners, pairs = {}, []
     for spec in models:

@@ -22,7 +22,7 @@ onnxruntime       the file :func:`~dcd_deploy.export_onnx` writes (strategy auto
 openvino          the same file compiled by OpenVINO for CPU (only if installed)
 ================  ===================================================================
 
-Method (DESIGN.md section 6):
+Method (docs/design.md#measurement):
 
 * threads set explicitly everywhere: ``torch.set_num_threads(N)`` (and the inter-op
   pool where PyTorch still allows it); ORT ``intra_op_num_threads = inter_op_num_threads

@@ -17,7 +17,7 @@ model, kwargs       ``create_model(model, **kwargs)``
 params, madds       the cells exactly as printed ("2.0M", "1.81G"); their last digit
                     fixes the precision a match is judged at
 params_convention   "all": every parameter; "excl. classifier": the paper's ResNet
-                    figures leave the classifier out (DESIGN.md section 5: ResNet-18
+                    figures leave the classifier out (docs/design.md#counting-conventions: ResNet-18
                     11.1M = 11.69M minus its FC)
 note                what the row assumes beyond the paper's text, or a known reason a
                     count cannot match
@@ -122,7 +122,7 @@ _RESNET10_PARAMS = (f"{_RESNET10}; its params excluding and including the classi
 _LAMBDA_ONLY = ("with Φ off the zoo's branch pools globally (Λ alone is SE-like channel "
                 "attention; the release's 2x2 pool feeds Φ): an assumption fitted to Table 1's ΛW0 rows")
 _RESNET50_DCD = ("params unexplained: the authors' ResNet-50 DCD has 29.84M with its DCD "
-                 "classifier (DESIGN.md section 4), under 30.7M with or without it")
+                 "classifier (docs/design.md#release-format), under 30.7M with or without it")
 
 _PW = ("pw",)
 _MBV2 = "mobilenetv2_050"

@@ -1,6 +1,6 @@
 """Helpers shared by the click commands.
 
-:func:`run_cli` gives every command the toolkit's error contract (DESIGN.md, errors):
+:func:`run_cli` gives every command the toolkit's error contract (docs/design.md#errors):
 a :class:`~dcd_deploy.errors.DCDDeployError` becomes one ``Error: <message>`` line on
 stderr and exit status 1, with no traceback; any other exception is a bug and
 propagates with its traceback. :func:`write_json_atomic` writes a report so a reader

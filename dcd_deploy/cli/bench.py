@@ -25,6 +25,7 @@ from ..bench.complexity import (
     DEFAULT_INPUT_SIZE, MILLION, STATUS_MISS, TOLERANCE_PCT, PaperCheck, compare_with_paper,
 )
 from ..bench.paper import PARAMS_EXCL_CLASSIFIER
+from .._version import __version__
 from ..errors import DCDDeployError
 from ._common import run_cli, write_json_atomic
 
@@ -72,7 +73,32 @@ def _out_path():
     return click.Path(dir_okay=False, path_type=Path)
 
 
+def _list_models(ctx, param, value):
+    if value and not ctx.resilient_parsing:
+        for line in format_model_list():
+            click.echo(line)
+        ctx.exit()
+
+
+def format_model_list() -> list[str]:
+    """Every zoo name with its parameter count (all parameters, 1000 classes), as lines."""
+    import torch
+
+    from ..models import create_model, list_models
+
+    lines = [f"{'model':<26} {'params M':>8}", "-" * 35]
+    for name in list_models():
+        with torch.device("meta"):  # shapes only: the CondConv ResNet-50 alone would take 0.7 GB
+            model = create_model(name)
+        lines.append(f"{name:<26} {sum(p.numel() for p in model.parameters()) / MILLION:>8.2f}")
+    return lines + ["", "X: static; X_dcd: DCD (the authors' release layers); X_dyconv: DY-Conv (K = 4);",
+                    "X_condconv: CondConv (K = 8). Params count every parameter, classifier included."]
+
+
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "--version", prog_name="dcd-bench")
+@click.option("--list-models", is_flag=True, is_eager=True, expose_value=False, callback=_list_models,
+              help="Print the model zoo with parameter counts and exit.")
 @click.option("--complexity", is_flag=True,
               help="Count params and MAdds of every model in the paper's Tables 1-4 and "
                    "compare them with the paper's cells (instead of timing).")
@@ -260,7 +286,7 @@ def _legend() -> list[str]:
         "Legend:",
         "  P = params, M = MAdds (multiply-adds), in millions; paper cells as printed (G = 1000M).",
         "  conv. = params convention: all = every parameter; -cls = excluding the classifier",
-        "    (the paper's ResNet figures; DESIGN.md section 5).",
+        "    (the paper's ResNet figures; docs/design.md#counting-conventions).",
         "  M ours is in the form shown: min = per DCD layer the cheaper of its latent form",
         "    (as the layer's forward executes: W0 conv, Q conv, Φ, P conv, Λ scaling) and its",
         "    weight form (W(x) = ΛW0 + PΦQᵀ built per sample, then one conv), matching the",

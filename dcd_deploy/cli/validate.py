@@ -6,6 +6,8 @@ from pathlib import Path
 
 import click
 
+from .._threads import preparation_threads
+from .._version import __version__
 from ..errors import DCDDeployError
 from ..checkpoint import resolve_model
 from ._common import check_output_dir, inputs_option, model_options, parity_failure, run_cli, write_json_atomic
@@ -22,6 +24,7 @@ def _sizes(value: str) -> tuple[int, ...]:
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "--version", prog_name="dcd-validate")
 @click.argument("model")
 @click.argument("onnx_path", metavar="ONNX", type=click.Path(path_type=Path))
 @click.option("--batch-sizes", default="1,2", show_default=True, help="Comma-separated batch sizes.")
@@ -47,8 +50,9 @@ def main(model, onnx_path, batch_sizes, n_inputs, inputs_path, atol, rtol, json_
     input_size = _onnx_input_size(onnx_path)
     inputs = None if inputs_path is None else load_inputs(inputs_path, input_size=input_size)
     net = resolve_model(model, arch=arch, trust_checkpoint=trust_checkpoint, seed=seed, input_size=input_size)
-    report = check_parity(net, onnx_path, batch_sizes=sizes, n_inputs=n_inputs, atol=atol, rtol=rtol,
-                          inputs=inputs)
+    with preparation_threads():
+        report = check_parity(net, onnx_path, batch_sizes=sizes, n_inputs=n_inputs, atol=atol, rtol=rtol,
+                              inputs=inputs)
     click.echo(report.table())
     click.echo(report.summary())
     if json_path is not None:

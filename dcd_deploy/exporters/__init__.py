@@ -1,8 +1,9 @@
 """Lowering to deploy form and ONNX export."""
 
+from ._deploy_dcd import DeployDCD
 from .lowering import to_deploy
 
-__all__ = ["to_deploy", "export_onnx", "ExportResult"]
+__all__ = ["DeployDCD", "to_deploy", "export_onnx", "ExportResult"]
 
 
 def __getattr__(name: str):

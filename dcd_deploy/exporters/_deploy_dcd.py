@@ -10,7 +10,7 @@ Training form (paper Eq. 5): ``y = bn(Λ ⊙ (W0 * x) + P v)`` with the release'
 * the release's hard sigmoid ``hsig = 2 · HardSigmoid`` puts its factor 2 into W0 (Λ)
   and, for the SE gate, into the heads that read the gated features.
 
-Two exact ways to apply the layer (DESIGN.md section 3):
+Two exact ways to apply the layer (docs/design.md#deploy-form):
 
 * ``latent``: ``Λ ⊙ (W0 * x) + P (Φ' (Q x + t1))``: every Conv keeps constant weights;
 * ``weight`` (1x1, stride 1, B = 1): ``W(x) = Λ W0 + P Φ' Q`` formed per sample from

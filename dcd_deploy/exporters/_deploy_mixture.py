@@ -14,7 +14,7 @@ from torch import nn
 
 from ..layers.condconv import CondConv2d
 from ..layers.dyconv import DynamicConv2d
-from ..layers._mixture import MixtureConv2d
+from ..layers import MixtureConv2d
 from ._fold import bn_affine
 
 

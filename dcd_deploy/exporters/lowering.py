@@ -22,9 +22,8 @@ from torch import nn
 from torch.fx.passes.shape_prop import ShapeProp
 
 from ..errors import ExportError
-from ..layers import DCDConv2d, DCDLinear
-from ..layers._mixture import MixtureConv2d
-from ..models._registry import check_input_size
+from ..layers import DCDConv2d, DCDLinear, MixtureConv2d
+from ..models import check_input_size
 from ._deploy_dcd import STRATEGIES, DeployDCD, prefers_weight_form
 from ._deploy_mixture import DeployMixture
 from ._fold import fold_conv_bn, fold_linear_bn

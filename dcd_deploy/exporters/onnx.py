@@ -23,7 +23,7 @@ from onnx import TensorProto, helper
 from torch import nn
 from torch.fx.passes.shape_prop import ShapeProp
 
-from .. import __version__
+from .._version import __version__
 from .._atomic import atomic_output, check_output_path
 from ..errors import ExportError, ParityError
 from ._builder import DOMAIN, DOMAIN_VERSION, FunctionScope, GraphBuilder, Scope
@@ -34,7 +34,7 @@ from .lowering import to_deploy
 DEFAULT_OPSET = 17
 MIN_OPSET = 13  # Unsqueeze/ReduceSum take axes as inputs from 13 on
 MODES = ("standard", "function")
-#: Ops an exported graph may contain (DESIGN.md section 3).
+#: Ops an exported graph may contain (docs/design.md#deploy-form).
 ALLOWED_OPS = frozenset({
     "Conv", "Gemm", "MatMul", "Mul", "Add", "Sub", "Div", "Relu", "Clip", "HardSigmoid", "Sigmoid",
     "Softmax", "AveragePool", "GlobalAveragePool", "ReduceMean", "ReduceSum", "MaxPool", "Reshape",

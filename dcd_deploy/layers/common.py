@@ -2,7 +2,7 @@
 
 ``HSigmoid`` is the authors' hard sigmoid, ``relu6(z + 3) / 3``: its range is 0..2,
 not the usual 0..1, so a zero pre-activation gives a gain of exactly 1. ``SEGate`` is
-their squeeze-FC gate ``g(y) = y * hsig(A y)`` (DESIGN.md section 4).
+their squeeze-FC gate ``g(y) = y * hsig(A y)`` (docs/design.md#release-format).
 """
 
 from __future__ import annotations

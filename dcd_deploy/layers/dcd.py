@@ -13,7 +13,7 @@ One layer, ``DCDConv2d``, covers every form in the paper:
 
 ``DCDLinear`` is the classifier form: the 1x1 case at 1x1 resolution.
 
-The authors' released variant (DESIGN.md section 4) is the same layer configured with
+The authors' released variant (docs/design.md#release-format) is the same layer configured with
 ``gate="se"``, ``latent_bn=True`` (``z = bn1(Qᵀx)``, ``v = bn2(Φ z) + z``) and, for
 MobileNetV2 expansions and ResNet basic blocks, ``pool_size=2``; the parameter names
 (``conv``, ``conv_q``, ``conv_p``, ``bn1``, ``bn2``, ``fc.0``, ``fc.1.fc.0``,

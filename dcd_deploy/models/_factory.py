@@ -11,7 +11,7 @@ conv    any conv inside a ResNet block (1x1 or 3x3)
 cls     the classifier
 ======  ==============================================================
 
-``style="release"`` reproduces the authors' published layers (DESIGN.md section 4:
+``style="release"`` reproduces the authors' published layers (docs/design.md#release-format:
 their latent dims, squeeze widths, 2x2 pools, SE gate and latent BNs), so state dicts
 line up; ``style="paper"`` is the plain form of Section 3 (global pool, FC/r, ReLU).
 """
@@ -28,7 +28,7 @@ from ..layers import CondConv2d, DCDConv2d, DCDLinear, DynamicConv2d
 
 KINDS = ("static", "dcd", "dyconv", "condconv")
 
-# Release constants (DESIGN.md section 4); legend:
+# Release constants (docs/design.md#release-format); legend:
 #   MBV2_EXPAND_*: DYModule with inp < oup (pool 2x2, features x4, red starts at 8)
 #   MBV2_REDUCE_*: DYModule with inp >= oup (global pool, red starts at 2)
 #   CLS_DIM / CLS_SQUEEZE: DYCls latent dim and squeeze width

@@ -17,14 +17,13 @@ demos still need a model whose dynamic path matters, so ``pseudo_train``:
 
 from __future__ import annotations
 
-import contextlib
 import math
 
 import torch
 from torch import nn
 
-from ..layers import CondConv2d, DCDConv2d, DCDLinear, DynamicConv2d
-from ..layers._mixture import MixtureConv2d
+from .._threads import preparation_threads
+from ..layers import CondConv2d, DCDConv2d, DCDLinear, DynamicConv2d, MixtureConv2d
 from ._images import synthetic_images
 
 #: Legend: std of Λ/Φ heads' weights, number and size of calibration batches.
@@ -53,25 +52,10 @@ def pseudo_train(model: nn.Module, seed: int = 0, *, input_size: int = 224) -> n
         The same model, in eval mode; its weights are bit-identical for a given seed
         whatever torch's thread count (calibration runs on one thread).
     """
-    with _one_thread():
+    with preparation_threads():  # calibration sums depend on how many threads split them
         _draw_weights(model, seed)
         recalibrate_bn(model, seed=seed, input_size=input_size)
     return model.eval()
-
-
-@contextlib.contextmanager
-def _one_thread():
-    """Run on one intra-op thread, then restore the caller's count.
-
-    Calibration sums over convolution outputs; their reduction order, hence the last
-    bits of the BN statistics, depends on how many threads split the work.
-    """
-    saved = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(saved)
 
 
 def _draw_weights(model: nn.Module, seed: int) -> None:

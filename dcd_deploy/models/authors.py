@@ -1,4 +1,4 @@
-"""The authors' release format (DESIGN.md section 4): read their checkpoints, write them.
+"""The authors' release format (docs/design.md#release-format): read their checkpoints, write them.
 
 Their files name only the family (``mobilenetv2_dcd``, ``resnet50_dcd``) and store no
 width, squeeze width or dropout; :func:`build_from_release` infers those from tensor

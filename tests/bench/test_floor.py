@@ -25,7 +25,7 @@ from dcd_deploy.bench.floor import STAGES, floor_onnx
 from dcd_deploy.cli.bench import main
 from dcd_deploy.errors import UnsupportedInputError
 from dcd_deploy.exporters import to_deploy
-from dcd_deploy.exporters._deploy_dcd import DeployDCD
+from dcd_deploy.exporters import DeployDCD
 from dcd_deploy.models import synthetic_images
 
 SIZE = 64

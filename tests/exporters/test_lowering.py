@@ -1,7 +1,7 @@
 """``to_deploy``: a new, BatchNorm-free module computing what the original computes.
 
 Oracles: the original PyTorch model (training form, eval mode) run in float64, the
-cost rule of DESIGN.md section 3 evaluated by hand, PyTorch's own adaptive pooling,
+cost rule of docs/design.md#deploy-form evaluated by hand, PyTorch's own adaptive pooling,
 and eval-mode BatchNorm written out as ``gamma (z - mean) / sqrt(var + eps) + beta``.
 """
 
@@ -20,7 +20,7 @@ from dcd_deploy.errors import ExportError, UnsupportedInputError
 from dcd_deploy.exporters._deploy_dcd import DeployDCD, adaptive_windows, prefers_weight_form
 from dcd_deploy.exporters._deploy_mixture import DeployMixture
 from dcd_deploy.layers import CondConv2d, DCDConv2d, DCDLinear, DynamicConv2d
-from dcd_deploy.layers._mixture import MixtureConv2d
+from dcd_deploy.layers import MixtureConv2d
 from dcd_deploy.models import synthetic_images
 from dcd_deploy.parity import DEFAULT_K
 
@@ -167,7 +167,7 @@ def test_bad_arguments():
 
 # ------------------------------------------------------------------------ cost model
 def rule(c_in, c_out, latent, hw):
-    """DESIGN.md section 3: the weight form wins when H·W > C_in·C_out / (C_in + C_out + L)."""
+    """docs/design.md#deploy-form: the weight form wins when H·W > C_in·C_out / (C_in + C_out + L)."""
     return hw > c_in * c_out / (c_in + c_out + latent)
 
 

@@ -5,7 +5,7 @@ the parameters, runs the dynamic branch by hand, builds the dense per-sample ker
 W(x) (and, for the release's latent BatchNorms, a per-sample bias) with the paper's
 formulas, and applies it with one ``F.conv2d`` / matrix product per sample.
 
-Conventions that the paper leaves open, taken from DESIGN.md section 4:
+Conventions that the paper leaves open, taken from docs/design.md#release-format:
 * hsig(z) = relu6(z + 3) / 3 (range 0..2); SE gate g(y) = y * hsig(A y);
 * Φ is the row-major view of ``fc_phi``'s output: Φ[i, j] = phi[i * L + j], the row
   index being the output latent channel; for Eq. 8, Φ[b, a, t] = phi[(b * L + a) * L_k + t]

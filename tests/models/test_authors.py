@@ -1,6 +1,6 @@
 """The authors' release format: our layers are theirs, and their files load into equal models.
 
-The oracles below re-implement the release's layers from DESIGN.md section 4 alone
+The oracles below re-implement the release's layers from docs/design.md#release-format alone
 (no code from ``dcd_deploy.layers``); loading one of our layers' state dicts into them
 strictly and getting the same outputs shows the names, shapes and maths all agree.
 """
@@ -25,7 +25,7 @@ from dcd_deploy.models.authors import (
 
 from _zoo import ZooCache
 
-# -- oracles (DESIGN.md section 4) -----------------------------------------------------
+# -- oracles (docs/design.md#release-format) ------------------------------------------
 
 
 def hsig(z):

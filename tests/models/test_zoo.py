@@ -102,7 +102,7 @@ def test_num_classes_knob():
 
 
 # ----------------------------------------------------------------------------- parameter counts
-# DESIGN.md section 4: the authors' published counts (with DYCls), to 0.01M.
+# docs/design.md#release-format: the authors' published counts (with DYCls), to 0.01M.
 PUBLISHED = {
     "mobilenetv2_100_dcd": 5.72e6, "mobilenetv2_050_dcd": 3.06e6, "mobilenetv2_035_dcd": 2.27e6,
     "resnet18_dcd": 14.70e6, "resnet50_dcd": 29.84e6,
@@ -122,8 +122,8 @@ def test_static_param_count_matches_torchvision(name):
 
 
 def test_resnet18_dcd_without_classifier_matches_paper_convention():
-    """The paper's ResNet figures exclude the classifier (DESIGN.md section 5): DCD ResNet-18
-    14.0M, static 11.1M, both quoted truncated to 0.1M (14.06M, 11.18M)."""
+    """The paper's ResNet figures exclude the classifier (docs/design.md#counting-conventions):
+    DCD ResNet-18 14.0M, static 11.1M, both quoted truncated to 0.1M (14.06M, 11.18M)."""
     for name, paper in (("resnet18_dcd", 14.0e6), ("resnet18", 11.1e6)):
         model = create_model(name)
         body = n_params(model) - n_params(model.classifier)
