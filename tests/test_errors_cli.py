@@ -88,6 +88,7 @@ PARITY_HOOK = """\
 import dcd_deploy.parity as _parity
 _parity.DEFAULT_ATOL = -1.0
 _parity.DEFAULT_RTOL = 0.0
+_parity.DEFAULT_K = -1.0
 """
 
 BUG_HOOK = """\
@@ -489,6 +490,7 @@ def test_export_parity_failure_writes_nothing(tmp_path, monkeypatch):
 
     monkeypatch.setattr(parity, "DEFAULT_ATOL", -1.0)
     monkeypatch.setattr(parity, "DEFAULT_RTOL", 0.0)
+    monkeypatch.setattr(parity, "DEFAULT_K", -1.0)
     path = tmp_path / "m.onnx"
     with pytest.raises(ParityError) as info:
         export_onnx(_Tiny().eval(), path, input_size=8)
@@ -504,6 +506,7 @@ def test_export_parity_failure_keeps_the_previous_file(tmp_path, monkeypatch):
     path = tmp_path / "m.onnx"
     path.write_bytes(b"previous good model")
     monkeypatch.setattr(parity, "DEFAULT_ATOL", -1.0)
+    monkeypatch.setattr(parity, "DEFAULT_K", -1.0)
     with pytest.raises(ParityError):
         export_onnx(_Tiny().eval(), path, input_size=8)
     assert path.read_bytes() == b"previous good model"

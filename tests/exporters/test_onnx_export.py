@@ -356,6 +356,7 @@ def test_zero_tolerance_fails_parity_and_leaves_no_file(tmp_path, monkeypatch):
 
     monkeypatch.setattr(parity, "DEFAULT_ATOL", 0.0)
     monkeypatch.setattr(parity, "DEFAULT_RTOL", 0.0)
+    monkeypatch.setattr(parity, "DEFAULT_K", 0.0)
     with pytest.raises(ParityError):
         export_onnx(model, tmp_path / "m.onnx", input_size=64)
     assert list(tmp_path.iterdir()) == []
