@@ -51,8 +51,14 @@ def test_export_quiet_and_verbose_exclude_each_other(tmp_path):
 
 
 class _Report:
+    ill_conditioned = False
+    synthetic_inputs = True
+
     def table(self) -> str:
         return "PARITY TABLE"
+
+    def summary(self) -> str:
+        return "FAIL: max abs 1"
 
 
 @pytest.mark.parametrize("quiet", [False, True])

@@ -14,7 +14,7 @@ from torch import nn
 
 from dcd_deploy import create_model, load_checkpoint, pseudo_train, save_checkpoint
 from dcd_deploy.errors import CheckpointError, StateDictMismatchError
-from dcd_deploy.models import LayerSpec, recalibrate_bn, synthetic_images
+from dcd_deploy.models import LayerSpec, synthetic_images
 from dcd_deploy.models.authors import (
     build_from_release,
     build_model,
@@ -180,21 +180,9 @@ def test_our_classifier_is_the_release_dycls(inp, oup):
 
 
 def with_weights(arch, size, seed, **config):
-    """A zoo model with non-trivial weights, made quickly enough for these tests."""
-    model = create_model(arch, **config)
-    if arch.startswith("resnet"):
-        # pseudo_train calibrates BN on 24 images of 224x224 (the fixed 7x7 pool): too
-        # slow here. Noise on every tensor (the zero-initialised Λ/Φ heads included) and
-        # one small calibration batch keep outputs finite and input-dependent.
-        g = torch.Generator().manual_seed(seed)
-        with torch.no_grad():
-            for t in model.state_dict().values():
-                if t.is_floating_point():
-                    t.add_(0.05 * torch.randn(t.shape, generator=g))
-        recalibrate_bn(model, seed=seed, input_size=size, batches=1, batch_size=2)
-    else:
-        pseudo_train(model, seed=seed, input_size=size)
-    return model
+    """A zoo model with non-trivial weights (pseudo-trained: about 2 s for a DCD ResNet-18
+    at 224 on one thread)."""
+    return pseudo_train(create_model(arch, **config), seed=seed, input_size=size)
 
 
 @pytest.fixture(scope="module")
