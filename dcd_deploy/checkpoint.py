@@ -208,6 +208,9 @@ def _read(path: Path, trust: bool):
             with warnings.catch_warnings():
                 # Plain pickle.dump files use newer protocols; they are refused below, not warned about.
                 warnings.filterwarnings("ignore", message="Detected pickle protocol")
+                # torch's deprecation notes about what it rebuilds (TypedStorage, quantized
+                # tensors) are not the user's to act on; such tensors are refused below.
+                warnings.filterwarnings("ignore", category=UserWarning, module=r"torch\.")
                 return torch.load(path, map_location="cpu", weights_only=True)
         except pickle.UnpicklingError as exc:
             # weights_only reports both forbidden content and garbage this way; _sniff has
