@@ -8,7 +8,9 @@ import click
 
 from ..errors import ParityError
 from ..checkpoint import resolve_model
-from ._common import check_output_dir, model_options, run_cli, write_json_atomic
+from .._limits import MAX_BATCH, MAX_INPUT_SIZE
+from ._common import OutputPath, check_outputs, check_parity_budget, default_output, model_options, run_cli
+from ._common import write_json_atomic
 
 
 def _batch(value: str) -> int | None:
@@ -17,19 +19,20 @@ def _batch(value: str) -> int | None:
     try:
         batch = int(value)
     except ValueError:
-        raise click.BadParameter("expected a positive integer or 'dynamic'") from None
-    if batch < 1:
-        raise click.BadParameter("expected a positive integer or 'dynamic'")
+        raise click.BadParameter(f"expected an integer in 1-{MAX_BATCH} or 'dynamic'") from None
+    if not 1 <= batch <= MAX_BATCH:
+        raise click.BadParameter(f"expected an integer in 1-{MAX_BATCH} or 'dynamic'")
     return batch
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("model")
-@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Output .onnx path (default: MODEL's name with .onnx, in the current directory).")
-@click.option("--input-size", type=click.IntRange(min=1), default=224, show_default=True)
+@click.option("-o", "--output", type=OutputPath(), default=None,
+              help="Output .onnx path (default: MODEL's name with .onnx, in the current directory; "
+                   "never MODEL itself). A symlink is written through to its target.")
+@click.option("--input-size", type=click.IntRange(1, MAX_INPUT_SIZE), default=224, show_default=True)
 @click.option("--batch", default="dynamic", show_default=True, metavar="N|dynamic",
-              help="Fixed batch size, or a dynamic batch axis.")
+              help=f"Fixed batch size (1-{MAX_BATCH}), or a dynamic batch axis.")
 @click.option("--opset", type=int, default=None, help="ONNX opset (13-17 and up; default 17).")
 @click.option("--mode", type=click.Choice(["standard", "function"]), default="standard", show_default=True,
               help="'function': one dcd_deploy node per DCD layer (model-local functions).")
@@ -37,7 +40,7 @@ def _batch(value: str) -> int | None:
               help="DCD layer form: latent path, per-sample weight, or per-layer cost model.")
 @click.option("--no-simplify", is_flag=True, help="Skip onnxsim.")
 @click.option("--no-check", is_flag=True, help="Skip the parity check against PyTorch.")
-@click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+@click.option("--json", "json_path", type=OutputPath(), default=None,
               help="Also write the export report as JSON.")
 @click.option("-v", "--verbose", is_flag=True, help="List the form chosen for every DCD layer.")
 @model_options
@@ -49,9 +52,10 @@ def main(model, output, input_size, batch, opset, mode, strategy, no_simplify, n
 
     batch = _batch(batch)
     if output is None:
-        output = Path(Path(model).name.split(".")[0] + ".onnx")
-    check_output_dir(output)  # fail before the slow part, and before anything is written
-    check_output_dir(json_path)
+        output = default_output(model)
+    # fail before the slow part, and before anything is written
+    check_outputs(outputs=[output, json_path], inputs=[model])
+    check_parity_budget(input_size=input_size, batch_sizes=(batch or 2,), n_inputs=8)
     net = resolve_model(model, arch=arch, trust_checkpoint=trust_checkpoint, seed=seed, input_size=input_size)
     try:
         result = export_onnx(net, output, input_size=input_size, batch=batch, opset=opset,

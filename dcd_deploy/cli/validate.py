@@ -8,7 +8,9 @@ import click
 
 from ..errors import DCDDeployError, ParityError
 from ..checkpoint import resolve_model
-from ._common import check_output_dir, model_options, run_cli, write_json_atomic
+from .._limits import MAX_BATCH, MAX_INPUTS, read_onnx_input_size
+from ._common import OutputPath, check_outputs, check_parity_budget, model_options, onnxruntime_errors, run_cli
+from ._common import write_json_atomic
 
 
 def _sizes(value: str) -> tuple[int, ...]:
@@ -16,8 +18,8 @@ def _sizes(value: str) -> tuple[int, ...]:
         sizes = tuple(int(v) for v in value.split(",") if v.strip())
     except ValueError:
         raise click.BadParameter("expected comma-separated positive integers, e.g. 1,2") from None
-    if not sizes or min(sizes) < 1:
-        raise click.BadParameter("expected comma-separated positive integers, e.g. 1,2")
+    if not sizes or min(sizes) < 1 or max(sizes) > MAX_BATCH:
+        raise click.BadParameter(f"expected comma-separated integers in 1-{MAX_BATCH}, e.g. 1,2")
     return sizes
 
 
@@ -25,11 +27,11 @@ def _sizes(value: str) -> tuple[int, ...]:
 @click.argument("model")
 @click.argument("onnx_path", metavar="ONNX", type=click.Path(path_type=Path))
 @click.option("--batch-sizes", default="1,2", show_default=True, help="Comma-separated batch sizes.")
-@click.option("--inputs", "n_inputs", type=click.IntRange(min=1), default=8, show_default=True,
+@click.option("--inputs", "n_inputs", type=click.IntRange(1, MAX_INPUTS), default=8, show_default=True,
               help="Synthetic inputs per batch size.")
 @click.option("--atol", type=float, default=None, help="Absolute tolerance (default 1e-5).")
 @click.option("--rtol", type=float, default=None, help="Tolerance relative to the output scale (default 1e-3).")
-@click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+@click.option("--json", "json_path", type=OutputPath(), default=None,
               help="Also write the report as JSON.")
 @model_options
 @run_cli
@@ -39,11 +41,13 @@ def main(model, onnx_path, batch_sizes, n_inputs, atol, rtol, json_path, arch, t
 
     if not onnx_path.is_file():
         raise DCDDeployError(f"{onnx_path}: no such ONNX file")
-    check_output_dir(json_path)
+    check_outputs(outputs=[json_path], inputs=[model, onnx_path])
     sizes = _sizes(batch_sizes)
-    net = resolve_model(model, arch=arch, trust_checkpoint=trust_checkpoint, seed=seed,
-                         input_size=_onnx_input_size(onnx_path))
-    report = check_parity(net, onnx_path, batch_sizes=sizes, n_inputs=n_inputs, atol=atol, rtol=rtol)
+    input_size = _onnx_input_size(onnx_path)
+    check_parity_budget(input_size=input_size, batch_sizes=sizes, n_inputs=n_inputs)
+    net = resolve_model(model, arch=arch, trust_checkpoint=trust_checkpoint, seed=seed, input_size=input_size)
+    with onnxruntime_errors(onnx_path):
+        report = check_parity(net, onnx_path, batch_sizes=sizes, n_inputs=n_inputs, atol=atol, rtol=rtol)
     click.echo(report.table())
     click.echo(report.summary())
     if json_path is not None:
@@ -54,14 +58,4 @@ def main(model, onnx_path, batch_sizes, n_inputs, atol, rtol, json_path, arch, t
 
 def _onnx_input_size(path: Path) -> int:
     """Input side recorded in the file (so a zoo model is pseudo-trained at that size)."""
-    import onnx
-
-    try:
-        proto = onnx.load(str(path), load_external_data=False)
-    except Exception as exc:  # protobuf raises DecodeError and friends
-        raise DCDDeployError(f"{path} is not an ONNX model: {str(exc).splitlines()[0] if str(exc) else exc}") from exc
-    props = {p.key: p.value for p in proto.metadata_props}
-    if props.get("input_size", "").isdigit():
-        return int(props["input_size"])
-    dims = proto.graph.input[0].type.tensor_type.shape.dim if proto.graph.input else []
-    return dims[2].dim_value if len(dims) == 4 and dims[2].dim_value else 224
+    return read_onnx_input_size(path)
