@@ -256,7 +256,7 @@ CASES = [
          ("notes.onnx is not an ONNX model",), files={"notes.onnx": "not a protobuf at all \xff\n"},
          output="out/report.json"),
     Case("validate-empty-onnx", "dcd-validate", ("{a}/m035.pt", "{d}/empty.onnx", "--json", "{d}/out/report.json"),
-         ("ONNX Runtime cannot load", "empty.onnx"), files={"empty.onnx": b""}, output="out/report.json"),
+         ("empty.onnx is empty, not an ONNX model",), files={"empty.onnx": b""}, output="out/report.json"),
     Case("validate-bad-checkpoint", "dcd-validate", ("{d}/notes.pt", "{a}/seed1.onnx", "--json", "{d}/out/report.json"),
          ("notes.pt is not a PyTorch checkpoint",), files={"notes.pt": "text"}, output="out/report.json"),
     Case("validate-pickle-needing-full-unpickling", "dcd-validate",
