@@ -90,6 +90,9 @@ def check_config(config: dict, *, source: str, error: type[DCDDeployError]) -> d
     Raises:
         error: a knob with the wrong type or out of range (one line).
     """
+    bad_keys = [k for k in config if not isinstance(k, str) or not k.isidentifier()]
+    if bad_keys:
+        raise error(f"{source}: config key {bad_keys[0]!r} is not a knob name")
     ints = {"num_classes": MAX_NUM_CLASSES, "fc_squeeze": 1024, "num_kernels": 64, "num_blocks": 64}
     for key, top in ints.items():
         value = config.get(key)

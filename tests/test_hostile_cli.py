@@ -220,6 +220,7 @@ def _sparse(name: str, size: int):
 
 
 OUT = ("-o", "{d}/out.onnx", "--input-size", str(SIZE))
+VALIDATE = ("{a}/m035.pt", "{d}/m.onnx")
 CASES = [
     # -- outputs that must never be replaced
     Case("output-char-device", "dcd-export", ("{a}/m035.pt", "-o", "{d}/null", "--input-size", str(SIZE)),
@@ -295,19 +296,21 @@ CASES = [
     Case("memory-estimate", "dcd-export", ("mobilenetv2_035", "--input-size", "1024", "--batch", "1024",
                                            "-o", "{d}/o.onnx"), ("would need about", "GiB of memory", "limit")),
     # -- ONNX files an image model cannot be checked against
-    Case("onnx-rank-2-input", "dcd-validate", ("{a}/m035.pt", "{d}/m.onnx",), ("has shape (1, 10)", "(N, 3, S, S)"),
+    Case("onnx-rank-2-input", "dcd-validate", VALIDATE, ("has shape (1, 10)", "(N, 3, S, S)"),
          make=_onnx_file("m.onnx", [1, 10])),
-    Case("onnx-no-input", "dcd-validate", ("{a}/m035.pt", "{d}/m.onnx",), ("has 0 inputs",), make=_onnx_file("m.onnx", None, n_inputs=0)),
-    Case("onnx-float64-input", "dcd-validate", ("{a}/m035.pt", "{d}/m.onnx",), ("is double", "float32"),
+    Case("onnx-no-input", "dcd-validate", VALIDATE, ("has 0 inputs",), make=_onnx_file("m.onnx", None, n_inputs=0)),
+    Case("onnx-float64-input", "dcd-validate", VALIDATE, ("is double", "float32"),
          make=_onnx_file("m.onnx", [1, 3, 32, 32], elem=11)),
-    Case("onnx-rank-3-input", "dcd-validate", ("{a}/m035.pt", "{d}/m.onnx",), ("has shape (1, 3, 32)",), make=_onnx_file("m.onnx", [1, 3, 32])),
-    Case("onnx-metadata-superscript", "dcd-validate", ("{a}/m035.pt", "{d}/m.onnx",), ("metadata input_size '²' is not an integer",),
+    Case("onnx-rank-3-input", "dcd-validate", VALIDATE, ("has shape (1, 3, 32)",),
+         make=_onnx_file("m.onnx", [1, 3, 32])),
+    Case("onnx-metadata-superscript", "dcd-validate", VALIDATE, ("metadata input_size '²' is not an integer",),
          make=_onnx_file("m.onnx", [1, 3, 32, 32], props={"input_size": "²"})),
-    Case("onnx-metadata-20000", "dcd-validate", ("{a}/m035.pt", "{d}/m.onnx",), ("input size 20000 is outside 1-1024",),
+    Case("onnx-metadata-20000-zoo-name", "dcd-validate", ("mobilenetv2_035", "{d}/m.onnx"),
+         ("input size 20000 is outside 1-1024",),
          make=_onnx_file("m.onnx", ["N", 3, "H", "W"], props={"input_size": "20000"})),
-    Case("onnx-sparse-6GB", "dcd-validate", ("{a}/m035.pt", "{d}/big.onnx",), ("big.onnx is 6.0 GiB", "at most 2 GiB"),
+    Case("onnx-sparse-6GB", "dcd-validate", ("{a}/m035.pt", "{d}/big.onnx"), ("big.onnx is 6.0 GiB", "at most 2 GiB"),
          make=_sparse("big.onnx", 6 << 30)),
-    Case("onnx-fails-at-run-time", "dcd-validate", ("{a}/m035.pt", "{d}/m.onnx",), ("ONNX Runtime failed running", "Reshape"),
+    Case("onnx-fails-at-run-time", "dcd-validate", VALIDATE, ("ONNX Runtime failed running", "Reshape"),
          make=_onnx_file("m.onnx", [1, 3, 32, 32], props={"input_size": "32"}, fail_at_run_time=True)),
     # -- the machine's state
     Case("disk-full", "dcd-export", ("{a}/m035.pt", "-o", "{d}/old.onnx", "--input-size", str(SIZE), "--no-check"),
@@ -601,7 +604,8 @@ def test_more_bench_limits(tmp_path):
     ({"w": torch.zeros(4).as_strided((3, 2), (1, 1))}, "over a storage of only 16 bytes"),
     (_ours({"num_classes": "1000"}), "config num_classes='1000' is not an integer"),
     (_ours({"dropout": 2.0}), "config dropout=2.0 is not a number in [0, 1]"),
-], ids=["integer", "overlapping", "classes-string", "dropout-2"])
+    (_ours({1: 2}), "config key 1 is not a knob name"),
+], ids=["integer", "overlapping", "classes-string", "dropout-2", "int-key"])
 def test_more_implausible_checkpoints(tmp_path, obj, message):
     from dcd_deploy import load_checkpoint
     from dcd_deploy.errors import CheckpointError

@@ -85,6 +85,9 @@ class Terminated(BaseException):
 
 
 def _raise_terminated(signum, frame):
+    # A second signal must not interrupt the clean-up the first one started.
+    for sig in TERMINATING_SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)
     raise Terminated(signum)
 
 
