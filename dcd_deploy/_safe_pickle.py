@@ -9,7 +9,8 @@ small zip whose ``data.pkl`` inflates to gigabytes is inflated, and a FIFO or
 * :func:`check_regular_file`: only regular files are opened (a FIFO would block,
   a device never ends);
 * :func:`check_zip`: no member of a torch zip may inflate more than
-  :data:`MAX_INFLATION` times its stored size (torch stores members uncompressed);
+  :data:`MAX_INFLATION` times its stored size (torch stores members uncompressed),
+  and all together no more than :data:`MAX_TOTAL_INFLATION` times the file;
 * :func:`scan_pickle`: the pickle stream is parsed as opcodes (``pickletools.genops``,
   nothing is executed or built) while a small model of the unpickler's stack tracks how
   deep every object nests and the largest integer it holds. Nesting beyond
@@ -38,6 +39,9 @@ MAX_DEPTH = 100
 #: Largest ratio of a zip member's inflated size to its stored size (torch.save stores
 #: members uncompressed, ratio 1).
 MAX_INFLATION = 100
+#: All members together may inflate to this many times the file (plus 1 MiB): what is
+#: read stays bounded by the file's size even when each member's ratio is plausible.
+MAX_TOTAL_INFLATION = 4
 #: Integers up to this are accepted as call arguments whatever the file size.
 SMALL_INT = 1 << 24
 #: An integer argument may exceed the file size by this factor (sizes of views).
@@ -82,8 +86,8 @@ def check_zip(zf: zipfile.ZipFile, *, path: Path, file_size: int) -> None:
             raise CheckpointError(
                 f"{path}: zip member {info.filename} inflates from {info.compress_size} to {info.file_size} bytes "
                 f"(more than {MAX_INFLATION}x); torch checkpoints store their data uncompressed; refusing it")
-    if total > (1 << 20) + MAX_INFLATION * file_size:
-        raise CheckpointError(f"{path}: its zip members inflate to {total} bytes, more than {MAX_INFLATION}x "
+    if total > (1 << 20) + MAX_TOTAL_INFLATION * file_size:
+        raise CheckpointError(f"{path}: its zip members inflate to {total} bytes, more than {MAX_TOTAL_INFLATION}x "
                               "the file; refusing it")
 
 

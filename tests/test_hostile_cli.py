@@ -284,9 +284,9 @@ CASES = [
     Case("input-size-2000", "dcd-export", ("mobilenetv2_035", "--input-size", "2000", "-o", "{d}/o.onnx"),
          ("--input-size", "1<=x<=1024"), status=2),
     Case("batch-100000", "dcd-export", ("mobilenetv2_035", "--batch", "100000", "-o", "{d}/o.onnx"),
-         ("1-1024 or 'dynamic'",), status=2),
+         ("'dynamic' (a batch of at most 1024)",), status=2),
     Case("batch-sizes-100000", "dcd-validate", ("{a}/m035.pt", "{d}/m.onnx", "--batch-sizes", "1,100000"),
-         ("integers in 1-1024",), status=2, make=_onnx_file("m.onnx", [1, 3, 32, 32])),
+         ("positive integers up to 1024",), status=2, make=_onnx_file("m.onnx", [1, 3, 32, 32])),
     Case("validate-inputs-1e8", "dcd-validate", ("{a}/m035.pt", "{d}/m.onnx", "--inputs", "100000000"),
          ("1<=x<=10000",), status=2, make=_onnx_file("m.onnx", [1, 3, 32, 32])),
     Case("seed-1e17", "dcd-export", ("mobilenetv2_035", "--seed", "100000000000000000", "-o", "{d}/o.onnx"),
@@ -615,3 +615,17 @@ def test_more_implausible_checkpoints(tmp_path, obj, message):
     with pytest.raises(CheckpointError) as info:
         load_checkpoint(path, arch="mobilenetv2_035")
     assert message in str(info.value)
+
+
+def test_zip_members_may_not_inflate_far_beyond_the_file(tmp_path):
+    """Each member at a plausible 50x, but together far more than the file holds."""
+    from dcd_deploy import load_checkpoint
+    from dcd_deploy.errors import CheckpointError
+
+    path = tmp_path / "many.pt"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("archive/data.pkl", b"\x80\x02}q\x00.")
+        for i in range(4):
+            zf.writestr(f"archive/data/{i}", os.urandom(20_000) + bytes(1_000_000))
+    with pytest.raises(CheckpointError, match="more than 4x the file"):
+        load_checkpoint(path, arch="mobilenetv2_035")

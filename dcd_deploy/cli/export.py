@@ -19,9 +19,9 @@ def _batch(value: str) -> int | None:
     try:
         batch = int(value)
     except ValueError:
-        raise click.BadParameter(f"expected an integer in 1-{MAX_BATCH} or 'dynamic'") from None
+        raise click.BadParameter(f"expected a positive integer or 'dynamic' (a batch of at most {MAX_BATCH})") from None
     if not 1 <= batch <= MAX_BATCH:
-        raise click.BadParameter(f"expected an integer in 1-{MAX_BATCH} or 'dynamic'")
+        raise click.BadParameter(f"expected a positive integer or 'dynamic' (a batch of at most {MAX_BATCH})")
     return batch
 
 

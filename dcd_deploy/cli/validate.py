@@ -19,14 +19,14 @@ def _sizes(value: str) -> tuple[int, ...]:
     except ValueError:
         raise click.BadParameter("expected comma-separated positive integers, e.g. 1,2") from None
     if not sizes or min(sizes) < 1 or max(sizes) > MAX_BATCH:
-        raise click.BadParameter(f"expected comma-separated integers in 1-{MAX_BATCH}, e.g. 1,2")
+        raise click.BadParameter(f"expected comma-separated positive integers up to {MAX_BATCH}, e.g. 1,2")
     return sizes
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("model")
 @click.argument("onnx_path", metavar="ONNX", type=click.Path(path_type=Path))
-@click.option("--batch-sizes", default="1,2", show_default=True, help="Comma-separated batch sizes.")
+@click.option("--batch-sizes", default="1,2", show_default=True, help=f"Comma-separated batch sizes (1-{MAX_BATCH}).")
 @click.option("--inputs", "n_inputs", type=click.IntRange(1, MAX_INPUTS), default=8, show_default=True,
               help="Synthetic inputs per batch size.")
 @click.option("--atol", type=float, default=None, help="Absolute tolerance (default 1e-5).")
