@@ -28,7 +28,7 @@ import subprocess
 import sys
 import time
 import zipfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -558,7 +558,16 @@ def test_scan_pickle_refuses_without_building(tmp_path, data, message):
 
 
 def test_scan_pickle_accepts_real_checkpoints(assets, tmp_path):
+    import pickle
+
     from dcd_deploy._safe_pickle import scan_pickle
+
+    # wide is not deep: protocol 0 adds items one APPEND / SETITEM at a time
+    wide = {"xs": list(range(500)), "d": {str(i): [i] for i in range(500)}}
+    for protocol in (0, 2):
+        data = pickle.dumps(wide, protocol=protocol)
+        (tmp_path / "wide.pkl").write_bytes(data)
+        scan_pickle(tmp_path / "wide.pkl", file_size=len(data))
 
     with zipfile.ZipFile(assets / "m035.pt") as zf:
         name = next(n for n in zf.namelist() if n.endswith("/data.pkl"))

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import io
 import os
-from pathlib import Path
 from typing import Sequence
 
 from .._atomic import atomic_output
