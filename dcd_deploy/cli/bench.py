@@ -103,7 +103,7 @@ def _out_path():
 @click.option("--profile-runs", type=click.IntRange(min=1), default=None,
               help="Profiled runs per model. [default: 50; --quick 3]")
 @click.option("--json", "json_path", type=_out_path(), default=None, metavar="PATH",
-              help="Also write the results as JSON to PATH (atomically).")
+              help="Also write the results as JSON to PATH (atomically; a symlink is written through to its target).")
 @click.option("--markdown", "markdown_path", type=_out_path(), default=None, metavar="PATH",
               help="Also write the report as Markdown to PATH.")
 @click.option("--plot", "plot_path", type=_out_path(), default=None, metavar="PATH.png",
