@@ -17,10 +17,8 @@ arbitrary objects, a TorchScript archive) is refused unless the caller trusts it
 
 from __future__ import annotations
 
-import io
 import os
 import pickle
-import pickletools
 import re
 import warnings
 import zipfile
@@ -31,6 +29,8 @@ import torch
 from torch import nn
 
 from ._atomic import atomic_output
+from ._limits import check_config
+from ._safe_pickle import check_regular_file, check_zip, scan_pickle
 from .errors import CheckpointError, StateDictMismatchError, UnsafeCheckpointError
 
 FORMAT = "dcd-deploy"
@@ -199,7 +199,7 @@ def _plain(value, where: str):
 
 def _read(path: Path, trust: bool):
     """The object stored in ``path``, loaded safely unless ``trust``."""
-    kind = _sniff(path)
+    kind = _sniff(path)  # also scans the pickled data: nothing below reads an implausible file
     if kind == "torchscript" and not trust:
         raise UnsafeCheckpointError(f"{path} is a TorchScript archive; reading its weights means loading "
                                     f"the program it holds; {_TRUST_HINT}")
@@ -208,17 +208,21 @@ def _read(path: Path, trust: bool):
             with warnings.catch_warnings():
                 # Plain pickle.dump files use newer protocols; they are refused below, not warned about.
                 warnings.filterwarnings("ignore", message="Detected pickle protocol")
+                # torch's deprecation notes about what it rebuilds (TypedStorage, quantized
+                # tensors) are not the user's to act on; such tensors are refused below.
+                warnings.filterwarnings("ignore", category=UserWarning, module=r"torch\.")
                 return torch.load(path, map_location="cpu", weights_only=True)
         except pickle.UnpicklingError as exc:
-            # weights_only reports both forbidden content and garbage this way; tell them apart.
-            if not _pickles_intact(path):
-                raise CheckpointError(f"{path} is damaged or truncated (its pickled data does not parse)") from exc
+            # weights_only reports both forbidden content and garbage this way; _sniff has
+            # already refused garbage (the pickled data parsed), so this is forbidden content.
             if not trust:
                 names = sorted(set(_UNSAFE_GLOBAL.findall(str(exc))))
                 refs = f" (it references {', '.join(names)})" if names else ""
                 raise UnsafeCheckpointError(
                     f"{path} needs full unpickling to load{refs}, which runs any code stored in the file "
                     f"(it holds more than tensors and plain data); {_TRUST_HINT}") from exc
+        except MemoryError:
+            raise CheckpointError(f"cannot read {path}: out of memory while loading it") from None
         except Exception as exc:
             raise CheckpointError(f"cannot read {path} (damaged or truncated?): {_first_line(exc)}") from exc
     warnings.warn(f"loading {path} with trust_checkpoint=True: this runs any code stored in the file",
@@ -232,57 +236,40 @@ def _read(path: Path, trust: bool):
 
 
 def _sniff(path: Path) -> str:
-    """``"torch"``, ``"torchscript"`` or ``"pickle"``; CheckpointError for anything else."""
-    if not path.exists():
-        raise CheckpointError(f"{path}: no such file")
-    if path.is_dir():
-        raise CheckpointError(f"{path} is a directory, not a checkpoint file")
+    """``"torch"``, ``"torchscript"`` or ``"pickle"``; CheckpointError for anything else.
+
+    Only a regular file is opened, and its pickled data is scanned
+    (:mod:`dcd_deploy._safe_pickle`) before torch reads it.
+    """
+    size = check_regular_file(path).st_size
     try:
         with open(path, "rb") as f:
             head = f.read(4)
-            names = None
-            if zipfile.is_zipfile(f):
+            names = data = None
+            if head and zipfile.is_zipfile(f):
                 with zipfile.ZipFile(f) as zf:
+                    check_zip(zf, path=path, file_size=size)
                     names = zf.namelist()
-    except (OSError, zipfile.BadZipFile) as exc:
+                    pkl = next((n for n in names if _DATA_PKL.fullmatch(n)), None)
+                    if pkl is not None and not any(_TORCHSCRIPT_ENTRY.fullmatch(n) for n in names):
+                        data = zf.read(pkl)
+    except (OSError, zipfile.BadZipFile, EOFError, NotImplementedError) as exc:
         raise CheckpointError(f"cannot read {path}: {_first_line(exc)}") from exc
     if not head:
         raise CheckpointError(f"{path} is empty")
     if names is not None:
         if any(_TORCHSCRIPT_ENTRY.fullmatch(n) for n in names):
             return "torchscript"
-        if any(_DATA_PKL.fullmatch(n) for n in names):
+        if data is not None:
+            scan_pickle(path, file_size=size, member=data)
             return "torch"
         raise CheckpointError(f"{path} is a zip archive but not a PyTorch checkpoint (it has no data.pkl)")
     if head.startswith(b"PK"):
         raise CheckpointError(f"{path} is a truncated or damaged zip archive (an incomplete download?)")
     if not head.startswith(pickle.PROTO):
         raise CheckpointError(f"{path} is not a PyTorch checkpoint (neither torch.save's zip format nor a pickle)")
+    scan_pickle(path, file_size=size, count=LEGACY_PICKLES)  # pickle.dump wrote one; legacy torch.save five
     return "pickle"
-
-
-def _pickles_intact(path: Path) -> bool:
-    """Whether the file's pickled data parses to its end (read as opcodes, never run)."""
-    try:
-        with open(path, "rb") as f:
-            if zipfile.is_zipfile(f):
-                with zipfile.ZipFile(f) as zf:
-                    data = next(n for n in zf.namelist() if _DATA_PKL.fullmatch(n))
-                    _walk_pickle(io.BytesIO(zf.read(data)))
-                return True
-            f.seek(0)
-            for _ in range(LEGACY_PICKLES):  # pickle.dump wrote one; legacy torch.save five
-                _walk_pickle(f)
-                if not f.peek(1):
-                    break
-    except Exception:  # any failure to parse means damaged, whatever the parser raised
-        return False
-    return True
-
-
-def _walk_pickle(stream) -> None:
-    for _ in pickletools.genops(stream):
-        pass
 
 
 def _unpack(obj, path: Path) -> tuple[Mapping[str, torch.Tensor], str | None, dict, bool]:
@@ -302,6 +289,7 @@ def _unpack(obj, path: Path) -> tuple[Mapping[str, torch.Tensor], str | None, di
         arch, config = obj.get("arch"), obj.get("config")
         if not isinstance(arch, str) or not isinstance(config, dict):
             raise CheckpointError(f"{path} is a damaged dcd-deploy checkpoint (no arch or config)")
+        check_config(config, source=str(path), error=CheckpointError)
         return _state_dict(obj.get("state_dict"), path), arch, config, True
     if "state_dict" in obj:  # the release format, or a bare {"state_dict": ..., "arch"?: ...}
         arch = obj.get("arch")
@@ -320,7 +308,39 @@ def _state_dict(obj, path: Path) -> Mapping[str, torch.Tensor]:
     for key, value in obj.items():
         if not isinstance(key, str) or not isinstance(value, torch.Tensor):
             raise CheckpointError(f"{path}: its state_dict maps {key!r} to a {type(value).__name__}, not a tensor")
+        problem = _tensor_problem(key, value)
+        if problem:
+            raise CheckpointError(f"{path}: its state_dict entry {key} is {problem}; a checkpoint holds dense "
+                                  "CPU floating-point weights")
     return obj
+
+
+def _tensor_problem(key: str, t: torch.Tensor) -> str | None:
+    """Why ``t`` is not a weight a model can be built from, or None.
+
+    Checked before any model is built from the tensors' shapes: an expanded (stride-0)
+    tensor can claim a million classes over a few bytes of storage, and building that
+    model, or copying into it, would allocate gigabytes.
+    """
+    if t.layout != torch.strided:
+        return f"a {str(t.layout).replace('torch.', '')} tensor"
+    if t.device.type != "cpu":
+        return f"a tensor on device {t.device.type}"
+    if t.is_quantized:
+        return "a quantized tensor"
+    # BatchNorm's step counter is the one integer entry of a state dict.
+    if not (t.is_floating_point() or (key.endswith("num_batches_tracked") and t.numel() == 1
+                                      and not t.is_complex() and t.dtype != torch.bool)):
+        return f"a {str(t.dtype).replace('torch.', '')} tensor"
+    if t.numel() == 0:
+        return None
+    if any(st == 0 and n > 1 for n, st in zip(t.shape, t.stride())) or any(st < 0 for st in t.stride()):
+        return f"an expanded view of shape {tuple(t.shape)} over less data than it claims"
+    extent = t.storage_offset() + 1 + sum((n - 1) * st for n, st in zip(t.shape, t.stride()))
+    nbytes = t.untyped_storage().nbytes()
+    if extent * t.element_size() > nbytes or t.numel() * t.element_size() > nbytes:
+        return f"a tensor of shape {tuple(t.shape)} over a storage of only {nbytes} bytes"
+    return None
 
 
 def _arch_conflict(path: Path, found: str, given: str) -> CheckpointError:

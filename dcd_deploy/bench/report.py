@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import io
 import os
-import tempfile
-from pathlib import Path
 from typing import Sequence
 
+from .._atomic import atomic_output
 from ..errors import DCDDeployError
 from .latency import BenchResult, LatencyRecord
 from .paper import PAPER_LATENCY_SETUP
@@ -19,7 +18,6 @@ from .profile import GROUP_LABELS, GROUPS
 MATPLOTLIB_MISSING = ("--plot needs matplotlib, which is not installed: pip install matplotlib "
                       "(or pip install 'dcd-deploy[plot]')")
 
-_DEFAULT_FILE_MODE = 0o666
 _DASH = "-"
 # (header, width, alignment) of each latency table column.
 _COLUMNS = (
@@ -349,33 +347,19 @@ def render_plot(result: BenchResult) -> bytes:
 
 
 # -- files --------------------------------------------------------------------------------
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
 def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> None:
-    """Write ``data`` to ``path`` via a temporary file in its directory and :func:`os.replace`.
+    """Write ``data`` to ``path`` atomically, with :func:`~dcd_deploy._atomic.atomic_output`'s
+    guarantees (only a regular file is replaced, symlinks are written through, an existing
+    file keeps its mode).
 
     Raises:
         DCDDeployError: the file cannot be written.
     """
-    target = Path(path)
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    except OSError as exc:
-        raise DCDDeployError(f"cannot write {target}: {exc.strerror or exc}") from None
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.chmod(tmp, _DEFAULT_FILE_MODE & ~_umask())
-        os.replace(tmp, target)
-    except OSError as exc:
-        raise DCDDeployError(f"cannot write {target}: {exc.strerror or exc}") from None
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    with atomic_output(path) as tmp:
+        try:
+            tmp.write_bytes(data)
+        except OSError as exc:
+            raise DCDDeployError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:

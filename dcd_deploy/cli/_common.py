@@ -5,19 +5,30 @@ a :class:`~dcd_deploy.errors.DCDDeployError` becomes one ``Error: <message>`` li
 stderr and exit status 1, with no traceback; any other exception is a bug and
 propagates with its traceback. :func:`write_json_atomic` writes a report so a reader
 never sees half a file.
+
+The same contract covers what the user's environment does to a run: SIGTERM and SIGHUP
+(``timeout``, a closed terminal, a CI runner giving up) unwind like Ctrl-C, so every
+temporary file and directory is removed and an existing output stays as it was, then
+the command prints one line and exits with 128 + the signal number. Running out of
+memory or disk space is one line and status 1, not a traceback.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import functools
 import json
 import os
+import re
+import signal
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
 import click
 
-from .._atomic import atomic_output, check_output_path
+from .._atomic import atomic_output, check_distinct, check_output_path
+from .._limits import MAX_SEED, check_memory
 from ..errors import DCDDeployError, ParityError
 
 #: Exit status of a command stopped by a user error.
@@ -40,13 +51,65 @@ def run_cli(fn: F) -> F:
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
-            return fn(*args, **kwargs)
+            with _terminate_as_exception():
+                return fn(*args, **kwargs)
         except DCDDeployError as exc:
-            message = " ".join(str(exc).split("\n")) or type(exc).__name__
-            click.echo(f"Error: {message}", err=True)
-            raise SystemExit(USER_ERROR_STATUS) from None
+            _fail(" ".join(str(exc).split("\n")) or type(exc).__name__)
+        except Terminated as exc:
+            _fail(f"stopped by {exc.name}; temporary files removed, nothing written", 128 + exc.signum)
+        except MemoryError:
+            _fail("out of memory; use a smaller input size, batch or model (or free memory)")
+        except OSError as exc:
+            if exc.errno not in _ENVIRONMENT_ERRNOS:
+                raise
+            where = f" ({exc.filename})" if exc.filename else ""
+            _fail(f"{exc.strerror or os.strerror(exc.errno)}{where}")
 
     return wrapper  # type: ignore[return-value]
+
+
+#: OSErrors that are the machine's state, not a bug: full disk, quota, file too large.
+_ENVIRONMENT_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+#: Signals that unwind a command like Ctrl-C does (SIGINT is click's KeyboardInterrupt).
+TERMINATING_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+class Terminated(BaseException):
+    """A terminating signal arrived. A BaseException, so that no ``except Exception``
+    on the way up swallows it, while every ``finally`` and context manager cleans up."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+        self.name = signal.Signals(signum).name
+
+
+def _raise_terminated(signum, frame):
+    # A second signal must not interrupt the clean-up the first one started.
+    for sig in TERMINATING_SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)
+    raise Terminated(signum)
+
+
+@contextlib.contextmanager
+def _terminate_as_exception():
+    """Turn SIGTERM/SIGHUP into :class:`Terminated` while the command runs."""
+    previous = {}
+    try:
+        for sig in TERMINATING_SIGNALS:
+            previous[sig] = signal.signal(sig, _raise_terminated)
+    except ValueError:  # not the main thread (e.g. a test runner): leave signals alone
+        pass
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _fail(message: str, status: int = USER_ERROR_STATUS):
+    click.echo(f"Error: {message}", err=True)
+    raise SystemExit(status) from None
 
 
 def write_json_atomic(path: str | os.PathLike, data: Any) -> None:
@@ -87,12 +150,89 @@ def inputs_option(fn):
                              "preprocessed as the model expects (default: built-in synthetic images).")(fn)
 
 
+def check_outputs(*, outputs, inputs=()) -> None:
+    """Refuse, before any work, outputs that cannot be written or would overwrite an input.
+
+    Args:
+        outputs: the command's output paths (None for one not asked for).
+        inputs: the files it reads (names that are not files, like zoo names, are skipped).
+
+    Raises:
+        DCDDeployError: an output is a directory, FIFO, device, ends in a separator, is an
+            input, or two outputs are the same file.
+    """
+    for path in outputs:
+        check_output_dir(path)
+    check_distinct(outputs=outputs, inputs=inputs)
+
+
+def default_output(model: str, suffix: str = ".onnx") -> Path:
+    """MODEL's name with ``suffix`` in the current directory, never MODEL itself.
+
+    ``dcd-export ckpt.onnx`` would otherwise write over its own input.
+    """
+    name = Path(model).name.split(".")[0] or "model"
+    out = Path(name + suffix)
+    if out.exists() and os.path.exists(model) and os.path.samefile(out, model):
+        out = Path(f"{name}.deploy{suffix}")
+    return out
+
+
+class OutputPath(click.ParamType):
+    """A file path kept as typed: ``newdir/`` must not lose its separator and become a file."""
+
+    name = "path"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, Path):
+            return value
+        if not value:
+            self.fail("empty path", param, ctx)
+        if value.endswith(os.sep):
+            self.fail(f"{value} ends in a path separator; name a file, not a directory", param, ctx)
+        return Path(value)
+
+
+def check_parity_budget(*, input_size: int, batch_sizes, n_inputs: int) -> None:
+    """Refuse a parity check too big for memory (see :mod:`dcd_deploy._limits`)."""
+    biggest = max(batch_sizes)
+    total = max(-(-n_inputs // b) * b for b in batch_sizes)
+    check_memory(input_size=input_size, batch=biggest, n_inputs=total, what="the parity check")
+
+
+@contextlib.contextmanager
+def onnxruntime_errors(path):
+    """ONNX Runtime failing on a user's file (a graph that fails at run time) is one line.
+
+    ORT's own log of the failure (several coloured lines on stderr) is silenced: the
+    ``Error:`` line carries its message.
+    """
+    import onnxruntime as ort
+
+    ort.set_default_logger_severity(4)  # fatal only
+    try:
+        yield
+    except Exception as exc:
+        if not type(exc).__module__.startswith("onnxruntime"):
+            raise
+        text = " ".join(str(exc).split()) or type(exc).__name__
+        text = re.sub(r"^\[ONNXRuntimeError\] : \d+ : \w+ : ", "", text)
+        text = re.sub(r"/onnxruntime_src/\S+ \S+ ", "", text)  # source location and C++ signature
+        if len(text) > _MAX_MESSAGE:
+            text = text[:_MAX_MESSAGE - 3] + "..."
+        raise DCDDeployError(f"ONNX Runtime failed running {path}: {text}") from None
+
+
+#: Longest message passed on from a third-party library.
+_MAX_MESSAGE = 300
+
+
 def model_options(fn):
     """The options every command that reads a MODEL argument shares."""
     fn = click.option("--arch", default=None, metavar="NAME",
                       help="Architecture of a plain state dict (a name from the zoo).")(fn)
     fn = click.option("--trust-checkpoint", is_flag=True,
                       help="Allow checkpoints that need full unpickling (runs code from the file).")(fn)
-    fn = click.option("--seed", type=int, default=0, show_default=True,
+    fn = click.option("--seed", type=click.IntRange(0, MAX_SEED), default=0, show_default=True,
                       help="For a zoo name: pseudo-train seed giving non-trivial weights.")(fn)
     return fn

@@ -27,7 +27,8 @@ from ..bench.complexity import (
 from ..bench.paper import PARAMS_EXCL_CLASSIFIER
 from .._version import __version__
 from ..errors import DCDDeployError
-from ._common import run_cli, write_json_atomic
+from .._limits import MAX_BATCH, MAX_INPUT_SIZE, MAX_SEED, MAX_THREADS, check_memory
+from ._common import OutputPath, check_outputs, run_cli, write_json_atomic
 
 #: Smallest input side every zoo model can take (five stride-2 stages).
 MIN_INPUT_SIZE = 32
@@ -70,7 +71,7 @@ def _backends(ctx, param, value):
 
 
 def _out_path():
-    return click.Path(dir_okay=False, path_type=Path)
+    return OutputPath()
 
 
 def _list_models(ctx, param, value):
@@ -107,10 +108,10 @@ def format_model_list() -> list[str]:
                    "[default: mobilenetv2_050,mobilenetv2_050_dcd,mobilenetv2_100,mobilenetv2_100_dcd]")
 @click.option("--backends", default="torch,torch-deploy,onnxruntime", show_default=True, callback=_backends,
               metavar="B,...", help="Some of torch, torch-deploy, onnxruntime, openvino (if installed).")
-@click.option("--threads", type=click.IntRange(min=1), default=1, show_default=True,
+@click.option("--threads", type=click.IntRange(1, MAX_THREADS), default=1, show_default=True,
               help="Threads of every backend (torch intra/inter-op, ORT intra = inter).")
-@click.option("--batch", type=click.IntRange(min=1), default=1, show_default=True, help="Images per run.")
-@click.option("--input-size", type=click.IntRange(min=MIN_INPUT_SIZE), default=DEFAULT_INPUT_SIZE,
+@click.option("--batch", type=click.IntRange(1, MAX_BATCH), default=1, show_default=True, help="Images per run.")
+@click.option("--input-size", type=click.IntRange(MIN_INPUT_SIZE, MAX_INPUT_SIZE), default=DEFAULT_INPUT_SIZE,
               show_default=True, help="Side of the square input; the paper's figures are for 224.")
 @click.option("--runs", type=click.IntRange(min=1), default=None,
               help="Minimum timed runs per model and backend. [default: 50; --quick 5]")
@@ -128,12 +129,12 @@ def format_model_list() -> list[str]:
 @click.option("--profile-runs", type=click.IntRange(min=1), default=None,
               help="Profiled runs per model. [default: 50; --quick 3]")
 @click.option("--json", "json_path", type=_out_path(), default=None, metavar="PATH",
-              help="Also write the results as JSON to PATH (atomically).")
+              help="Also write the results as JSON to PATH (atomically; a symlink is written through to its target).")
 @click.option("--markdown", "markdown_path", type=_out_path(), default=None, metavar="PATH",
               help="Also write the report as Markdown to PATH.")
 @click.option("--plot", "plot_path", type=_out_path(), default=None, metavar="PATH.png",
               help="Also draw grouped latency bars with the paper's to PATH (needs matplotlib).")
-@click.option("--seed", type=int, default=0, show_default=True,
+@click.option("--seed", type=click.IntRange(0, MAX_SEED), default=0, show_default=True,
               help="Pseudo-training seed of zoo models and the input's seed.")
 @click.option("--trust-checkpoint", is_flag=True,
               help="Allow checkpoints that need full unpickling (runs code from the file).")
@@ -168,7 +169,8 @@ def run_floor_cli(*, json_path: Path | None, input_size: int, models: str | None
 
     from ..bench import floor
 
-    _check_out_dir(json_path)
+    _check_out_dir(json_path, models=models)
+    check_memory(input_size=input_size, batch=1, what="the floor benchmark")
     with tempfile.TemporaryDirectory(prefix="dcd-floor-") as tmp:
         result = floor.run_floor(
             _csv(models) or floor.DEFAULT_FLOOR_MODELS, threads=threads, input_size=input_size, quick=quick,
@@ -182,9 +184,12 @@ def run_floor_cli(*, json_path: Path | None, input_size: int, models: str | None
         click.echo(f"\nwrote {json_path}")
 
 
-def _check_out_dir(path: Path | None) -> None:
-    if path is not None and not path.resolve().parent.is_dir():
-        raise DCDDeployError(f"cannot write {path}: no directory {path.parent}")
+def _check_out_dir(*paths: Path | None, models: str | None = None) -> None:
+    """Refuse unwritable outputs, and outputs that are a --models file or each other."""
+    for path in paths:
+        if path is not None and not path.resolve().parent.is_dir():
+            raise DCDDeployError(f"cannot write {path}: no directory {path.parent}")
+    check_outputs(outputs=paths, inputs=_csv(models) or ())
 
 
 def run_complexity(*, json_path: Path | None, input_size: int) -> None:
@@ -209,8 +214,8 @@ def run_latency(*, json_path: Path | None, input_size: int, models: str | None =
     """Run :func:`~dcd_deploy.bench.latency.run_benchmark`, print its tables, write the files asked for."""
     from ..bench import latency, report
 
-    for path in (json_path, markdown_path, plot_path):
-        _check_out_dir(path)
+    _check_out_dir(json_path, markdown_path, plot_path, models=models)
+    check_memory(input_size=input_size, batch=batch, what="the benchmark")
     if plot_path is not None:
         report.require_matplotlib()  # fail before minutes of timing, not after
     if input_size != PAPER_INPUT_SIZE:

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
 
 from .._threads import preparation_threads
 from .._version import __version__
 from ..errors import ParityError
 from ..checkpoint import resolve_model
-from ._common import check_output_dir, inputs_option, model_options, parity_failure, run_cli, write_json_atomic
+from .._limits import MAX_BATCH, MAX_INPUT_SIZE
+from ._common import OutputPath, check_outputs, check_parity_budget, default_output, inputs_option, model_options
+from ._common import parity_failure, run_cli, write_json_atomic
 
 #: Input side when neither --input-size nor --inputs gives one.
 DEFAULT_INPUT_SIZE = 224
@@ -22,21 +22,22 @@ def _batch(value: str) -> int | None:
     try:
         batch = int(value)
     except ValueError:
-        raise click.BadParameter("expected a positive integer or 'dynamic'") from None
-    if batch < 1:
-        raise click.BadParameter("expected a positive integer or 'dynamic'")
+        raise click.BadParameter(f"expected a positive integer or 'dynamic' (a batch of at most {MAX_BATCH})") from None
+    if not 1 <= batch <= MAX_BATCH:
+        raise click.BadParameter(f"expected a positive integer or 'dynamic' (a batch of at most {MAX_BATCH})")
     return batch
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, "--version", prog_name="dcd-export")
 @click.argument("model")
-@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Output .onnx path (default: MODEL's name with .onnx, in the current directory).")
-@click.option("--input-size", type=click.IntRange(min=1), default=None,
-              help=f"Square input side (default: that of --inputs, else {DEFAULT_INPUT_SIZE}).")
+@click.option("-o", "--output", type=OutputPath(), default=None,
+              help="Output .onnx path (default: MODEL's name with .onnx, in the current directory; "
+                   "never MODEL itself). A symlink is written through to its target.")
+@click.option("--input-size", type=click.IntRange(1, MAX_INPUT_SIZE), default=None,
+              help=f"Square input side, 1-{MAX_INPUT_SIZE} (default: that of --inputs, else {DEFAULT_INPUT_SIZE}).")
 @click.option("--batch", default="dynamic", show_default=True, metavar="N|dynamic",
-              help="Fixed batch size, or a dynamic batch axis.")
+              help=f"Fixed batch size (1-{MAX_BATCH}), or a dynamic batch axis.")
 @click.option("--opset", type=int, default=None, help="ONNX opset (13-17 and up; default 17).")
 @click.option("--mode", type=click.Choice(["standard", "function"]), default="standard", show_default=True,
               help="'function': one dcd_deploy node per DCD layer (model-local functions).")
@@ -45,7 +46,7 @@ def _batch(value: str) -> int | None:
 @click.option("--no-simplify", is_flag=True, help="Skip onnxsim.")
 @click.option("--no-check", is_flag=True, help="Skip the parity check against PyTorch.")
 @inputs_option
-@click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+@click.option("--json", "json_path", type=OutputPath(), default=None,
               help="Also write the export report as JSON.")
 @click.option("-v", "--verbose", is_flag=True, help="List the form chosen for every DCD layer.")
 @click.option("-q", "--quiet", is_flag=True,
@@ -62,15 +63,16 @@ def main(model, output, input_size, batch, opset, mode, strategy, no_simplify, n
     if quiet and verbose:
         raise click.UsageError("-q/--quiet and -v/--verbose exclude each other")
     batch = _batch(batch)
+    if output is None:
+        output = default_output(model)
+    # fail before the slow part, and before anything is written
+    check_outputs(outputs=[output, json_path], inputs=[model, inputs_path])
     inputs = None
     if inputs_path is not None:
         inputs = load_inputs(inputs_path, input_size=input_size)
         input_size = inputs.shape[2]
     input_size = DEFAULT_INPUT_SIZE if input_size is None else input_size
-    if output is None:
-        output = Path(Path(model).name.split(".")[0] + ".onnx")
-    check_output_dir(output)  # fail before the slow part, and before anything is written
-    check_output_dir(json_path)
+    check_parity_budget(input_size=input_size, batch_sizes=(batch or 2,), n_inputs=8)
     net = resolve_model(model, arch=arch, trust_checkpoint=trust_checkpoint, seed=seed, input_size=input_size)
     try:
         with preparation_threads():  # 3-5 s instead of 25-40 s on a busy 2-core machine

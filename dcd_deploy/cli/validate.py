@@ -10,7 +10,9 @@ from .._threads import preparation_threads
 from .._version import __version__
 from ..errors import DCDDeployError
 from ..checkpoint import resolve_model
-from ._common import check_output_dir, inputs_option, model_options, parity_failure, run_cli, write_json_atomic
+from .._limits import MAX_BATCH, MAX_INPUTS, read_onnx_input_size
+from ._common import OutputPath, check_outputs, check_parity_budget, inputs_option, model_options
+from ._common import onnxruntime_errors, parity_failure, run_cli, write_json_atomic
 
 
 def _sizes(value: str) -> tuple[int, ...]:
@@ -18,8 +20,8 @@ def _sizes(value: str) -> tuple[int, ...]:
         sizes = tuple(int(v) for v in value.split(",") if v.strip())
     except ValueError:
         raise click.BadParameter("expected comma-separated positive integers, e.g. 1,2") from None
-    if not sizes or min(sizes) < 1:
-        raise click.BadParameter("expected comma-separated positive integers, e.g. 1,2")
+    if not sizes or min(sizes) < 1 or max(sizes) > MAX_BATCH:
+        raise click.BadParameter(f"expected comma-separated positive integers up to {MAX_BATCH}, e.g. 1,2")
     return sizes
 
 
@@ -27,13 +29,13 @@ def _sizes(value: str) -> tuple[int, ...]:
 @click.version_option(__version__, "--version", prog_name="dcd-validate")
 @click.argument("model")
 @click.argument("onnx_path", metavar="ONNX", type=click.Path(path_type=Path))
-@click.option("--batch-sizes", default="1,2", show_default=True, help="Comma-separated batch sizes.")
-@click.option("--num-inputs", "n_inputs", type=click.IntRange(min=1), default=8, show_default=True,
+@click.option("--batch-sizes", default="1,2", show_default=True, help=f"Comma-separated batch sizes (1-{MAX_BATCH}).")
+@click.option("--num-inputs", "n_inputs", type=click.IntRange(1, MAX_INPUTS), default=8, show_default=True,
               help="Synthetic inputs per batch size (without --inputs).")
 @inputs_option
 @click.option("--atol", type=float, default=None, help="Absolute tolerance (default 1e-5).")
 @click.option("--rtol", type=float, default=None, help="Tolerance relative to the output scale (default 1e-3).")
-@click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+@click.option("--json", "json_path", type=OutputPath(), default=None,
               help="Also write the report as JSON.")
 @model_options
 @run_cli
@@ -45,12 +47,13 @@ def main(model, onnx_path, batch_sizes, n_inputs, inputs_path, atol, rtol, json_
 
     if not onnx_path.is_file():
         raise DCDDeployError(f"{onnx_path}: no such ONNX file")
-    check_output_dir(json_path)
+    check_outputs(outputs=[json_path], inputs=[model, onnx_path, inputs_path])
     sizes = _sizes(batch_sizes)
     input_size = _onnx_input_size(onnx_path)
     inputs = None if inputs_path is None else load_inputs(inputs_path, input_size=input_size)
+    check_parity_budget(input_size=input_size, batch_sizes=sizes, n_inputs=n_inputs)
     net = resolve_model(model, arch=arch, trust_checkpoint=trust_checkpoint, seed=seed, input_size=input_size)
-    with preparation_threads():
+    with onnxruntime_errors(onnx_path), preparation_threads():
         report = check_parity(net, onnx_path, batch_sizes=sizes, n_inputs=n_inputs, atol=atol, rtol=rtol,
                               inputs=inputs)
     click.echo(report.table())
@@ -63,14 +66,4 @@ def main(model, onnx_path, batch_sizes, n_inputs, inputs_path, atol, rtol, json_
 
 def _onnx_input_size(path: Path) -> int:
     """Input side recorded in the file (so a zoo model is pseudo-trained at that size)."""
-    import onnx
-
-    try:
-        proto = onnx.load(str(path), load_external_data=False)
-    except Exception as exc:  # protobuf raises DecodeError and friends
-        raise DCDDeployError(f"{path} is not an ONNX model: {str(exc).splitlines()[0] if str(exc) else exc}") from exc
-    props = {p.key: p.value for p in proto.metadata_props}
-    if props.get("input_size", "").isdigit():
-        return int(props["input_size"])
-    dims = proto.graph.input[0].type.tensor_type.shape.dim if proto.graph.input else []
-    return dims[2].dim_value if len(dims) == 4 and dims[2].dim_value else 224
+    return read_onnx_input_size(path)

@@ -1,0 +1,641 @@
+"""Hostile inputs through the installed commands (issue #12): no crash, no leftovers,
+no blow-ups, never destroy a file.
+
+Every case in :data:`CASES` runs ``dcd-export`` / ``dcd-validate`` / ``dcd-bench`` in a
+subprocess whose address space is capped at :data:`MEMORY_CAP` (so a regression fails
+the test instead of exhausting the machine) and must end with
+
+* the expected exit status (1 for a user error, 2 for click's usage errors),
+* exactly one ``Error:`` line, the last one, naming the key fact, and no traceback,
+* no temporary file left beside any output, and every guarded file (the input, a FIFO,
+  a device node, a link) exactly as it was.
+
+The hostile files are built cheaply in the test's directory: pickles written opcode by
+opcode, sparse files made with ``truncate``, small zip bombs. The termination tests
+send SIGTERM/SIGHUP at a deterministic point (a ``sitecustomize`` hook announces it with
+a marker file and waits).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import errno
+import os
+import resource
+import signal
+import stat
+import subprocess
+import sys
+import time
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import pytest
+import torch
+
+from dcd_deploy import create_model, export_onnx, save_checkpoint
+from dcd_deploy.errors import DCDDeployError, ExportError
+
+BIN = Path(sys.executable).parent
+SIZE = 32
+MEMORY_CAP = 4 << 30  # the issue's cap: every case must end cleanly under it
+TIMEOUT = 300  # a safety net against hangs, not a timing assertion
+IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
+
+
+def _cap_memory():
+    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_CAP, MEMORY_CAP))
+
+
+def run(script: str, *args, cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
+    exe = BIN / script
+    assert exe.is_file(), f"console script {exe} is not installed (pip install -e .)"
+    return subprocess.run([str(exe), *map(str, args)], cwd=cwd, capture_output=True, text=True, timeout=TIMEOUT,
+                          env={**os.environ, **(env or {})}, preexec_fn=_cap_memory)
+
+
+# -- hostile files ------------------------------------------------------------------------
+
+def _deep_tuple_key(depth: int) -> bytes:
+    """``{((...(),),): 1}`` nested ``depth`` deep: protocol 2, one TUPLE1 opcode per level."""
+    return b"\x80\x02}" + b")" + b"\x85" * depth + b"K\x01s."
+
+
+def _bytearray_bomb() -> bytes:
+    """36 bytes that unpickle to ``bytearray(4_000_000_000)`` (bytearray is allowed by weights_only)."""
+    return (b"\x80\x02cbuiltins\nbytearray\n\x8a\x05" + (4_000_000_000).to_bytes(5, "little") + b"\x85R.")
+
+
+def _zip_bomb(path: Path) -> None:
+    """A torch-looking zip whose data.pkl inflates about 1000x (100 MB from 100 kB)."""
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("archive/data.pkl", b"\x80\x02" + bytes(100 << 20))
+
+
+def _ours(config: dict, state_dict: dict | None = None) -> dict:
+    return {"format": "dcd-deploy", "format_version": 1, "arch": "mobilenetv2_035", "config": config,
+            "state_dict": state_dict or {"w": torch.zeros(1)}}
+
+
+def _onnx(path: Path, shape, *, elem=None, props=None, n_inputs=1, fail_at_run_time=False) -> None:
+    import onnx
+    from onnx import TensorProto, helper
+
+    elem = TensorProto.FLOAT if elem is None else elem
+    inputs = [helper.make_tensor_value_info(f"x{i}", elem, shape) for i in range(n_inputs)]
+    out = helper.make_tensor_value_info("y", elem, None)
+    inits = []
+    if fail_at_run_time:  # a Reshape no input can satisfy
+        inits = [helper.make_tensor("s", TensorProto.INT64, [2], [7, 7])]
+        nodes = [helper.make_node("Reshape", ["x0", "s"], ["y"])]
+    elif inputs:
+        nodes = [helper.make_node("Identity", ["x0"], ["y"])]
+    else:
+        nodes = [helper.make_node("Constant", [], ["y"], value=helper.make_tensor("c", TensorProto.FLOAT, [1], [1.0]))]
+    model = helper.make_model(helper.make_graph(nodes, "g", inputs, [out], inits),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    if props:
+        helper.set_model_props(model, props)
+    onnx.save(model, path)
+
+
+DISK_FULL_HOOK = """\
+# Injected by tests/test_hostile_cli.py: the disk fills up while the ONNX file is written.
+import errno, onnx
+def _full(*args, **kwargs):
+    raise OSError(errno.ENOSPC, "No space left on device")
+onnx.save = _full
+onnx.save_model = _full
+"""
+
+MEMORY_HOOK = """\
+# Injected by tests/test_hostile_cli.py: the machine runs out of memory while loading.
+import dcd_deploy.checkpoint as _checkpoint
+def _oom(*args, **kwargs):
+    raise MemoryError()
+_checkpoint.load_checkpoint = _oom
+"""
+
+# Announces the point where a signal must arrive (a marker file), then waits for it.
+WAIT_HOOK = """\
+# Injected by tests/test_hostile_cli.py: stop at {where} until a signal arrives.
+import os, time
+import {module} as _mod
+_real = _mod.{name}
+def _waiting(*args, **kwargs):
+    result = _real(*args, **kwargs) if {after} else None
+    open(os.environ["DCD_TEST_MARKER"], "w").close()
+    time.sleep(120)
+    return result
+_mod.{name} = _waiting
+"""
+
+
+@pytest.fixture(scope="module")
+def assets(tmp_path_factory) -> Path:
+    a = tmp_path_factory.mktemp("hostile_assets")
+    save_checkpoint(create_model("mobilenetv2_035"), a / "m035.pt")
+    for name, text in (("disk_full", DISK_FULL_HOOK), ("oom", MEMORY_HOOK)):
+        (a / name).mkdir()
+        (a / name / "sitecustomize.py").write_text(text)
+    return a
+
+
+# -- the table ----------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Case:
+    """One hostile input. ``args`` may use ``{d}`` (the case's directory) and ``{a}`` (assets).
+
+    ``make`` builds files in ``{d}``; every file it leaves there is guarded: after the run it
+    must have the same type, size, mode, inode, link target and (regular files) content.
+    """
+
+    id: str
+    script: str
+    args: tuple[str, ...]
+    needles: tuple[str, ...]
+    make: Callable[[Path, Path], None] | None = None
+    status: int = 1
+    env_hook: str | None = None
+    root_only: bool = False
+    progress_before_error: bool = False  # dcd-bench announces its plan before loading models
+
+
+def _files(**contents) -> Callable[[Path, Path], None]:
+    def make(d: Path, a: Path) -> None:
+        for name, data in contents.items():
+            (d / name).write_bytes(data)
+    return make
+
+
+def _saved(name: str, obj_fn: Callable[[], object]) -> Callable[[Path, Path], None]:
+    def make(d: Path, a: Path) -> None:
+        torch.save(obj_fn(), d / name)
+    return make
+
+
+def _copy_m035(name: str = "m.pt"):
+    def make(d: Path, a: Path) -> None:
+        (d / name).write_bytes((a / "m035.pt").read_bytes())
+    return make
+
+
+def _both(*makers):
+    def make(d: Path, a: Path) -> None:
+        for m in makers:
+            m(d, a)
+    return make
+
+
+def _fifo(name: str):
+    return lambda d, a: os.mkfifo(d / name)
+
+
+def _char_device(name: str):
+    # a private /dev/null: if a regression replaced it, only this node is lost
+    return lambda d, a: os.mknod(d / name, stat.S_IFCHR | 0o666, os.makedev(1, 3))
+
+
+def _symlink(name: str, target: str):
+    return lambda d, a: os.symlink(target, d / name)
+
+
+def _hardlink(name: str, target: str):
+    return lambda d, a: os.link(d / target, d / name)
+
+
+def _onnx_file(name: str, shape, **kw):
+    return lambda d, a: _onnx(d / name, shape, **kw)
+
+
+def _sparse(name: str, size: int):
+    def make(d: Path, a: Path) -> None:
+        with open(d / name, "wb") as f:
+            f.truncate(size)
+    return make
+
+
+OUT = ("-o", "{d}/out.onnx", "--input-size", str(SIZE))
+VALIDATE = ("{a}/m035.pt", "{d}/m.onnx")
+CASES = [
+    # -- outputs that must never be replaced
+    Case("output-char-device", "dcd-export", ("{a}/m035.pt", "-o", "{d}/null", "--input-size", str(SIZE)),
+         ("null is a character device", "refusing to replace it"), make=_char_device("null"), root_only=True),
+    Case("output-fifo", "dcd-export", ("{a}/m035.pt", "-o", "{d}/fifo", "--input-size", str(SIZE)),
+         ("fifo is a FIFO",), make=_fifo("fifo")),
+    Case("json-fifo", "dcd-export", ("{a}/m035.pt", *OUT, "--json", "{d}/fifo"), ("fifo is a FIFO",),
+         make=_fifo("fifo")),
+    Case("output-symlink-to-fifo", "dcd-export", ("{a}/m035.pt", "-o", "{d}/link", "--input-size", str(SIZE)),
+         ("fifo (via the symlink", "is a FIFO"), make=_both(_fifo("fifo"), _symlink("link", "fifo"))),
+    Case("output-directory", "dcd-export", ("{a}/m035.pt", "-o", "{d}/adir", "--input-size", str(SIZE)),
+         ("adir is a directory",), make=lambda d, a: (d / "adir").mkdir()),
+    Case("output-trailing-separator", "dcd-export", ("{a}/m035.pt", "-o", "{d}/newdir/", "--input-size", str(SIZE)),
+         ("ends in a path separator",), status=2),
+    Case("output-is-the-input", "dcd-export", ("{d}/m.pt", "-o", "{d}/m.pt", "--input-size", str(SIZE)),
+         ("is the same file as the input",), make=_copy_m035()),
+    Case("output-links-to-the-input", "dcd-export", ("{d}/m.pt", "-o", "{d}/link.onnx", "--input-size", str(SIZE)),
+         ("is the same file as the input",), make=_both(_copy_m035(), _symlink("link.onnx", "m.pt"))),
+    Case("output-hard-link", "dcd-export", ("{a}/m035.pt", "-o", "{d}/b.onnx", "--input-size", str(SIZE)),
+         ("b.onnx has 2 hard links",), make=_both(_files(**{"a.onnx": b"old"}), _hardlink("b.onnx", "a.onnx"))),
+    Case("json-is-the-output", "dcd-export", ("{a}/m035.pt", *OUT, "--json", "{d}/out.onnx"),
+         ("is the same file as the output",)),
+    Case("json-is-the-input", "dcd-export", ("{d}/m.pt", *OUT, "--json", "{d}/m.pt"),
+         ("is the same file as the input",), make=_copy_m035()),
+    # -- checkpoints that crash, hang or blow up torch's loader
+    Case("tuple-key-a-million-deep", "dcd-export", ("{d}/deep.pt", "--arch", "mobilenetv2_035", *OUT),
+         ("deep.pt is not a plausible checkpoint", "more than 100 levels deep"),
+         make=_files(**{"deep.pt": _deep_tuple_key(1_000_000)})),
+    Case("tuple-key-a-million-deep-bench", "dcd-bench", ("--models", "{d}/deep.pt", "--quick"),
+         ("more than 100 levels deep",), make=_files(**{"deep.pt": _deep_tuple_key(1_000_000)}),
+         progress_before_error=True),
+    Case("tuple-key-5000-deep", "dcd-export", ("{d}/deep.pt", "--arch", "mobilenetv2_035", *OUT),
+         ("more than 100 levels deep",), make=_files(**{"deep.pt": _deep_tuple_key(5000)})),
+    Case("model-is-a-fifo", "dcd-export", ("{d}/fifo.pt", *OUT), ("fifo.pt is a FIFO",), make=_fifo("fifo.pt")),
+    Case("model-is-dev-zero", "dcd-export", ("/dev/zero", *OUT), ("/dev/zero is a character device",)),
+    Case("bytearray-4e9", "dcd-export", ("{d}/ba.pt", "--arch", "mobilenetv2_035", *OUT),
+         ("builtins.bytearray", "4000000000", "far larger than the file"),
+         make=_files(**{"ba.pt": _bytearray_bomb()})),
+    Case("zip-bomb", "dcd-export", ("{d}/bomb.pt", *OUT), ("archive/data.pkl inflates", "more than 100x"),
+         make=lambda d, a: _zip_bomb(d / "bomb.pt")),
+    Case("stride-0-classifier", "dcd-export", ("{d}/rel.pt", *OUT),
+         ("classifier.0.cls.weight is an expanded view of shape (1000000, 1280)",),
+         make=_saved("rel.pt", lambda: {"arch": "mobilenetv2_dcd", "epoch": 1, "state_dict": {
+             "classifier.0.cls.weight": torch.zeros(1280).expand(1_000_000, 1280)}})),
+    Case("meta-tensor", "dcd-export", ("{d}/t.pt", "--arch", "mobilenetv2_035", *OUT),
+         ("entry w is a tensor on device meta",), make=_saved("t.pt", lambda: {"w": torch.zeros(3, device="meta")})),
+    Case("sparse-tensor", "dcd-export", ("{d}/t.pt", "--arch", "mobilenetv2_035", *OUT),
+         ("entry w is a sparse_coo tensor",), make=_saved("t.pt", lambda: {"w": torch.zeros(3, 3).to_sparse()})),
+    Case("quantized-tensor", "dcd-export", ("{d}/t.pt", "--arch", "mobilenetv2_035", *OUT),
+         ("entry w is a quantized tensor",),
+         make=_saved("t.pt", lambda: {"w": torch.quantize_per_tensor(torch.zeros(3), 0.1, 0, torch.qint8)})),
+    *[Case(f"config-{label}", "dcd-export", ("{d}/c.pt", *OUT), (f"config {key}={shown}",),
+           make=_saved("c.pt", lambda key=key, value=value: _ours({key: value})))
+      for label, key, value, shown in (("classes-negative", "num_classes", -1, "-1"),
+                                       ("classes-1e7", "num_classes", 10**7, "10000000"),
+                                       ("classes-1e12", "num_classes", 10**12, "1000000000000"),
+                                       ("dropout-nan", "dropout", float("nan"), "nan"))],
+    # -- size-like options (usage errors: exit 2)
+    Case("input-size-10000", "dcd-export", ("mobilenetv2_035", "--input-size", "10000", "-o", "{d}/o.onnx"),
+         ("--input-size", "1<=x<=1024"), status=2),
+    Case("input-size-2000", "dcd-export", ("mobilenetv2_035", "--input-size", "2000", "-o", "{d}/o.onnx"),
+         ("--input-size", "1<=x<=1024"), status=2),
+    Case("batch-100000", "dcd-export", ("mobilenetv2_035", "--batch", "100000", "-o", "{d}/o.onnx"),
+         ("'dynamic' (a batch of at most 1024)",), status=2),
+    Case("batch-sizes-100000", "dcd-validate", ("{a}/m035.pt", "{d}/m.onnx", "--batch-sizes", "1,100000"),
+         ("positive integers up to 1024",), status=2, make=_onnx_file("m.onnx", [1, 3, 32, 32])),
+    Case("validate-num-inputs-1e8", "dcd-validate", ("{a}/m035.pt", "{d}/m.onnx", "--num-inputs", "100000000"),
+         ("1<=x<=10000",), status=2, make=_onnx_file("m.onnx", [1, 3, 32, 32])),
+    Case("seed-1e17", "dcd-export", ("mobilenetv2_035", "--seed", "100000000000000000", "-o", "{d}/o.onnx"),
+         ("--seed", "0<=x<=4294967295"), status=2),
+    Case("bench-threads-1000", "dcd-bench", ("--threads", "1000", "--quick"), ("--threads", "1<=x<=64"), status=2),
+    # -- within every range, but too much memory together
+    Case("memory-estimate", "dcd-export", ("mobilenetv2_035", "--input-size", "1024", "--batch", "1024",
+                                           "-o", "{d}/o.onnx"), ("would need about", "GiB of memory", "limit")),
+    # -- ONNX files an image model cannot be checked against
+    Case("onnx-rank-2-input", "dcd-validate", VALIDATE, ("has shape (1, 10)", "(N, 3, S, S)"),
+         make=_onnx_file("m.onnx", [1, 10])),
+    Case("onnx-no-input", "dcd-validate", VALIDATE, ("has 0 inputs",), make=_onnx_file("m.onnx", None, n_inputs=0)),
+    Case("onnx-float64-input", "dcd-validate", VALIDATE, ("is double", "float32"),
+         make=_onnx_file("m.onnx", [1, 3, 32, 32], elem=11)),
+    Case("onnx-rank-3-input", "dcd-validate", VALIDATE, ("has shape (1, 3, 32)",),
+         make=_onnx_file("m.onnx", [1, 3, 32])),
+    Case("onnx-metadata-superscript", "dcd-validate", VALIDATE, ("metadata input_size '²' is not an integer",),
+         make=_onnx_file("m.onnx", [1, 3, 32, 32], props={"input_size": "²"})),
+    Case("onnx-metadata-20000-zoo-name", "dcd-validate", ("mobilenetv2_035", "{d}/m.onnx"),
+         ("input size 20000 is outside 1-1024",),
+         make=_onnx_file("m.onnx", ["N", 3, "H", "W"], props={"input_size": "20000"})),
+    Case("onnx-sparse-6GB", "dcd-validate", ("{a}/m035.pt", "{d}/big.onnx"), ("big.onnx is 6.0 GiB", "at most 2 GiB"),
+         make=_sparse("big.onnx", 6 << 30)),
+    Case("onnx-fails-at-run-time", "dcd-validate", VALIDATE, ("ONNX Runtime failed running", "Reshape"),
+         make=_onnx_file("m.onnx", [1, 3, 32, 32], props={"input_size": "32"}, fail_at_run_time=True)),
+    # -- the machine's state
+    Case("disk-full", "dcd-export", ("{a}/m035.pt", "-o", "{d}/old.onnx", "--input-size", str(SIZE), "--no-check",
+                                 "--no-simplify"),
+         ("cannot write", "old.onnx", "No space left on device"), make=_files(**{"old.onnx": b"previous model"}),
+         env_hook="disk_full"),
+    Case("out-of-memory", "dcd-export", ("{a}/m035.pt", *OUT), ("out of memory",), env_hook="oom"),
+]
+
+
+def _snapshot(d: Path) -> dict:
+    """Everything a case must not change about the files it was given."""
+    snap = {}
+    for p in sorted(d.rglob("*")):
+        st = p.lstat()
+        entry = (stat.S_IFMT(st.st_mode), stat.S_IMODE(st.st_mode), st.st_ino, st.st_nlink)
+        if p.is_symlink():
+            entry += (os.readlink(p),)
+        elif stat.S_ISREG(st.st_mode):
+            entry += (st.st_size, p.read_bytes() if st.st_size < (1 << 24) else None)
+        snap[str(p.relative_to(d))] = entry
+    return snap
+
+
+@pytest.fixture(scope="module")
+def runs(request, assets, tmp_path_factory):
+    """Run the selected cases, two at a time; maps case id -> (result, dir, snapshot) or a skip reason."""
+    base = tmp_path_factory.mktemp("hostile")
+    selected = {item.callspec.params["case"].id for item in request.session.items
+                if getattr(item, "originalname", None) == "test_hostile_input" and hasattr(item, "callspec")}
+    results = {}
+    with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+        futures = {}
+        for case in CASES:
+            if case.id not in selected:
+                continue
+            if case.root_only and not IS_ROOT:
+                results[case.id] = ("skip", "creating a device node needs root")
+                continue
+            d = base / case.id
+            (d / "cwd").mkdir(parents=True)
+            (base / "tmp" / case.id).mkdir(parents=True)  # outside the snapshot: torch and ORT cache there
+            if case.make:
+                case.make(d, assets)
+            snap = _snapshot(d)
+            args = [arg.format(d=d, a=assets) for arg in case.args]
+            env = {"PYTHONPATH": str(assets / case.env_hook)} if case.env_hook else {}
+            env["TMPDIR"] = str(base / "tmp" / case.id)
+            futures[case.id] = (pool.submit(run, case.script, *args, cwd=d / "cwd", env=env), d, snap)
+        for case_id, (future, d, snap) in futures.items():
+            results[case_id] = (future.result(), d, snap)
+    yield results
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_hostile_input(runs, case: Case):
+    result, d, before = runs[case.id]
+    if result == "skip":
+        pytest.skip(d)
+    err = result.stderr
+    assert result.returncode == case.status, f"exit {result.returncode}\nstdout:\n{result.stdout}\nstderr:\n{err}"
+    assert "Traceback" not in err, err
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert lines and lines[-1].startswith("Error: "), err
+    assert sum(ln.startswith("Error:") for ln in lines) == 1, err
+    if case.status == 1 and not case.progress_before_error:
+        assert len(lines) == 1, f"stderr has more than the Error line:\n{err}"
+    for needle in case.needles:
+        assert needle in lines[-1], f"{needle!r} not in {lines[-1]!r}"
+    assert _snapshot(d) == before, "a file was created, changed or replaced"
+    assert not list((d.parent / "tmp" / case.id).glob("dcd-*")), "a temporary directory was left"
+
+
+def test_every_script_is_covered():
+    assert {c.script for c in CASES} == {"dcd-export", "dcd-validate", "dcd-bench"}
+    assert len({c.id for c in CASES}) == len(CASES)
+
+
+# -- outputs that are written: through a symlink, keeping the mode, never over the input --
+
+def test_symlink_output_is_written_through_and_keeps_its_mode(assets, tmp_path):
+    real = tmp_path / "real"
+    real.mkdir()
+    target = real / "model.onnx"
+    target.write_bytes(b"previous model")
+    target.chmod(0o600)
+    link = tmp_path / "model.onnx"
+    link.symlink_to(target)
+    result = run("dcd-export", assets / "m035.pt", "-o", link, "--input-size", SIZE, "--no-check", "--no-simplify",
+                 cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert link.is_symlink() and os.readlink(link) == str(target)
+    assert target.read_bytes() != b"previous model" and target.stat().st_size > 1000
+    assert stat.S_IMODE(target.stat().st_mode) == 0o600
+    assert sorted(p.name for p in real.iterdir()) == ["model.onnx"]
+
+
+def test_default_output_is_never_the_input(assets, tmp_path):
+    """``dcd-export ckpt.onnx`` (a checkpoint with an .onnx name) must not write over itself."""
+    ckpt = tmp_path / "ckpt.onnx"
+    ckpt.write_bytes((assets / "m035.pt").read_bytes())
+    result = run("dcd-export", "ckpt.onnx", "--input-size", SIZE, "--no-check", "--no-simplify", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert ckpt.read_bytes() == (assets / "m035.pt").read_bytes()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt.deploy.onnx", "ckpt.onnx"]
+
+
+# -- termination: the same clean-up as Ctrl-C ------------------------------------------------
+
+def _stop_at(where: str, hook_dir: Path, *, module: str, name: str, after: bool) -> dict:
+    hook_dir.mkdir()
+    (hook_dir / "sitecustomize.py").write_text(WAIT_HOOK.format(where=where, module=module, name=name, after=after))
+    return {"PYTHONPATH": str(hook_dir), "DCD_TEST_MARKER": str(hook_dir / "reached")}
+
+
+def _signal_when_reached(args: list, env: dict, sig: int, cwd: Path) -> subprocess.CompletedProcess:
+    marker = Path(env["DCD_TEST_MARKER"])
+    proc = subprocess.Popen(args, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, **env}, preexec_fn=_cap_memory)
+    try:
+        deadline = time.monotonic() + TIMEOUT
+        while not marker.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert marker.exists(), f"the hook was not reached: {proc.communicate()[1] if proc.poll() is not None else ''}"
+        proc.send_signal(sig)
+        out, err = proc.communicate(timeout=TIMEOUT)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    return subprocess.CompletedProcess(args, proc.returncode, out, err)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_export_signal_during_parity_check_leaves_the_old_file(assets, tmp_path, sig):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "model.onnx").write_bytes(b"previous model")
+    env = _stop_at("the parity check", tmp_path / "hook", module="dcd_deploy.parity", name="check_parity",
+                   after=False)
+    result = _signal_when_reached([str(BIN / "dcd-export"), str(assets / "m035.pt"), "-o", str(out / "model.onnx"),
+                                   "--input-size", str(SIZE), "--no-simplify"], env, sig, tmp_path)
+    assert result.returncode == 128 + sig, result.stderr
+    assert "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1] == (f"Error: stopped by {signal.Signals(sig).name}; "
+                                                      "temporary files removed, nothing written")
+    assert sorted(p.name for p in out.iterdir()) == ["model.onnx"]
+    assert (out / "model.onnx").read_bytes() == b"previous model"
+
+
+def test_validate_sigterm_exits_cleanly(assets, tmp_path):
+    onnx_path = tmp_path / "m.onnx"
+    export_onnx(create_model("mobilenetv2_035"), onnx_path, input_size=SIZE, check=False, simplify=False)
+    env = _stop_at("the parity check", tmp_path / "hook", module="dcd_deploy.parity", name="check_parity",
+                   after=False)
+    result = _signal_when_reached([str(BIN / "dcd-validate"), str(assets / "m035.pt"), str(onnx_path),
+                                   "--json", str(tmp_path / "r.json")], env, signal.SIGTERM, tmp_path)
+    assert result.returncode == 128 + signal.SIGTERM, result.stderr
+    assert "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1].startswith("Error: stopped by SIGTERM")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["hook", "m.onnx"]
+
+
+def test_bench_sigterm_removes_its_temporary_directory(tmp_path):
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = _stop_at("the first export", tmp_path / "hook", module="dcd_deploy.exporters", name="export_onnx",
+                   after=True)
+    env["TMPDIR"] = str(tmp)
+    result = _signal_when_reached([str(BIN / "dcd-bench"), "--quick", "--models", "mobilenetv2_035",
+                                   "--backends", "onnxruntime", "--input-size", "32", "--seed", "1"],
+                                  env, signal.SIGTERM, tmp_path)
+    assert result.returncode == 128 + signal.SIGTERM, result.stderr
+    assert "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1].startswith("Error: stopped by SIGTERM")
+    assert "[export] mobilenetv2_035" not in result.stderr  # stopped inside the temporary directory's life
+    assert list(tmp.glob("dcd-bench-*")) == []  # (torch and ORT keep their own caches there)
+
+
+# -- the same guarantees through the Python API ------------------------------------------------
+
+def test_disk_full_while_exporting_keeps_the_old_file(tmp_path, monkeypatch):
+    import onnx
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    path = tmp_path / "m.onnx"
+    path.write_bytes(b"previous model")
+    monkeypatch.setattr(onnx, "save", full)
+    with pytest.raises(ExportError, match="No space left on device"):
+        export_onnx(create_model("mobilenetv2_035"), path, input_size=SIZE, check=False, simplify=False)
+    assert path.read_bytes() == b"previous model"
+    assert [p.name for p in tmp_path.iterdir()] == ["m.onnx"]
+
+
+def test_export_to_a_fifo_is_refused(tmp_path):
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(ExportError, match="is a FIFO"):
+        export_onnx(create_model("mobilenetv2_035"), fifo, input_size=SIZE, check=False)
+    assert stat.S_ISFIFO(fifo.lstat().st_mode)
+
+
+def test_atomic_output_keeps_mode_and_writes_through_links(tmp_path):
+    from dcd_deploy._atomic import atomic_output
+
+    target = tmp_path / "t.json"
+    target.write_text("old")
+    target.chmod(0o640)
+    link = tmp_path / "l.json"
+    link.symlink_to(target.name)
+    with atomic_output(link) as tmp:
+        tmp.write_text("new")
+    assert link.is_symlink() and target.read_text() == "new"
+    assert stat.S_IMODE(target.stat().st_mode) == 0o640
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["l.json", "t.json"]
+
+
+def test_check_distinct_sees_through_spellings(tmp_path, monkeypatch):
+    from dcd_deploy._atomic import check_distinct
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a.pt").write_bytes(b"x")
+    with pytest.raises(DCDDeployError, match="same file as the input"):
+        check_distinct(outputs=[f"../{tmp_path.name}/./a.pt"], inputs=["a.pt"])
+    with pytest.raises(DCDDeployError, match="same file as the output"):
+        check_distinct(outputs=["new.onnx", str(tmp_path / "new.onnx")])
+    check_distinct(outputs=["new.onnx", "new.json", None], inputs=["a.pt", "mobilenetv2_035"])
+
+
+@pytest.mark.parametrize("data, message", [
+    (_deep_tuple_key(101), "more than 100 levels deep"),
+    (_bytearray_bomb(), "far larger than the file"),
+    (b"\x80\x02]q\x00(K\x01K\x02e", "damaged or truncated"),  # no STOP
+    (b"\x80\x02\x8e" + (4 << 30).to_bytes(8, "little"), "damaged or truncated"),  # BYTES8 of 4 GiB, absent
+])
+def test_scan_pickle_refuses_without_building(tmp_path, data, message):
+    from dcd_deploy._safe_pickle import scan_pickle
+    from dcd_deploy.errors import CheckpointError
+
+    path = tmp_path / "x.pkl"
+    path.write_bytes(data)
+    with pytest.raises(CheckpointError, match=message):
+        scan_pickle(path, file_size=len(data))
+
+
+def test_scan_pickle_accepts_real_checkpoints(assets, tmp_path):
+    import pickle
+
+    from dcd_deploy._safe_pickle import scan_pickle
+
+    # wide is not deep: protocol 0 adds items one APPEND / SETITEM at a time
+    wide = {"xs": list(range(500)), "d": {str(i): [i] for i in range(500)}}
+    for protocol in (0, 2):
+        data = pickle.dumps(wide, protocol=protocol)
+        (tmp_path / "wide.pkl").write_bytes(data)
+        scan_pickle(tmp_path / "wide.pkl", file_size=len(data))
+
+    with zipfile.ZipFile(assets / "m035.pt") as zf:
+        name = next(n for n in zf.namelist() if n.endswith("/data.pkl"))
+        scan_pickle(assets / "m035.pt", file_size=(assets / "m035.pt").stat().st_size, member=zf.read(name))
+    legacy = tmp_path / "legacy.pt"
+    torch.save(create_model("mobilenetv2_035").state_dict(), legacy, _use_new_zipfile_serialization=False)
+    scan_pickle(legacy, file_size=legacy.stat().st_size, count=5)
+
+
+# -- more of the same, in process (the table above covers each mechanism through the scripts) --
+
+def _invoke(main, args: list[str]):
+    from click.testing import CliRunner
+
+    result = CliRunner().invoke(main, [str(a) for a in args])
+    assert isinstance(result.exception, SystemExit), result.exception
+    return result.exit_code, result.stderr.strip().splitlines()[-1]
+
+
+def test_more_outputs_that_are_inputs_or_each_other(tmp_path):
+    from dcd_deploy.cli import bench, validate
+
+    onnx_path = tmp_path / "m.onnx"
+    _onnx(onnx_path, [1, 3, SIZE, SIZE])
+    code, line = _invoke(validate.main, ["mobilenetv2_035", onnx_path, "--json", onnx_path])
+    assert code == 1 and "is the same file as the input" in line
+    code, line = _invoke(bench.main, ["--quick", "--json", tmp_path / "r.json", "--markdown", tmp_path / "r.json"])
+    assert code == 1 and "is the same file as the output" in line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx"]
+
+
+def test_more_bench_limits(tmp_path):
+    from dcd_deploy.cli import bench
+
+    code, line = _invoke(bench.main, ["--batch", "100000", "--quick"])
+    assert code == 2 and "1<=x<=1024" in line
+    code, line = _invoke(bench.main, ["--input-size", "1024", "--batch", "1024", "--quick"])
+    assert code == 1 and "GiB of memory" in line
+
+
+@pytest.mark.parametrize("obj, message", [
+    ({"w": torch.zeros(3, dtype=torch.long)}, "entry w is a int64 tensor"),
+    ({"w": torch.zeros(4).as_strided((3, 2), (1, 1))}, "over a storage of only 16 bytes"),
+    (_ours({"num_classes": "1000"}), "config num_classes='1000' is not an integer"),
+    (_ours({"dropout": 2.0}), "config dropout=2.0 is not a number in [0, 1]"),
+    (_ours({1: 2}), "config key 1 is not a knob name"),
+], ids=["integer", "overlapping", "classes-string", "dropout-2", "int-key"])
+def test_more_implausible_checkpoints(tmp_path, obj, message):
+    from dcd_deploy import load_checkpoint
+    from dcd_deploy.errors import CheckpointError
+
+    path = tmp_path / "c.pt"
+    torch.save(obj, path)
+    with pytest.raises(CheckpointError) as info:
+        load_checkpoint(path, arch="mobilenetv2_035")
+    assert message in str(info.value)
+
+
+def test_zip_members_may_not_inflate_far_beyond_the_file(tmp_path):
+    """Each member at a plausible 50x, but together far more than the file holds."""
+    from dcd_deploy import load_checkpoint
+    from dcd_deploy.errors import CheckpointError
+
+    path = tmp_path / "many.pt"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("archive/data.pkl", b"\x80\x02}q\x00.")
+        for i in range(4):
+            zf.writestr(f"archive/data/{i}", os.urandom(20_000) + bytes(1_000_000))
+    with pytest.raises(CheckpointError, match="more than 4x the file"):
+        load_checkpoint(path, arch="mobilenetv2_035")
