@@ -407,9 +407,16 @@ def _profile_all(prep: _Prepared, entries: Sequence[ModelEntry], backends: Seque
     """``--profile``: ONNX Runtime's per-node breakdown of each export and, under the paper's
     conditions, PyTorch's per-module breakdown of each deploy form (:mod:`.profile`)."""
     from .profile import profile_onnx
+    from .torch_profile import profile_torch
 
     profiles: list[ModelProfile] = []
     for e in entries:
+        if PAPER_BACKEND in backends:
+            t0 = time.perf_counter()
+            breakdown = profile_torch(prep.deploy(e.name), prep.x, runs=runs, warmup=PROFILE_WARMUP, onednn=False)
+            profiles.append(ModelProfile(e.model, e.variant, e.name, breakdown, backend=PAPER_BACKEND))
+            progress(f"[profile] {e.name} ({PAPER_BACKEND}): {breakdown.nodes_ms:.2f} ms in ops per run, "
+                     f"{runs} runs, {time.perf_counter() - t0:.1f} s")
         t0 = time.perf_counter()
         breakdown = profile_onnx(prep.exported(e.name), prep.x_np,
                                  session_options=ort_session_options(prep.threads), runs=runs,
