@@ -159,7 +159,7 @@ def _backends(result: BenchResult) -> list[str]:
     return list(dict.fromkeys(r.backend for r in result.records))
 
 
-def section_title(result: BenchResult, backend: str, step: int) -> str:
+def _section_title(result: BenchResult, backend: str, step: int) -> str:
     """``step. backend: what it shows`` (with the run count of the paper's protocol)."""
     title = BACKEND_TITLES.get(backend, backend)
     recs = [r for r in result.records if r.backend == backend]
@@ -176,7 +176,7 @@ def format_table(result: BenchResult) -> list[str]:
     lines = header_lines(result)
     width = sum(w for _, w, _ in _COLUMNS) + len(_COLUMNS) - 1
     for step, backend in enumerate(_backends(result), 1):
-        lines += ["", section_title(result, backend, step), _line([h for h, _, _ in _COLUMNS]), "-" * width]
+        lines += ["", _section_title(result, backend, step), _line([h for h, _, _ in _COLUMNS]), "-" * width]
         previous = None
         for r in (r for r in result.records if r.backend == backend):
             if previous is not None and r.model != previous:
