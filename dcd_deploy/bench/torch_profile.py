@@ -164,7 +164,8 @@ def _unwatch(handles: list[Any]) -> None:
 
 
 def profile_torch(model: nn.Module, x: torch.Tensor, *, runs: int, warmup: int, onednn: bool = True) -> TraceBreakdown:
-    """Profile eager ``model(x)``: per group, the median over ``runs`` of its op time per run.
+    """Profile eager ``model(x)``: per group (and per op within it), the median over ``runs``
+    of its op time per run.
 
     Args:
         model: a deploy form (:func:`~dcd_deploy.exporters.to_deploy`).
@@ -175,6 +176,7 @@ def profile_torch(model: nn.Module, x: torch.Tensor, *, runs: int, warmup: int, 
     timer = _OpTimer(model)
     handles = _watch(model, timer)
     per_run: list[dict[str, float]] = []
+    per_run_ops: list[dict[tuple[str, str], float]] = []
     walls: list[float] = []
     try:
         with torch.inference_mode():
@@ -191,12 +193,16 @@ def profile_torch(model: nn.Module, x: torch.Tensor, *, runs: int, warmup: int, 
                 if i >= warmup:
                     walls.append((time.perf_counter_ns() - start) / 1e6)
                     per_run.append(dict(timer.run))
+                    per_run_ops.append({(g, op): ms for g, ops in timer.ops.items() for op, ms in ops.items()})
     finally:
         _unwatch(handles)
     med = {g: float(np.median([r.get(g, 0.0) for r in per_run])) for g in GROUPS}
     total = sum(med.values())
+    op_keys = {k for r in per_run_ops for k in r}
+    op_med = {k: float(np.median([r.get(k, 0.0) for r in per_run_ops])) for k in op_keys}
     groups = {g: GroupTime(ms=med[g], pct=100.0 * med[g] / total if total else 0.0, nodes=timer.calls.get(g, 0),
-                           ops=dict(sorted(timer.ops[g].items(), key=lambda kv: -kv[1])))
+                           ops=dict(sorted(((op, v) for (gg, op), v in op_med.items() if gg == g),
+                                           key=lambda kv: -kv[1])))
               for g in GROUPS}
     forms: dict[str, int] = defaultdict(int)
     for form in (getattr(model, "strategies", None) or {}).values():
