@@ -57,7 +57,7 @@ Switched-off terms     dropped (no Λ: no Λ terms; no Φ: no Q, Φ, P, R terms)
 
 Parameters are ``sum(p.numel() for p in model.parameters())`` (BN affine included,
 running statistics excluded); ``classifier_params`` lets a caller apply the paper's
-ResNet convention (parameters excluding the classifier, DESIGN.md section 5).
+ResNet convention (parameters excluding the classifier).
 """
 
 from __future__ import annotations
