@@ -1,8 +1,10 @@
-"""Benchmarks beside the paper: complexity counts, single-thread latency, ORT profiles.
+"""Benchmarks beside the paper: complexity counts, single-thread latency, profiles, frontier.
 
 Latency: :func:`run_benchmark` returns a :class:`BenchResult` (one record per model x
-variant x backend, machine info, optional ONNX Runtime profile); :mod:`.report` prints
-and writes it. Complexity: :func:`count_complexity`, :func:`compare_with_paper`.
+variant x backend, the paper's conditions first; machine info; optional profiles);
+:mod:`.report` prints and writes it. Frontier: :func:`run_frontier` returns a
+:class:`FrontierResult` (Table 4's top-1 beside measured latency; :mod:`.frontier_report`
+prints it). Complexity: :func:`count_complexity`, :func:`compare_with_paper`.
 Names load lazily, so ``dcd_deploy.bench.paper`` needs neither torch nor ONNX Runtime.
 """
 
@@ -17,6 +19,9 @@ _LAZY = {
     "profile_onnx": "profile", "GROUPS": "profile",
     "count_complexity": "complexity", "compare_with_paper": "complexity",
     "PAPER_LATENCY_MS": "paper",
+    "run_frontier": "frontier", "FrontierResult": "frontier", "FrontierRecord": "frontier",
+    "pareto_flags": "frontier", "profile_torch": "torch_profile", "default_backends": "latency",
+    "PAPER_BACKEND": "latency",
 }
 
 __all__ = sorted(_LAZY)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from ..errors import DCDDeployError
 from .paper import KINDS
@@ -19,15 +19,20 @@ from .paper import KINDS
 DEFAULT_SEED = 0
 
 
+#: Checkpoint file suffixes dropped from a file's name to name its model (longest first).
+CHECKPOINT_SUFFIXES = (".pth.tar", ".pt", ".pth", ".tar", ".ckpt", ".bin")
+
+
 @dataclass(frozen=True)
 class ModelEntry:
     """One model to time.
 
     Attributes:
         spec: as given (a zoo name or a checkpoint path).
-        name: the zoo name, or the file name up to its first dot.
-        model: the pair key: ``name`` without its kind suffix (``mobilenetv2_100``).
-        variant: ``static``, ``dcd``, ``dyconv`` or ``condconv`` (from the suffix).
+        name: the zoo name, or the file name without a checkpoint suffix
+            (:data:`CHECKPOINT_SUFFIXES`): ``mv2_x0.5_official.pth.tar`` -> ``mv2_x0.5_official``.
+        model: the pair key: the architecture without its kind suffix (``mobilenetv2_100``).
+        variant: ``static``, ``dcd``, ``dyconv`` or ``condconv``.
     """
 
     spec: str
@@ -36,37 +41,59 @@ class ModelEntry:
     variant: str
 
 
-def _entry_name(spec: str) -> str:
+def _is_zoo(spec: str) -> bool:
     from ..models import is_model
 
-    if is_model(spec) and not Path(spec).exists():
+    return is_model(spec) and not Path(spec).exists()
+
+
+def entry_name(spec: str) -> str:
+    """The zoo name, or the file name without its checkpoint suffix (dots inside kept)."""
+    if _is_zoo(spec):
         return spec
-    return Path(spec).name.split(".")[0] or spec
+    name = Path(spec).name
+    for suffix in CHECKPOINT_SUFFIXES:
+        if name.lower().endswith(suffix) and len(name) > len(suffix):
+            return name[:-len(suffix)]
+    return name or spec
 
 
-def pair_models(specs: Sequence[str]) -> list[ModelEntry]:
+def split_kind(arch: str) -> tuple[str, str]:
+    """``(pair key, variant)`` of an architecture or model name: ``X_dcd`` -> ``(X, "dcd")``."""
+    base, _, suffix = arch.rpartition("_")
+    if base and suffix in KINDS and suffix != "static":
+        return base, suffix
+    return arch, "static"
+
+
+def pair_models(specs: Sequence[str], *, archs: Mapping[str, str | None] | None = None) -> list[ModelEntry]:
     """Name and pair the models: ``X`` is the static partner of ``X_dcd`` (and ``X_dyconv``...).
 
-    The result is ordered by pair (first appearance), static first, then the others in
-    the order given.
+    A zoo model pairs by its name. A checkpoint pairs by the architecture it holds when
+    ``archs`` (spec -> the loaded model's ``arch``) has it, else by its file name; so
+    ``mv2_x0.5_official.pth.tar`` holding a ``mobilenetv2_050_dcd`` is the DCD partner of
+    ``mobilenetv2_050``. The result is ordered by pair (first appearance), static first,
+    then the others in the order given.
 
     Raises:
-        DCDDeployError: no models, or the same name twice.
+        DCDDeployError: no models, the same name twice, or two models of one pair and variant.
     """
     specs = [s.strip() for s in specs if s and s.strip()]
     if not specs:
         raise DCDDeployError("no models given")
-    entries, seen = [], set()
+    archs = archs or {}
+    entries, seen, slots = [], set(), {}
     for spec in specs:
-        name = _entry_name(spec)
+        name = entry_name(spec)
         if name in seen:
             raise DCDDeployError(f"model {name!r} given twice")
         seen.add(name)
-        base, _, suffix = name.rpartition("_")
-        if base and suffix in KINDS and suffix != "static":
-            entries.append(ModelEntry(spec, name, base, suffix))
-        else:
-            entries.append(ModelEntry(spec, name, name, "static"))
+        model, variant = split_kind(archs.get(spec) or name)
+        if (model, variant) in slots:
+            raise DCDDeployError(f"{slots[(model, variant)]} and {name} are both the {variant} {model}; "
+                                 "time them in separate runs")
+        slots[(model, variant)] = name
+        entries.append(ModelEntry(spec, name, model, variant))
     order = list(dict.fromkeys(e.model for e in entries))
     return sorted(entries, key=lambda e: (order.index(e.model), e.variant != "static"))
 
@@ -78,8 +105,7 @@ def load_model(spec: str, *, input_size: int, seed: int = DEFAULT_SEED, trust_ch
         ``(model, source)`` with source ``"zoo"`` or ``"checkpoint"``.
     """
     from ..checkpoint import resolve_model
-    from ..models import is_model
 
-    source = "zoo" if is_model(spec) and not Path(spec).exists() else "checkpoint"
+    source = "zoo" if _is_zoo(spec) else "checkpoint"
     model = resolve_model(spec, trust_checkpoint=trust_checkpoint, seed=seed, input_size=input_size)
     return model.eval(), source

@@ -8,6 +8,7 @@ are imported inside the functions that use them, so importing this module needs 
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import numpy as np
@@ -30,6 +31,37 @@ def torch_runner(module, x):
     """Eager PyTorch: ``module(x)`` (the caller sets threads and inference mode)."""
     def run():
         return module(x)
+
+    return run
+
+
+@contextlib.contextmanager
+def onednn_disabled():
+    """oneDNN (MKLDNN) off inside the block, restored after, even on error.
+
+    With it off, eager convolutions run PyTorch's native kernels (im2col + GEMM, the
+    native depthwise kernel): the paper's condition, when PyTorch's CPU convolutions were
+    several times slower than today's oneDNN ones. Set through the public
+    ``torch.backends.mkldnn.enabled`` flag: ``torch.backends.mkldnn.flags()`` also resets
+    the TF32 setting and warns about it on every call.
+    """
+    import torch
+
+    mkldnn = torch.backends.mkldnn
+    was = mkldnn.enabled
+    mkldnn.enabled = False
+    try:
+        yield
+    finally:
+        mkldnn.enabled = was
+
+
+def torch_native_runner(module, x):
+    """Eager PyTorch with oneDNN off during each call (:func:`onednn_disabled`), on only
+    for this runner's calls, so runners of other backends interleaved with it keep oneDNN."""
+    def run():
+        with onednn_disabled():
+            return module(x)
 
     return run
 

@@ -64,7 +64,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Callable, Iterable, Mapping, NamedTuple
+from typing import Callable, Iterable, Mapping, NamedTuple, Sequence
 
 import torch
 from torch import nn
@@ -170,6 +170,10 @@ class _Cost(NamedTuple):
 
 
 # -- per-layer formulas ------------------------------------------------------------------
+#: Version of the JSON layout of :func:`complexity_document` (2: an object, was a bare list).
+SCHEMA = "dcd-bench.complexity/2"
+
+
 def _pixels(shape: torch.Size) -> int:
     """H·W of an (B, C, H, W) shape; 1 for anything with fewer dims."""
     return int(shape[-2] * shape[-1]) if len(shape) == 4 else 1
@@ -471,3 +475,12 @@ def compare_with_paper(*, rows: Iterable[PaperRow] = PAPER_ROWS,
             counted[key] = count_complexity(model, input_size=input_size)
         checks.append(check_row(row, counted[key]))
     return checks
+
+
+def complexity_document(checks: Sequence["PaperCheck"], *, input_size: int) -> dict:
+    """The ``--complexity --json`` document: schema, version, the input size counted at and
+    one record per paper row (:meth:`PaperCheck.to_record`)."""
+    from .. import __version__
+
+    return {"schema": SCHEMA, "version": __version__, "input_size": input_size,
+            "records": [c.to_record() for c in checks]}

@@ -141,9 +141,16 @@ class FloorResult:
     threads: int
     input_size: int
     records: list[FloorRecord] = field(default_factory=list)
+    settings: dict = field(default_factory=dict)
+
+    def __bool__(self) -> bool:
+        return bool(self.records)
 
     def to_dict(self) -> dict:
-        return {"schema": SCHEMA, "threads": self.threads, "input_size": self.input_size,
+        from .. import __version__
+
+        return {"schema": SCHEMA, "version": __version__, "threads": self.threads,
+                "input_size": self.input_size, "settings": dict(self.settings),
                 "records": [asdict(r) for r in self.records]}
 
 
@@ -166,7 +173,7 @@ def run_floor(models: Sequence[str] = DEFAULT_FLOOR_MODELS, *, threads: int = 1,
     """
     from ..exporters.onnx import export_onnx
     from ..models import is_model, synthetic_images
-    from ._models import _entry_name, load_model
+    from ._models import entry_name, load_model
     from ._runners import ort_runner
     from ._timing import measure_interleaved, set_threads
     from .latency import timing_settings
@@ -182,7 +189,7 @@ def run_floor(models: Sequence[str] = DEFAULT_FLOOR_MODELS, *, threads: int = 1,
             raise UnsupportedInputError(f"--floor takes DCD models (a zoo X_dcd or a checkpoint of one), "
                                         f"not {spec!r} ({arch or 'no architecture name'})")
         static, _ = load_model(static_name, input_size=input_size, seed=seed)
-        name = _entry_name(spec)
+        name = entry_name(spec)
         files = {"static": workdir / f"{name}.static.onnx", "dcd": workdir / f"{name}.onnx"}
         export_onnx(static, files["static"], input_size=input_size, check=False)
         export_onnx(dcd, files["dcd"], input_size=input_size, check=False)
@@ -198,7 +205,10 @@ def run_floor(models: Sequence[str] = DEFAULT_FLOOR_MODELS, *, threads: int = 1,
     timings = measure_interleaved(runners, runs=timing["runs"], min_time=timing["min_time"],
                                   warmup=timing["warmup"], burst_s=timing["burst_s"])
     progress("[timing] done")
-    result = FloorResult(threads=threads, input_size=input_size)
+    result = FloorResult(threads=threads, input_size=input_size,
+                         settings={"models": list(models), "seed": seed, "runs": timing["runs"],
+                                   "min_time_s": timing["min_time"], "warmup": timing["warmup"], "quick": quick,
+                                   "backend": "onnxruntime"})
     for name, static_name in pairs:
         med = {k: float(np.median(timings[(name, k)].samples_ms)) for k in ("static", *STAGES, "dcd")}
         result.records.append(FloorRecord(

@@ -12,8 +12,12 @@ pairing (``_models``), the machine header (``_machine``), the per-backend runner
 Backends (:data:`BACKENDS`):
 
 ================  ===================================================================
-torch             the model as built, eager PyTorch, training form (what the paper
-                  timed), under ``torch.inference_mode``
+torch-paper       the paper's conditions (Section 5.4): the deploy form below in eager
+                  PyTorch with oneDNN off during every run, so convolutions use
+                  PyTorch's native kernels, slow as the paper's PyTorch of 2020 was;
+                  one thread only; its records carry ``paper_conditions``
+torch             the model as built, eager PyTorch, training form, under
+                  ``torch.inference_mode``
 torch-deploy      the deploy form from :func:`~dcd_deploy.exporters.to_deploy`
                   (strategy auto, BNs folded), eager PyTorch
 onnxruntime       the file :func:`~dcd_deploy.export_onnx` writes (strategy auto,
@@ -21,6 +25,13 @@ onnxruntime       the file :func:`~dcd_deploy.export_onnx` writes (strategy auto
                   check into a temporary directory), CPU execution provider
 openvino          the same file compiled by OpenVINO for CPU (only if installed)
 ================  ===================================================================
+
+Why the deploy form under the paper's conditions: the paper's static baseline is a plain
+MobileNetV2 whose BNs any inference runtime folds, and its DCD model runs the dynamic
+branch once per layer; the training form adds unfolded BNs and, in eager mode, the
+latent form of every DCD layer, which costs the DCD model more than the static one
+(measured: 1.30-1.44 instead of the paper's 1.12-1.14). Both models in the same form keep
+the comparison about DCD itself.
 
 Method (docs/design.md#measurement):
 
@@ -56,18 +67,29 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from .. import __version__
 from ..errors import DCDDeployError
 from . import _stats
 from ._machine import MachineInfo, machine_info
 from ._models import DEFAULT_SEED, ModelEntry, load_model, pair_models
-from ._runners import openvino_runner, ort_runner, ort_session_options, torch_runner
+from ._runners import openvino_runner, ort_runner, ort_session_options, torch_native_runner, torch_runner
 from ._timing import DEFAULT_BURST_S, measure_interleaved, set_threads
 from .paper import PAPER_LATENCY_MS, PAPER_LATENCY_SETUP
 
 #: Version of the JSON layout of :meth:`BenchResult.to_dict` (docs/bench.md).
-SCHEMA = "dcd-bench.latency/1"
-BACKENDS = ("torch", "torch-deploy", "onnxruntime", "openvino")
-DEFAULT_BACKENDS = ("torch", "torch-deploy", "onnxruntime")
+SCHEMA = "dcd-bench.latency/2"
+#: The backend of the paper's conditions (eager PyTorch, deploy form, oneDNN off, one thread).
+PAPER_BACKEND = "torch-paper"
+BACKENDS = (PAPER_BACKEND, "torch", "torch-deploy", "onnxruntime", "openvino")
+#: The three steps of the default table: the paper's conditions, today's eager PyTorch
+#: (oneDNN on, same deploy form), ONNX Runtime. ``torch-paper`` only with one thread.
+DEFAULT_BACKENDS = (PAPER_BACKEND, "torch-deploy", "onnxruntime")
+#: The paper's batch and input side (Section 5.4).
+PAPER_BATCH, PAPER_INPUT_SIZE = 1, 224
+#: What ``torch-paper`` changes from ``torch-deploy`` (JSON ``settings.paper_conditions``).
+PAPER_CONDITIONS = {"framework": "PyTorch eager", "form": "deploy (to_deploy, strategy auto, BNs folded)",
+                    "onednn": False, "threads": 1, "batch": PAPER_BATCH, "input_size": PAPER_INPUT_SIZE,
+                    "paper_protocol": "mean of single-image runs (the paper: 5,000 images)"}
 DEFAULT_MODELS = ("mobilenetv2_050", "mobilenetv2_050_dcd", "mobilenetv2_100", "mobilenetv2_100_dcd")
 DEFAULT_THREADS = 1
 DEFAULT_BATCH = 1
@@ -133,6 +155,8 @@ class LatencyRecord:
     paper_ms: float | None = None
     paper_ratio: float | None = None
     dcd_forms: dict[str, int] | None = None
+    ratio_mean: float | None = None
+    paper_conditions: bool = False
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -140,15 +164,16 @@ class LatencyRecord:
 
 @dataclass
 class ModelProfile:
-    """``--profile`` breakdown of one exported model (ONNX Runtime)."""
+    """``--profile`` breakdown of one model on one backend (ONNX Runtime or torch-paper)."""
 
     model: str
     variant: str
     name: str
     breakdown: Any  # profile.TraceBreakdown
+    backend: str = "onnxruntime"
 
     def to_dict(self) -> dict:
-        return {"model": self.model, "variant": self.variant, "name": self.name, "backend": "onnxruntime",
+        return {"model": self.model, "variant": self.variant, "name": self.name, "backend": self.backend,
                 **self.breakdown.to_dict()}
 
 
@@ -174,9 +199,13 @@ class BenchResult:
         return next((r for r in self.records
                      if (r.model, r.variant, r.backend) == (model, variant, backend)), None)
 
+    def __bool__(self) -> bool:
+        return bool(self.records)
+
     def to_dict(self) -> dict:
         """The stable JSON form (``schema`` :data:`SCHEMA`)."""
-        return {"schema": SCHEMA, "machine": asdict(self.machine), "settings": dict(self.settings),
+        return {"schema": SCHEMA, "version": __version__, "machine": asdict(self.machine),
+                "settings": dict(self.settings),
                 "records": [r.to_dict() for r in self.records],
                 "profiles": [p.to_dict() for p in self.profiles], "notes": list(self.notes)}
 
@@ -194,11 +223,15 @@ def paper_ratio(model: str, variant: str) -> float | None:
 
 
 # -- the benchmark ------------------------------------------------------------------------
-def _check_backends(backends: Sequence[str], notes: list[str], progress: Progress) -> list[str]:
+def _check_backends(backends: Sequence[str], notes: list[str], progress: Progress, *,
+                    threads: int = 1) -> list[str]:
     out = []
     for b in backends:
         if b not in BACKENDS:
             raise DCDDeployError(f"unknown backend {b!r}; expected some of {', '.join(BACKENDS)}")
+        if b == PAPER_BACKEND and threads != 1:
+            raise DCDDeployError(f"{PAPER_BACKEND} is the paper's single-thread condition; run it with "
+                                 f"--threads 1, not {threads}")
         if b in out:
             continue
         if b == "openvino" and importlib.util.find_spec("openvino") is None:
@@ -249,7 +282,168 @@ def timing_settings(*, quick: bool, runs: int | None = None, min_time: float | N
             "profile_runs": int(pick(profile_runs, "profile_runs", DEFAULT_PROFILE_RUNS))}
 
 
-def run_benchmark(models: Sequence[str] = DEFAULT_MODELS, *, backends: Sequence[str] = DEFAULT_BACKENDS,
+def default_backends(threads: int = DEFAULT_THREADS) -> tuple[str, ...]:
+    """The backends timed when none are named: with one thread the paper's conditions first."""
+    return DEFAULT_BACKENDS if threads == 1 else tuple(b for b in DEFAULT_BACKENDS if b != PAPER_BACKEND)
+
+
+def _check_arguments(*, threads: int, batch: int, input_size: int, timing: dict) -> None:
+    for name, value, low in (("threads", threads, 1), ("batch", batch, 1), ("input size", input_size, 1),
+                             ("runs", timing["runs"], 1), ("warm-up runs", timing["warmup"], 0),
+                             ("profile runs", timing["profile_runs"], 1)):
+        if value < low:
+            raise DCDDeployError(f"{name} must be at least {low}, not {value}")
+    if timing["min_time"] < 0:
+        raise DCDDeployError(f"min time must not be negative, not {timing['min_time']}")
+
+
+def _build(specs: Sequence[str], *, input_size: int, seed: int, trust_checkpoint: bool,
+           progress: Progress) -> tuple[list[ModelEntry], dict[str, Any], dict[str, dict]]:
+    """Load every model, then name and pair them (a checkpoint by the arch it holds)."""
+    specs = [s.strip() for s in specs if s and s.strip()]
+    pair_models(specs)  # names and duplicates checked before anything is loaded
+    loaded: dict[str, tuple[Any, str, float]] = {}
+    for spec in specs:
+        t0 = time.perf_counter()
+        model, source = load_model(spec, input_size=input_size, seed=seed, trust_checkpoint=trust_checkpoint)
+        loaded[spec] = (model, source, time.perf_counter() - t0)
+    archs = {spec: getattr(m, "arch", None) for spec, (m, source, _) in loaded.items() if source == "checkpoint"}
+    entries = pair_models(specs, archs=archs)
+    built, meta = {}, {}
+    for e in entries:
+        model, source, seconds = loaded[e.spec]
+        built[e.name] = model
+        meta[e.name] = {"source": source, **_complexity(model, input_size)}
+        how = f"pseudo-trained (seed {seed})" if source == "zoo" else f"checkpoint of {archs.get(e.spec)}"
+        progress(f"[build] {e.name}: {how}, {meta[e.name]['params_m']:.2f}M params, {seconds:.1f} s")
+    return entries, built, meta
+
+
+class _Prepared:
+    """Every model x backend runner, prepared before timing; ONNX files in ``tmp``.
+
+    Attributes:
+        runners: (backend, name) -> a no-argument call running the model once.
+        forms: (backend or ``"onnx"``, name) -> DCD layer forms of what runs.
+    """
+
+    def __init__(self, built: Mapping[str, Any], *, x, tmp: str, input_size: int, threads: int,
+                 progress: Progress):
+        self.built, self.x, self.x_np, self.tmp = built, x, x.numpy().copy(), tmp
+        self.input_size, self.threads, self.progress = input_size, threads, progress
+        self.runners: dict[tuple[str, str], Callable[[], Any]] = {}
+        self.forms: dict[tuple[str, str], dict | None] = {}
+        self._onnx: dict[str, Path] = {}
+        self._deploy: dict[str, Any] = {}
+
+    def exported(self, name: str) -> Path:
+        """``name`` exported as ``dcd-export`` would (once)."""
+        if name not in self._onnx:
+            from ..exporters import export_onnx
+
+            t0 = time.perf_counter()
+            res = export_onnx(self.built[name], Path(self.tmp) / f"{name}.onnx", input_size=self.input_size,
+                              batch=None, check=False, strategy=ONNX_EXPORT["strategy"], mode=ONNX_EXPORT["mode"])
+            self._onnx[name] = Path(res.path)
+            self.forms[("onnx", name)] = _forms(getattr(res, "strategies", None))
+            self.progress(f"[export] {name}: {time.perf_counter() - t0:.1f} s")
+        return self._onnx[name]
+
+    def deploy(self, name: str):
+        """``name``'s deploy form (once; shared by torch-deploy and torch-paper)."""
+        if name not in self._deploy:
+            from ..exporters import to_deploy
+
+            t0 = time.perf_counter()
+            self._deploy[name] = to_deploy(self.built[name], strategy="auto", input_size=self.input_size)
+            self.progress(f"[deploy] {name}: deploy form in {time.perf_counter() - t0:.1f} s")
+        return self._deploy[name]
+
+    def add(self, backend: str, name: str) -> None:
+        key = (backend, name)
+        if backend == "torch":
+            self.runners[key] = torch_runner(self.built[name], self.x)
+        elif backend in ("torch-deploy", PAPER_BACKEND):
+            deploy = self.deploy(name)
+            self.forms[key] = _forms(getattr(deploy, "strategies", None))
+            make = torch_native_runner if backend == PAPER_BACKEND else torch_runner
+            self.runners[key] = make(deploy, self.x)
+        elif backend == "onnxruntime":
+            self.runners[key] = ort_runner(self.exported(name), self.x_np, self.threads)
+        else:
+            try:
+                self.runners[key] = openvino_runner(self.exported(name), self.x_np, self.threads)
+            except Exception as exc:  # OpenVINO's own error types; a user-facing failure
+                first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+                raise DCDDeployError(f"openvino cannot compile {name}: {first}") from exc
+
+
+def _time_all(runners: Mapping, *, timing: dict, progress: Progress) -> dict:
+    """All runners timed interleaved (:func:`measure_interleaved`), with progress lines."""
+    import torch
+
+    progress(f"[timing] {len(runners)} model x backend runners, interleaved round-robin ...")
+    t0 = time.perf_counter()
+    last = [t0]
+
+    def on_round(r: int, fraction: float) -> None:
+        now = time.perf_counter()
+        if now - last[0] >= PROGRESS_EVERY_S:
+            last[0] = now
+            progress(f"[timing] round {r}: {100 * fraction:.0f}% of the runs/time asked, {now - t0:.0f} s")
+
+    with torch.inference_mode():  # ONNX Runtime and OpenVINO are unaffected
+        timings = measure_interleaved(runners, runs=timing["runs"], min_time=timing["min_time"],
+                                      warmup=timing["warmup"], burst_s=timing["burst_s"], on_round=on_round)
+    for (backend, name), t in timings.items():
+        progress(f"[{backend}] {name}: p50 {np.median(t.samples_ms):.2f} ms, first "
+                 f"{t.first_ms:.1f} ms, {len(t.samples_ms)} runs in {len(t.rounds)} rounds")
+    progress(f"[timing] done in {time.perf_counter() - t0:.1f} s")
+    return timings
+
+
+def _profile_all(prep: _Prepared, entries: Sequence[ModelEntry], backends: Sequence[str], *,
+                 runs: int, progress: Progress) -> list[ModelProfile]:
+    """``--profile``: ONNX Runtime's per-node breakdown of each export and, under the paper's
+    conditions, PyTorch's per-module breakdown of each deploy form (:mod:`.profile`)."""
+    from .profile import profile_onnx
+    from .torch_profile import profile_torch
+
+    profiles: list[ModelProfile] = []
+    for e in entries:
+        if PAPER_BACKEND in backends:
+            t0 = time.perf_counter()
+            breakdown = profile_torch(prep.deploy(e.name), prep.x, runs=runs, warmup=PROFILE_WARMUP, onednn=False)
+            profiles.append(ModelProfile(e.model, e.variant, e.name, breakdown, backend=PAPER_BACKEND))
+            progress(f"[profile] {e.name} ({PAPER_BACKEND}): {breakdown.nodes_ms:.2f} ms in ops per run, "
+                     f"{runs} runs, {time.perf_counter() - t0:.1f} s")
+        t0 = time.perf_counter()
+        breakdown = profile_onnx(prep.exported(e.name), prep.x_np,
+                                 session_options=ort_session_options(prep.threads), runs=runs,
+                                 warmup=PROFILE_WARMUP, trace_dir=prep.tmp)
+        profiles.append(ModelProfile(e.model, e.variant, e.name, breakdown))
+        progress(f"[profile] {e.name} (onnxruntime): {breakdown.nodes_ms:.2f} ms in nodes per run, "
+                 f"{runs} runs, {time.perf_counter() - t0:.1f} s")
+    return profiles
+
+
+def _settings(entries, backends, timing: dict, *, quick: bool, seed: int, profile: bool, threads: int) -> dict:
+    return {
+        "models": [e.spec for e in entries], "backends": list(backends), "runs": timing["runs"],
+        "min_time_s": timing["min_time"], "warmup": timing["warmup"], "burst_s": timing["burst_s"],
+        "quick": quick, "seed": seed, "profile": profile,
+        "profile_runs": timing["profile_runs"] if profile else None,
+        "onnx_export": dict(ONNX_EXPORT),
+        "onnxruntime": {"intra_op_num_threads": threads, "inter_op_num_threads": threads,
+                        "execution_mode": "ORT_SEQUENTIAL", "graph_optimization_level": "ORT_ENABLE_ALL",
+                        "providers": ["CPUExecutionProvider"]},
+        "paper_setup": PAPER_LATENCY_SETUP,
+        "paper_conditions": PAPER_CONDITIONS if PAPER_BACKEND in backends else None,
+        "statistics": STATISTICS,
+    }
+
+
+def run_benchmark(models: Sequence[str] = DEFAULT_MODELS, *, backends: Sequence[str] | None = None,
                   threads: int = DEFAULT_THREADS, batch: int = DEFAULT_BATCH,
                   input_size: int = DEFAULT_INPUT_SIZE, runs: int | None = None,
                   min_time: float | None = None, warmup: int | None = None, quick: bool = False,
@@ -259,16 +453,19 @@ def run_benchmark(models: Sequence[str] = DEFAULT_MODELS, *, backends: Sequence[
     """Time ``models`` on ``backends`` and set them beside the paper (module docstring).
 
     Args:
-        models: zoo names or checkpoint paths; ``X`` and ``X_dcd`` are paired.
-        backends: some of :data:`BACKENDS`; ``openvino`` is skipped (with a note) when
-            not installed.
+        models: zoo names or checkpoint paths; ``X`` and ``X_dcd`` are paired (a
+            checkpoint by the architecture it holds).
+        backends: some of :data:`BACKENDS`; None: :func:`default_backends` (the paper's
+            conditions first with one thread); ``openvino`` is skipped (with a note) when
+            not installed; ``torch-paper`` needs one thread.
         threads: threads of every backend.
         batch: images per run (times are per batch).
         input_size: square input side.
         runs, min_time, warmup, burst_s, profile_runs: see the module docstring; None
             takes the default, or the ``--quick`` value when ``quick``.
         quick: a few runs only (smoke tests; the numbers mean little).
-        profile: also profile each exported model with ONNX Runtime (:mod:`.profile`).
+        profile: also break each model's time down by part (ONNX Runtime, and PyTorch
+            under the paper's conditions).
         seed: pseudo-training seed of zoo models, and the input's seed.
         trust_checkpoint: allow checkpoints that need full unpickling.
         progress: called with one line per step (the CLI prints them on stderr).
@@ -279,146 +476,74 @@ def run_benchmark(models: Sequence[str] = DEFAULT_MODELS, *, backends: Sequence[
     import torch
 
     progress = progress or (lambda _msg: None)
-    runs, min_time, warmup, burst_s, profile_runs = timing_settings(
-        quick=quick, runs=runs, min_time=min_time, warmup=warmup, burst_s=burst_s,
-        profile_runs=profile_runs).values()
-    for name, value, low in (("threads", threads, 1), ("batch", batch, 1), ("input size", input_size, 1),
-                             ("runs", runs, 1), ("warm-up runs", warmup, 0), ("profile runs", profile_runs, 1)):
-        if value < low:
-            raise DCDDeployError(f"{name} must be at least {low}, not {value}")
-    if min_time < 0:
-        raise DCDDeployError(f"min time must not be negative, not {min_time}")
+    timing = timing_settings(quick=quick, runs=runs, min_time=min_time, warmup=warmup, burst_s=burst_s,
+                             profile_runs=profile_runs)
+    _check_arguments(threads=threads, batch=batch, input_size=input_size, timing=timing)
     notes: list[str] = []
-    entries = pair_models(models)
-    backends = _check_backends(backends, notes, progress)
-    for e in entries:
-        if e.variant != "static" and not any(o.model == e.model and o.variant == "static" for o in entries):
-            notes.append(f"{e.name}: no static partner {e.model} given, no ratio")
-
+    pair_models(models)
+    backends = _check_backends(default_backends(threads) if backends is None else backends, notes, progress,
+                               threads=threads)
+    if PAPER_BACKEND in backends and not paper_conditions_met(batch=batch, input_size=input_size):
+        notes.append(f"{PAPER_BACKEND} at batch {batch}, {input_size}x{input_size}: oneDNN off as in the "
+                     "paper's conditions, but not the paper's batch 1, 224x224")
     previous_threads = set_threads(threads)
     try:
         machine = machine_info(threads=threads, batch=batch, input_size=input_size,
                                with_openvino="openvino" in backends)
+        entries, built, meta = _build(models, input_size=input_size, seed=seed,
+                                      trust_checkpoint=trust_checkpoint, progress=progress)
+        notes += _unpaired_notes(entries)
         progress(f"dcd-bench: {len(entries)} models x {len(backends)} backends, threads {threads}, "
-                 f"batch {batch}, {input_size}x{input_size}; >= {runs} runs and >= {min_time:g} s "
-                 f"per model and backend, interleaved")
-        gen = torch.Generator().manual_seed(seed)
-        x = torch.randn(batch, 3, input_size, input_size, generator=gen)
-        x_np = x.numpy().copy()
-
-        built: dict[str, Any] = {}
-        meta: dict[str, dict] = {}
-        for e in entries:
-            t0 = time.perf_counter()
-            model, source = load_model(e.spec, input_size=input_size, seed=seed, trust_checkpoint=trust_checkpoint)
-            built[e.name] = model
-            meta[e.name] = {"source": source, **_complexity(model, input_size)}
-            how = f"pseudo-trained (seed {seed})" if source == "zoo" else "checkpoint"
-            progress(f"[build] {e.name}: {how}, {meta[e.name]['params_m']:.2f}M params, "
-                     f"{time.perf_counter() - t0:.1f} s")
-
-        forms: dict[tuple[str, str], dict | None] = {}
+                 f"batch {batch}, {input_size}x{input_size}; >= {timing['runs']} runs and >= "
+                 f"{timing['min_time']:g} s per model and backend, interleaved")
+        x = torch.randn(batch, 3, input_size, input_size, generator=torch.Generator().manual_seed(seed))
         with tempfile.TemporaryDirectory(prefix="dcd-bench-") as tmp:
-            onnx_paths: dict[str, Path] = {}
-
-            def exported(e: ModelEntry) -> Path:
-                if e.name not in onnx_paths:
-                    from ..exporters import export_onnx
-
-                    t0 = time.perf_counter()
-                    res = export_onnx(built[e.name], Path(tmp) / f"{e.name}.onnx", input_size=input_size,
-                                      batch=None, check=False, strategy=ONNX_EXPORT["strategy"],
-                                      mode=ONNX_EXPORT["mode"])
-                    onnx_paths[e.name] = Path(res.path)
-                    forms[("onnx", e.name)] = _forms(getattr(res, "strategies", None))
-                    progress(f"[export] {e.name}: {time.perf_counter() - t0:.1f} s")
-                return onnx_paths[e.name]
-
-            runners: dict[tuple[str, str], Callable[[], Any]] = {}
+            prep = _Prepared(built, x=x, tmp=tmp, input_size=input_size, threads=threads, progress=progress)
             for backend in backends:
                 for e in entries:
-                    if backend == "torch":
-                        runners[(backend, e.name)] = torch_runner(built[e.name], x)
-                    elif backend == "torch-deploy":
-                        from ..exporters import to_deploy
-
-                        t0 = time.perf_counter()
-                        deploy = to_deploy(built[e.name], strategy="auto", input_size=input_size)
-                        forms[(backend, e.name)] = _forms(getattr(deploy, "strategies", None))
-                        runners[(backend, e.name)] = torch_runner(deploy, x)
-                        progress(f"[torch-deploy] {e.name}: deploy form in {time.perf_counter() - t0:.1f} s")
-                    elif backend == "onnxruntime":
-                        runners[(backend, e.name)] = ort_runner(exported(e), x_np, threads)
-                    else:
-                        try:
-                            runners[(backend, e.name)] = openvino_runner(exported(e), x_np, threads)
-                        except Exception as exc:  # OpenVINO's own error types; a user-facing failure
-                            raise DCDDeployError(f"openvino cannot compile {e.name}: "
-                                                 f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
-                                                 ) from exc
-            progress(f"[timing] {len(runners)} model x backend runners, interleaved round-robin ...")
-            t0 = time.perf_counter()
-            last = [t0]
-
-            def on_round(r: int, fraction: float) -> None:
-                now = time.perf_counter()
-                if now - last[0] >= PROGRESS_EVERY_S:
-                    last[0] = now
-                    progress(f"[timing] round {r}: {100 * fraction:.0f}% of the runs/time asked, "
-                             f"{now - t0:.0f} s")
-
-            with torch.inference_mode():  # ONNX Runtime and OpenVINO are unaffected
-                timings = measure_interleaved(runners, runs=runs, min_time=min_time, warmup=warmup,
-                                              burst_s=burst_s, on_round=on_round)
-            del runners
-            for (backend, name), t in timings.items():
-                progress(f"[{backend}] {name}: p50 {np.median(t.samples_ms):.2f} ms, first "
-                         f"{t.first_ms:.1f} ms, {len(t.samples_ms)} runs in {len(t.rounds)} rounds")
-            progress(f"[timing] done in {time.perf_counter() - t0:.1f} s")
-
-            profiles: list[ModelProfile] = []
-            if profile:
-                from .profile import profile_onnx
-
-                for e in entries:
-                    t0 = time.perf_counter()
-                    breakdown = profile_onnx(exported(e), x_np, session_options=ort_session_options(threads),
-                                             runs=profile_runs, warmup=PROFILE_WARMUP, trace_dir=tmp)
-                    profiles.append(ModelProfile(e.model, e.variant, e.name, breakdown))
-                    progress(f"[profile] {e.name}: {breakdown.nodes_ms:.2f} ms in nodes per run, "
-                             f"{profile_runs} runs, {time.perf_counter() - t0:.1f} s")
+                    prep.add(backend, e.name)
+            timings = _time_all(prep.runners, timing=timing, progress=progress)
+            prep.runners.clear()
+            profiles = (_profile_all(prep, entries, backends, runs=timing["profile_runs"], progress=progress)
+                        if profile else [])
     finally:
         torch.set_num_threads(previous_threads)
-
-    records = _records(entries, backends, timings, meta, forms, cpu_time=threads == 1)
-    settings = {
-        "models": [e.spec for e in entries], "backends": list(backends), "runs": runs,
-        "min_time_s": min_time, "warmup": warmup, "burst_s": burst_s, "quick": quick, "seed": seed,
-        "profile": profile, "profile_runs": profile_runs if profile else None,
-        "onnx_export": dict(ONNX_EXPORT),
-        "onnxruntime": {"intra_op_num_threads": threads, "inter_op_num_threads": threads,
-                        "execution_mode": "ORT_SEQUENTIAL", "graph_optimization_level": "ORT_ENABLE_ALL",
-                        "providers": ["CPUExecutionProvider"]},
-        "paper_setup": PAPER_LATENCY_SETUP,
-        "statistics": {"quantiles": "linear interpolation", "ratio": "median(variant) / median(static)",
-                       "ratio_ci95": f"percentile bootstrap, {_stats.DEFAULT_BOOTSTRAP} resamples, seed 0, "
-                                     "of whole interleaved rounds (ratio_ci_method)",
-                       "ratio_rounds": "quantiles of per-round ratios of medians",
-                       "ratio_p10": "p10(variant) / p10(static): less sensitive to preemption",
-                       "ratio_cpu": "median thread CPU time (variant) / (static), one thread only: "
-                                    "leaves out time the thread was preempted"},
-    }
+    paper = PAPER_BACKEND in backends and paper_conditions_met(batch=batch, input_size=input_size)
+    records = _records(entries, backends, timings, meta, prep.forms, cpu_time=threads == 1, paper=paper)
+    settings = _settings(entries, backends, timing, quick=quick, seed=seed, profile=profile, threads=threads)
     return BenchResult(machine=machine, settings=settings, records=records, profiles=profiles, notes=notes)
 
 
-def _records(entries, backends, timings, meta, forms, *, cpu_time: bool = True) -> list[LatencyRecord]:
-    """Records in print order; ``cpu_time``: report CPU-time figures (one thread only)."""
+def paper_conditions_met(*, batch: int, input_size: int) -> bool:
+    """Whether ``torch-paper`` runs at the paper's batch and input size (its threads are checked apart)."""
+    return batch == PAPER_BATCH and input_size == PAPER_INPUT_SIZE
+
+
+def _unpaired_notes(entries: Sequence[ModelEntry]) -> list[str]:
+    return [f"{e.name}: no static partner {e.model} given, no ratio" for e in entries
+            if e.variant != "static" and not any(o.model == e.model and o.variant == "static" for o in entries)]
+
+
+STATISTICS = {"quantiles": "linear interpolation", "ratio": "median(variant) / median(static)",
+              "ratio_mean": "mean(variant) / mean(static): the paper's protocol",
+              "ratio_ci95": f"percentile bootstrap, {_stats.DEFAULT_BOOTSTRAP} resamples, seed 0, "
+                            "of whole interleaved rounds (ratio_ci_method)",
+              "ratio_rounds": "quantiles of per-round ratios of medians",
+              "ratio_p10": "p10(variant) / p10(static): less sensitive to preemption",
+              "ratio_cpu": "median thread CPU time (variant) / (static), one thread only: "
+                           "leaves out time the thread was preempted"}
+
+
+def _records(entries, backends, timings, meta, forms, *, cpu_time: bool = True,
+             paper: bool = False) -> list[LatencyRecord]:
+    """Records in print order (backend, pair, static first); ``cpu_time``: report CPU-time
+    figures (one thread only); ``paper``: torch-paper ran under the paper's conditions."""
     records = []
     pairs = list(dict.fromkeys(e.model for e in entries))
-    for model in pairs:
-        group = [e for e in entries if e.model == model]
-        static = next((e for e in group if e.variant == "static"), None)
-        for backend in backends:
+    for backend in backends:
+        for model in pairs:
+            group = [e for e in entries if e.model == model]
+            static = next((e for e in group if e.variant == "static"), None)
             for e in group:
                 t = timings[(backend, e.name)]
                 s = _stats.summarize(t.samples_ms)
@@ -434,11 +559,13 @@ def _records(entries, backends, timings, meta, forms, *, cpu_time: bool = True) 
                     dcd_forms=(forms.get(("onnx", e.name)) if backend in ("onnxruntime", "openvino")
                                else forms.get((backend, e.name))),
                 )
+                rec.paper_conditions = paper and backend == PAPER_BACKEND
                 if cpu_time and t.cpu_ms:
                     rec.cpu_p50_ms = float(np.median(t.cpu_ms))
                 if static is not None and e is not static:
                     ts = timings[(backend, static.name)]
                     rec.ratio_to_static = _stats.ratio_of_medians(t.samples_ms, ts.samples_ms)
+                    rec.ratio_mean = float(np.mean(t.samples_ms) / np.mean(ts.samples_ms))
                     per_round = _stats.round_ratios(t.rounds, ts.rounds)
                     if len(per_round) >= 2:
                         rec.ratio_ci95 = list(_stats.paired_rounds_bootstrap_ci(t.rounds, ts.rounds))
@@ -455,7 +582,7 @@ def _records(entries, backends, timings, meta, forms, *, cpu_time: bool = True) 
 
 
 __all__ = [
-    "BACKENDS", "BenchResult", "DEFAULT_BACKENDS", "DEFAULT_MODELS", "LatencyRecord", "MachineInfo",
+    "BACKENDS", "BenchResult", "DEFAULT_BACKENDS", "PAPER_BACKEND", "default_backends", "DEFAULT_MODELS", "LatencyRecord", "MachineInfo",
     "ModelEntry", "ModelProfile", "SCHEMA", "measure_interleaved", "pair_models", "paper_ms", "paper_ratio",
     "run_benchmark",
 ]

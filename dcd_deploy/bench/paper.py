@@ -21,6 +21,9 @@ params_convention   "all": every parameter; "excl. classifier": the paper's ResN
                     11.1M = 11.69M minus its FC)
 note                what the row assumes beyond the paper's text, or a known reason a
                     count cannot match
+top1                Table 4 only: the ImageNet top-1 accuracy (%) as printed in the
+                    paper's Table 4 (label tab:main_res); quoted, never measured here.
+                    The static, DY-Conv and CondConv figures are the original papers'
 ==================  =================================================================
 
 Tables 1-3 are MobileNetV2 x0.5 with DCD on the pointwise convs of the expansion
@@ -83,6 +86,7 @@ class PaperRow:
     madds: str
     params_convention: str = PARAMS_ALL
     note: str = ""
+    top1: float | None = None
 
     @property
     def kind(self) -> str:
@@ -100,8 +104,8 @@ class PaperRow:
 
 
 def _row(table: str, row: str, model: str, params: str, madds: str, *, note: str = "",
-         convention: str = PARAMS_ALL, **kwargs) -> PaperRow:
-    return PaperRow(table, row, model, MappingProxyType(kwargs), params, madds, convention, note)
+         convention: str = PARAMS_ALL, top1: float | None = None, **kwargs) -> PaperRow:
+    return PaperRow(table, row, model, MappingProxyType(kwargs), params, madds, convention, note, top1)
 
 
 # -- reasons and assumptions quoted by several rows --------------------------------------
@@ -171,32 +175,43 @@ PAPER_ROWS: tuple[PaperRow, ...] = (
     _row("3b", "PW+CLS", _MBV2_DCD, "3.1M", "104.8M", roles=("pw", "cls")),
     _row("3b", "DW+PW+CLS", _MBV2_DCD, "3.5M", "105.3M", note=_DW, roles=("dw", "pw", "cls")),
     # Table 4a: MobileNetV2, default roles of each kind.
-    _row("4a", "x1.0 static", "mobilenetv2_100", "3.5M", "300.0M"),
-    _row("4a", "x1.0 DY-Conv", "mobilenetv2_100_dyconv", "11.1M", "312.9M", note=_DYCONV_MBV2),
-    _row("4a", "x1.0 CondConv", "mobilenetv2_100_condconv", "27.5M", "329.0M"),
-    _row("4a", "x1.0 DCD", "mobilenetv2_100_dcd", "5.5M", "326.0M"),
-    _row("4a", "x0.5 static", _MBV2, "2.0M", "97.0M"),
-    _row("4a", "x0.5 DY-Conv", "mobilenetv2_050_dyconv", "4.0M", "101.4M", note=_DYCONV_MBV2),
-    _row("4a", "x0.5 CondConv", "mobilenetv2_050_condconv", "15.5M", "113.0M"),
-    _row("4a", "x0.5 DCD", _MBV2_DCD, "3.1M", "104.8M"),
-    _row("4a", "x0.35 static", "mobilenetv2_035", "1.7M", "59.2M"),
-    _row("4a", "x0.35 DY-Conv", "mobilenetv2_035_dyconv", "2.8M", "62.0M", note=_DYCONV_MBV2),
-    _row("4a", "x0.35 DCD", "mobilenetv2_035_dcd", "2.3M", "63.1M"),
+    _row("4a", "x1.0 static", "mobilenetv2_100", "3.5M", "300.0M", top1=72.0),
+    _row("4a", "x1.0 DY-Conv", "mobilenetv2_100_dyconv", "11.1M", "312.9M", note=_DYCONV_MBV2, top1=75.2),
+    _row("4a", "x1.0 CondConv", "mobilenetv2_100_condconv", "27.5M", "329.0M", top1=74.6),
+    _row("4a", "x1.0 DCD", "mobilenetv2_100_dcd", "5.5M", "326.0M", top1=75.2),
+    _row("4a", "x0.5 static", _MBV2, "2.0M", "97.0M", top1=65.4),
+    _row("4a", "x0.5 DY-Conv", "mobilenetv2_050_dyconv", "4.0M", "101.4M", note=_DYCONV_MBV2, top1=69.9),
+    _row("4a", "x0.5 CondConv", "mobilenetv2_050_condconv", "15.5M", "113.0M", top1=68.4),
+    _row("4a", "x0.5 DCD", _MBV2_DCD, "3.1M", "104.8M", top1=70.2),
+    _row("4a", "x0.35 static", "mobilenetv2_035", "1.7M", "59.2M", top1=60.3),
+    _row("4a", "x0.35 DY-Conv", "mobilenetv2_035_dyconv", "2.8M", "62.0M", note=_DYCONV_MBV2, top1=65.9),
+    _row("4a", "x0.35 DCD", "mobilenetv2_035_dcd", "2.3M", "63.1M", top1=66.6),
     # Table 4b: ResNet, default roles of each kind; params exclude the classifier.
     _row("4b", "ResNet-50 static", "resnet50", "23.5M", "3.8G", convention=_RESNET,
-         note=_STRIDE_1X1, stride_in_1x1=True),
+         note=_STRIDE_1X1, stride_in_1x1=True, top1=76.2),
     _row("4b", "ResNet-50 DCD", "resnet50_dcd", "30.7M", "3.9G", convention=_RESNET,
-         note=f"{_STRIDE_1X1}; {_RESNET50_DCD}", stride_in_1x1=True),
-    _row("4b", "ResNet-18 static", "resnet18", "11.1M", "1.81G", convention=_RESNET),
-    _row("4b", "ResNet-18 DY-Conv", "resnet18_dyconv", "42.7M", "1.85G", convention=_RESNET),
-    _row("4b", "ResNet-18 DCD", "resnet18_dcd", "14.0M", "1.83G", convention=_RESNET),
+         note=f"{_STRIDE_1X1}; {_RESNET50_DCD}", stride_in_1x1=True, top1=77.9),
+    _row("4b", "ResNet-18 static", "resnet18", "11.1M", "1.81G", convention=_RESNET, top1=70.4),
+    _row("4b", "ResNet-18 DY-Conv", "resnet18_dyconv", "42.7M", "1.85G", convention=_RESNET, top1=72.7),
+    _row("4b", "ResNet-18 DCD", "resnet18_dcd", "14.0M", "1.83G", convention=_RESNET, top1=73.1),
     _row("4b", "ResNet-10 static", "resnet10", "5.2M", "0.89G", convention=_RESNET,
-         note=_RESNET10_PARAMS),
+         note=_RESNET10_PARAMS, top1=63.5),
     _row("4b", "ResNet-10 DY-Conv", "resnet10_dyconv", "18.6M", "0.91G", convention=_RESNET,
-         note=_RESNET10),
+         note=_RESNET10, top1=67.7),
     _row("4b", "ResNet-10 DCD", "resnet10_dcd", "6.5M", "0.90G", convention=_RESNET,
-         note=_RESNET10_PARAMS),
+         note=_RESNET10_PARAMS, top1=68.8),
 )
+
+#: Table 4 (tab:main_res), the paper's main results: the rows the accuracy-latency frontier
+#: (``dcd-bench --frontier``) times, with each row's printed top-1 in ``PaperRow.top1``.
+#: Family: "4a" MobileNetV2, "4b" ResNet.
+TABLE4_FAMILIES: Mapping[str, str] = MappingProxyType({"4a": "MobileNetV2", "4b": "ResNet"})
+
+
+def table4_rows() -> tuple[PaperRow, ...]:
+    """The rows of Table 4, in the paper's order, each with its top-1."""
+    return tuple(r for r in PAPER_ROWS if r.table in TABLE4_FAMILIES)
+
 
 #: Where and how the paper timed its models (Section 5.4).
 PAPER_LATENCY_SETUP = ("AMD EPYC 7551P (2.0 GHz), one thread, PyTorch, batch 1, "

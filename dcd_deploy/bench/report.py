@@ -10,7 +10,7 @@ from typing import Sequence
 
 from .._atomic import atomic_output
 from ..errors import DCDDeployError
-from .latency import BenchResult, LatencyRecord
+from .latency import BenchResult, LatencyRecord, paper_ms
 from .paper import PAPER_LATENCY_SETUP
 from .profile import GROUP_LABELS, GROUPS
 
@@ -19,12 +19,23 @@ MATPLOTLIB_MISSING = ("--plot needs matplotlib, which is not installed: pip inst
                       "(or pip install 'dcd-deploy[plot]')")
 
 _DASH = "-"
-# (header, width, alignment) of each latency table column.
+# (header, width, alignment) of each latency table column (the backend heads its section).
 _COLUMNS = (
-    ("model", 16, "<"), ("variant", 7, "<"), ("backend", 12, "<"), ("params M", 8, ">"),
-    ("MAdds M", 8, ">"), ("p50 ms", 8, ">"), ("p90 ms", 8, ">"), ("1st ms", 8, ">"), ("runs", 5, ">"),
-    ("DCD/static [95% CI]", 20, ">"), ("CPU ratio", 9, ">"), ("paper ms", 8, ">"), ("paper ratio", 11, ">"),
+    ("model", 16, "<"), ("variant", 7, "<"), ("params M", 8, ">"), ("MAdds M", 8, ">"),
+    ("mean ms", 8, ">"), ("p50 ms", 8, ">"), ("p90 ms", 8, ">"), ("1st ms", 7, ">"), ("runs", 5, ">"),
+    ("DCD/static [95% CI]", 20, ">"), ("mean ratio", 10, ">"), ("CPU ratio", 9, ">"),
+    ("paper ms", 8, ">"), ("paper ratio", 11, ">"),
 )
+#: What each backend's section shows, in words (the numbered steps of the default run).
+BACKEND_TITLES = {
+    "torch-paper": "the paper's conditions: eager PyTorch, deploy form, oneDNN off (PyTorch's native "
+                   "conv kernels, as slow as the paper's PyTorch of 2020), 1 thread, batch 1; beside the "
+                   "paper, whose protocol is the mean of single-image runs (mean ms, mean ratio)",
+    "torch": "eager PyTorch, training form (BNs unfolded, every DCD layer latent), oneDNN on",
+    "torch-deploy": "today's eager PyTorch: the same deploy form, oneDNN on (convs several times faster)",
+    "onnxruntime": "ONNX Runtime: the exported file, graph optimisations on (the fastest)",
+    "openvino": "OpenVINO: the exported file compiled for CPU, fp32",
+}
 
 
 # -- cells --------------------------------------------------------------------------------
@@ -43,9 +54,11 @@ def ratio_cell(r: LatencyRecord) -> str:
 
 
 def _cells(r: LatencyRecord) -> list[str]:
-    return [r.model, r.variant, r.backend, f"{r.params_m:.2f}", _num(r.madds_m, ".1f"), f"{r.p50_ms:.2f}",
-            f"{r.p90_ms:.2f}", f"{r.first_run_ms:.1f}", str(r.n_runs), ratio_cell(r),
-            _num(r.ratio_cpu, ".2f"), _num(r.paper_ms, ".0f"), _num(r.paper_ratio, ".3f")]
+    # The paper's ms only beside the paper's conditions: other backends are other machines' worth of speed.
+    paper = _num(r.paper_ms, ".0f") if r.backend == "torch-paper" else _DASH
+    return [r.model, r.variant, f"{r.params_m:.2f}", _num(r.madds_m, ".1f"), f"{r.mean_ms:.2f}",
+            f"{r.p50_ms:.2f}", f"{r.p90_ms:.2f}", f"{r.first_run_ms:.1f}", str(r.n_runs), ratio_cell(r),
+            _num(r.ratio_mean, ".3f"), _num(r.ratio_cpu, ".2f"), paper, _num(r.paper_ratio, ".3f")]
 
 
 def _line(cells: Sequence[str]) -> str:
@@ -124,10 +137,14 @@ def legend_lines(result: BenchResult) -> list[str]:
         "    timed interleaved in this process; [a-b] = 95% interval, bootstrap over whole interleaved",
         "    rounds (per-round ratio quantiles and the p10 ratio in JSON); CPU ratio = the same with the",
         "    timing thread's CPU time (one thread only), which leaves out time it was preempted.",
-        "  backends: torch = eager PyTorch, training form (as the paper timed); torch-deploy = the",
-        "    to_deploy form (BNs folded, DCD layers per-layer latent/weight); onnxruntime = the file",
-        "    export_onnx writes (strategy auto, standard mode, dynamic batch), one session per model.",
-        f"  paper = Section 5.4: {PAPER_LATENCY_SETUP}; compare ratios, not ms.",
+        "  mean ratio = mean(DCD) / mean(static): the paper's protocol (it averaged 5,000 images).",
+        "  backends: torch-paper = the deploy form in eager PyTorch with oneDNN off, 1 thread (the",
+        "    paper's conditions: both models in the form an inference runtime runs, BNs folded);",
+        "    torch = eager PyTorch, training form; torch-deploy = the to_deploy form (BNs folded,",
+        "    DCD layers per-layer latent/weight), oneDNN on; onnxruntime = the file export_onnx",
+        "    writes (strategy auto, standard mode, dynamic batch), one session per model.",
+        f"  paper = Section 5.4: {PAPER_LATENCY_SETUP}; its ms are shown beside the paper's",
+        "    conditions only, and even there compare ratios: another CPU and PyTorch of 2020.",
         "  params M = all parameters, millions.",
     ]
     note = _madds_note(result)
@@ -136,29 +153,88 @@ def legend_lines(result: BenchResult) -> list[str]:
     return lines
 
 
+def _backends(result: BenchResult) -> list[str]:
+    return list(dict.fromkeys(r.backend for r in result.records))
+
+
+def _section_title(result: BenchResult, backend: str, step: int) -> str:
+    """``step. backend: what it shows`` (with the run count of the paper's protocol)."""
+    title = BACKEND_TITLES.get(backend, backend)
+    recs = [r for r in result.records if r.backend == backend]
+    if backend == "torch-paper" and recs:
+        title += f"; mean of {min(r.n_runs for r in recs)}+ runs here, of 5,000 images in the paper"
+        if not any(r.paper_conditions for r in recs):
+            title += " (NOT at the paper's batch 1, 224x224)"
+    return f"{step}. {backend}: {title}"
+
+
 def format_table(result: BenchResult) -> list[str]:
-    """Header, table, notes and legend as printable lines."""
-    lines = header_lines(result) + ["", _line([h for h, _, _ in _COLUMNS]),
-                                    "-" * (sum(w for _, w, _ in _COLUMNS) + len(_COLUMNS) - 1)]
-    previous = None
-    for r in result.records:
-        if previous is not None and (r.model, r.backend) != previous:
-            lines.append("")
-        previous = (r.model, r.backend)
-        lines.append(_line(_cells(r)))
+    """Header, one section per backend (the paper's conditions first), the summary, notes
+    and legend, as printable lines."""
+    lines = header_lines(result)
+    width = sum(w for _, w, _ in _COLUMNS) + len(_COLUMNS) - 1
+    for step, backend in enumerate(_backends(result), 1):
+        lines += ["", _section_title(result, backend, step), _line([h for h, _, _ in _COLUMNS]), "-" * width]
+        previous = None
+        for r in (r for r in result.records if r.backend == backend):
+            if previous is not None and r.model != previous:
+                lines.append("")
+            previous = r.model
+            lines.append(_line(_cells(r)))
+    summary = summary_lines(result)
+    if summary:
+        lines += [""] + summary
     if result.notes:
         lines += [""] + [f"note: {n}" for n in result.notes]
     return lines + [""] + legend_lines(result)
 
 
+def summary_lines(result: BenchResult) -> list[str]:
+    """The story in a few lines: per pair and step, the static time, DCD's extra time and the ratio.
+
+    The extra time of the DCD model (its dynamic branch: pooling, small FCs, per-sample
+    products) shrinks less from step to step than the convolutions the static model is
+    made of, so the ratio grows as the runtime gets faster.
+    """
+    backends = _backends(result)
+    pairs = [(r.model, r.variant) for r in result.records if r.backend == backends[0] and r.ratio_to_static]
+    if not pairs:
+        return []
+    head = f"{'pair':<26}" + "".join(f" {f'{i}. {b}':>26}" for i, b in enumerate(backends, 1))
+    has_paper = any(paper_ms(m, "static") for m, _ in pairs)
+    if has_paper:
+        head += f" {'paper (EPYC 7551P)':>26}"
+    lines = ["Summary: static p50 ms + DCD extra ms = ratio of medians, per step", head]
+    for model, variant in pairs:
+        row = f"{model + ' ' + variant:<26}"
+        for b in backends:
+            s, v = result.record(model, "static", b), result.record(model, variant, b)
+            cell = (f"{s.p50_ms:.1f} + {v.p50_ms - s.p50_ms:.1f} = {v.ratio_to_static:.2f}"
+                    if s is not None and v is not None and v.ratio_to_static else _DASH)
+            row += f" {cell:>26}"
+        ps, pv = paper_ms(model, "static"), paper_ms(model, variant)
+        if has_paper:
+            row += f" {f'{ps:.0f} + {pv - ps:.0f} = {pv / ps:.3f}' if ps and pv else _DASH:>26}"
+        lines.append(row)
+    return lines
+
+
 # -- profile ------------------------------------------------------------------------------
 def _profile_pairs(result: BenchResult):
-    pairs: dict[str, list] = {}
+    pairs: dict[tuple[str, str], list] = {}
     for p in result.profiles:
-        pairs.setdefault(p.model, []).append(p)
-    for model, profs in pairs.items():
+        pairs.setdefault((p.backend, p.model), []).append(p)
+    for (backend, model), profs in sorted(pairs.items(), key=lambda kv: kv[0][0] != "torch-paper"):
         profs.sort(key=lambda p: p.variant != "static")
-        yield model, profs
+        yield backend, model, profs
+
+
+_PROFILE_TITLES = {
+    "torch-paper": "PyTorch profile under the paper's conditions (oneDNN off): each op group's median time "
+                   "over {runs} runs (ms per run, % of the op total)",
+    "onnxruntime": "ONNX Runtime profile: each node's median time over {runs} runs, summed per group "
+                   "(ms per run, % of the node total)",
+}
 
 
 def format_profile_table(result: BenchResult) -> list[str]:
@@ -166,9 +242,12 @@ def format_profile_table(result: BenchResult) -> list[str]:
     if not result.profiles:
         return []
     runs = result.settings.get("profile_runs")
-    lines = [f"ONNX Runtime profile: each node's median time over {runs} runs, summed per group "
-             "(ms per run, % of the node total)", ""]
-    for model, profs in _profile_pairs(result):
+    lines: list[str] = []
+    shown = None
+    for backend, model, profs in _profile_pairs(result):
+        if backend != shown:
+            lines += [_PROFILE_TITLES.get(backend, backend).format(runs=runs), ""]
+            shown = backend
         static = profs[0] if profs[0].variant == "static" else None
         others = [p for p in profs if p is not static]
         head = f"{'model':<16} {'group':<24}" + "".join(f" {p.variant + ' ms':>10} {'%':>6}" for p in profs)
@@ -179,7 +258,7 @@ def format_profile_table(result: BenchResult) -> list[str]:
                  [p.breakdown.groups[g].pct for p in profs], g) for g in GROUPS]
         rows.append(("nodes total", [p.breakdown.nodes_ms for p in profs], [100.0] * len(profs), None))
         rows.append(("run, profiled (median)", [p.breakdown.wall_ms for p in profs], [None] * len(profs), None))
-        timed = [result.record(p.model, p.variant, "onnxruntime") for p in profs]
+        timed = [result.record(p.model, p.variant, p.backend) for p in profs]
         if all(r is not None for r in timed):
             rows.append(("run, not profiled (p50)", [r.p50_ms for r in timed], [None] * len(profs), None))
         for i, (label, ms, pct, key) in enumerate(rows):
@@ -212,6 +291,9 @@ def format_profile_table(result: BenchResult) -> list[str]:
         "  activations/adds ORT fused into them); dynamic branch = pooling, FCs and gate of the DCD branch;",
         "  latent path = Q conv, Φ·z, P conv; W(x) forming / W(x)·x = the per-sample weight form of a layer;",
         "  elementwise = unfused Add/Mul/Clip; layout/other = ORT's reorders, shape ops, head pooling.",
+        "  torch-paper: every top-level torch call timed and grouped by what it reads (the branch's",
+        "  weights or outputs, w0, q/p/r, the formed W(x)); the timer's own cost per call is in the",
+        "  profiled run, not in the groups (dcd_deploy/bench/torch_profile.py).",
         "  Runs: the node total omits ORT's dispatch between nodes (a few µs per node: it grows with the",
         "  node count); profiling adds its own cost per node; and a sum of per-node medians is not the",
         "  median of run times on a noisy machine. Compare groups with each other, static vs DCD.",
@@ -239,20 +321,25 @@ def to_markdown(result: BenchResult) -> str:
     busy = busy_warning(result)
     out += ([f"- {busy}"] if busy else []) + [""]
     heads = ["model", "variant", "backend", "params (M)", "MAdds (M)", "p50 ms", "p90 ms", "mean ms",
-             "min ms", "first ms", "runs", "DCD/static [95% CI]", "CPU ratio", "p10 ratio", "paper ms", "paper ratio"]
+             "min ms", "first ms", "runs", "DCD/static [95% CI]", "mean ratio", "CPU ratio", "p10 ratio", "paper ms",
+             "paper ratio"]
     out += [_md_row(heads), "|" + "|".join("---" if i < 3 else "---:" for i in range(len(heads))) + "|"]
     for r in result.records:
         out.append(_md_row([r.model, r.variant, r.backend, f"{r.params_m:.2f}", _num(r.madds_m, ".1f"),
                             f"{r.p50_ms:.2f}", f"{r.p90_ms:.2f}", f"{r.mean_ms:.2f}", f"{r.min_ms:.2f}",
-                            f"{r.first_run_ms:.1f}", str(r.n_runs), ratio_cell(r), _num(r.ratio_cpu, ".2f"),
-                            _num(r.ratio_p10, ".2f"),
-                            _num(r.paper_ms, ".0f"), _num(r.paper_ratio, ".3f")]))
+                            f"{r.first_run_ms:.1f}", str(r.n_runs), ratio_cell(r), _num(r.ratio_mean, ".3f"),
+                            _num(r.ratio_cpu, ".2f"), _num(r.ratio_p10, ".2f"),
+                            _num(r.paper_ms, ".0f") if r.backend == "torch-paper" else _DASH,
+                            _num(r.paper_ratio, ".3f")]))
+    summary = summary_lines(result)
+    if summary:
+        out += ["", "```", *summary, "```"]
     if result.notes:
         out += [""] + [f"- note: {n}" for n in result.notes]
     out += ["", *[line.replace("Legend:", "**Legend**") for line in legend_lines(result)]]
     prof = format_profile_table(result)
     if prof:
-        out += ["", "## ONNX Runtime profile", "", "```", *prof, "```"]
+        out += ["", "## Profile (where the time goes)", "", "```", *prof, "```"]
     return "\n".join(out).rstrip() + "\n"
 
 
@@ -269,76 +356,75 @@ def require_matplotlib():
     return plt
 
 
-def render_plot(result: BenchResult) -> bytes:
-    """PNG bytes: per model pair, grouped latency bars (p50, whisker to p90) per backend with
-    the paper's beside (top row), and the DCD/static ratios with their 95% intervals beside
-    the paper's ratio (bottom row)."""
-    plt = require_matplotlib()
-    pairs = list(dict.fromkeys(r.model for r in result.records))
-    backends = list(dict.fromkeys(r.backend for r in result.records))
-    fig, axes = plt.subplots(2, len(pairs), figsize=(max(6.0, 5.5 * len(pairs)), 8.0), squeeze=False,
-                             gridspec_kw={"height_ratios": [3, 2]})
-    for col, model in enumerate(pairs):
-        ax, rax = axes[0][col], axes[1][col]
-        recs = [r for r in result.records if r.model == model]
-        variants = list(dict.fromkeys(r.variant for r in recs))
-        paper = {r.variant: r.paper_ms for r in recs if r.paper_ms is not None}
-        groups = list(backends) + (["paper"] if paper else [])
-        ticks = [g if g != "paper" else "paper\n(EPYC 7551P)" for g in groups]
-        width = 0.8 / max(1, len(variants))
-        for j, variant in enumerate(variants):
-            for i, g in enumerate(groups):
-                x = i + (j - (len(variants) - 1) / 2) * width
-                if g == "paper":
-                    if variant not in paper:
-                        continue
-                    y, top = paper[variant], None
-                else:
-                    rec = next((r for r in recs if r.variant == variant and r.backend == g), None)
-                    if rec is None:
-                        continue
-                    y, top = rec.p50_ms, rec.p90_ms
-                ax.bar([x], [y], width, color=f"C{j}", label=variant if i == 0 else None)
-                if top is not None:
-                    ax.errorbar([x], [y], yerr=[[0], [top - y]], fmt="none", ecolor="black", capsize=3)
-        ax.set_xticks(range(len(groups)))
-        ax.set_xticklabels(ticks, fontsize=8)
-        ax.set_title(model)
-        ax.set_ylabel("ms per batch (p50; whisker p90)")
-        ax.legend(fontsize=8)
-        # Ratios: the result.
-        xs, ys, lo, hi, labels = [], [], [], [], []
-        for i, g in enumerate(groups):
-            if g == "paper":
-                rec = next((r for r in recs if r.paper_ratio), None)
-                if rec is None:
-                    continue
-                y, (a, b) = rec.paper_ratio, (rec.paper_ratio, rec.paper_ratio)
-            else:
-                rec = next((r for r in recs if r.backend == g and r.ratio_to_static), None)
-                if rec is None:
-                    continue
-                y = rec.ratio_to_static
-                a, b = rec.ratio_ci95 or (y, y)
+def _plot_ms(ax, recs: Sequence[LatencyRecord], backends: Sequence[str], model: str) -> None:
+    """Our p50 bars (whisker to p90) per backend and variant; the paper's ms are not drawn
+    here: another CPU and PyTorch of 2020 on the same axis would read as a comparison."""
+    variants = list(dict.fromkeys(r.variant for r in recs))
+    width = 0.8 / max(1, len(variants))
+    for j, variant in enumerate(variants):
+        for i, g in enumerate(backends):
+            rec = next((r for r in recs if r.variant == variant and r.backend == g), None)
+            if rec is None:
+                continue
+            x = i + (j - (len(variants) - 1) / 2) * width
+            ax.bar([x], [rec.p50_ms], width, color=f"C{j}", label=variant if i == 0 else None)
+            ax.errorbar([x], [rec.p50_ms], yerr=[[0], [rec.p90_ms - rec.p50_ms]], fmt="none", ecolor="black",
+                        capsize=3)
+    ax.set_xticks(range(len(backends)))
+    ax.set_xticklabels(backends, fontsize=8)
+    ax.set_title(f"{model}: measured here")
+    ax.set_ylabel("ms per batch (p50; whisker p90)")
+    ax.legend(fontsize=8)
+
+
+def _plot_ratios(rax, recs: Sequence[LatencyRecord], backends: Sequence[str]) -> None:
+    """Our DCD/static ratios (95% CI) per backend and the paper's beside, on one y-scale."""
+    groups = list(backends) + ["paper"]
+    xs, ys, lo, hi = [], [], [], []
+    for i, g in enumerate(groups):
+        if g == "paper":
+            rec = next((r for r in recs if r.paper_ratio), None)
+            y, (a, b) = (rec.paper_ratio, (rec.paper_ratio, rec.paper_ratio)) if rec else (None, (0, 0))
+        else:
+            rec = next((r for r in recs if r.backend == g and r.ratio_to_static), None)
+            y = rec.ratio_to_static if rec else None
+            a, b = (rec.ratio_ci95 or (y, y)) if rec else (0, 0)
+        if y is not None:
             xs.append(i)
             ys.append(y)
             lo.append(y - a)
             hi.append(b - y)
-            labels.append(f"{y:.2f}")
-        if xs:
-            bars = rax.bar(xs, ys, 0.5, color=["C2" if groups[x] != "paper" else "C7" for x in xs])
-            rax.errorbar(xs, ys, yerr=[lo, hi], fmt="none", ecolor="black", capsize=3)
-            for bar, label, up in zip(bars, labels, hi):
-                rax.annotate(label, (bar.get_x() + bar.get_width() / 2, bar.get_height() + up),
-                             ha="center", va="bottom", fontsize=8, xytext=(0, 2), textcoords="offset points")
-            rax.axhline(1.0, color="grey", linewidth=0.8)
-            rax.set_ylim(0, max(y + h for y, h in zip(ys, hi)) * 1.2)
-        rax.set_xticks(range(len(groups)))
-        rax.set_xticklabels(ticks, fontsize=8)
-        rax.set_ylabel("DCD / static (p50; 95% CI)")
+    if xs:
+        bars = rax.bar(xs, ys, 0.5, color=["C2" if groups[x] != "paper" else "C7" for x in xs])
+        rax.errorbar(xs, ys, yerr=[lo, hi], fmt="none", ecolor="black", capsize=3)
+        for bar, y, up in zip(bars, ys, hi):
+            rax.annotate(f"{y:.2f}", (bar.get_x() + bar.get_width() / 2, bar.get_height() + up),
+                         ha="center", va="bottom", fontsize=8, xytext=(0, 2), textcoords="offset points")
+        rax.axhline(1.0, color="grey", linewidth=0.8)
+        rax.set_ylim(0, max(y + h for y, h in zip(ys, hi)) * 1.2)
+    rax.set_xticks(range(len(groups)))
+    rax.set_xticklabels([g if g != "paper" else "paper\n(EPYC 7551P)" for g in groups], fontsize=8)
+    rax.set_ylabel("DCD / static (p50; 95% CI)")
+
+
+def render_plot(result: BenchResult) -> bytes:
+    """PNG bytes: per model pair, our latency bars (p50, whisker to p90) per backend (top
+    row), and the DCD/static ratios with their 95% intervals beside the paper's ratio on the
+    same scale (bottom row); a ``--quick`` run is marked on the figure."""
+    plt = require_matplotlib()
+    pairs = list(dict.fromkeys(r.model for r in result.records))
+    backends = _backends(result)
+    fig, axes = plt.subplots(2, len(pairs), figsize=(max(6.0, 5.5 * len(pairs)), 8.0), squeeze=False,
+                             gridspec_kw={"height_ratios": [3, 2]})
+    for col, model in enumerate(pairs):
+        recs = [r for r in result.records if r.model == model]
+        _plot_ms(axes[0][col], recs, backends, model)
+        _plot_ratios(axes[1][col], recs, backends)
     m = result.machine
-    fig.suptitle(f"dcd-bench: {m.cpu}, {m.threads} thread(s), batch {m.batch}, {m.input_size}x{m.input_size}, "
-                 f"{m.date[:10]}; paper: {PAPER_LATENCY_SETUP}", fontsize=8)
+    quick = result.settings.get("quick")
+    fig.suptitle(("--quick: A SMOKE TEST, NOT A MEASUREMENT\n" if quick else "")
+                 + f"dcd-bench: {m.cpu}, {m.threads} thread(s), batch {m.batch}, {m.input_size}x{m.input_size}, "
+                 f"{m.date[:10]}; paper: {PAPER_LATENCY_SETUP}", fontsize=8, color="red" if quick else "black")
     fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110)

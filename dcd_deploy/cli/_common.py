@@ -179,15 +179,24 @@ def default_output(model: str, suffix: str = ".onnx") -> Path:
 
 
 class OutputPath(click.ParamType):
-    """A file path kept as typed: ``newdir/`` must not lose its separator and become a file."""
+    """A file path kept as typed: ``newdir/`` must not lose its separator and become a file.
+
+    Args:
+        allow_dash: ``-`` is accepted (and kept as ``Path("-")``): the caller writes to stdout.
+    """
 
     name = "path"
+
+    def __init__(self, allow_dash: bool = False):
+        self.allow_dash = allow_dash
 
     def convert(self, value, param, ctx):
         if isinstance(value, Path):
             return value
         if not value:
             self.fail("empty path", param, ctx)
+        if value == "-" and not self.allow_dash:
+            self.fail("'-' (stdout) is not accepted here; name a file", param, ctx)
         if value.endswith(os.sep):
             self.fail(f"{value} ends in a path separator; name a file, not a directory", param, ctx)
         return Path(value)

@@ -1,11 +1,15 @@
 """``dcd-bench``: our models beside the paper's figures.
 
-Without ``--complexity``: the latency benchmark (:func:`dcd_deploy.bench.latency.run_benchmark`):
-static vs DCD MobileNetV2 x0.5 and x1.0 on PyTorch eager, the PyTorch deploy form and
-ONNX Runtime, one thread, batch 1, 224x224, printed beside the paper's times; progress
-lines go to stderr, the table to stdout; ``--json/--markdown/--plot`` write files,
-``--profile`` adds ONNX Runtime's per-node breakdown. Everything is measured by the
-library; this module only parses options and prints.
+Without a mode flag: the latency benchmark (:func:`dcd_deploy.bench.latency.run_benchmark`):
+static vs DCD MobileNetV2 x0.5 and x1.0, one thread, batch 1, 224x224, in three steps: the
+paper's conditions (``torch-paper``: eager PyTorch, deploy form, oneDNN off) beside the
+paper's times, today's eager PyTorch (``torch-deploy``) and ONNX Runtime; progress lines
+go to stderr, the table to stdout; ``--json/--markdown/--plot`` write files (``--json -``:
+the JSON alone on stdout), ``--profile`` adds per-part breakdowns. Everything is measured
+by the library; this module only parses options and prints.
+
+``dcd-bench --frontier`` times every model of the paper's Table 4 on one backend and marks
+each family's accuracy-latency frontier with the paper's top-1 (:mod:`dcd_deploy.bench.frontier`).
 
 ``dcd-bench --floor`` times each DCD model's dynamic branch alone (and with ``W(x)``
 formed) beside the static model and the full export (:mod:`dcd_deploy.bench.floor`).
@@ -17,6 +21,7 @@ paper's cells; ``--json PATH`` also writes one record per paper row.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import click
@@ -45,10 +50,16 @@ _COLUMNS = (
 _CONVENTION_ABBREV = {PARAMS_EXCL_CLASSIFIER: "-cls"}
 
 
-_LATENCY_ONLY = ("models", "backends", "batch", "threads", "runs", "min_time", "warmup", "quick",
-                 "profile", "profile_runs", "markdown_path", "plot_path", "seed", "trust_checkpoint")
-_FLOOR_OPTIONS = ("models", "threads", "runs", "min_time", "warmup", "quick", "seed", "trust_checkpoint")
-_NOT_FLOOR = tuple(k for k in _LATENCY_ONLY if k not in _FLOOR_OPTIONS)
+# Options each mode takes (besides --input-size and --json, which all take).
+_MODE_OPTIONS = {
+    "the latency benchmark": ("models", "backends", "batch", "threads", "runs", "min_time", "warmup", "quick",
+                              "profile", "profile_runs", "markdown_path", "plot_path", "seed", "trust_checkpoint"),
+    "--floor": ("models", "threads", "runs", "min_time", "warmup", "quick", "seed", "trust_checkpoint"),
+    "--frontier": ("models", "backends", "threads", "runs", "min_time", "warmup", "quick", "markdown_path",
+                   "plot_path", "seed"),
+    "--complexity": (),
+}
+_ALL_OPTIONS = tuple(dict.fromkeys(k for opts in _MODE_OPTIONS.values() for k in opts))
 
 
 def _csv(value: str | None) -> list[str] | None:
@@ -62,6 +73,8 @@ def _csv(value: str | None) -> list[str] | None:
 
 def _backends(ctx, param, value):
     items = _csv(value)
+    if items is None:
+        return None
     from ..bench.latency import BACKENDS
 
     bad = [b for b in items if b not in BACKENDS]
@@ -70,8 +83,8 @@ def _backends(ctx, param, value):
     return items
 
 
-def _out_path():
-    return OutputPath()
+def _out_path(dash: bool = False):
+    return OutputPath(allow_dash=dash)
 
 
 def _list_models(ctx, param, value):
@@ -103,65 +116,127 @@ def format_model_list() -> list[str]:
 @click.option("--complexity", is_flag=True,
               help="Count params and MAdds of every model in the paper's Tables 1-4 and "
                    "compare them with the paper's cells (instead of timing).")
+@click.option("--frontier", is_flag=True,
+              help="Time every model of the paper's Table 4 on one backend (default onnxruntime) and "
+                   "print it beside the paper's top-1, marking each family's accuracy-latency frontier.")
 @click.option("--models", default=None, metavar="A,B,...",
-              help="Zoo names or checkpoint paths; X and X_dcd are paired as static vs DCD. "
-                   "[default: mobilenetv2_050,mobilenetv2_050_dcd,mobilenetv2_100,mobilenetv2_100_dcd]")
-@click.option("--backends", default="torch,torch-deploy,onnxruntime", show_default=True, callback=_backends,
-              metavar="B,...", help="Some of torch, torch-deploy, onnxruntime, openvino (if installed).")
+              help="Zoo names or checkpoint paths; X and X_dcd are paired as static vs DCD (a checkpoint "
+                   "by the architecture it holds). [default: mobilenetv2_050,mobilenetv2_050_dcd,"
+                   "mobilenetv2_100,mobilenetv2_100_dcd; --frontier: all of Table 4]")
+@click.option("--backends", default=None, callback=_backends, metavar="B,...",
+              help="Some of torch-paper, torch, torch-deploy, onnxruntime, openvino (if installed). "
+                   "[default: torch-paper,torch-deploy,onnxruntime (torch-paper with --threads 1 only); "
+                   "--frontier: one backend, onnxruntime]")
 @click.option("--threads", type=click.IntRange(1, MAX_THREADS), default=1, show_default=True,
               help="Threads of every backend (torch intra/inter-op, ORT intra = inter).")
 @click.option("--batch", type=click.IntRange(1, MAX_BATCH), default=1, show_default=True, help="Images per run.")
 @click.option("--input-size", type=click.IntRange(MIN_INPUT_SIZE, MAX_INPUT_SIZE), default=DEFAULT_INPUT_SIZE,
               show_default=True, help="Side of the square input; the paper's figures are for 224.")
 @click.option("--runs", type=click.IntRange(min=1), default=None,
-              help="Minimum timed runs per model and backend. [default: 50; --quick 5]")
+              help="Minimum timed runs per model and backend. [default: 50, --frontier 20; --quick 5]")
 @click.option("--min-time", type=click.FloatRange(min=0.0), default=None, metavar="SECONDS",
-              help="Minimum timed seconds per model and backend. [default: 5; --quick 0]")
+              help="Minimum timed seconds per model and backend. [default: 5, --frontier 2; --quick 0]")
 @click.option("--warmup", type=click.IntRange(min=0), default=None,
-              help="Warm-up runs dropped per model and backend, after the first run. [default: 5; --quick 1]")
+              help="Warm-up runs dropped per model and backend, after the first run. [default: 5, "
+                   "--frontier 2; --quick 1]")
 @click.option("--quick", is_flag=True, help="A few runs only: a smoke test, not a measurement.")
 @click.option("--floor", is_flag=True,
               help="Time, for each DCD model in --models, its dynamic branch alone and with W(x) "
                    "formed (W0 applied statically) beside the static model and the full export: "
                    "the latency floor of the model on this machine (ONNX Runtime).")
 @click.option("--profile", is_flag=True,
-              help="Also profile each exported model with ONNX Runtime and break its time down by part.")
+              help="Also break each model's time down by part: ONNX Runtime's per-node profile, and "
+                   "PyTorch's per-op profile under the paper's conditions.")
 @click.option("--profile-runs", type=click.IntRange(min=1), default=None,
               help="Profiled runs per model. [default: 50; --quick 3]")
-@click.option("--json", "json_path", type=_out_path(), default=None, metavar="PATH",
-              help="Also write the results as JSON to PATH (atomically; a symlink is written through to its target).")
+@click.option("--json", "json_path", type=_out_path(dash=True), default=None, metavar="PATH",
+              help="Also write the results as JSON to PATH (atomically; a symlink is written through to its "
+                   "target); '-': the JSON alone on stdout (the table goes to stderr).")
 @click.option("--markdown", "markdown_path", type=_out_path(), default=None, metavar="PATH",
-              help="Also write the report as Markdown to PATH.")
+              help="Also write the report as Markdown to PATH (latency and --frontier).")
 @click.option("--plot", "plot_path", type=_out_path(), default=None, metavar="PATH.png",
-              help="Also draw grouped latency bars with the paper's to PATH (needs matplotlib).")
+              help="Also draw the results to PATH (latency and --frontier; needs matplotlib).")
 @click.option("--seed", type=click.IntRange(0, MAX_SEED), default=0, show_default=True,
               help="Pseudo-training seed of zoo models and the input's seed.")
 @click.option("--trust-checkpoint", is_flag=True,
               help="Allow checkpoints that need full unpickling (runs code from the file).")
 @run_cli
-def main(complexity: bool, floor: bool, json_path: Path | None, input_size: int, **latency) -> None:
-    """Benchmark the model zoo against the paper (ICLR 2021): latency, --floor or --complexity."""
-    if complexity and floor:
-        raise click.UsageError("--complexity and --floor are separate runs")
+def main(complexity: bool, floor: bool, frontier: bool, json_path: Path | None, input_size: int,
+         **options) -> None:
+    """Benchmark the model zoo against the paper (ICLR 2021): latency, --frontier, --floor or --complexity."""
+    modes = [name for name, on in (("--complexity", complexity), ("--floor", floor), ("--frontier", frontier)) if on]
+    if len(modes) > 1:
+        raise click.UsageError(f"{' and '.join(modes)} are separate runs")
+    mode = modes[0] if modes else "the latency benchmark"
+    _reject_given(mode)
+    echo = _Echo(to_stderr=json_path is not None and str(json_path) == "-")
+    taken = {k: options[k] for k in _MODE_OPTIONS[mode]}
     if complexity:
-        _reject_given(_LATENCY_ONLY, "apply to the latency benchmark, not --complexity")
-        run_complexity(json_path=json_path, input_size=input_size)
+        run_complexity(json_path=json_path, input_size=input_size, echo=echo)
     elif floor:
-        _reject_given(_NOT_FLOOR, "do not apply to --floor")
-        run_floor_cli(json_path=json_path, input_size=input_size, **{k: latency[k] for k in _FLOOR_OPTIONS})
+        run_floor_cli(json_path=json_path, input_size=input_size, echo=echo, **taken)
+    elif frontier:
+        run_frontier_cli(json_path=json_path, input_size=input_size, echo=echo, **taken)
     else:
-        run_latency(json_path=json_path, input_size=input_size, **latency)
+        run_latency(json_path=json_path, input_size=input_size, echo=echo, **taken)
 
 
-def _reject_given(names, why: str) -> None:
+def _flag(key: str) -> str:
+    return f"--{key.replace('_path', '').replace('_', '-')}"
+
+
+def _reject_given(mode: str) -> None:
+    """A usage error for options given on the command line that ``mode`` does not take,
+    saying which modes take them."""
     ctx = click.get_current_context()
-    given = [f"--{k.replace('_path', '').replace('_', '-')}" for k in names
-             if ctx.get_parameter_source(k) == click.core.ParameterSource.COMMANDLINE]
+    given = [k for k in _ALL_OPTIONS if k not in _MODE_OPTIONS[mode]
+             and ctx.get_parameter_source(k) == click.core.ParameterSource.COMMANDLINE]
     if given:
-        raise click.UsageError(f"{', '.join(given)} {why}")
+        parts = []
+        for k in given:
+            takers = [m for m, opts in _MODE_OPTIONS.items() if k in opts]
+            parts.append(f"{_flag(k)} (it applies to {' and '.join(takers)})")
+        raise click.UsageError(f"{mode} does not take {', '.join(parts)}")
 
 
-def run_floor_cli(*, json_path: Path | None, input_size: int, models: str | None, threads: int,
+class _Echo:
+    """Where the report goes: stdout, or stderr when ``--json -`` claims stdout for the JSON."""
+
+    def __init__(self, *, to_stderr: bool):
+        self.to_stderr = to_stderr
+
+    def __call__(self, line: str = "") -> None:
+        click.echo(line, err=self.to_stderr)
+
+    def progress(self, line: str) -> None:
+        click.echo(line, err=True)
+
+
+def _write_json(path: Path, data) -> str | None:
+    """Write ``data`` to ``path``, or to stdout alone for ``-``; the name written, for the report."""
+    if str(path) == "-":
+        click.echo(json.dumps(data, indent=2, ensure_ascii=False))
+        return None
+    write_json_atomic(path, data)
+    return str(path)
+
+
+def _check_out_dir(*paths: Path | None, models: str | None = None) -> None:
+    """Refuse unwritable outputs, and outputs that are a --models file or each other ('-' is stdout)."""
+    files = [p for p in paths if p is not None and str(p) != "-"]
+    for path in files:
+        if not path.resolve().parent.is_dir():
+            raise DCDDeployError(f"cannot write {path}: no directory {path.parent}")
+    check_outputs(outputs=files, inputs=_csv(models) or ())
+
+
+def _wrote(echo: _Echo, written: list[str | None]) -> None:
+    names = [w for w in written if w]
+    if names:
+        echo(f"\nwrote {', '.join(names)}")
+
+
+def run_floor_cli(*, json_path: Path | None, input_size: int, echo: _Echo, models: str | None, threads: int,
                   runs: int | None, min_time: float | None, warmup: int | None, quick: bool, seed: int,
                   trust_checkpoint: bool) -> None:
     """Run :func:`~dcd_deploy.bench.floor.run_floor` and print its table."""
@@ -175,38 +250,33 @@ def run_floor_cli(*, json_path: Path | None, input_size: int, models: str | None
         result = floor.run_floor(
             _csv(models) or floor.DEFAULT_FLOOR_MODELS, threads=threads, input_size=input_size, quick=quick,
             runs=runs, min_time=min_time, warmup=warmup, seed=seed, trust_checkpoint=trust_checkpoint,
-            workdir=Path(tmp), progress=lambda msg: click.echo(msg, err=True))
-    click.echo("")
+            workdir=Path(tmp), progress=echo.progress)
+    echo("")
     for line in floor.format_floor_table(result):
-        click.echo(line)
+        echo(line)
     if json_path is not None:
-        write_json_atomic(json_path, result.to_dict())
-        click.echo(f"\nwrote {json_path}")
+        _wrote(echo, [_write_json(json_path, result.to_dict())])
 
 
-def _check_out_dir(*paths: Path | None, models: str | None = None) -> None:
-    """Refuse unwritable outputs, and outputs that are a --models file or each other."""
-    for path in paths:
-        if path is not None and not path.resolve().parent.is_dir():
-            raise DCDDeployError(f"cannot write {path}: no directory {path.parent}")
-    check_outputs(outputs=paths, inputs=_csv(models) or ())
-
-
-def run_complexity(*, json_path: Path | None, input_size: int) -> None:
+def run_complexity(*, json_path: Path | None, input_size: int, echo: _Echo | None = None) -> None:
     """Count, print the table with its legend, and write JSON if asked."""
+    from ..bench.complexity import complexity_document
+
+    echo = echo or _Echo(to_stderr=False)
     _check_out_dir(json_path)
     checks = compare_with_paper(input_size=input_size)
     if input_size != PAPER_INPUT_SIZE:
-        click.echo(f"note: counted at {input_size}x{input_size}; the paper's figures are for "
-                   f"{PAPER_INPUT_SIZE}x{PAPER_INPUT_SIZE}, so deviations are not meaningful\n")
+        echo(f"note: counted at {input_size}x{input_size}; the paper's figures are for "
+             f"{PAPER_INPUT_SIZE}x{PAPER_INPUT_SIZE}, so deviations are not meaningful\n")
     for line in format_complexity_table(checks):
-        click.echo(line)
+        echo(line)
     if json_path is not None:
-        write_json_atomic(json_path, [c.to_record() for c in checks])
-        click.echo(f"\nwrote {len(checks)} records to {json_path}")
+        name = _write_json(json_path, complexity_document(checks, input_size=input_size))
+        if name:
+            echo(f"\nwrote {len(checks)} records to {name}")
 
 
-def run_latency(*, json_path: Path | None, input_size: int, models: str | None = None,
+def run_latency(*, json_path: Path | None, input_size: int, echo: _Echo | None = None, models: str | None = None,
                 backends: list[str] | None = None, threads: int = 1, batch: int = 1, runs: int | None = None,
                 min_time: float | None = None, warmup: int | None = None, quick: bool = False,
                 profile: bool = False, profile_runs: int | None = None, markdown_path: Path | None = None,
@@ -214,37 +284,66 @@ def run_latency(*, json_path: Path | None, input_size: int, models: str | None =
     """Run :func:`~dcd_deploy.bench.latency.run_benchmark`, print its tables, write the files asked for."""
     from ..bench import latency, report
 
+    echo = echo or _Echo(to_stderr=False)
     _check_out_dir(json_path, markdown_path, plot_path, models=models)
     check_memory(input_size=input_size, batch=batch, what="the benchmark")
     if plot_path is not None:
         report.require_matplotlib()  # fail before minutes of timing, not after
     if input_size != PAPER_INPUT_SIZE:
-        click.echo(f"note: input {input_size}x{input_size}; the paper's times are for "
-                   f"{PAPER_INPUT_SIZE}x{PAPER_INPUT_SIZE}", err=True)
+        echo.progress(f"note: input {input_size}x{input_size}; the paper's times are for "
+                      f"{PAPER_INPUT_SIZE}x{PAPER_INPUT_SIZE}")
     result = latency.run_benchmark(
-        _csv(models) or latency.DEFAULT_MODELS, backends=backends or latency.DEFAULT_BACKENDS,
-        threads=threads, batch=batch, input_size=input_size, runs=runs, min_time=min_time, warmup=warmup,
-        quick=quick, profile=profile, profile_runs=profile_runs, seed=seed, trust_checkpoint=trust_checkpoint,
-        progress=lambda msg: click.echo(msg, err=True))
-    click.echo("")
+        _csv(models) or latency.DEFAULT_MODELS, backends=backends, threads=threads, batch=batch,
+        input_size=input_size, runs=runs, min_time=min_time, warmup=warmup, quick=quick, profile=profile,
+        profile_runs=profile_runs, seed=seed, trust_checkpoint=trust_checkpoint, progress=echo.progress)
+    echo("")
     for line in report.format_table(result):
-        click.echo(line)
+        echo(line)
     if result.profiles:
-        click.echo("")
+        echo("")
         for line in report.format_profile_table(result):
-            click.echo(line)
+            echo(line)
     written = []
     if json_path is not None:
-        write_json_atomic(json_path, result.to_dict())
-        written.append(str(json_path))
+        written.append(_write_json(json_path, result.to_dict()))
     if markdown_path is not None:
         report.write_markdown(result, markdown_path)
         written.append(str(markdown_path))
     if plot_path is not None:
         report.write_plot(result, plot_path)
         written.append(str(plot_path))
-    if written:
-        click.echo(f"\nwrote {', '.join(written)}")
+    _wrote(echo, written)
+
+
+def run_frontier_cli(*, json_path: Path | None, input_size: int, echo: _Echo, models: str | None,
+                     backends: list[str] | None, threads: int, runs: int | None, min_time: float | None,
+                     warmup: int | None, quick: bool, markdown_path: Path | None, plot_path: Path | None,
+                     seed: int) -> None:
+    """Run :func:`~dcd_deploy.bench.frontier.run_frontier`, print its table, write the files asked for."""
+    from ..bench import frontier, frontier_report, report
+
+    _check_out_dir(json_path, markdown_path, plot_path, models=models)
+    if backends is not None and len(backends) != 1:
+        raise click.UsageError(f"--frontier times one backend, not {len(backends)}: e.g. --backends onnxruntime")
+    if plot_path is not None:
+        report.require_matplotlib()  # fail before minutes of timing, not after
+    result = frontier.run_frontier(
+        models=_csv(models), backend=backends[0] if backends else frontier.DEFAULT_BACKEND, threads=threads,
+        input_size=input_size, quick=quick, runs=runs, min_time=min_time, warmup=warmup, seed=seed,
+        progress=echo.progress)
+    echo("")
+    for line in frontier_report.format_frontier_table(result):
+        echo(line)
+    written = []
+    if json_path is not None:
+        written.append(_write_json(json_path, result.to_dict()))
+    if markdown_path is not None:
+        report.write_text_atomic(markdown_path, frontier_report.to_markdown(result))
+        written.append(str(markdown_path))
+    if plot_path is not None:
+        report.write_bytes_atomic(plot_path, frontier_report.render_plot(result))
+        written.append(str(plot_path))
+    _wrote(echo, written)
 
 
 def format_complexity_table(checks: list[PaperCheck]) -> list[str]:

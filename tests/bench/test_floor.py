@@ -108,7 +108,8 @@ def test_cli_floor_quick_table_and_json(tmp_path):
     row = next(line for line in result.stdout.splitlines() if line.startswith(NAME))
     assert row.count(" x") == 3  # branch, forming and full ratios
     data = json.loads(out.read_text(encoding="utf-8"))
-    assert data["schema"] == "dcd-bench.floor/1" and data["input_size"] == SIZE
+    assert data["schema"] == "dcd-bench.floor/1" and data["input_size"] == SIZE and data["version"]
+    assert data["settings"]["models"] == [NAME] and data["settings"]["quick"] is True
     (rec,) = data["records"]
     assert rec["model"] == NAME and rec["static_model"] == "mobilenetv2_035"
     for key in ("branch", "forming", "dcd"):
@@ -118,7 +119,8 @@ def test_cli_floor_quick_table_and_json(tmp_path):
 @pytest.mark.parametrize("args, code, text", [
     (["--floor", "--models", "mobilenetv2_035"], 1, "Error: --floor takes DCD models"),
     (["--floor", "--models", "nosuchnet_dcd"], 1, "Error: "),
-    (["--floor", "--backends", "onnxruntime"], 2, "--backends do not apply to --floor"),
+    (["--floor", "--backends", "onnxruntime"], 2,
+     "--floor does not take --backends (it applies to the latency benchmark and --frontier)"),
     (["--floor", "--complexity"], 2, "separate runs"),
 ])
 def test_cli_floor_bad_input(args, code, text):

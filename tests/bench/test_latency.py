@@ -21,7 +21,7 @@ RECORD_KEYS = {
     "madds_latent_m", "madds_weight_m", "p50_ms", "p10_ms", "p90_ms", "mean_ms", "std_ms", "min_ms", "max_ms",
     "first_run_ms", "n_runs", "n_rounds", "total_s", "ratio_to_static", "ratio_ci95", "ratio_ci_method",
     "ratio_rounds", "ratio_p10", "cpu_p50_ms", "ratio_cpu",
-    "paper_ms", "paper_ratio", "dcd_forms",
+    "paper_ms", "paper_ratio", "dcd_forms", "ratio_mean", "paper_conditions",
 }
 MACHINE_KEYS = {
     "cpu", "cores", "cpus_usable", "platform", "python", "torch", "onnxruntime", "openvino", "dcd_deploy",
@@ -272,7 +272,7 @@ def test_records_carry_ratio_spread_and_paper():
 def test_json_schema_of_a_result():
     data = json.loads(json.dumps(_synthetic_result().to_dict()))  # plain JSON types only
     assert data["schema"] == lat.SCHEMA
-    assert set(data) == {"schema", "machine", "settings", "records", "profiles", "notes"}
+    assert set(data) == {"schema", "version", "machine", "settings", "records", "profiles", "notes"}
     assert set(data["machine"]) == MACHINE_KEYS
     assert isinstance(data["machine"]["cores"], int) and isinstance(data["machine"]["cpu"], str)
     for r in data["records"]:
@@ -323,3 +323,32 @@ def test_load_model_checkpoint_paths(tmp_path):
         _models.load_model(str(tmp_path / "plain.pth"), input_size=64)
     with pytest.raises(DCDDeployError, match="did you mean"):
         _models.load_model("mobilenetv2_10", input_size=64)
+
+
+# -- checkpoints named and paired by the architecture they hold ------------------------------
+def test_checkpoint_name_keeps_dots_and_drops_the_suffix():
+    assert _models.entry_name("/x/mv2_x0.5_official.pth.tar") == "mv2_x0.5_official"
+    assert _models.entry_name("net.v2.pt") == "net.v2" and _models.entry_name("a.tar") == "a"
+    assert _models.entry_name("weights.pth") == "weights" and _models.entry_name("noext") == "noext"
+    assert _models.entry_name("mobilenetv2_050") == "mobilenetv2_050"
+
+
+def test_checkpoint_pairs_by_its_arch_not_its_file_name():
+    entries = _models.pair_models(["mv2_x0.5_official.pth.tar", "mobilenetv2_050"],
+                                  archs={"mv2_x0.5_official.pth.tar": "mobilenetv2_050_dcd"})
+    assert [(e.name, e.model, e.variant) for e in entries] == [
+        ("mobilenetv2_050", "mobilenetv2_050", "static"), ("mv2_x0.5_official", "mobilenetv2_050", "dcd")]
+    with pytest.raises(DCDDeployError, match="both the dcd mobilenetv2_050"):
+        _models.pair_models(["a.pt", "b.pt"], archs={"a.pt": "mobilenetv2_050_dcd", "b.pt": "mobilenetv2_050_dcd"})
+
+
+def test_build_reads_the_arch_of_a_saved_checkpoint(tmp_path):
+    from dcd_deploy import create_model, save_checkpoint
+
+    path = tmp_path / "mv2_x0.35_official.pth.tar"
+    save_checkpoint(create_model("mobilenetv2_035_dcd"), path)
+    entries, built, meta = lat._build([str(path), "mobilenetv2_035"], input_size=64, seed=0,
+                                      trust_checkpoint=False, progress=lambda _m: None)
+    assert [(e.name, e.model, e.variant) for e in entries] == [
+        ("mobilenetv2_035", "mobilenetv2_035", "static"), ("mv2_x0.35_official", "mobilenetv2_035", "dcd")]
+    assert meta["mv2_x0.35_official"]["source"] == "checkpoint" and set(built) == {e.name for e in entries}

@@ -33,7 +33,9 @@ def complexity_run(tmp_path_factory):
 def test_complexity_json_has_one_record_per_paper_row(complexity_run):
     result, out = complexity_run
     assert result.exit_code == 0, result.output
-    records = json.loads(out.read_text(encoding="utf-8"))
+    data = json.loads(out.read_text(encoding="utf-8"))
+    assert data["schema"] == "dcd-bench.complexity/2" and data["version"] and data["input_size"] == 224
+    records = data["records"]
     assert len(records) == len(PAPER_ROWS)
     assert [(r["table"], r["row"]) for r in records] == [(p.table, p.row) for p in PAPER_ROWS]
     for r in records:
@@ -46,7 +48,7 @@ def test_complexity_json_has_one_record_per_paper_row(complexity_run):
 
 def test_static_rows_within_tolerance(complexity_run):
     _, out = complexity_run
-    records = json.loads(out.read_text(encoding="utf-8"))
+    records = json.loads(out.read_text(encoding="utf-8"))["records"]
     static = [r for r in records if not r["model"].endswith(("_dcd", "_dyconv", "_condconv"))]
     assert len(static) == 11
     for r in static:
@@ -64,7 +66,7 @@ DCD_PARAMS_UNEXPLAINED = {("4b", "ResNet-10 DCD"), ("4b", "ResNet-50 DCD")}
 def test_dcd_rows_within_tolerance(complexity_run):
     """Every DCD row of Tables 1-4 within 5% of the paper, but the two annotated ones."""
     _, out = complexity_run
-    records = json.loads(out.read_text(encoding="utf-8"))
+    records = json.loads(out.read_text(encoding="utf-8"))["records"]
     dcd = [r for r in records if r["model"].endswith("_dcd")]
     assert len(dcd) == 31
     for r in dcd:

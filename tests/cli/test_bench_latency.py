@@ -12,6 +12,7 @@ import json
 import pytest
 from click.testing import CliRunner
 
+from dcd_deploy import __version__
 from dcd_deploy.bench.latency import SCHEMA
 from dcd_deploy.bench.profile import GROUPS
 from dcd_deploy.cli.bench import main
@@ -33,19 +34,21 @@ def test_quick_run_prints_the_table(quick_run):
     assert result.exit_code == 0, result.output + str(result.exception)
     out = result.stdout
     assert "CPU " in out and "threads 1" in out and "input 64x64" in out and "onnxruntime" in out
-    for column in ("params M", "MAdds M", "p50 ms", "p90 ms", "DCD/static", "CPU ratio", "paper ms", "paper ratio"):
+    for column in ("params M", "MAdds M", "mean ms", "p50 ms", "p90 ms", "DCD/static", "mean ratio", "CPU ratio",
+                   "paper ms", "paper ratio"):
         assert column in out
     rows = [line for line in out.splitlines() if line.startswith("mobilenetv2_035 ")]
     assert len(rows) >= 4  # 2 variants x 2 backends (+ the profile table's first line)
     assert "ONNX Runtime profile" in out and "dynamic branch" in out
     assert "[torch]" in result.stderr and "[onnxruntime]" in result.stderr  # progress on stderr
     assert "[torch]" not in out
+    assert out.index("1. torch:") < out.index("2. onnxruntime:") < out.index("Summary:")
 
 
 def test_quick_run_json_schema(quick_run):
     _, out = quick_run
     data = json.loads((out / "r.json").read_text(encoding="utf-8"))
-    assert data["schema"] == SCHEMA
+    assert data["schema"] == SCHEMA and data["version"] == __version__
     m = data["machine"]
     assert m["threads"] == 1 and m["batch"] == 1 and m["input_size"] == 64
     assert isinstance(m["cpu"], str) and isinstance(m["cores"], int) and m["torch"] and m["onnxruntime"]
@@ -82,7 +85,7 @@ def test_quick_run_markdown(quick_run):
     text = (out / "r.md").read_text(encoding="utf-8")
     assert text.startswith("# dcd-bench latency")
     assert "| model | variant | backend |" in text and "| mobilenetv2_035 | dcd | onnxruntime |" in text
-    assert "## ONNX Runtime profile" in text
+    assert "## Profile (where the time goes)" in text and "ONNX Runtime profile" in text
 
 
 def _hide_matplotlib(monkeypatch):
@@ -130,7 +133,9 @@ def test_unknown_backend_is_a_usage_error():
 
 def test_latency_options_are_refused_with_complexity():
     result = CliRunner().invoke(main, ["--complexity", "--models", "mobilenetv2_050", "--quick"])
-    assert result.exit_code == 2 and "--models, --quick apply to the latency benchmark" in result.output
+    assert result.exit_code == 2
+    assert "--complexity does not take --models (it applies to the latency benchmark and --floor and " \
+        "--frontier), --quick (it applies to" in result.output
 
 
 def test_missing_output_directory_fails_first(tmp_path):
@@ -142,3 +147,30 @@ def test_missing_output_directory_fails_first(tmp_path):
 def test_unknown_model_is_a_user_error():
     result = CliRunner().invoke(main, ["--models", "mobilenetv2_05", "--quick", "--backends", "torch"])
     assert result.exit_code == 1 and "not a model name" in result.stderr
+
+
+def test_a_dcd_checkpoint_with_dots_in_its_name_gets_its_ratio(tmp_path):
+    from dcd_deploy import create_model, save_checkpoint
+
+    path = tmp_path / "mv2_x0.35_official.pth.tar"
+    save_checkpoint(create_model("mobilenetv2_035_dcd"), path)
+    result = CliRunner().invoke(main, ["--models", f"mobilenetv2_035,{path}", "--input-size", "64", "--quick",
+                                       "--backends", "torch", "--json", "-"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)  # --json -: the JSON alone on stdout
+    dcd = next(r for r in data["records"] if r["name"] == "mv2_x0.35_official")
+    assert dcd["variant"] == "dcd" and dcd["model"] == "mobilenetv2_035" and dcd["ratio_to_static"] > 0
+    assert "DCD/static" in result.stderr  # the table went to stderr
+
+
+def test_torch_paper_needs_one_thread():
+    result = CliRunner().invoke(main, QUICK + ["--backends", "torch-paper", "--threads", "2"])
+    assert result.exit_code == 1 and "Error: torch-paper is the paper's single-thread condition" in result.stderr
+
+
+def test_profile_under_paper_conditions_is_printed_first():
+    result = CliRunner().invoke(main, QUICK + ["--backends", "torch-paper", "--profile"])
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    assert out.index("PyTorch profile under the paper's conditions") < out.index("ONNX Runtime profile")
+    assert out.index("1. torch-paper:") < out.index("Summary:")
