@@ -211,7 +211,8 @@ class DeployDCD(nn.Module):
         w0 = self.w0.flatten(1)  # (C_out, C_in)
         weight = weight + (w0 * lam.view(b, -1, 1) if lam is not None else w0)
         bias = torch.matmul(pphi, self.q_b.view(-1, 1)) + self.bias.view(-1, 1)  # (B, C_out, 1)
-        out = torch.matmul(weight, x.view(b, c_in, h * w)) + bias  # (B, C_out, N)
+        # the bias rides in the batched GEMM (one pass over the output, as a Conv's bias does)
+        out = torch.baddbmm(bias, weight, x.reshape(b, c_in, h * w))  # (B, C_out, N)
         return out.view(b, self.c_out, h, w)
 
     def _forward_linear(self, x, y, lam):
