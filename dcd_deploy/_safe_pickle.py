@@ -125,117 +125,126 @@ class _Damaged(Exception):
 
 def _scan_one(stream: _Reader, *, int_limit: int) -> None:
     """Parse one pickle as opcodes, modelling only depth and the largest integer per object."""
-    stack: list[list] = []  # cells: [depth, largest int, name or None]
-    marks: list[int] = []
-    memo: dict = {}
+    machine = _Machine(int_limit)
+    for op, arg, _ in pickletools.genops(stream):
+        if op.name == "STOP":
+            return
+        if not machine.structure(op.name, arg):
+            machine.objects(op.name, arg)
+    raise _Damaged  # no STOP
 
-    def pop() -> list:
-        if not stack or (marks and len(stack) <= marks[-1]):
-            raise _Damaged
-        return stack.pop()
 
-    def pop_mark() -> list[list]:
-        if not marks:
+class _Machine:
+    """The unpickler's stack, modelled: each cell is [depth, largest int, name or None]."""
+
+    def __init__(self, int_limit: int):
+        self.int_limit = int_limit
+        self.stack: list[list] = []
+        self.marks: list[int] = []
+        self.memo: dict = {}
+
+    def pop(self) -> list:
+        if not self.stack or (self.marks and len(self.stack) <= self.marks[-1]):
             raise _Damaged
-        start = marks.pop()
-        items, stack[start:] = stack[start:], []
+        return self.stack.pop()
+
+    def top(self) -> list:
+        if not self.stack:
+            raise _Damaged
+        return self.stack[-1]
+
+    def pop_mark(self) -> list[list]:
+        if not self.marks:
+            raise _Damaged
+        start = self.marks.pop()
+        items, self.stack[start:] = self.stack[start:], []
         return items
 
+    @staticmethod
     def new(children: list[list], name=None) -> list:
         depth = 1 + max((c[0] for c in children), default=0)
         if depth > MAX_DEPTH:
             raise _Refused(f"nests objects more than {MAX_DEPTH} levels deep")
         return [depth, max((c[1] for c in children), default=0), name]
 
-    def merge(into: list, children: list[list]) -> None:
-        """Put ``children`` into the container ``into`` (APPEND, SETITEMS, BUILD, ...)."""
+    def merge(self, children: list[list]) -> None:
+        """Put ``children`` into the container on top (APPEND, SETITEMS, BUILD, ...)."""
+        into = self.top()
         if children:
-            grown = new(children)
+            grown = self.new(children)
             into[0] = max(into[0], grown[0])
             into[1] = max(into[1], grown[1])
 
-    def call(func: list, args: list, what: str) -> list:
-        if args[1] > int_limit:
+    def call(self, func: list, args: list, what: str) -> list:
+        if args[1] > self.int_limit:
             name = f" {func[2]}" if func[2] else ""
             raise _Refused(f"asks to build an object ({what}{name}) from the number {args[1]}, "
                            "far larger than the file")
-        cell = new([args])
+        cell = self.new([args])
         cell[1] = 0  # the count was consumed by the call
         return cell
 
-    for op, arg, _ in pickletools.genops(stream):
-        name = op.name
-        if name == "STOP":
-            break
+    def structure(self, name: str, arg) -> bool:
+        """Memo, marks and containers; False when ``name`` is none of those."""
         if name in ("PUT", "BINPUT", "LONG_BINPUT", "MEMOIZE"):
-            if not stack:
-                raise _Damaged
-            memo[len(memo) if name == "MEMOIZE" else arg] = stack[-1]
+            self.memo[len(self.memo) if name == "MEMOIZE" else arg] = self.top()
         elif name in _NO_STACK:
-            continue
+            pass
         elif name == "MARK":
-            marks.append(len(stack))
+            self.marks.append(len(self.stack))
         elif name in _CONTAINERS:
-            stack.append([1, 0, None])
+            self.stack.append([1, 0, None])
         elif name in _MARK_BUILDERS:
-            items = pop_mark()
-            stack.append(new(items, arg if name == "INST" else None))
+            items = self.pop_mark()
+            self.stack.append(self.new(items, arg if name == "INST" else None))
         elif name in ("TUPLE1", "TUPLE2", "TUPLE3"):
-            n = int(name[-1])
-            items = [pop() for _ in range(n)][::-1]
-            stack.append(new(items))
+            items = [self.pop() for _ in range(int(name[-1]))][::-1]
+            self.stack.append(self.new(items))
         elif name in ("APPEND", "BUILD"):
-            value = pop()
-            if not stack:
-                raise _Damaged
-            merge(stack[-1], [value])
+            self.merge([self.pop()])
         elif name == "SETITEM":
-            value, key = pop(), pop()
-            if not stack:
-                raise _Damaged
-            merge(stack[-1], [key, value])
+            value, key = self.pop(), self.pop()
+            self.merge([key, value])
         elif name in _MARK_EXTENDERS:
-            items = pop_mark()
-            if not stack:
-                raise _Damaged
-            merge(stack[-1], items)
-        elif name == "GLOBAL":
-            stack.append([0, 0, str(arg).replace(" ", ".")])
+            self.merge(self.pop_mark())
+        else:
+            return False
+        return True
+
+    def objects(self, name: str, arg) -> None:
+        """Globals, calls, references and leaves."""
+        if name == "GLOBAL":
+            self.stack.append([0, 0, str(arg).replace(" ", ".")])
         elif name == "STACK_GLOBAL":
-            attr, module = pop(), pop()
-            stack.append([0, 0, f"{module[2]}.{attr[2]}"])
+            attr, module = self.pop(), self.pop()
+            self.stack.append([0, 0, f"{module[2]}.{attr[2]}"])
         elif name == "REDUCE":
-            args, func = pop(), pop()
-            stack.append(call(func, args, "call"))
+            args, func = self.pop(), self.pop()
+            self.stack.append(self.call(func, args, "call"))
         elif name == "NEWOBJ":
-            args, cls = pop(), pop()
-            stack.append(call(cls, args, "new"))
+            args, cls = self.pop(), self.pop()
+            self.stack.append(self.call(cls, args, "new"))
         elif name == "NEWOBJ_EX":
-            kwargs, args, cls = pop(), pop(), pop()
-            stack.append(call(cls, new([args, kwargs]), "new"))
+            kwargs, args, cls = self.pop(), self.pop(), self.pop()
+            self.stack.append(self.call(cls, self.new([args, kwargs]), "new"))
         elif name == "BINPERSID":
-            pid = pop()
-            stack.append(call([0, 0, "storage"], pid, "tensor storage"))
+            self.stack.append(self.call([0, 0, "storage"], self.pop(), "tensor storage"))
         elif name == "PERSID":
-            stack.append([1, 0, None])
+            self.stack.append([1, 0, None])
         elif name in ("GET", "BINGET", "LONG_BINGET"):
-            if arg not in memo:
+            if arg not in self.memo:
                 raise _Damaged
-            stack.append(memo[arg])
+            self.stack.append(self.memo[arg])
         elif name == "POP":
-            pop()
+            self.pop()
         elif name == "POP_MARK":
-            pop_mark()
+            self.pop_mark()
         elif name == "DUP":
-            if not stack:
-                raise _Damaged
-            stack.append(stack[-1])
+            self.stack.append(self.top())
         elif isinstance(arg, int) and not isinstance(arg, bool):
-            stack.append([0, abs(arg), None])
+            self.stack.append([0, abs(arg), None])
         else:  # strings, bytes, floats, None, booleans, extension codes, buffers
-            stack.append([0, 0, arg if isinstance(arg, str) else None])
-    else:
-        raise _Damaged  # no STOP
+            self.stack.append([0, 0, arg if isinstance(arg, str) else None])
 
 
 def scan_pickle(path: Path, *, file_size: int, member: bytes | None = None, count: int = 1) -> None:

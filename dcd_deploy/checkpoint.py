@@ -32,11 +32,12 @@ from ._atomic import atomic_output
 from ._limits import check_config
 from ._safe_pickle import check_regular_file, check_zip, scan_pickle
 from .errors import CheckpointError, StateDictMismatchError, UnsafeCheckpointError
+from .models import authors
+from .state_dict import first_line as _first_line, listing as _listing
+from .state_dict import load_weights, save_atomic, strip_module_prefix  # noqa: F401  (public here too)
 
 FORMAT = "dcd-deploy"
 FORMAT_VERSION = 1
-#: Keys an error message names before "...".
-MAX_LISTED = 3
 #: torch's legacy (pre-zip) format is five pickles followed by raw storage bytes.
 LEGACY_PICKLES = 5
 
@@ -100,9 +101,6 @@ def load_checkpoint(path: str | os.PathLike, *, arch: str | None = None, trust_c
         StateDictMismatchError: the weights do not fit the architecture.
         UnknownModelError: the architecture is unknown.
     """
-    # authors imports load_weights from this module, so it is imported here, not at the top.
-    from .models import authors
-
     path = Path(path)
     state_dict, file_arch, config, ours = _unpack(_read(path, trust_checkpoint), path)
     state_dict = strip_module_prefix(state_dict)
@@ -123,64 +121,6 @@ def load_checkpoint(path: str | os.PathLike, *, arch: str | None = None, trust_c
     # Plain state dicts may come from the authors' code with a zoo name given.
     load_weights(model, state_dict if ours else authors.to_zoo_layout(state_dict))
     return model
-
-
-def load_weights(model: nn.Module, state_dict: Mapping[str, torch.Tensor]) -> None:
-    """Load ``state_dict`` into ``model`` strictly, checking every key and shape first.
-
-    Raises:
-        StateDictMismatchError: keys are missing, unexpected or mis-shaped (the message
-            counts each kind and names a few).
-    """
-    expected = model.state_dict()
-    state_dict = dict(state_dict)
-    for key, value in expected.items():
-        # BatchNorm's step counter is newer than some files and matters only in training.
-        if key.endswith("num_batches_tracked") and key not in state_dict:
-            state_dict[key] = value
-    missing = [k for k in expected if k not in state_dict]
-    unexpected = [k for k in state_dict if k not in expected]
-    misshaped = [f"{k}: checkpoint {tuple(v.shape)} vs model {tuple(expected[k].shape)}"
-                 for k, v in state_dict.items() if k in expected and v.shape != expected[k].shape]
-    parts = [f"{len(keys)} {label} ({_listing(keys)})"
-             for label, keys in (("missing", missing), ("unexpected", unexpected), ("mis-shaped", misshaped))
-             if keys]
-    if parts:
-        label = getattr(model, "arch", type(model).__name__)
-        raise StateDictMismatchError(f"the checkpoint does not fit {label}: {', '.join(parts)}")
-    model.load_state_dict(state_dict, strict=True)
-
-
-def strip_module_prefix(state_dict: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Drop the ``module.`` prefixes DataParallel (possibly nested) puts on every key."""
-    out = {}
-    for key, value in state_dict.items():
-        while key.startswith("module."):
-            key = key[len("module."):]
-        out[key] = value
-    return out
-
-
-def save_atomic(obj, path: str | os.PathLike) -> Path:
-    """``torch.save`` to a temporary file beside ``path``, then rename it over ``path``.
-
-    A crash or a full disk mid-write leaves no partial file and any previous one intact.
-
-    Returns:
-        ``path`` as a :class:`~pathlib.Path`.
-
-    Raises:
-        CheckpointError: ``path`` cannot be written.
-    """
-    path = Path(path)
-    try:
-        with atomic_output(path, error=CheckpointError) as tmp, open(tmp, "wb") as f:
-            torch.save(obj, f)
-            f.flush()
-            os.fsync(f.fileno())
-    except (OSError, RuntimeError) as exc:  # torch's writer reports a full disk as RuntimeError
-        raise CheckpointError(f"cannot write {path}: {_first_line(exc)}") from exc
-    return path
 
 
 def _plain(value, where: str):
@@ -348,15 +288,6 @@ def _arch_conflict(path: Path, found: str, given: str) -> CheckpointError:
                            "leave --arch out or name the matching architecture")
 
 
-def _listing(items: list[str]) -> str:
-    return ", ".join(items[:MAX_LISTED]) + (", ..." if len(items) > MAX_LISTED else "")
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
-
-
 def resolve_model(spec: str, *, arch: str | None = None, trust_checkpoint: bool = False,
                   seed: int | None = 0, input_size: int = 224) -> nn.Module:
     """A MODEL argument as the commands take it: a checkpoint path or a zoo name.
@@ -374,7 +305,7 @@ def resolve_model(spec: str, *, arch: str | None = None, trust_checkpoint: bool 
     """
     from .models import create_model, is_model, pseudo_train
     from ._threads import preparation_threads
-    from .models._registry import check_input_size, closest_models
+    from .models import check_input_size, closest_models
 
     path = Path(spec)
     if path.exists() or not is_model(spec):

@@ -480,7 +480,7 @@ def compare_with_paper(*, rows: Iterable[PaperRow] = PAPER_ROWS,
 def complexity_document(checks: Sequence["PaperCheck"], *, input_size: int) -> dict:
     """The ``--complexity --json`` document: schema, version, the input size counted at and
     one record per paper row (:meth:`PaperCheck.to_record`)."""
-    from .. import __version__
+    from .._version import __version__
 
     return {"schema": SCHEMA, "version": __version__, "input_size": input_size,
             "records": [c.to_record() for c in checks]}

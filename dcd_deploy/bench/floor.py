@@ -147,7 +147,7 @@ class FloorResult:
         return bool(self.records)
 
     def to_dict(self) -> dict:
-        from .. import __version__
+        from .._version import __version__
 
         return {"schema": SCHEMA, "version": __version__, "threads": self.threads,
                 "input_size": self.input_size, "settings": dict(self.settings),

@@ -23,7 +23,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Sequence
 
-from .. import __version__
+from .._version import __version__
 from ..errors import DCDDeployError
 from ._machine import MachineInfo, machine_info
 from ._timing import set_threads

@@ -67,7 +67,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from .. import __version__
+from .._version import __version__
 from ..errors import DCDDeployError
 from . import _stats
 from ._machine import MachineInfo, machine_info

@@ -22,7 +22,7 @@ from collections.abc import Mapping
 import torch
 from torch import nn
 
-from ..checkpoint import load_weights, save_atomic, strip_module_prefix
+from ..state_dict import load_weights, save_atomic, strip_module_prefix
 from ..errors import CheckpointError, StateDictMismatchError
 from ._factory import LayerSpec
 from ._registry import create_model, is_model
