@@ -67,9 +67,13 @@ def user_inputs(arch):
         4, 3, size, size, generator=torch.Generator().manual_seed(3))
 
 
+#: Every (model, tamper) that applies: Φ exists in DCD layers only.
+FILE_CASES = [(arch, tamper) for arch in FILE_TAMPER_MODELS for tamper in TAMPERS
+              if tamper != "transpose_phi" or arch.endswith("_dcd")]
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("arch", FILE_TAMPER_MODELS)
-@pytest.mark.parametrize("tamper", list(TAMPERS))
+@pytest.mark.parametrize("arch, tamper", FILE_CASES)
 def test_tampered_onnx_file_fails(tmp_path, correct, arch, tamper):
     model, good = correct(arch)
     proto = onnx.load(str(good))
