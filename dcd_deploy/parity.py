@@ -56,6 +56,8 @@ DEFAULT_RTOL = 1e-3
 DEFAULT_K = 10.0
 #: ONNX Runtime graph optimisation levels compared (name -> GraphOptimizationLevel attr).
 LEVELS = {"disabled": "ORT_DISABLE_ALL", "all": "ORT_ENABLE_ALL"}
+#: Version of the layout of :meth:`ParityReport.to_dict` (``dcd-validate --json``).
+SCHEMA = "dcd-validate.parity/1"
 #: Inputs per float64 reference batch (bounds the copy's activation memory).
 REFERENCE_CHUNK = 8
 
@@ -169,7 +171,10 @@ class ParityReport:
         return "\n".join(lines)
 
     def to_dict(self) -> dict:
-        d = asdict(self)
+        """The JSON document of ``dcd-validate --json`` (schema :data:`SCHEMA`)."""
+        from ._version import __version__
+
+        d = {"schema": SCHEMA, "version": __version__, **asdict(self)}
         d["passed"] = bool(self)
         d["ill_conditioned"] = self.ill_conditioned
         d["torch_fp32_rel"] = self.torch_fp32_rel

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import click
 
 from .._threads import preparation_threads
@@ -73,12 +75,16 @@ def main(model, output, input_size, batch, opset, mode, strategy, no_simplify, n
         input_size = inputs.shape[2]
     input_size = DEFAULT_INPUT_SIZE if input_size is None else input_size
     check_parity_budget(input_size=input_size, batch_sizes=(batch or 2,), n_inputs=8)
+    progress = None if quiet else click.echo  # on stdout with the report: stderr is for the Error line
+    started = time.perf_counter()
     net = resolve_model(model, arch=arch, trust_checkpoint=trust_checkpoint, seed=seed, input_size=input_size)
+    if progress is not None:
+        progress(f"[load] {time.perf_counter() - started:.1f} s")
     try:
         with preparation_threads():  # 3-5 s instead of 25-40 s on a busy 2-core machine
             result = export_onnx(net, output, input_size=input_size, batch=batch, opset=opset,
                                  simplify=not no_simplify, mode=mode, check=not no_check, strategy=strategy,
-                                 parity_inputs=inputs)
+                                 parity_inputs=inputs, progress=progress)
     except ParityError as exc:
         if exc.report is None:  # the model itself is broken (NaN outputs): nothing to tabulate
             raise
@@ -88,9 +94,10 @@ def main(model, output, input_size, batch, opset, mode, strategy, no_simplify, n
     params = sum(p.numel() for p in net.parameters())
     ops = ", ".join(f"{k} {v}" for k, v in result.op_histogram.items())
     forms = list(result.strategies.values())
-    click.echo(f"wrote {result.path} ({result.size_bytes / 1e6:.1f} MB) in {result.seconds:.1f} s")
+    click.echo(f"wrote {result.path} ({result.size_bytes / 1e6:.1f} MB) in {time.perf_counter() - started:.1f} s")
     if json_path is not None:
-        write_json_atomic(json_path, result.to_dict())
+        write_json_atomic(json_path, {**result.to_dict(), "model": model,
+                                      "parity_inputs": None if inputs_path is None else str(inputs_path)})
     if quiet:
         return
     click.echo(f"  model    {getattr(net, 'arch', type(net).__name__)}: {params / 1e6:.2f}M params, "

@@ -59,7 +59,8 @@ def main(model, onnx_path, batch_sizes, n_inputs, inputs_path, atol, rtol, json_
     click.echo(report.table())
     click.echo(report.summary())
     if json_path is not None:
-        write_json_atomic(json_path, report.to_dict())
+        write_json_atomic(json_path, {**report.to_dict(), "model": model,
+                                      "inputs": None if inputs_path is None else str(inputs_path)})
     if not report:
         raise parity_failure(report)
 

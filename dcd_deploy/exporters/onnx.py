@@ -16,6 +16,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import onnx
 import torch
@@ -34,6 +35,8 @@ from .lowering import to_deploy
 DEFAULT_OPSET = 17
 MIN_OPSET = 13  # Unsqueeze/ReduceSum take axes as inputs from 13 on
 MODES = ("standard", "function")
+#: Version of the layout of :meth:`ExportResult.to_dict` (``dcd-export --json``).
+EXPORT_SCHEMA = "dcd-export.report/1"
 #: Ops an exported graph may contain (docs/design.md#deploy-form).
 ALLOWED_OPS = frozenset({
     "Conv", "Gemm", "MatMul", "Mul", "Add", "Sub", "Div", "Relu", "Clip", "HardSigmoid", "Sigmoid",
@@ -68,8 +71,10 @@ class ExportResult:
         return self.parity is None or bool(self.parity)
 
     def to_dict(self) -> dict:
-        d = {k: v for k, v in self.__dict__.items() if k != "parity"}
-        d["path"] = str(self.path)
+        """The JSON document of ``dcd-export --json`` (schema :data:`EXPORT_SCHEMA`)."""
+        d = {"schema": EXPORT_SCHEMA, "version": __version__}
+        d.update((k, v) for k, v in self.__dict__.items() if k != "parity")
+        d["path"] = d["onnx_path"] = str(self.path)
         d["parity"] = self.parity.to_dict() if self.parity is not None else None
         return d
 
@@ -77,7 +82,8 @@ class ExportResult:
 def export_onnx(model: nn.Module, path, *, input_size: int = 224, batch: int | None = None,
                 opset: int | None = None, simplify: bool = True, mode: str = "standard",
                 check: bool = True, strategy: str = "auto", parity_batch_sizes=(1, 2),
-                parity_inputs: torch.Tensor | None = None) -> ExportResult:
+                parity_inputs: torch.Tensor | None = None,
+                progress: Callable[[str], None] | None = None) -> ExportResult:
     """Export ``model`` to ONNX in deploy form; the file appears only if all succeeded.
 
     Args:
@@ -95,6 +101,8 @@ def export_onnx(model: nn.Module, path, *, input_size: int = 224, batch: int | N
         parity_batch_sizes: batch sizes the parity check runs (a fixed ``batch`` overrides).
         parity_inputs: the check's inputs, (N, 3, input_size, input_size), instead of the
             built-in synthetic images (see :func:`~dcd_deploy.check_parity`).
+        progress: called with one line per finished stage (``[lower] 0.4 s``, ``[emit]``,
+            ``[simplify]``, ``[write]``, ``[check]``).
 
     Raises:
         ExportError: bad arguments, an unwritable path, or a layer that cannot be lowered.
@@ -117,12 +125,16 @@ def export_onnx(model: nn.Module, path, *, input_size: int = 224, batch: int | N
     path = Path(path)
     check_output_path(path, error=ExportError)
 
+    stage = _Stages(progress)
     deploy = to_deploy(model, strategy=strategy, input_size=input_size)
+    stage("lower")
     proto = build_onnx(deploy, input_size=input_size, batch=batch, opset=opset, mode=mode,
                        arch=getattr(model, "arch", type(model).__name__))
+    stage("emit")
     simplified = False
     if simplify and mode == "standard":
         proto, simplified = _simplify(proto)
+        stage("simplify")
     onnx.checker.check_model(proto, full_check=True)
     bad = sorted({n.op_type for n in proto.graph.node if n.domain in ("", "ai.onnx")} - ALLOWED_OPS)
     if bad:  # a lowering bug, not a user error
@@ -130,6 +142,7 @@ def export_onnx(model: nn.Module, path, *, input_size: int = 224, batch: int | N
 
     with atomic_output(path, error=ExportError) as tmp:
         onnx.save(proto, tmp)
+        stage("write")
         report = None
         if check:
             from ..parity import check_parity
@@ -137,6 +150,7 @@ def export_onnx(model: nn.Module, path, *, input_size: int = 224, batch: int | N
             sizes = (batch,) if batch is not None else tuple(parity_batch_sizes)
             report = check_parity(model, tmp, batch_sizes=sizes, inputs=parity_inputs)
             report.onnx_path = str(path)  # the file the user gets, not its temporary name
+            stage("check")
             if not report:
                 raise ParityError(f"parity check failed: {report.summary()}", report)
     hist = Counter(_op_name(n) for n in proto.graph.node)
@@ -145,6 +159,19 @@ def export_onnx(model: nn.Module, path, *, input_size: int = 224, batch: int | N
         opset=opset, mode=mode, num_nodes=len(proto.graph.node), op_histogram=dict(hist.most_common()),
         size_bytes=path.stat().st_size, seconds=time.perf_counter() - start, simplified=simplified,
         strategies=dict(getattr(deploy, "strategies", {})), parity=report)
+
+
+class _Stages:
+    """Reports each finished stage of an export with its own duration."""
+
+    def __init__(self, progress: Callable[[str], None] | None):
+        self.progress, self.last = progress, time.perf_counter()
+
+    def __call__(self, name: str) -> None:
+        now = time.perf_counter()
+        if self.progress is not None:
+            self.progress(f"[{name}] {now - self.last:.1f} s")
+        self.last = now
 
 
 def _op_name(node: onnx.NodeProto) -> str:

@@ -90,7 +90,7 @@ def _init_weights(model: nn.Module) -> None:
     that DCD heads start at zero so an untrained model is finite in eval mode."""
     import math
 
-    from ..layers.dcd import _DCDBase
+    from ..layers import DCDConv2d, DCDLinear
 
     for m in model.modules():
         if isinstance(m, nn.Conv2d):
@@ -106,7 +106,7 @@ def _init_weights(model: nn.Module) -> None:
             if m.bias is not None:
                 nn.init.zeros_(m.bias)
     for m in model.modules():
-        if isinstance(m, _DCDBase):
+        if isinstance(m, (DCDConv2d, DCDLinear)):
             m.zero_dynamic_heads()
 
 

@@ -70,7 +70,9 @@ def test_export_parity_failure_keeps_its_error_line_when_quiet(tmp_path, monkeyp
     result = run(export_main, ["mobilenetv2_035", "--input-size", 32, "-o", tmp_path / "m.onnx"]
                  + (["-q"] if quiet else []))
     assert result.exit_code == 1
-    assert result.stdout == ""
+    # stdout has at most the progress of the stages that finished (none with -q)
+    assert all(line.startswith("[") for line in result.stdout.splitlines())
+    assert (result.stdout == "") is quiet
     lines = result.stderr.splitlines()
     assert lines[-1] == "Error: parity check failed: FAIL: max abs 1"
     assert ("PARITY TABLE" in lines) is not quiet

@@ -320,3 +320,29 @@ def test_validate_refuses_every_tampered_file_of_a_release_checkpoint(tmp_path):
             result = run(validate_main, [ckpt, bad, "--batch-sizes", "2", *extra])
             assert result.exit_code == 1, (name, extra, result.output)
             assert result.stderr.startswith("Error: parity check failed: FAIL"), result.stderr
+
+
+def test_json_documents_carry_schema_version_and_inputs(exported, tmp_path):
+    import dcd_deploy
+
+    _, out, report = exported
+    data = json.loads(report.read_text(encoding="utf-8"))
+    assert data["schema"] == "dcd-export.report/1" and data["version"] == dcd_deploy.__version__
+    assert data["onnx_path"] == str(out) and data["model"] == MODEL and data["parity_inputs"] is None
+    assert data["parity"]["schema"] == "dcd-validate.parity/1"
+    result = run(validate_main, [MODEL, out, "--batch-sizes", "1", "--json", tmp_path / "v.json"])
+    assert result.exit_code == 0, result.output
+    val = json.loads((tmp_path / "v.json").read_text(encoding="utf-8"))
+    assert val["schema"] == "dcd-validate.parity/1" and val["version"] == dcd_deploy.__version__
+    assert val["onnx_path"] == str(out) and val["model"] == MODEL and val["inputs"] is None
+
+
+def test_export_reports_each_stage_unless_quiet(tmp_path):
+    result = run(export_main, [MODEL, "--input-size", SIZE, "-o", tmp_path / "m.onnx"])
+    assert result.exit_code == 0, result.output
+    lines = [line for line in result.stdout.splitlines() if line.startswith("[")]
+    assert [line.split()[0] for line in lines] == ["[load]", "[lower]", "[emit]", "[simplify]", "[write]", "[check]"]
+    assert all(re.fullmatch(r"\[\w+\] \d+\.\d s", line) for line in lines)
+    assert result.stderr == ""
+    quiet = run(export_main, [MODEL, "--input-size", SIZE, "-o", tmp_path / "q.onnx", "-q"])
+    assert quiet.exit_code == 0 and not any(line.startswith("[") for line in quiet.stdout.splitlines())
