@@ -453,26 +453,37 @@ def check_row(row: PaperRow, complexity: Complexity) -> PaperCheck:
 
 def compare_with_paper(*, rows: Iterable[PaperRow] = PAPER_ROWS,
                        input_size: int = DEFAULT_INPUT_SIZE,
-                       create: Callable[..., nn.Module] | None = None) -> list[PaperCheck]:
+                       create: Callable[..., nn.Module] | None = None,
+                       progress: Callable[[str], None] | None = None) -> list[PaperCheck]:
     """Count every model of ``rows`` (each distinct one built once, on meta) and check it.
 
     Args:
         rows: paper rows; default every row of Tables 1-4.
         input_size: side of the square input (the paper's figures are for 224).
         create: model factory, default :func:`dcd_deploy.create_model`.
+        progress: called with one line per model counted (``[count] 3/35 resnet18_dcd``).
 
     Returns:
         One :class:`PaperCheck` per row, in order.
     """
+    import time
+
     create = create or create_model
+    rows = list(rows)
+    distinct = len({(r.model, tuple(sorted(r.kwargs.items()))) for r in rows})
     counted: dict[tuple, Complexity] = {}
     checks = []
+    started = time.perf_counter()
     for row in rows:
         key = (row.model, tuple(sorted(row.kwargs.items())))
         if key not in counted:
             with torch.device("meta"):  # no weights drawn, no memory, global RNG untouched
                 model = create(row.model, **row.kwargs)
             counted[key] = count_complexity(model, input_size=input_size)
+            if progress is not None:
+                config = " ".join(f"{k}={v}" for k, v in key[1])
+                progress(f"[count] {len(counted)}/{distinct} {row.model}{' ' + config if config else ''} "
+                         f"({time.perf_counter() - started:.0f} s)")
         checks.append(check_row(row, counted[key]))
     return checks
 

@@ -264,7 +264,7 @@ def run_complexity(*, json_path: Path | None, input_size: int, echo: _Echo | Non
 
     echo = echo or _Echo(to_stderr=False)
     _check_out_dir(json_path)
-    checks = compare_with_paper(input_size=input_size)
+    checks = compare_with_paper(input_size=input_size, progress=echo.progress)
     if input_size != PAPER_INPUT_SIZE:
         echo(f"note: counted at {input_size}x{input_size}; the paper's figures are for "
              f"{PAPER_INPUT_SIZE}x{PAPER_INPUT_SIZE}, so deviations are not meaningful\n")

@@ -46,6 +46,15 @@ def test_complexity_json_has_one_record_per_paper_row(complexity_run):
     assert not list(out.parent.glob(".*.tmp"))  # the atomic write left no temp file
 
 
+def test_complexity_reports_each_model_counted_on_stderr(complexity_run):
+    result, _ = complexity_run
+    counts = [line for line in result.stderr.splitlines() if line.startswith("[count] ")]
+    distinct = {(p.model, tuple(sorted(p.kwargs.items()))) for p in PAPER_ROWS}
+    assert len(counts) == len(distinct)
+    assert counts[-1].startswith(f"[count] {len(distinct)}/{len(distinct)} ")
+    assert not any(line.startswith("[count]") for line in result.stdout.splitlines())
+
+
 def test_static_rows_within_tolerance(complexity_run):
     _, out = complexity_run
     records = json.loads(out.read_text(encoding="utf-8"))["records"]
@@ -93,8 +102,10 @@ def test_latency_options_with_complexity_are_a_usage_error():
 def test_unsupported_input_size_is_one_error_line():
     result = CliRunner().invoke(main, ["--complexity", "--input-size", "160"])
     assert result.exit_code == 1
-    assert result.stderr.startswith("Error: input size 160")
-    assert len(result.stderr.strip().splitlines()) == 1
+    lines = result.stderr.strip().splitlines()
+    # the progress of the models counted before the failing one, then one Error line
+    assert lines[-1].startswith("Error: input size 160")
+    assert all(line.startswith("[count] ") for line in lines[:-1])
     assert "Traceback" not in result.output
 
 
