@@ -446,15 +446,3 @@ def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> None:
             tmp.write_bytes(data)
         except OSError as exc:
             raise DCDDeployError(f"cannot write {path}: {exc.strerror or exc}") from None
-
-
-def write_text_atomic(path: str | os.PathLike, text: str) -> None:
-    write_bytes_atomic(path, text.encode("utf-8"))
-
-
-def write_markdown(result: BenchResult, path: str | os.PathLike) -> None:
-    write_text_atomic(path, to_markdown(result))
-
-
-def write_plot(result: BenchResult, path: str | os.PathLike) -> None:
-    write_bytes_atomic(path, render_plot(result))

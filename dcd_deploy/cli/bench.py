@@ -230,6 +230,18 @@ def _check_out_dir(*paths: Path | None, models: str | None = None) -> None:
     check_outputs(outputs=files, inputs=_csv(models) or ())
 
 
+def _write_outputs(echo: _Echo, json_path: Path | None, document: dict, files) -> None:
+    """Write the JSON document and each ``(path, render -> bytes)`` asked for, then say what was written."""
+    from ..bench.report import write_bytes_atomic
+
+    written = [] if json_path is None else [_write_json(json_path, document)]
+    for path, render in files:
+        if path is not None:
+            write_bytes_atomic(path, render())
+            written.append(str(path))
+    _wrote(echo, written)
+
+
 def _wrote(echo: _Echo, written: list[str | None]) -> None:
     names = [w for w in written if w]
     if names:
@@ -303,16 +315,9 @@ def run_latency(*, json_path: Path | None, input_size: int, echo: _Echo | None =
         echo("")
         for line in report.format_profile_table(result):
             echo(line)
-    written = []
-    if json_path is not None:
-        written.append(_write_json(json_path, result.to_dict()))
-    if markdown_path is not None:
-        report.write_markdown(result, markdown_path)
-        written.append(str(markdown_path))
-    if plot_path is not None:
-        report.write_plot(result, plot_path)
-        written.append(str(plot_path))
-    _wrote(echo, written)
+    _write_outputs(echo, json_path, result.to_dict(), [
+        (markdown_path, lambda: report.to_markdown(result).encode("utf-8")),
+        (plot_path, lambda: report.render_plot(result))])
 
 
 def run_frontier_cli(*, json_path: Path | None, input_size: int, echo: _Echo, models: str | None,
@@ -334,16 +339,9 @@ def run_frontier_cli(*, json_path: Path | None, input_size: int, echo: _Echo, mo
     echo("")
     for line in frontier_report.format_frontier_table(result):
         echo(line)
-    written = []
-    if json_path is not None:
-        written.append(_write_json(json_path, result.to_dict()))
-    if markdown_path is not None:
-        report.write_text_atomic(markdown_path, frontier_report.to_markdown(result))
-        written.append(str(markdown_path))
-    if plot_path is not None:
-        report.write_bytes_atomic(plot_path, frontier_report.render_plot(result))
-        written.append(str(plot_path))
-    _wrote(echo, written)
+    _write_outputs(echo, json_path, result.to_dict(), [
+        (markdown_path, lambda: frontier_report.to_markdown(result).encode("utf-8")),
+        (plot_path, lambda: frontier_report.render_plot(result))])
 
 
 def format_complexity_table(checks: list[PaperCheck]) -> list[str]:
