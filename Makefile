@@ -11,7 +11,7 @@ PLOT_STAMP := $(VENV)/.plot-installed
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -c constraints.txt -e '.[test]'
+	$(BIN)/python -m pip install -q -c constraints.txt -e '.[test,openvino]'
 	touch $(STAMP)
 
 $(PLOT_STAMP): $(STAMP)

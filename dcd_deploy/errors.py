@@ -51,3 +51,8 @@ class ParityError(DCDDeployError):
 
 class NonFiniteOutputError(ParityError):
     """The PyTorch model itself outputs NaN or Inf for finite inputs (a broken checkpoint)."""
+
+
+class ExtensionError(DCDDeployError):
+    """The OpenVINO extension cannot be built or loaded (no compiler, no openvino, a
+    failed compile): the standard-op path still works."""
