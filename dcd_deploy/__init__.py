@@ -2,8 +2,9 @@
 
 Public API: build (:func:`create_model`, :func:`list_models`), load and save
 (:func:`load_checkpoint`, :func:`save_checkpoint`), lower and export
-(:func:`to_deploy`, :func:`export_onnx`) and prove (:func:`check_parity`).
-Export and parity import ONNX Runtime lazily.
+(:func:`to_deploy`, :func:`export_onnx`), prove (:func:`check_parity`) and run fused
+kernels in OpenVINO (:func:`openvino_extension`). Export and parity import ONNX Runtime
+lazily; OpenVINO is optional.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from .models import create_model, list_models, pseudo_train
 
 __all__ = [
     "DCDDeployError", "__version__", "check_parity", "create_model", "export_onnx",
-    "list_models", "load_checkpoint", "pseudo_train", "save_checkpoint", "to_deploy",
+    "list_models", "load_checkpoint", "openvino_extension", "pseudo_train", "save_checkpoint", "to_deploy",
 ]
 
 
@@ -36,4 +37,8 @@ def __getattr__(name: str):
         from .parity import check_parity
 
         return check_parity
+    if name == "openvino_extension":
+        from .openvino import openvino_extension
+
+        return openvino_extension
     raise AttributeError(f"module 'dcd_deploy' has no attribute {name!r}")

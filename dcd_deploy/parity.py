@@ -3,7 +3,10 @@
 The reference is the original model (training form, eval mode), never the deploy form,
 so the check covers lowering, folding and emission together. ONNX Runtime runs the
 file twice, with graph optimisations disabled and fully enabled (its rewrites and
-layout changes are part of what ships).
+layout changes are part of what ships). With ``backends=("openvino",)`` (or both),
+OpenVINO's CPU plugin runs it once more, with this toolkit's fused kernels loaded when
+the file has ``dcd_deploy`` nodes (:mod:`dcd_deploy.openvino`); the verdict rules are
+the same for every runtime.
 
 The verdict is conditioning-aware. fp32 arithmetic is only as good as the model and its
 inputs let it be: a network fed far outside its working range amplifies rounding until
@@ -56,6 +59,8 @@ DEFAULT_RTOL = 1e-3
 DEFAULT_K = 10.0
 #: ONNX Runtime graph optimisation levels compared (name -> GraphOptimizationLevel attr).
 LEVELS = {"disabled": "ORT_DISABLE_ALL", "all": "ORT_ENABLE_ALL"}
+#: Runtimes :func:`check_parity` can run a file in.
+BACKENDS = ("onnxruntime", "openvino")
 #: Version of the layout of :meth:`ParityReport.to_dict` (``dcd-validate --json``).
 SCHEMA = "dcd-validate.parity/1"
 #: Inputs per float64 reference batch (bounds the copy's activation memory).
@@ -64,9 +69,10 @@ REFERENCE_CHUNK = 8
 
 @dataclass
 class ParityRow:
-    """One (optimisation level, batch size) comparison; errors are against the reference.
+    """One (runtime and optimisation level, batch size) comparison; errors are against the reference.
 
     Attributes:
+        optimization: ONNX Runtime's level (``disabled``, ``all``) or ``openvino``.
         max_abs: max |onnx - reference| over finite values (``err_onnx``).
         max_rel: ``max_abs / scale``.
         torch_fp32_abs: max |PyTorch fp32 - reference| (``err_torch``): what fp32
@@ -92,6 +98,7 @@ class ParityRow:
     nonfinite: int
     nonfinite_match: bool
     passed: bool
+    backend: str = "onnxruntime"
 
     @property
     def torch_fp32_rel(self) -> float:
@@ -162,7 +169,8 @@ class ParityReport:
 
     def table(self) -> str:
         """One line per row; errors are against the reference, 'torch fp32' is PyTorch's own."""
-        lines = [f"{'ORT opt':8s} {'batch':>5s} {'inputs':>6s} {'max abs':>10s} {'max rel':>10s} "
+        head = "ORT opt" if all(r.backend == "onnxruntime" for r in self.rows) else "runtime"
+        lines = [f"{head:8s} {'batch':>5s} {'inputs':>6s} {'max abs':>10s} {'max rel':>10s} "
                  f"{'torch fp32':>10s} {'tolerance':>10s} {'top-1':>6s} {'ok':>4s}"]
         for r in self.rows:
             lines.append(f"{r.optimization:8s} {r.batch_size:5d} {r.n_inputs:6d} {r.max_abs:10.3g} "
@@ -185,8 +193,8 @@ class ParityReport:
 
 def check_parity(model: nn.Module, onnx_path, *, batch_sizes=(1, 2), n_inputs: int = 8, seed: int = 0,
                  atol: float | None = None, rtol: float | None = None, k: float | None = None,
-                 inputs: torch.Tensor | None = None) -> ParityReport:
-    """Compare ``model`` (PyTorch, eval mode) with ``onnx_path`` run by ONNX Runtime.
+                 inputs: torch.Tensor | None = None, backends=("onnxruntime",)) -> ParityReport:
+    """Compare ``model`` (PyTorch, eval mode) with ``onnx_path`` run by ONNX Runtime (or OpenVINO).
 
     Args:
         model: the original model (not modified; a float64 copy serves as reference).
@@ -200,6 +208,9 @@ def check_parity(model: nn.Module, onnx_path, *, batch_sizes=(1, 2), n_inputs: i
             :data:`DEFAULT_K`).
         inputs: explicit (N, 3, S, S) inputs instead of synthetic ones; all of them are
             used, in whole batches of each size.
+        backends: runtimes to run the file in, of :data:`BACKENDS`: ``onnxruntime``
+            (optimisations off and on) and ``openvino`` (CPU plugin, fp32, one thread,
+            the fused-kernel extension loaded when the file needs it).
 
     Returns:
         A :class:`ParityReport`; it is falsy when any comparison failed.
@@ -207,16 +218,19 @@ def check_parity(model: nn.Module, onnx_path, *, batch_sizes=(1, 2), n_inputs: i
     Raises:
         NonFiniteOutputError: the PyTorch model outputs NaN or Inf for a finite input.
         ExportError: ONNX Runtime cannot load the file.
-        DCDDeployError: the file's input does not fit the check (batch, spatial size).
+        ExtensionError: OpenVINO or its extension is missing.
+        DCDDeployError: the file's input does not fit the check (batch, spatial size), or
+            OpenVINO cannot compile it.
     """
     atol = DEFAULT_ATOL if atol is None else float(atol)
     rtol = DEFAULT_RTOL if rtol is None else float(rtol)
     k = DEFAULT_K if k is None else float(k)
     onnx_path = Path(onnx_path)
-    sessions = _sessions(onnx_path)
-    spec = sessions["disabled"].get_inputs()[0]
-    fixed_batch = spec.shape[0] if isinstance(spec.shape[0], int) else None
-    size = spec.shape[2]
+    unknown = sorted(set(backends) - set(BACKENDS))
+    if unknown or not backends:
+        raise DCDDeployError(f"unknown parity backend {', '.join(unknown) or '(none)'}; expected {', '.join(BACKENDS)}")
+    runners = _runners(onnx_path, backends)
+    fixed_batch, size = _input_spec(onnx_path)
     if not isinstance(size, int):
         raise DCDDeployError(f"{onnx_path} has a dynamic spatial size; parity needs a fixed one")
     synthetic = inputs is None
@@ -237,25 +251,62 @@ def check_parity(model: nn.Module, onnx_path, *, batch_sizes=(1, 2), n_inputs: i
         with torch.no_grad():
             ref32 = np.concatenate([model(c).numpy() for c in chunks])
         _refuse_nonfinite(inputs[:used], ref32, ref64[:used])
-        for name, sess in sessions.items():
-            out = np.concatenate([sess.run(None, {spec.name: c.numpy()})[0] for c in chunks])
-            report.rows.append(_compare(ref64[:used], ref32, out, name, b, atol=atol, rtol=rtol, k=k))
+        for (backend, name), run in runners.items():
+            out = np.concatenate([run(c.numpy()) for c in chunks])
+            row = _compare(ref64[:used], ref32, out, name, b, atol=atol, rtol=rtol, k=k)
+            row.backend = backend
+            report.rows.append(row)
     return report
 
 
-def _sessions(onnx_path: Path) -> dict:
-    import onnxruntime as ort
+def _runners(onnx_path: Path, backends) -> dict:
+    """``{(backend, label): run(batch) -> output}`` for each runtime configuration."""
+    runners = {}
+    if "onnxruntime" in backends:
+        import onnxruntime as ort
 
-    sessions = {}
-    for name, level in LEVELS.items():
-        opts = ort.SessionOptions()
-        opts.graph_optimization_level = getattr(ort.GraphOptimizationLevel, level)
-        opts.intra_op_num_threads = opts.inter_op_num_threads = 1
+        for name, level in LEVELS.items():
+            opts = ort.SessionOptions()
+            opts.graph_optimization_level = getattr(ort.GraphOptimizationLevel, level)
+            opts.intra_op_num_threads = opts.inter_op_num_threads = 1
+            try:
+                sess = ort.InferenceSession(str(onnx_path), opts, providers=["CPUExecutionProvider"])
+            except Exception as exc:  # ORT raises its own exception types for unreadable files
+                raise ExportError(f"ONNX Runtime cannot load {onnx_path}: {str(exc).splitlines()[0]}") from exc
+            feed = sess.get_inputs()[0].name
+            runners["onnxruntime", name] = lambda c, sess=sess, feed=feed: sess.run(None, {feed: c})[0]
+    if "openvino" in backends:
+        runners["openvino", "openvino"] = _openvino_runner(onnx_path)
+    return runners
+
+
+def _openvino_runner(onnx_path: Path):
+    """OpenVINO CPU, one thread, fp32, compiled once per batch shape."""
+    from .openvino import compile_onnx
+
+    compiled = {}
+
+    def run(c: np.ndarray) -> np.ndarray:
+        if c.shape not in compiled:
+            compiled[c.shape] = compile_onnx(onnx_path, threads=1, input_shape=c.shape).create_infer_request()
         try:
-            sessions[name] = ort.InferenceSession(str(onnx_path), opts, providers=["CPUExecutionProvider"])
-        except Exception as exc:  # ORT raises its own exception types for unreadable files
-            raise ExportError(f"ONNX Runtime cannot load {onnx_path}: {str(exc).splitlines()[0]}") from exc
-    return sessions
+            return next(iter(compiled[c.shape].infer({0: c}).values()))
+        except RuntimeError as exc:  # OpenVINO's run-time failures (a kernel refusing its input)
+            first = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), type(exc).__name__)
+            raise DCDDeployError(f"OpenVINO failed running {onnx_path}: {first}") from None
+
+    return run
+
+
+def _input_spec(onnx_path: Path) -> tuple[int | None, int]:
+    """(fixed batch or None, spatial side) of the file's one image input."""
+    import onnx
+
+    proto = onnx.load(str(onnx_path), load_external_data=False)
+    weights = {t.name for t in proto.graph.initializer}
+    spec = next(i for i in proto.graph.input if i.name not in weights)
+    dims = [d.dim_value if d.HasField("dim_value") else None for d in spec.type.tensor_type.shape.dim]
+    return dims[0], dims[2]
 
 
 def _used(batch: int, available: int, n_inputs: int | None, fixed_batch: int | None, path: Path) -> int:

@@ -80,24 +80,22 @@ def ort_runner(path: Path, x: np.ndarray, threads: int):
     return run
 
 
-def openvino_runner(path: Path, x: np.ndarray, threads: int):
-    """``path`` compiled by OpenVINO for CPU: ``threads`` threads, one stream, latency hint, fp32.
+def openvino_runner(path: Path, x: np.ndarray, threads: int, *, perf_counters: bool = False):
+    """``path`` compiled by OpenVINO for CPU (:func:`dcd_deploy.openvino.compile_onnx`: N
+    threads, one stream, latency hint, fp32 pinned, the fused-kernel extension loaded when
+    the file has ``dcd_deploy`` nodes).
 
-    OpenVINO's CPU plugin defaults to bf16 where the CPU has any bf16 support (seen on
-    this AMD EPYC): logits off by up to 30% of their range and a time that is not an
-    fp32 time. Every backend here computes in fp32, so the precision is pinned.
+    Args:
+        perf_counters: compile with OpenVINO's per-layer counters on (``--profile``); the
+            call then returns the request, whose ``profiling_info`` covers its last run.
     """
-    import openvino as ov
+    from ..openvino import compile_onnx
 
-    core = ov.Core()
-    model = core.read_model(str(path))
-    model.reshape(list(x.shape))
-    compiled = core.compile_model(model, "CPU", {
-        "INFERENCE_NUM_THREADS": threads, "NUM_STREAMS": 1, "PERFORMANCE_HINT": "LATENCY",
-        "INFERENCE_PRECISION_HINT": "f32"})
+    compiled = compile_onnx(path, threads=threads, input_shape=x.shape, perf_counters=perf_counters)
     request = compiled.create_infer_request()
 
     def run():
-        return request.infer({0: x})
+        request.infer({0: x})
+        return request
 
     return run

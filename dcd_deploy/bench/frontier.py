@@ -204,7 +204,7 @@ def run_frontier(*, models: Sequence[str] | None = None, backend: str = DEFAULT_
     previous = set_threads(threads)
     try:
         machine = machine_info(threads=threads, batch=1, input_size=input_size,
-                               with_openvino="openvino" in backends)
+                               with_openvino=backends[0] in latency.OPENVINO_BACKENDS)
         built, failed = _build_rows(rows, input_size=input_size, seed=seed, progress=progress)
         x = torch.randn(1, 3, input_size, input_size, generator=torch.Generator().manual_seed(seed))
         with tempfile.TemporaryDirectory(prefix="dcd-frontier-") as tmp:
@@ -225,8 +225,10 @@ def run_frontier(*, models: Sequence[str] | None = None, backend: str = DEFAULT_
                 "warmup": timing["warmup"], "quick": quick, "seed": seed,
                 "frontier_rule": "per family: no other model at least as fast and at least as accurate, "
                                  "strictly better in one"}
-    if backends[0] in ("onnxruntime", "openvino"):
+    if backends[0] in ("onnxruntime", *latency.OPENVINO_BACKENDS):
         settings["onnx_export"] = dict(latency.ONNX_EXPORT)
+        if backends[0] == "openvino-fused":
+            settings["onnx_export"]["mode"] = "fused (DCD models), standard (others)"
     return FrontierResult(machine=machine, settings=settings, records=records, notes=notes)
 
 

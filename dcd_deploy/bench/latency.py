@@ -24,6 +24,9 @@ onnxruntime       the file :func:`~dcd_deploy.export_onnx` writes (strategy auto
                   standard mode, dynamic batch, onnxsim; exported without the parity
                   check into a temporary directory), CPU execution provider
 openvino          the same file compiled by OpenVINO for CPU (only if installed)
+openvino-fused    OpenVINO with this toolkit's fused DCD kernels (:mod:`dcd_deploy.openvino`):
+                  a DCD model exported with ``mode="fused"``, its static partner as for
+                  ``openvino`` (only if openvino is installed; builds the extension)
 ================  ===================================================================
 
 Why the deploy form under the paper's conditions: the paper's static baseline is a plain
@@ -80,7 +83,9 @@ from .paper import PAPER_LATENCY_MS, PAPER_LATENCY_SETUP
 SCHEMA = "dcd-bench.latency/2"
 #: The backend of the paper's conditions (eager PyTorch, deploy form, oneDNN off, one thread).
 PAPER_BACKEND = "torch-paper"
-BACKENDS = (PAPER_BACKEND, "torch", "torch-deploy", "onnxruntime", "openvino")
+BACKENDS = (PAPER_BACKEND, "torch", "torch-deploy", "onnxruntime", "openvino", "openvino-fused")
+#: Backends that run in OpenVINO (skipped, with a note, when it is not installed).
+OPENVINO_BACKENDS = ("openvino", "openvino-fused")
 #: The three steps of the default table: the paper's conditions, today's eager PyTorch
 #: (oneDNN on, same deploy form), ONNX Runtime. ``torch-paper`` only with one thread.
 DEFAULT_BACKENDS = (PAPER_BACKEND, "torch-deploy", "onnxruntime")
@@ -234,9 +239,9 @@ def _check_backends(backends: Sequence[str], notes: list[str], progress: Progres
                                  f"--threads 1, not {threads}")
         if b in out:
             continue
-        if b == "openvino" and importlib.util.find_spec("openvino") is None:
-            notes.append("openvino not installed, skipped")
-            progress("openvino not installed, skipped")
+        if b in OPENVINO_BACKENDS and importlib.util.find_spec("openvino") is None:
+            notes.append(f"openvino not installed, {b} skipped")
+            progress(f"openvino not installed, {b} skipped")
             continue
         out.append(b)
     if not out:
@@ -266,6 +271,15 @@ def _forms(strategies: Mapping[str, str] | None) -> dict[str, int] | None:
     for form in strategies.values():
         out[form] = out.get(form, 0) + 1
     return out
+
+
+def _record_forms(forms: Mapping, backend: str, name: str) -> dict[str, int] | None:
+    """The DCD layer forms of what ``backend`` ran for ``name``."""
+    if backend in ("onnxruntime", "openvino"):
+        return forms.get(("onnx", name))
+    if backend == "openvino-fused":
+        return forms.get(("fused", name), forms.get(("onnx", name)))
+    return forms.get((backend, name))
 
 
 def timing_settings(*, quick: bool, runs: int | None = None, min_time: float | None = None,
@@ -336,18 +350,27 @@ class _Prepared:
         self._onnx: dict[str, Path] = {}
         self._deploy: dict[str, Any] = {}
 
-    def exported(self, name: str) -> Path:
-        """``name`` exported as ``dcd-export`` would (once)."""
-        if name not in self._onnx:
+    def exported(self, name: str, mode: str = ONNX_EXPORT["mode"]) -> Path:
+        """``name`` exported as ``dcd-export --mode MODE`` would (once per mode)."""
+        if (name, mode) not in self._onnx:
             from ..exporters import export_onnx
 
             t0 = time.perf_counter()
-            res = export_onnx(self.built[name], Path(self.tmp) / f"{name}.onnx", input_size=self.input_size,
-                              batch=None, check=False, strategy=ONNX_EXPORT["strategy"], mode=ONNX_EXPORT["mode"])
-            self._onnx[name] = Path(res.path)
-            self.forms[("onnx", name)] = _forms(getattr(res, "strategies", None))
-            self.progress(f"[export] {name}: {time.perf_counter() - t0:.1f} s")
-        return self._onnx[name]
+            suffix = "" if mode == ONNX_EXPORT["mode"] else f".{mode}"
+            res = export_onnx(self.built[name], Path(self.tmp) / f"{name}{suffix}.onnx", input_size=self.input_size,
+                              batch=None, check=False, strategy=ONNX_EXPORT["strategy"], mode=mode)
+            self._onnx[name, mode] = Path(res.path)
+            self.forms[("onnx" if mode == ONNX_EXPORT["mode"] else mode, name)] = _forms(
+                getattr(res, "strategies", None))
+            self.progress(f"[export] {name}{' (' + mode + ')' if suffix else ''}: {time.perf_counter() - t0:.1f} s")
+        return self._onnx[name, mode]
+
+    def fused_or_standard(self, name: str) -> Path:
+        """The ``openvino-fused`` file: ``mode="fused"`` for a model with DCD layers, else standard."""
+        from ..layers.dcd import DCDConv2d
+
+        has_dcd = any(isinstance(m, DCDConv2d) for m in self.built[name].modules())
+        return self.exported(name, "fused" if has_dcd else ONNX_EXPORT["mode"])
 
     def deploy(self, name: str):
         """``name``'s deploy form (once; shared by torch-deploy and torch-paper)."""
@@ -371,11 +394,8 @@ class _Prepared:
         elif backend == "onnxruntime":
             self.runners[key] = ort_runner(self.exported(name), self.x_np, self.threads)
         else:
-            try:
-                self.runners[key] = openvino_runner(self.exported(name), self.x_np, self.threads)
-            except Exception as exc:  # OpenVINO's own error types; a user-facing failure
-                first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-                raise DCDDeployError(f"openvino cannot compile {name}: {first}") from exc
+            path = self.exported(name) if backend == "openvino" else self.fused_or_standard(name)
+            self.runners[key] = openvino_runner(path, self.x_np, self.threads)
 
 
 def _time_all(runners: Mapping, *, timing: dict, progress: Progress) -> dict:
@@ -489,7 +509,7 @@ def run_benchmark(models: Sequence[str] = DEFAULT_MODELS, *, backends: Sequence[
     previous_threads = set_threads(threads)
     try:
         machine = machine_info(threads=threads, batch=batch, input_size=input_size,
-                               with_openvino="openvino" in backends)
+                               with_openvino=bool(set(OPENVINO_BACKENDS) & set(backends)))
         entries, built, meta = _build(models, input_size=input_size, seed=seed,
                                       trust_checkpoint=trust_checkpoint, progress=progress)
         notes += _unpaired_notes(entries)
@@ -556,8 +576,7 @@ def _records(entries, backends, timings, meta, forms, *, cpu_time: bool = True,
                     std_ms=s.std, min_ms=s.min, max_ms=s.max,
                     first_run_ms=t.first_ms, n_runs=s.n, n_rounds=len(t.rounds), total_s=t.total_s,
                     paper_ms=paper_ms(e.model, e.variant), paper_ratio=paper_ratio(e.model, e.variant),
-                    dcd_forms=(forms.get(("onnx", e.name)) if backend in ("onnxruntime", "openvino")
-                               else forms.get((backend, e.name))),
+                    dcd_forms=_record_forms(forms, backend, e.name),
                 )
                 rec.paper_conditions = paper and backend == PAPER_BACKEND
                 if cpu_time and t.cpu_ms:

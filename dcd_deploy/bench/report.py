@@ -35,6 +35,9 @@ BACKEND_TITLES = {
     "torch-deploy": "today's eager PyTorch: the same deploy form, oneDNN on (convs several times faster)",
     "onnxruntime": "ONNX Runtime: the exported file, graph optimisations on (the fastest)",
     "openvino": "OpenVINO: the exported file compiled for CPU, fp32",
+    "openvino-fused": "OpenVINO with dcd-deploy's fused DCD kernels: the DCD model exported with "
+                      "--mode fused (one channels-last DCDPointwise node per 1x1 DCD layer), the static "
+                      "model as for openvino, fp32",
 }
 
 

@@ -124,7 +124,8 @@ def format_model_list() -> list[str]:
                    "by the architecture it holds). [default: mobilenetv2_050,mobilenetv2_050_dcd,"
                    "mobilenetv2_100,mobilenetv2_100_dcd; --frontier: all of Table 4]")
 @click.option("--backends", default=None, callback=_backends, metavar="B,...",
-              help="Some of torch-paper, torch, torch-deploy, onnxruntime, openvino (if installed). "
+              help="Some of torch-paper, torch, torch-deploy, onnxruntime, openvino, openvino-fused (the "
+                   "last two if openvino is installed; openvino-fused builds the extension). "
                    "[default: torch-paper,torch-deploy,onnxruntime (torch-paper with --threads 1 only); "
                    "--frontier: one backend, onnxruntime]")
 @click.option("--threads", type=click.IntRange(1, MAX_THREADS), default=1, show_default=True,

@@ -41,8 +41,10 @@ def _batch(value: str) -> int | None:
 @click.option("--batch", default="dynamic", show_default=True, metavar="N|dynamic",
               help=f"Fixed batch size (1-{MAX_BATCH}), or a dynamic batch axis.")
 @click.option("--opset", type=int, default=None, help="ONNX opset (13-17 and up; default 17).")
-@click.option("--mode", type=click.Choice(["standard", "function"]), default="standard", show_default=True,
-              help="'function': one dcd_deploy node per DCD layer (model-local functions).")
+@click.option("--mode", type=click.Choice(["standard", "function", "fused"]), default="standard", show_default=True,
+              help="'function': one dcd_deploy node per DCD layer (model-local functions); 'fused': "
+                   "channels-last DCDPointwise nodes for the OpenVINO extension (checked in ONNX Runtime "
+                   "and, when installed, OpenVINO).")
 @click.option("--strategy", type=click.Choice(["auto", "latent", "weight"]), default="auto", show_default=True,
               help="DCD layer form: latent path, per-sample weight, or per-layer cost model.")
 @click.option("--no-simplify", is_flag=True, help="Skip onnxsim.")

@@ -35,12 +35,15 @@ def _sizes(value: str) -> tuple[int, ...]:
 @inputs_option
 @click.option("--atol", type=float, default=None, help="Absolute tolerance (default 1e-5).")
 @click.option("--rtol", type=float, default=None, help="Tolerance relative to the output scale (default 1e-3).")
+@click.option("--backend", "backends", type=click.Choice(["onnxruntime", "openvino"]), multiple=True,
+              help="Runtime to check in (repeatable; default onnxruntime). 'openvino': the CPU plugin, "
+                   "fp32, with the fused-kernel extension loaded for a --mode fused file.")
 @click.option("--json", "json_path", type=OutputPath(), default=None,
               help="Also write the report as JSON.")
 @model_options
 @run_cli
-def main(model, onnx_path, batch_sizes, n_inputs, inputs_path, atol, rtol, json_path, arch, trust_checkpoint,
-         seed):
+def main(model, onnx_path, batch_sizes, n_inputs, inputs_path, atol, rtol, backends, json_path, arch,
+         trust_checkpoint, seed):
     """Check that ONNX computes what MODEL (checkpoint path or zoo name) computes."""
     from ..inputs import load_inputs
     from ..parity import check_parity
@@ -55,7 +58,7 @@ def main(model, onnx_path, batch_sizes, n_inputs, inputs_path, atol, rtol, json_
     net = resolve_model(model, arch=arch, trust_checkpoint=trust_checkpoint, seed=seed, input_size=input_size)
     with onnxruntime_errors(onnx_path), preparation_threads():
         report = check_parity(net, onnx_path, batch_sizes=sizes, n_inputs=n_inputs, atol=atol, rtol=rtol,
-                              inputs=inputs)
+                              inputs=inputs, backends=tuple(dict.fromkeys(backends)) or ("onnxruntime",))
     click.echo(report.table())
     click.echo(report.summary())
     if json_path is not None:

@@ -103,10 +103,20 @@ class FunctionScope(Scope):
         return formal
 
     def ints(self, hint: str, values) -> str:
+        return self.local(hint, values, np.int64)
+
+    def local(self, hint: str, value, dtype=np.float32) -> str:
+        """A small constant inside the body (a Constant node, not a function input)."""
         out = self._fresh()
-        tensor = numpy_helper.from_array(np.asarray(values, dtype=np.int64), out)
+        tensor = numpy_helper.from_array(np.asarray(value, dtype=dtype), out)
         self.body.append(helper.make_node("Constant", [], [out], value=tensor))
         return out
+
+    def input(self, formal: str, actual: str) -> str:
+        """A further activation input of the function (after ``x``, before the weights)."""
+        self.formals.append(formal)
+        self.actuals.append(actual)
+        return formal
 
     def _fresh(self) -> str:
         self._local += 1
@@ -117,23 +127,34 @@ class FunctionScope(Scope):
         self.body.append(helper.make_node(op_type, inputs, [out], domain=domain or None, **attrs))
         return out
 
-    def finish(self, out: str, kind: str) -> str:
-        """Register (or reuse) the function and emit its call in the main graph."""
+    def finish(self, out: str, kind: str, *, op_type: str | None = None, attrs: dict | None = None) -> str:
+        """Register (or reuse) the function and emit its call in the main graph.
+
+        Args:
+            out: the body's output name.
+            kind: the function's name; with ``op_type``, the prefix of its overload.
+            op_type: one op type for every body of a kind (the fused kernels' contract):
+                bodies then differ by their ONNX overload (IR 10), ``<kind>_<n>``.
+            attrs: node attributes, declared by the function (its body does not read them).
+        """
+        attrs = dict(attrs or {})
         body = [n.SerializeToString() for n in self.body]
-        key = (kind, len(self.formals), tuple(body), out)
+        key = (kind, op_type, tuple(sorted(attrs)), len(self.formals), tuple(body), out)
         fn = self.graph.functions.get(key)
         if fn is None:
-            fname = f"{kind}_{len(self.graph.functions)}"
+            suffix = f"{kind}_{len(self.graph.functions)}"
             renamed = [helper.make_node(n.op_type, list(n.input),
                                         ["y" if o == out else o for o in n.output], domain=n.domain or None)
                        for n in self.body]
             for src, dst in zip(self.body, renamed):
                 dst.attribute.extend(src.attribute)
             fn = helper.make_function(
-                DOMAIN, fname, self.formals, ["y"], renamed,
-                [helper.make_opsetid("", self.graph.opset)])
+                DOMAIN, op_type or suffix, self.formals, ["y"], renamed,
+                [helper.make_opsetid("", self.graph.opset)], attributes=sorted(attrs) or None,
+                overload=suffix if op_type else None)
             self.graph.functions[key] = fn
-        name = self.graph.unique(f"{self.path}/{fn.name}")
-        call = helper.make_node(fn.name, self.actuals, [name + ":0"], name=name, domain=DOMAIN)
+        name = self.graph.unique(f"{self.path}/{fn.overload or fn.name}")
+        call = helper.make_node(fn.name, self.actuals, [name + ":0"], name=name, domain=DOMAIN,
+                                overload=fn.overload or None, **attrs)
         self.graph.nodes.append(call)
         return name + ":0"

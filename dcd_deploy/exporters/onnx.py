@@ -7,6 +7,9 @@ batch baked into a Reshape (shapes use 0 = "copy the batch").
 
 ``mode="function"`` wraps every DCD layer in one node of domain ``dcd_deploy``
 defined as a model-local function whose body is the same standard ops.
+``mode="fused"`` writes what a fused kernel runs: one channels-last
+``dcd_deploy.DCDPointwise`` node per 1x1 DCD layer with its residual add and activation
+(:mod:`~dcd_deploy.exporters._fused`), also with a standard-op body.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from torch.fx.passes.shape_prop import ShapeProp
 from .._version import __version__
 from .._atomic import atomic_output, check_output_path
 from ..errors import ExportError, ParityError
+from . import _fused
 from ._builder import DOMAIN, DOMAIN_VERSION, FunctionScope, GraphBuilder, Scope
 from ._deploy_dcd import STRATEGIES, DeployDCD, adaptive_windows
 from ._fold import bn_affine
@@ -34,7 +38,7 @@ from .lowering import to_deploy
 
 DEFAULT_OPSET = 17
 MIN_OPSET = 13  # Unsqueeze/ReduceSum take axes as inputs from 13 on
-MODES = ("standard", "function")
+MODES = ("standard", "function", "fused")
 #: Version of the layout of :meth:`ExportResult.to_dict` (``dcd-export --json``).
 EXPORT_SCHEMA = "dcd-export.report/1"
 #: Ops an exported graph may contain (docs/design.md#deploy-form).
@@ -94,9 +98,13 @@ def export_onnx(model: nn.Module, path, *, input_size: int = 224, batch: int | N
         opset: default-domain opset, 13 up to the installed onnx's newest (default 17).
         simplify: run onnxsim on the graph and keep its result if its own numeric check
             passes (standard mode; onnxsim would inline the functions of function mode).
-        mode: ``standard`` or ``function`` (one ``dcd_deploy`` node per DCD layer).
+        mode: ``standard``, ``function`` (one ``dcd_deploy`` node per DCD layer) or
+            ``fused`` (channels-last ``DCDPointwise`` nodes for a fused kernel, e.g.
+            :func:`dcd_deploy.openvino_extension`; not simplified either).
         check: compare against PyTorch with :func:`~dcd_deploy.check_parity`; a failure
-            raises :class:`ParityError` and writes nothing.
+            raises :class:`ParityError` and writes nothing. A ``fused`` file is checked in
+            ONNX Runtime (its function bodies) and, when openvino is installed, in OpenVINO
+            with the fused kernels.
         strategy: DCD layer form, ``latent``, ``weight`` or ``auto``.
         parity_batch_sizes: batch sizes the parity check runs (a fixed ``batch`` overrides).
         parity_inputs: the check's inputs, (N, 3, input_size, input_size), instead of the
@@ -148,7 +156,8 @@ def export_onnx(model: nn.Module, path, *, input_size: int = 224, batch: int | N
             from ..parity import check_parity
 
             sizes = (batch,) if batch is not None else tuple(parity_batch_sizes)
-            report = check_parity(model, tmp, batch_sizes=sizes, inputs=parity_inputs)
+            report = check_parity(model, tmp, batch_sizes=sizes, inputs=parity_inputs,
+                                  backends=_parity_backends(mode))
             report.onnx_path = str(path)  # the file the user gets, not its temporary name
             stage("check")
             if not report:
@@ -159,6 +168,14 @@ def export_onnx(model: nn.Module, path, *, input_size: int = 224, batch: int | N
         opset=opset, mode=mode, num_nodes=len(proto.graph.node), op_histogram=dict(hist.most_common()),
         size_bytes=path.stat().st_size, seconds=time.perf_counter() - start, simplified=simplified,
         strategies=dict(getattr(deploy, "strategies", {})), parity=report)
+
+
+def _parity_backends(mode: str) -> tuple[str, ...]:
+    import importlib.util
+
+    if mode == "fused" and importlib.util.find_spec("openvino") is not None:
+        return ("onnxruntime", "openvino")
+    return ("onnxruntime",)
 
 
 class _Stages:
@@ -205,8 +222,18 @@ def build_onnx(deploy: torch.fx.GraphModule, *, input_size: int, batch: int | No
     modules = dict(deploy.named_modules())
     env: dict[str, str] = {}
     inputs, outputs = [], []
+    fused, folded = _fused.plan(deploy) if mode == "fused" else ({}, set())
+    layout = _fused.Layout(g)
     for node in deploy.graph.nodes:
-        if node.op == "placeholder":
+        if node.name in folded:  # emitted with its fused tail
+            continue
+        if node.name in fused:
+            spec = fused[node.name]
+            src = spec.dcd.args[0]
+            env[node.name] = _fused.emit(
+                g, layout, modules[spec.dcd.target], spec, _path(spec.dcd), env[src.name],
+                env[spec.residual.name] if spec.residual is not None else None, _shape(src))
+        elif node.op == "placeholder":
             env[node.name] = "input"
             inputs.append(helper.make_tensor_value_info(
                 "input", TensorProto.FLOAT, [batch or "batch", 3, input_size, input_size]))

@@ -13,8 +13,9 @@ and BN statistics, and a batch size 1-4. The layer sits in a small image model::
 
 * ``to_deploy`` with the ``latent``, ``weight`` and ``auto`` strategies against the
   PyTorch model, and
-* ``export_onnx`` in ``standard`` and ``function`` mode (``check=False``), run by ONNX
-  Runtime through :func:`dcd_deploy.parity.check_parity` at the drawn batch size,
+* ``export_onnx`` in ``standard`` mode and in ``function`` or ``fused`` mode (drawn;
+  ``check=False``), run by ONNX Runtime through :func:`dcd_deploy.parity.check_parity`
+  at the drawn batch size (a fused file's function bodies, in NHWC),
 
 with the parity tolerance (``atol + rtol * max|ref|``, DEFAULT_ATOL / DEFAULT_RTOL) and
 zero tolerated misses. ``derandomize=True`` and no example database make CI runs
@@ -257,14 +258,14 @@ def test_fuzz_onnx_matches_pytorch(capsys):
     @settings(FUZZ, max_examples=ONNX_EXAMPLES)
     # "weight" falls back to "latent" where the weight form does not apply: weighted up.
     @given(cfg=configs(), strategy=st.sampled_from(["weight", "weight", "latent", "auto"]),
-           fixed_batch=st.booleans(), simplify=st.booleans())
-    def prop(cfg: Config, strategy: str, fixed_batch: bool, simplify: bool):
+           fixed_batch=st.booleans(), simplify=st.booleans(), custom=st.sampled_from(["function", "fused"]))
+    def prop(cfg: Config, strategy: str, fixed_batch: bool, simplify: bool, custom: str):
         seen.append(cfg)
         model = build(cfg)
         reference = copy.deepcopy(model.state_dict())
         x = fuzz_inputs(cfg, 2 * cfg.batch)  # two batches per check
         with tempfile.TemporaryDirectory() as tmp:
-            for mode in ("standard", "function"):
+            for mode in ("standard", custom):
                 path = Path(tmp) / f"{mode}.onnx"
                 result = export_onnx(model, path, input_size=cfg.side, batch=cfg.batch if fixed_batch else None,
                                      mode=mode, strategy=strategy, check=False, simplify=simplify)
@@ -273,13 +274,15 @@ def test_fuzz_onnx_matches_pytorch(capsys):
                 assert parity, f"{mode}/{strategy} {cfg!r}\n{parity.summary()}\n{parity.table()}"
                 assert all(r.nonfinite == 0 for r in parity.rows)
                 coverage[f"{mode}/{next(iter(result.strategies.values()))}"] += 1
+                coverage[f"{mode}/DCDPointwise node"] += result.op_histogram.get("dcd_deploy.DCDPointwise", 0)
                 coverage[form_of(cfg)] += 1
-            assert sorted(p.name for p in Path(tmp).iterdir()) == ["function.onnx", "standard.onnx"]
+            assert sorted(p.name for p in Path(tmp).iterdir()) == sorted([f"{custom}.onnx", "standard.onnx"])
         for key, value in model.state_dict().items():  # export leaves the model as it was
             assert torch.equal(value, reference[key]), key
 
     prop()
-    report(capsys, "export_onnx standard+function vs PyTorch (ORT, both opt levels)", len(seen), coverage)
+    report(capsys, "export_onnx standard + function or fused vs PyTorch (ORT, both opt levels)", len(seen),
+           coverage)
     assert len(seen) >= ONNX_EXAMPLES
     assert coverage["standard/weight"] > 0 and coverage["function/latent"] > 0
 

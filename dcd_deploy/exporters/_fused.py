@@ -1,0 +1,194 @@
+"""``mode="fused"``: one channels-last ``dcd_deploy.DCDPointwise`` node per 1x1 DCD layer.
+
+This is the graph a runtime with a fused DCD kernel needs (the OpenVINO extension in
+:mod:`dcd_deploy.openvino` runs it). Each 1x1 DCD layer (paper Eq. 5 with the
+release's latent branch, in deploy form: BNs folded, Λ's and the SE gate's factor 2 in
+the weights) becomes one node, with what follows it fused as an epilogue:
+
+    y = act(DCD(x) + residual)       act: none, ReLU or ReLU6; residual: optional
+
+The node reads and writes NHWC: a Transpose pair wraps it, which runtimes that keep
+activations channels-last (OpenVINO's CPU plugin) merge into their own layout
+changes, and consecutive fused layers pass NHWC straight on. The node is also a
+model-local function whose body is standard ops (in NHWC), so ONNX Runtime and any
+other runtime inline and run it. All bodies share the op type; they differ by their
+ONNX overload.
+
+Inputs of the node, in order (``docs/design.md#fused-op``): ``x``, ``residual`` (if
+fused), ``fc1``, ``gate`` (SE), ``scale_w`` (Λ), ``phi_w``, ``phi_b``, ``q``, ``q_b``,
+``p``, ``w0``, ``bias``. Attributes: ``pool``, ``se``, ``attention``, ``residual``,
+``activation``, ``form`` (the cost model's pick; both forms compute the same function).
+
+Other DCD kinds (k x k channel fusion, depthwise, joint, the classifier) stay standard
+ops in this mode: they are not fused yet.
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass
+
+import torch
+from torch import fx, nn
+
+from ._builder import FunctionScope, GraphBuilder
+from ._deploy_dcd import DeployDCD
+
+#: Op type of the fused node (domain ``dcd_deploy``).
+OP_TYPE = "DCDPointwise"
+#: NCHW -> NHWC and back.
+TO_NHWC, TO_NCHW = [0, 2, 3, 1], [0, 3, 1, 2]
+#: Activation modules fused as the epilogue, by the ``activation`` attribute they set.
+ACTIVATIONS = {nn.ReLU: "relu", nn.ReLU6: "relu6"}
+
+
+@dataclass(frozen=True)
+class FusedLayer:
+    """One fused node: the DCD layer, the tensor added to it, the activation after."""
+
+    dcd: fx.Node
+    residual: fx.Node | None
+    activation: str  # "none", "relu" or "relu6"
+
+
+def fusable(layer: nn.Module) -> bool:
+    """A 1x1, stride-1 channel-fusion DCD layer with one latent block: the fused op's kind."""
+    return (isinstance(layer, DeployDCD) and layer.kind == "channel" and layer.kernel_size == 1
+            and layer.stride == 1 and layer.num_blocks == 1 and layer.channel_fusion
+            and layer.pool_size in (1, 2))
+
+
+def plan(deploy: fx.GraphModule) -> tuple[dict[str, FusedLayer], set[str]]:
+    """Which nodes fuse: ``{tail node name: FusedLayer}`` and the names folded into a tail.
+
+    The fused node is emitted at its tail (the activation or the add), where the residual
+    is computed too: a downsample branch may come after the DCD layer in the trace.
+    """
+    modules = dict(deploy.named_modules())
+    fused: dict[str, FusedLayer] = {}
+    folded: set[str] = set()
+    for node in deploy.graph.nodes:
+        if node.op != "call_module" or not fusable(modules[node.target]):
+            continue
+        tail, residual = node, None
+        users = list(tail.users)
+        if (len(users) == 1 and users[0].op == "call_function"
+                and users[0].target in (operator.add, torch.add) and len(users[0].args) == 2
+                and all(isinstance(a, fx.Node) for a in users[0].args) and users[0].args.count(node) == 1):
+            add = users[0]
+            residual = add.args[1] if add.args[0] is node else add.args[0]
+            folded.add(tail.name)
+            tail = add
+        activation = "none"
+        users = list(tail.users)
+        if len(users) == 1 and users[0].op == "call_module":
+            act = ACTIVATIONS.get(type(modules[users[0].target]))
+            if act is not None:
+                activation = act
+                folded.add(tail.name)
+                tail = users[0]
+        folded.discard(tail.name)
+        fused[tail.name] = FusedLayer(node, residual, activation)
+    return fused, folded
+
+
+class Layout:
+    """The main graph's Transposes between NCHW and NHWC, each made once per tensor."""
+
+    def __init__(self, g: GraphBuilder):
+        self.g = g
+        self.nhwc: dict[str, str] = {}  # NCHW tensor -> its NHWC twin
+
+    def to_nhwc(self, name: str, path: str) -> str:
+        if name not in self.nhwc:
+            self.nhwc[name] = self.g.scope(path).op("Transpose", [name], perm=TO_NHWC)
+        return self.nhwc[name]
+
+    def to_nchw(self, name: str, path: str) -> str:
+        out = self.g.scope(path).op("Transpose", [name], perm=TO_NCHW)
+        self.nhwc[out] = name  # a following fused layer reads the NHWC tensor directly
+        return out
+
+
+def emit(g: GraphBuilder, layout: Layout, layer: DeployDCD, spec: FusedLayer, path: str,
+         x: str, residual: str | None, in_shape) -> str:
+    """Emit one fused node (NCHW in and out); returns the output name."""
+    fs = FunctionScope(g, path, layout.to_nhwc(x, path))
+    if residual is not None:
+        fs.input("residual", layout.to_nhwc(residual, path))
+    w = _weights(fs, layer)
+    out = _body(fs, layer, w, in_shape, residual=residual is not None, activation=spec.activation)
+    attrs = dict(pool=layer.pool_size, se=int(layer.se), attention=int(layer.scale_w is not None),
+                 residual=int(residual is not None), activation=spec.activation, form=layer.strategy)
+    y = fs.finish(out, kind=f"DCDPointwise{layer.strategy.capitalize()}", op_type=OP_TYPE, attrs=attrs)
+    return layout.to_nchw(y, path)
+
+
+def _weights(fs: FunctionScope, layer: DeployDCD) -> dict[str, str]:
+    """The node's constant inputs, in the contract's order."""
+    w = {"fc1": fs.const("fc1", layer.fc1)}  # (S, C_in·P²)
+    if layer.se:
+        w["gate"] = fs.const("gate", layer.gate)  # (S, S)
+    if layer.scale_w is not None:
+        w["scale_w"] = fs.const("scale_w", layer.scale_w)  # (C_out, S)
+    w["phi_w"] = fs.const("phi_w", layer.phi_w)  # (L², S)
+    w["phi_b"] = fs.const("phi_b", layer.phi_b)  # (L²,)
+    w["q"] = fs.const("q", layer.q.flatten(1))  # (L, C_in)
+    w["q_b"] = fs.const("q_b", layer.q_b)  # (L,)
+    w["p"] = fs.const("p", layer.p.flatten(1))  # (C_out, L)
+    w["w0"] = fs.const("w0", layer.w0.flatten(1))  # (C_out, C_in)
+    w["bias"] = fs.const("bias", layer.bias)  # (C_out,)
+    return w
+
+
+def _reduce_mean_hw(fs: FunctionScope, x: str) -> str:
+    """Mean over H and W of an NHWC tensor: (B, C)."""
+    if fs.opset >= 18:  # axes became an input
+        return fs.op("ReduceMean", [x, fs.ints("hw", [1, 2])], keepdims=0)
+    return fs.op("ReduceMean", [x], axes=[1, 2], keepdims=0)
+
+
+def _pooled(fs: FunctionScope, pool: int, in_shape) -> str:
+    """Global mean (B, C), or PyTorch's adaptive 2x2 bins flattened channel-major (B, C·4)."""
+    if pool == 1:
+        return _reduce_mean_hw(fs, "x")
+    h, w = in_shape[2], in_shape[3]
+    bins = []
+    for i in range(2):
+        for j in range(2):
+            r0, r1 = i * h // 2, -(-(i + 1) * h // 2)
+            c0, c1 = j * w // 2, -(-(j + 1) * w // 2)
+            window = fs.op("Slice", ["x", fs.ints("starts", [r0, c0]), fs.ints("ends", [r1, c1]),
+                                     fs.ints("axes", [1, 2])])  # (B, h_i, w_j, C)
+            bins.append(fs.op("Unsqueeze", [_reduce_mean_hw(fs, window), fs.ints("axis", [2])]))  # (B, C, 1)
+    return fs.op("Flatten", [fs.op("Concat", bins, axis=2)], axis=1)  # (B, C·4), index c·4 + i·2 + j
+
+
+def _body(fs: FunctionScope, layer: DeployDCD, w: dict[str, str], in_shape, *, residual: bool,
+          activation: str) -> str:
+    """The node's function body: the layer in NHWC with standard ops."""
+    lat = layer.latent_dim
+    y = fs.op("Gemm", [_pooled(fs, layer.pool_size, in_shape), w["fc1"]], transB=1)  # (B, S)
+    if layer.se:
+        y = fs.op("Mul", [y, fs.op("HardSigmoid", [fs.op("Gemm", [y, w["gate"]], transB=1)],
+                                   alpha=1.0 / 6.0, beta=0.5)])
+    else:
+        y = fs.op("Relu", [y])
+    phi = fs.op("Gemm", [y, w["phi_w"], w["phi_b"]], transB=1)  # (B, L²)
+    phi = fs.op("Reshape", [phi, fs.ints("phi_shape", [0, lat, lat])])  # (B, L, L)
+    phi_t = fs.op("Unsqueeze", [fs.op("Transpose", [phi], perm=[0, 2, 1]), fs.ints("axis", [1])])  # (B, 1, L, L)
+    z = fs.op("Add", [fs.op("MatMul", ["x", fs.op("Transpose", [w["q"]], perm=[1, 0])]), w["q_b"]])  # (B, H, W, L)
+    u = fs.op("MatMul", [z, phi_t])  # (B, H, W, L): Φ' z per pixel
+    dyn = fs.op("MatMul", [u, fs.op("Transpose", [w["p"]], perm=[1, 0])])  # (B, H, W, C_out)
+    out = fs.op("MatMul", ["x", fs.op("Transpose", [w["w0"]], perm=[1, 0])])  # (B, H, W, C_out)
+    if "scale_w" in w:
+        lam = fs.op("HardSigmoid", [fs.op("Gemm", [y, w["scale_w"]], transB=1)], alpha=1.0 / 6.0, beta=0.5)
+        out = fs.op("Mul", [out, fs.op("Unsqueeze", [lam, fs.ints("hw", [1, 2])])])  # Λ per (sample, channel)
+    out = fs.op("Add", [fs.op("Add", [out, dyn]), w["bias"]])
+    if residual:
+        out = fs.op("Add", [out, "residual"])
+    if activation == "relu":
+        out = fs.op("Relu", [out])
+    elif activation == "relu6":
+        out = fs.op("Clip", [out, fs.local("min", 0.0), fs.local("max", 6.0)])
+    return out

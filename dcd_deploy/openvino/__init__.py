@@ -1,0 +1,125 @@
+"""OpenVINO with dcd-deploy's fused DCD kernels.
+
+The extension library (C++ in ``csrc/openvino``) runs the ``dcd_deploy.DCDPointwise``
+nodes of a ``dcd-export --mode fused`` file in OpenVINO's CPU plugin. It is compiled on
+this machine against the installed ``openvino`` wheel the first time it is asked for
+(``make install`` does it up front)::
+
+    import openvino as ov
+    import dcd_deploy
+
+    core = ov.Core()
+    core.add_extension(str(dcd_deploy.openvino_extension()))
+    compiled = core.compile_model(core.read_model("model.onnx"), "CPU")
+
+:func:`compile_onnx` does that with this toolkit's measurement settings (N threads, one
+stream, fp32 pinned). OpenVINO is imported lazily: importing this module needs neither
+OpenVINO nor a compiler.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.util
+from pathlib import Path
+
+from ..errors import ExtensionError
+from ._build import build_extension
+
+#: Phases of the op's own timers (``DCD_DEPLOY_PROFILE=1``), in the library's order.
+PROFILE_PHASES = ("pool", "branch", "form", "gemm", "total")
+
+
+def openvino_extension(*, build: bool = True) -> Path:
+    """Path of the extension library for the installed OpenVINO, built if missing.
+
+    Args:
+        build: compile it when no library for this OpenVINO release and these sources
+            exists yet (a few tens of seconds); with False, a missing one is an error.
+
+    Raises:
+        ExtensionError: openvino is not installed, no C++ compiler, or the build failed
+            (one line naming what to install or the compiler's first error).
+    """
+    return build_extension(build=build)
+
+
+def needs_extension(onnx_path) -> bool:
+    """Whether an ONNX file has ``dcd_deploy`` domain nodes (a ``function`` or ``fused`` export)."""
+    import onnx
+
+    proto = onnx.load(str(onnx_path), load_external_data=False)
+    return any(op.domain == "dcd_deploy" for op in proto.opset_import)
+
+
+def compile_onnx(onnx_path, *, threads: int = 1, input_shape=None, perf_counters: bool = False):
+    """``onnx_path`` compiled by OpenVINO for CPU, with the extension when the file needs it.
+
+    Settings: ``threads`` threads, one stream, latency hint, fp32. OpenVINO's CPU plugin
+    defaults to bf16 where the CPU has any bf16 support (logits off by up to 30% of
+    their range, and not an fp32 time); every backend here computes in fp32.
+
+    Args:
+        onnx_path: an exported file.
+        threads: OpenVINO's ``INFERENCE_NUM_THREADS``.
+        input_shape: a static input shape to compile for (e.g. ``(1, 3, 224, 224)``);
+            None keeps the file's.
+        perf_counters: OpenVINO's per-layer performance counters on (``PERF_COUNT``).
+
+    Raises:
+        ExtensionError: openvino is missing, or the file needs the extension and it
+            cannot be built.
+        DCDDeployError: OpenVINO cannot read or compile the file.
+    """
+    if importlib.util.find_spec("openvino") is None:
+        raise ExtensionError("openvino is not installed: pip install 'dcd-deploy[openvino]'")
+    import openvino as ov
+
+    from ..errors import DCDDeployError
+
+    core = ov.Core()
+    if needs_extension(onnx_path):
+        core.add_extension(str(openvino_extension()))
+    try:
+        model = core.read_model(str(onnx_path))
+        if input_shape is not None:
+            model.reshape(list(input_shape))
+        return core.compile_model(model, "CPU", {
+            "INFERENCE_NUM_THREADS": int(threads), "NUM_STREAMS": 1, "PERFORMANCE_HINT": "LATENCY",
+            "INFERENCE_PRECISION_HINT": "f32", "PERF_COUNT": bool(perf_counters)})
+    except RuntimeError as exc:  # OpenVINO's errors for files it cannot read or compile
+        first = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), type(exc).__name__)
+        raise DCDDeployError(f"OpenVINO cannot compile {onnx_path}: {first}") from exc
+
+
+def kernel_isa() -> str:
+    """The instruction set the fused kernels use now (``avx512``, ``avx2`` or ``portable``;
+    ``DCD_DEPLOY_ISA`` forces one)."""
+    lib = _library()
+    lib.dcd_deploy_ov_isa.restype = ctypes.c_char_p
+    return lib.dcd_deploy_ov_isa().decode()
+
+
+def kernel_profile(*, reset: bool = False) -> dict[str, float]:
+    """Seconds the fused ops spent per phase since the last reset (``DCD_DEPLOY_PROFILE=1``
+    must be set while they run), plus ``calls``.
+
+    Args:
+        reset: zero the counters after reading them.
+    """
+    lib = _library()
+    buf = (ctypes.c_double * (len(PROFILE_PHASES) + 1))()
+    n = lib.dcd_deploy_ov_profile(buf, len(buf))
+    out = dict(zip(PROFILE_PHASES + ("calls",), list(buf)[:n]))
+    if reset:
+        lib.dcd_deploy_ov_profile_reset()
+    return out
+
+
+def _library() -> ctypes.CDLL:
+    # dlopen of the path OpenVINO loaded returns the same handle: counters are shared
+    return ctypes.CDLL(str(openvino_extension()))
+
+
+__all__ = ["PROFILE_PHASES", "compile_onnx", "kernel_isa", "kernel_profile", "needs_extension",
+           "openvino_extension"]

@@ -1,0 +1,133 @@
+"""``export_onnx(mode="fused")``: the graph the fused kernels run, and its standard-op bodies.
+
+The structure is checked against the model itself (which layers are 1x1 DCD layers,
+which blocks are residual, which layers expand), not against the exporter's own plan;
+the numbers against PyTorch through ONNX Runtime, which inlines the function bodies.
+The OpenVINO kernels are tested in ``tests/openvino``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+import torch
+
+from dcd_deploy import export_onnx
+from dcd_deploy.layers import DCDConv2d
+from dcd_deploy.models.mobilenetv2 import InvertedResidual
+from dcd_deploy.parity import check_parity
+
+import _zoo
+
+ZOO = _zoo.ZooCache()
+ARCH, SIZE = "mobilenetv2_050_dcd", 64
+#: Constant inputs of the node without the optional ones (fc1, phi_w, phi_b, q, q_b, p, w0, bias).
+BASE_WEIGHTS = 8
+
+
+@pytest.fixture(scope="module")
+def fused(tmp_path_factory):
+    model = ZOO(ARCH, SIZE)
+    path = tmp_path_factory.mktemp("fused") / "m.onnx"
+    result = export_onnx(model, path, input_size=SIZE, mode="fused", check=False)
+    return model, path, onnx.load(str(path)), result
+
+
+def _attrs(node) -> dict:
+    return {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+
+
+def test_one_node_per_pointwise_dcd_layer_with_its_epilogue(fused):
+    model, _, proto, result = fused
+    nodes = [n for n in proto.graph.node if n.domain == "dcd_deploy"]
+    layers = [m for m in model.modules() if isinstance(m, DCDConv2d)]
+    assert layers and all(m.kernel_size == 1 and m.stride == 1 for m in layers)  # MobileNetV2's DCD convs
+    assert len(nodes) == len(layers) == result.op_histogram["dcd_deploy.DCDPointwise"]
+    assert {n.op_type for n in nodes} == {"DCDPointwise"}
+
+    blocks = [m for m in model.modules() if isinstance(m, InvertedResidual)]
+    residual_blocks = sum(b.identity and any(isinstance(m, DCDConv2d) for m in b.modules()) for b in blocks)
+    attrs = [_attrs(n) for n in nodes]
+    assert sum(a["residual"] for a in attrs) == residual_blocks > 0
+    # expansion layers (C_in < C_out) pool 2x2 and end in ReLU6; projections pool globally, no activation
+    expand = [m.in_channels < m.out_channels for m in layers]
+    assert [a["pool"] for a in attrs] == [2 if e else 1 for e in expand]
+    assert [a["activation"].decode() for a in attrs] == ["relu6" if e else "none" for e in expand]
+    for node, a in zip(nodes, attrs):
+        assert a["se"] == 1 and a["attention"] == 1
+        assert len(node.input) == 1 + a["residual"] + BASE_WEIGHTS + a["se"] + a["attention"]
+        assert a["form"].decode() in ("weight", "latent")
+
+
+def test_layout_changes_only_at_the_edges_of_fused_runs(fused):
+    _, _, proto, _ = fused
+    producer = {o: n for n in proto.graph.node for o in n.output}
+    transposes = [n for n in proto.graph.node if n.op_type == "Transpose"]
+    for t in transposes:
+        src = producer.get(t.input[0])
+        assert src is None or src.op_type != "Transpose", "a Transpose pair that cancels"
+    for node in (n for n in proto.graph.node if n.domain == "dcd_deploy"):
+        src = producer[node.input[0]]
+        # NHWC comes from a Transpose of an NCHW tensor or straight from the previous fused node
+        assert src.domain == "dcd_deploy" or (src.op_type == "Transpose" and
+                                             list(_attrs(src)["perm"]) == [0, 2, 3, 1])
+    chained = sum(producer[n.input[0]].domain == "dcd_deploy"
+                  for n in proto.graph.node if n.domain == "dcd_deploy")
+    assert chained > 0  # block i's projection feeds block i+1's expansion in NHWC
+
+
+def test_functions_share_the_op_type_and_differ_by_overload(fused):
+    _, _, proto, _ = fused
+    assert proto.ir_version >= 10  # overloads
+    keys = [(f.domain, f.name, f.overload) for f in proto.functions]
+    assert len(set(keys)) == len(keys) and {k[:2] for k in keys} == {("dcd_deploy", "DCDPointwise")}
+    calls = {(n.domain, n.op_type, n.overload) for n in proto.graph.node if n.domain == "dcd_deploy"}
+    assert calls == set(keys)
+    for f in proto.functions:
+        assert set(f.attribute) == {"pool", "se", "attention", "residual", "activation", "form"}
+        assert {n.domain for n in f.node} == {""}  # standard ops only
+    onnx.checker.check_model(proto, full_check=True)
+
+
+def test_onnxruntime_runs_the_bodies_as_pytorch(fused, tmp_path):
+    model, path, _, _ = fused
+    report = check_parity(model, path, batch_sizes=(1, 3), backends=("onnxruntime",))
+    assert report, report.table()
+    standard = tmp_path / "standard.onnx"
+    export_onnx(model, standard, input_size=SIZE, check=False)
+    x = _zoo_inputs()
+    outs = [ort.InferenceSession(str(p), providers=["CPUExecutionProvider"]).run(None, {"input": x})[0]
+            for p in (path, standard)]
+    np.testing.assert_allclose(outs[0], outs[1], rtol=0, atol=1e-4 * np.abs(outs[1]).max())
+
+
+def test_only_pointwise_channel_layers_fuse_the_rest_stays_standard(tmp_path):
+    """k x k, depthwise and strided DCD layers are not fused yet: standard ops, no function."""
+    torch.manual_seed(0)
+    model = _Flat(
+        torch.nn.Conv2d(3, 16, 1),
+        DCDConv2d(16, 16, 3),                 # k x k channel fusion
+        DCDConv2d(16, 16, 3, groups=16),      # depthwise
+        DCDConv2d(16, 24, 1, stride=2),       # strided 1x1
+        DCDConv2d(24, 32, 1, pool_size=2),    # fused
+        torch.nn.ReLU(),
+    ).eval()
+    result = export_onnx(model, tmp_path / "m.onnx", input_size=12, mode="fused", check=False)
+    assert result.op_histogram["dcd_deploy.DCDPointwise"] == 1
+    (node,) = [n for n in onnx.load(str(tmp_path / "m.onnx")).graph.node if n.domain == "dcd_deploy"]
+    assert _attrs(node)["activation"] == b"relu" and _attrs(node)["pool"] == 2
+    report = check_parity(model, tmp_path / "m.onnx", batch_sizes=(2,), backends=("onnxruntime",))
+    assert report, report.table()
+
+
+class _Flat(torch.nn.Sequential):
+    def forward(self, x):
+        return torch.flatten(super().forward(x), 1)
+
+
+def _zoo_inputs() -> np.ndarray:
+    from dcd_deploy.models import synthetic_images
+
+    return synthetic_images(2, SIZE, seed=5).numpy()
