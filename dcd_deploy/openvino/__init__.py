@@ -24,24 +24,24 @@ import importlib.util
 from pathlib import Path
 
 from ..errors import ExtensionError
-from ._build import build_extension
 
 #: Phases of the op's own timers (``DCD_DEPLOY_PROFILE=1``), in the library's order.
 PROFILE_PHASES = ("pool", "branch", "form", "gemm", "total")
 
 
-def openvino_extension(*, build: bool = True) -> Path:
-    """Path of the extension library for the installed OpenVINO, built if missing.
+def openvino_extension() -> Path:
+    """Path of the extension library for the installed OpenVINO, compiled if missing.
 
-    Args:
-        build: compile it when no library for this OpenVINO release and these sources
-            exists yet (a few tens of seconds); with False, a missing one is an error.
+    The first call on a machine (or after a source or OpenVINO change) compiles it, a
+    few tens of seconds; later calls return the existing file.
 
     Raises:
         ExtensionError: openvino is not installed, no C++ compiler, or the build failed
             (one line naming what to install or the compiler's first error).
     """
-    return build_extension(build=build)
+    from ._build import build_extension  # lazy: `python -m dcd_deploy.openvino._build` runs it as main
+
+    return build_extension()
 
 
 def needs_extension(onnx_path) -> bool:
@@ -121,5 +121,12 @@ def _library() -> ctypes.CDLL:
     return ctypes.CDLL(str(openvino_extension()))
 
 
-__all__ = ["PROFILE_PHASES", "compile_onnx", "kernel_isa", "kernel_profile", "needs_extension",
+def build_extension(**kwargs) -> Path:
+    """:func:`dcd_deploy.openvino._build.build_extension` (``out_dir``, ``force``, ``progress``)."""
+    from ._build import build_extension as build
+
+    return build(**kwargs)
+
+
+__all__ = ["PROFILE_PHASES", "build_extension", "compile_onnx", "kernel_isa", "kernel_profile", "needs_extension",
            "openvino_extension"]

@@ -1,0 +1,488 @@
+// Per-ISA kernels of the fused DCD 1x1 op (see /docs or ovspec: contract of DCDPointwise).
+//
+// This file is compiled once per instruction set: with -DDCD_ISA_AVX512 (+ -mavx512f ...),
+// with -DDCD_ISA_AVX2 (+ -mavx2 -mfma) and with neither (baseline x86-64 / any CPU). The
+// vector code uses GCC vector extensions, so the same source gives 16-, 8- or 4-wide code.
+// Everything here has internal linkage except the one KernelTable accessor per ISA, and no
+// standard-library header is included: no inline function compiled with AVX-512 flags can be
+// shared with (and picked by the linker for) the baseline code.
+//
+// Layouts: x, residual, out are NHWC, so one sample is a row-major (N x C) matrix, N = H*W.
+// Weights for the GEMM are "packed": the (rows x K) matrix M (rows = output channels) is
+// stored transposed in panels of NR output channels: panel starting at column j0 has width
+// wp = min(NR, roundup(rows - j0, VW)) and lives at dst + j0*K as K rows of wp floats
+// (zero-padded past `rows`).
+#include "dcd_kernels.hpp"
+
+#if defined(DCD_ISA_AVX512)
+#define DCD_NS avx512
+#define DCD_VW 16
+#define DCD_MR 12
+#elif defined(DCD_ISA_AVX2)
+#define DCD_NS avx2
+#define DCD_VW 8
+#define DCD_MR 6
+#else
+#define DCD_NS portable
+#define DCD_VW 4
+#define DCD_MR 6
+#endif
+
+namespace dcd {
+namespace DCD_NS {
+namespace {
+
+constexpr int VW = DCD_VW;     // floats per vector
+constexpr int MR = DCD_MR;     // rows (pixels) per micro-tile
+constexpr int NV = 2;          // vectors per micro-tile row
+constexpr int NR = VW * NV;    // panel width (output channels)
+constexpr int KC = 256;        // K block (X part); B block KC x NR stays in L1
+constexpr int MC = MR * 16;    // rows per block
+
+typedef float vf __attribute__((vector_size(VW * 4)));
+typedef float vfu __attribute__((vector_size(VW * 4), aligned(4), may_alias));
+
+inline vf ld(const float* p) { return *reinterpret_cast<const vfu*>(p); }
+inline void st(float* p, vf v) { *reinterpret_cast<vfu*>(p) = v; }
+inline vf bc(float s) { return s - vf{}; }  // (0 + s is not s for s = -0: not foldable)
+inline int imin(int a, int b) { return a < b ? a : b; }
+inline int roundup(int a, int b) { return (a + b - 1) / b * b; }
+
+inline vf ld_part(const float* p, int n) {  // n valid floats (may be <= 0 or >= VW)
+    if (n >= VW) return ld(p);
+    float t[VW];
+    for (int i = 0; i < VW; ++i) t[i] = i < n ? p[i] : 0.f;
+    return ld(t);
+}
+inline void st_part(float* p, vf v, int n) {
+    if (n >= VW) { st(p, v); return; }
+    for (int i = 0; i < n; ++i) p[i] = v[i];
+}
+inline vf act_v(vf v, int act) {
+    if (act == ACT_NONE) return v;
+    const vf z = vf{};
+    v = v > z ? v : z;
+    if (act == ACT_RELU6) { const vf six = bc(6.f); v = v < six ? v : six; }
+    return v;
+}
+inline float hsig(float v) {
+    v = v * (1.f / 6.f) + 0.5f;
+    return v < 0.f ? 0.f : (v > 1.f ? 1.f : v);
+}
+inline float hsum(vf v) {
+    float s = 0.f;
+    for (int i = 0; i < VW; ++i) s += v[i];
+    return s;
+}
+float dot(const float* a, const float* b, int n) {
+    vf s0 = vf{}, s1 = vf{}, s2 = vf{}, s3 = vf{};
+    int i = 0;
+    for (; i + 4 * VW <= n; i += 4 * VW) {
+        s0 += ld(a + i) * ld(b + i);
+        s1 += ld(a + i + VW) * ld(b + i + VW);
+        s2 += ld(a + i + 2 * VW) * ld(b + i + 2 * VW);
+        s3 += ld(a + i + 3 * VW) * ld(b + i + 3 * VW);
+    }
+    for (; i + VW <= n; i += VW) s0 += ld(a + i) * ld(b + i);
+    float s = hsum((s0 + s1) + (s2 + s3));
+    for (; i < n; ++i) s += a[i] * b[i];
+    return s;
+}
+// out[r] = M[r, :] . v  (+ b[r])
+void matvec(const float* m, const float* v, const float* b, int rows, int n, float* out) {
+    for (int r = 0; r < rows; ++r) out[r] = dot(m + (long)r * n, v, n) + (b ? b[r] : 0.f);
+}
+inline void add_row(float* acc, const float* src, int n) {
+    int i = 0;
+    for (; i + VW <= n; i += VW) st(acc + i, ld(acc + i) + ld(src + i));
+    for (; i < n; ++i) acc[i] += src[i];
+}
+inline void zero(float* p, long n) {
+    for (long i = 0; i < n; ++i) p[i] = 0.f;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Micro-kernel: an M x (N*VW) tile of C, accumulated in registers.
+//   acc  = c0 ? c0 (* c0scale) : 0
+//   acc += A1 (M x k1) . B1 (k1 x cols);  acc *= scale1 (per column)
+//   acc += A2 (M x k2) . B2 (k2 x cols)
+//   epi:  acc = act(acc + bias + res)
+//   C = acc (only ncols columns)
+struct Tile {
+    const float* a1; long lda1; int k1; const float* b1; int ldb1; const float* scale1;
+    const float* a2; long lda2; int k2; const float* b2; int ldb2;
+    const float* c0; long ldc0; const float* c0scale;
+    float* c; long ldc;
+    const float* bias; const float* res; long ldres; int act; int epi;
+    int ncols;
+};
+
+template <int M, int N>
+__attribute__((noinline)) void ukernel(const Tile& t) {
+    vf acc[M][N];
+    const int nc = t.ncols;
+    if (t.c0) {
+        if (nc == N * VW) {
+#pragma GCC unroll 16
+            for (int i = 0; i < M; ++i)
+#pragma GCC unroll 4
+                for (int v = 0; v < N; ++v) acc[i][v] = ld(t.c0 + i * t.ldc0 + v * VW);
+        } else {
+            for (int i = 0; i < M; ++i)
+                for (int v = 0; v < N; ++v) acc[i][v] = ld_part(t.c0 + i * t.ldc0 + v * VW, nc - v * VW);
+        }
+        if (t.c0scale) {
+#pragma GCC unroll 4
+            for (int v = 0; v < N; ++v) {
+                const vf s = ld(t.c0scale + v * VW);
+#pragma GCC unroll 16
+                for (int i = 0; i < M; ++i) acc[i][v] *= s;
+            }
+        }
+    } else {
+#pragma GCC unroll 16
+        for (int i = 0; i < M; ++i)
+#pragma GCC unroll 4
+            for (int v = 0; v < N; ++v) acc[i][v] = vf{};
+    }
+    {
+        const float* a = t.a1;
+        const float* b = t.b1;
+        const long lda = t.lda1;
+        for (int k = 0; k < t.k1; ++k, b += t.ldb1) {
+            vf bv[N];
+#pragma GCC unroll 4
+            for (int v = 0; v < N; ++v) bv[v] = ld(b + v * VW);
+#pragma GCC unroll 16
+            for (int i = 0; i < M; ++i) {
+                const vf av = bc(a[i * lda + k]);
+#pragma GCC unroll 4
+                for (int v = 0; v < N; ++v) acc[i][v] += av * bv[v];
+            }
+        }
+    }
+    if (t.scale1) {
+#pragma GCC unroll 4
+        for (int v = 0; v < N; ++v) {
+            const vf s = ld(t.scale1 + v * VW);
+#pragma GCC unroll 16
+            for (int i = 0; i < M; ++i) acc[i][v] *= s;
+        }
+    }
+    if (t.k2 > 0) {
+        const float* a = t.a2;
+        const float* b = t.b2;
+        const long lda = t.lda2;
+        for (int k = 0; k < t.k2; ++k, b += t.ldb2) {
+            vf bv[N];
+#pragma GCC unroll 4
+            for (int v = 0; v < N; ++v) bv[v] = ld(b + v * VW);
+#pragma GCC unroll 16
+            for (int i = 0; i < M; ++i) {
+                const vf av = bc(a[i * lda + k]);
+#pragma GCC unroll 4
+                for (int v = 0; v < N; ++v) acc[i][v] += av * bv[v];
+            }
+        }
+    }
+    if (t.epi) {
+        if (t.bias) {
+#pragma GCC unroll 4
+            for (int v = 0; v < N; ++v) {
+                const vf bb = ld(t.bias + v * VW);
+#pragma GCC unroll 16
+                for (int i = 0; i < M; ++i) acc[i][v] += bb;
+            }
+        }
+        if (t.res) {
+            if (nc == N * VW) {
+#pragma GCC unroll 16
+                for (int i = 0; i < M; ++i)
+#pragma GCC unroll 4
+                    for (int v = 0; v < N; ++v) acc[i][v] += ld(t.res + i * t.ldres + v * VW);
+            } else {
+                for (int i = 0; i < M; ++i)
+                    for (int v = 0; v < N; ++v) acc[i][v] += ld_part(t.res + i * t.ldres + v * VW, nc - v * VW);
+            }
+        }
+        if (t.act != ACT_NONE) {
+            const vf z = vf{};
+#pragma GCC unroll 16
+            for (int i = 0; i < M; ++i)
+#pragma GCC unroll 4
+                for (int v = 0; v < N; ++v) acc[i][v] = acc[i][v] > z ? acc[i][v] : z;
+            if (t.act == ACT_RELU6) {
+                const vf six = bc(6.f);
+#pragma GCC unroll 16
+                for (int i = 0; i < M; ++i)
+#pragma GCC unroll 4
+                    for (int v = 0; v < N; ++v) acc[i][v] = acc[i][v] < six ? acc[i][v] : six;
+            }
+        }
+    }
+    if (nc == N * VW) {
+#pragma GCC unroll 16
+        for (int i = 0; i < M; ++i)
+#pragma GCC unroll 4
+            for (int v = 0; v < N; ++v) st(t.c + i * t.ldc + v * VW, acc[i][v]);
+    } else {
+        for (int i = 0; i < M; ++i)
+            for (int v = 0; v < N; ++v) st_part(t.c + i * t.ldc + v * VW, acc[i][v], nc - v * VW);
+    }
+}
+
+template <int M, int N>
+struct Rows {
+    static void run(int m, const Tile& t) {
+        if (m == M) ukernel<M, N>(t);
+        else Rows<M - 1, N>::run(m, t);
+    }
+};
+template <int N>
+struct Rows<0, N> {
+    static void run(int, const Tile&) {}
+};
+
+// C (m x n, row-major with ldc) = epilogue(init + A1 . B1ᵀ [*scale1] + A2 . B2ᵀ).
+// B1: packed with K = k1, B2: packed with K = k2 (same panel columns as C).
+struct Gemm {
+    int m, n;
+    const float* a1; long lda1; int k1; const float* b1; const float* scale1;
+    const float* a2; long lda2; int k2; const float* b2;
+    const float* c0; long ldc0; const float* c0scale;
+    float* c; long ldc;
+    const float* bias; const float* res; long ldres; int act;
+};
+
+void gemm(const Gemm& g) {
+    for (int k0 = 0; k0 < g.k1; k0 += KC) {
+        const int kc = imin(KC, g.k1 - k0);
+        const bool first = k0 == 0;
+        const bool last = k0 + kc >= g.k1;
+        for (int i0 = 0; i0 < g.m; i0 += MC) {
+            const int i1 = imin(i0 + MC, g.m);
+            for (int j0 = 0; j0 < g.n; j0 += NR) {
+                const int wp = imin(NR, roundup(g.n - j0, VW));
+                Tile t;
+                t.lda1 = g.lda1; t.k1 = kc; t.b1 = g.b1 + (long)j0 * g.k1 + (long)k0 * wp; t.ldb1 = wp;
+                t.scale1 = (last && g.scale1) ? g.scale1 + j0 : nullptr;
+                t.lda2 = g.lda2; t.k2 = last ? g.k2 : 0; t.b2 = g.k2 ? g.b2 + (long)j0 * g.k2 : nullptr; t.ldb2 = wp;
+                t.ldc = g.ldc;
+                t.bias = (last && g.bias) ? g.bias + j0 : nullptr;
+                t.ldres = g.ldres; t.act = last ? g.act : ACT_NONE; t.epi = last;
+                t.ncols = imin(wp, g.n - j0);
+                if (first) { t.ldc0 = g.ldc0; t.c0scale = g.c0scale ? g.c0scale + j0 : nullptr; }
+                else { t.ldc0 = g.ldc; t.c0scale = nullptr; }
+                for (int i = i0; i < i1; i += MR) {
+                    t.a1 = g.a1 + i * g.lda1 + k0;
+                    t.a2 = g.k2 ? g.a2 + i * g.lda2 : nullptr;
+                    t.c = g.c + i * g.ldc + j0;
+                    t.c0 = first ? (g.c0 ? g.c0 + i * g.ldc0 + j0 : nullptr) : t.c;
+                    t.res = (last && g.res) ? g.res + i * g.ldres + j0 : nullptr;
+                    const int mm = imin(MR, i1 - i);
+                    if (wp == NR) Rows<MR, NV>::run(mm, t);
+                    else Rows<MR, 1>::run(mm, t);
+                }
+            }
+        }
+    }
+}
+static_assert(NV == 2, "the edge-panel dispatch in gemm() assumes two vectors per row");
+
+// Pack src (rows x k, row-major, optional per-row scale) transposed into panels of a
+// packed matrix with K = ktot, at K offset koff.
+void pack_t(const float* src, int rows, int k, const float* scale, float* dst, int ktot, int koff) {
+    for (int j0 = 0; j0 < rows; j0 += NR) {
+        const int wp = imin(NR, roundup(rows - j0, VW));
+        const int nj = imin(wp, rows - j0);
+        float* d = dst + (long)j0 * ktot + (long)koff * wp;
+        for (int kk = 0; kk < k; ++kk) {
+            float* dk = d + (long)kk * wp;
+            for (int jj = 0; jj < nj; ++jj)
+                dk[jj] = src[(long)(j0 + jj) * k + kk] * (scale ? scale[j0 + jj] : 1.f);
+            for (int jj = nj; jj < wp; ++jj) dk[jj] = 0.f;
+        }
+    }
+}
+
+size_t packed_size(int rows, int k) { return (size_t)roundup(rows, VW) * (size_t)k; }
+void pack_w0(const float* w0, int cout, int cin, float* dst) { pack_t(w0, cout, cin, nullptr, dst, cin, 0); }
+
+// ---------------------------------------------------------------------------------------------
+void pool(const Params& P, const float* x, float* pooled) {
+    const int H = P.H, W = P.W, C = P.Cin;
+    if (P.pool == 1) {
+        zero(pooled, C);
+        const long n = (long)H * W;
+        for (long i = 0; i < n; ++i) add_row(pooled, x + i * C, C);
+        const float s = 1.f / (float)n;
+        for (int c = 0; c < C; ++c) pooled[c] *= s;
+        return;
+    }
+    // adaptive 2x2: row bin 0 = [0, ceil(H/2)), bin 1 = [floor(H/2), H); same for columns
+    const int r0e = (H + 1) / 2, r1s = H / 2, c0e = (W + 1) / 2, c1s = W / 2;
+    float* buf = scratch(10, (size_t)6 * C);
+    float* bins = buf;            // 4 x C
+    float* cs0 = buf + 4 * C;     // column-bin sums of one row
+    float* cs1 = buf + 5 * C;
+    zero(bins, 4L * C);
+    for (int h = 0; h < H; ++h) {
+        zero(cs0, C);
+        zero(cs1, C);
+        const float* xr = x + (long)h * W * C;
+        for (int w = 0; w < W; ++w) {
+            if (w < c0e) add_row(cs0, xr + (long)w * C, C);
+            if (w >= c1s) add_row(cs1, xr + (long)w * C, C);
+        }
+        if (h < r0e) { add_row(bins, cs0, C); add_row(bins + C, cs1, C); }
+        if (h >= r1s) { add_row(bins + 2 * C, cs0, C); add_row(bins + 3 * C, cs1, C); }
+    }
+    const float rows[2] = {(float)r0e, (float)(H - r1s)}, cols[2] = {(float)c0e, (float)(W - c1s)};
+    for (int b = 0; b < 4; ++b) {
+        const float s = 1.f / (rows[b >> 1] * cols[b & 1]);
+        for (int c = 0; c < C; ++c) pooled[c * 4 + b] = bins[b * C + c] * s;
+    }
+}
+
+void run(Params* pp) {
+    Params& P = *pp;
+    const int Cin = P.Cin, Cout = P.Cout, S = P.S, L = P.L;
+    const long N = (long)P.H * P.W;
+    const int PP = P.pool * P.pool;
+    const int cpad = roundup(Cout, NR);
+    const bool prof = P.profile != 0;
+    double t0 = 0, t1 = 0, t2 = 0, t3 = 0, t4 = 0;
+
+    float* pooled = scratch(0, (size_t)Cin * PP);
+    float* y = scratch(1, (size_t)2 * S);
+    float* g = y + S;
+    float* lam = scratch(2, (size_t)cpad);
+    float* phi = scratch(3, (size_t)L * L);
+    float* ppk = scratch(4, packed_size(Cout, L));
+    float* cvec = scratch(5, (size_t)cpad);
+
+    bool weight_form;
+    if (P.form == FORM_WEIGHT) weight_form = true;
+    else if (P.form == FORM_LATENT) weight_form = false;
+    else weight_form = N * (long)(Cin + Cout + L) > (long)Cin * Cout;
+
+    for (int b = 0; b < P.B; ++b) {
+        const float* x = P.x + b * N * Cin;
+        float* out = P.out + b * N * Cout;
+        const float* res = P.residual ? P.residual + b * N * Cout : nullptr;
+
+        if (prof) t0 = now_seconds();
+        pool(P, x, pooled);
+        if (prof) t1 = now_seconds();
+
+        // branch
+        matvec(P.fc1, pooled, nullptr, S, Cin * PP, y);
+        if (P.se) {
+            matvec(P.gate, y, nullptr, S, S, g);
+            for (int s = 0; s < S; ++s) y[s] *= hsig(g[s]);
+        } else {
+            for (int s = 0; s < S; ++s) y[s] = y[s] > 0.f ? y[s] : 0.f;
+        }
+        if (P.attention) {
+            matvec(P.scale_w, y, nullptr, Cout, S, lam);
+            for (int o = 0; o < Cout; ++o) lam[o] = hsig(lam[o]);
+        } else {
+            for (int o = 0; o < Cout; ++o) lam[o] = 1.f;
+        }
+        for (int o = Cout; o < cpad; ++o) lam[o] = 0.f;
+        matvec(P.phi_w, y, P.phi_b, L * L, S, phi);
+        if (prof) t2 = now_seconds();
+
+        // form: PP = p . phi (Cout x L), packed with K = L
+        for (int j0 = 0; j0 < Cout; j0 += NR) {
+            const int wp = imin(NR, roundup(Cout - j0, VW));
+            float* d = ppk + (long)j0 * L;
+            for (int l = 0; l < L; ++l)
+                for (int jj = 0; jj < wp; ++jj) {
+                    const int o = j0 + jj;
+                    float s = 0.f;
+                    if (o < Cout)
+                        for (int m = 0; m < L; ++m) s += P.p[(long)o * L + m] * phi[m * L + l];
+                    d[l * wp + jj] = s;
+                }
+        }
+        if (weight_form) {
+            // W = diag(lam) w0 + (p phi) q   packed with K = Cin, as a GEMM over the panels:
+            // W_panel (Cin x wp) = lam * w0p_panel + qᵀ (Cin x L) . PP_panelᵀ
+            float* qt = scratch(6, (size_t)Cin * L);
+            for (int l = 0; l < L; ++l)
+                for (int k = 0; k < Cin; ++k) qt[(long)k * L + l] = P.q[(long)l * Cin + k];
+            float* wpk = scratch(7, packed_size(Cout, Cin));
+            for (int j0 = 0; j0 < Cout; j0 += NR) {
+                const int wp = imin(NR, roundup(Cout - j0, VW));
+                Gemm f{};
+                f.m = Cin; f.n = wp;
+                f.a1 = qt; f.lda1 = L; f.k1 = L; f.b1 = ppk + (long)j0 * L;
+                f.c0 = P.w0_packed + (long)j0 * Cin; f.ldc0 = wp; f.c0scale = lam + j0;
+                f.c = wpk + (long)j0 * Cin; f.ldc = wp;
+                gemm(f);
+            }
+            // c = (p phi) q_b + bias
+            for (int o = 0; o < cpad; ++o) cvec[o] = 0.f;
+            for (int j0 = 0; j0 < Cout; j0 += NR) {
+                const int wp = imin(NR, roundup(Cout - j0, VW));
+                const float* d = ppk + (long)j0 * L;
+                for (int l = 0; l < L; ++l)
+                    for (int jj = 0; jj < wp; ++jj) cvec[j0 + jj] += d[l * wp + jj] * P.q_b[l];
+            }
+            for (int o = 0; o < Cout; ++o) cvec[o] += P.bias[o];
+            if (prof) t3 = now_seconds();
+            Gemm m{};
+            m.m = (int)N; m.n = Cout;
+            m.a1 = x; m.lda1 = Cin; m.k1 = Cin; m.b1 = wpk;
+            m.c = out; m.ldc = Cout;
+            m.bias = cvec; m.res = res; m.ldres = Cout; m.act = P.act;
+            gemm(m);
+        } else {
+            // latent: Z = X qᵀ + q_b (N x L); out = lam * (X w0ᵀ) + Z (p phi)ᵀ + bias
+            float* qpk = scratch(6, packed_size(L, Cin));
+            pack_t(P.q, L, Cin, nullptr, qpk, Cin, 0);
+            float* qb = scratch(8, (size_t)roundup(L, NR));
+            for (int l = 0; l < roundup(L, NR); ++l) qb[l] = l < L ? P.q_b[l] : 0.f;
+            for (int o = 0; o < cpad; ++o) cvec[o] = o < Cout ? P.bias[o] : 0.f;
+            float* z = scratch(7, (size_t)N * L);
+            if (prof) t3 = now_seconds();
+            Gemm zg{};
+            zg.m = (int)N; zg.n = L;
+            zg.a1 = x; zg.lda1 = Cin; zg.k1 = Cin; zg.b1 = qpk;
+            zg.c = z; zg.ldc = L; zg.bias = qb;
+            gemm(zg);
+            Gemm m{};
+            m.m = (int)N; m.n = Cout;
+            m.a1 = x; m.lda1 = Cin; m.k1 = Cin; m.b1 = P.w0_packed; m.scale1 = lam;
+            m.a2 = z; m.lda2 = L; m.k2 = L; m.b2 = ppk;
+            m.c = out; m.ldc = Cout;
+            m.bias = cvec; m.res = res; m.ldres = Cout; m.act = P.act;
+            gemm(m);
+        }
+        if (prof) {
+            t4 = now_seconds();
+            P.phase_seconds[PH_POOL] += t1 - t0;
+            P.phase_seconds[PH_BRANCH] += t2 - t1;
+            P.phase_seconds[PH_FORM] += t3 - t2;
+            P.phase_seconds[PH_GEMM] += t4 - t3;
+        }
+    }
+}
+
+#define DCD_STR2(x) #x
+#define DCD_STR(x) DCD_STR2(x)
+const KernelTable table = {DCD_STR(DCD_NS), NR, packed_size, pack_w0, run};
+
+}  // namespace
+}  // namespace DCD_NS
+
+#if defined(DCD_ISA_AVX512)
+const KernelTable* kernels_avx512() { return &DCD_NS::table; }
+#elif defined(DCD_ISA_AVX2)
+const KernelTable* kernels_avx2() { return &DCD_NS::table; }
+#else
+const KernelTable* kernels_portable() { return &DCD_NS::table; }
+#endif
+
+}  // namespace dcd

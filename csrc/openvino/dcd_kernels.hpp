@@ -1,0 +1,50 @@
+// Interface between the ISA-independent op (dcd_op.cpp) and the per-ISA kernels
+// (dcd_kernels.cpp, compiled once per instruction set into its own namespace).
+//
+// Plain C types only: the kernel translation units are compiled with different -m flags,
+// so they must not instantiate any inline or template code shared with other units
+// (the linker would keep one copy, possibly an AVX-512 one, for every caller).
+#pragma once
+
+#include <stddef.h>
+
+namespace dcd {
+
+enum Act { ACT_NONE = 0, ACT_RELU = 1, ACT_RELU6 = 2 };
+enum Form { FORM_WEIGHT = 0, FORM_LATENT = 1, FORM_AUTO = 2 };
+enum Phase { PH_POOL = 0, PH_BRANCH = 1, PH_FORM = 2, PH_GEMM = 3, PH_COUNT = 4 };
+
+struct Params {
+    int B, H, W, Cin, Cout, S, L;
+    int pool, se, attention, act, form;
+    const float* x;        // (B, H, W, Cin)
+    const float* residual; // (B, H, W, Cout) or null
+    const float *fc1, *gate, *scale_w, *phi_w, *phi_b, *q, *q_b, *p, *w0, *bias;
+    const float* w0_packed;  // w0 transposed into the kernel's packed-panel layout (see pack_w0)
+    float* out;            // (B, H, W, Cout)
+    int profile;           // accumulate phase times into phase_seconds
+    double phase_seconds[PH_COUNT];
+};
+
+struct KernelTable {
+    const char* name;
+    int nr;  // panel width (output channels per packed panel)
+    // number of floats of the packed layout of a (rows x k) matrix transposed into panels
+    size_t (*packed_size)(int rows, int k);
+    // w0 (Cout x Cin) -> packed panels [panel][k][width]
+    void (*pack_w0)(const float* w0, int cout, int cin, float* dst);
+    void (*run)(Params* p);
+};
+
+const KernelTable* kernels_portable();
+#if defined(DCD_WITH_X86)
+const KernelTable* kernels_avx2();
+const KernelTable* kernels_avx512();
+#endif
+
+// Provided by dcd_op.cpp (compiled for the baseline ISA).
+double now_seconds();
+// Per-thread grow-only scratch buffer number `slot` (0..15) of at least n floats, 64-byte aligned.
+float* scratch(int slot, size_t n);
+
+}  // namespace dcd

@@ -1,0 +1,365 @@
+// OpenVINO extension: the fused DCD 1x1 op "DCDPointwise" (domain/opset "dcd_deploy").
+//
+// * ov::op::Op subclass DCDPointwise, registered with ov::OpExtension (IR round trips);
+// * ONNX frontend ConversionExtension("DCDPointwise", "dcd_deploy") mapping the ONNX node;
+// * evaluate() picks an ISA-specific kernel table at every call (env DCD_DEPLOY_ISA) and
+//   runs it on the whole batch on the calling thread (the op is single-threaded);
+// * C entry points for tests and profiling: dcd_deploy_ov_isa, dcd_deploy_ov_profile,
+//   dcd_deploy_ov_profile_reset.
+#include <openvino/core/extension.hpp>
+#include <openvino/core/op_extension.hpp>
+#include <openvino/frontend/onnx/extension/conversion.hpp>
+#include <openvino/op/op.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <limits>
+#include <cstdlib>
+#include <cstring>
+#include <cstdio>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "dcd_kernels.hpp"
+
+#define DCD_EXPORT extern "C" __attribute__((visibility("default")))
+
+namespace dcd {
+
+// ------------------------------------------------------------------ helpers for the kernels
+double now_seconds() {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+namespace {
+struct Scratch {
+    float* ptr[16] = {};
+    size_t cap[16] = {};
+    ~Scratch() {
+        for (auto* p : ptr) std::free(p);
+    }
+};
+thread_local Scratch t_scratch;
+}  // namespace
+
+float* scratch(int slot, size_t n) {
+    Scratch& s = t_scratch;
+    if (n > s.cap[slot]) {
+        std::free(s.ptr[slot]);
+        size_t cap = (n + n / 4 + 64 + 15) & ~size_t(15);  // bytes multiple of 64
+        s.ptr[slot] = static_cast<float*>(std::aligned_alloc(64, cap * sizeof(float)));
+        if (!s.ptr[slot]) {
+            s.cap[slot] = 0;
+            throw std::bad_alloc();
+        }
+        s.cap[slot] = cap;
+    }
+    return s.ptr[slot];
+}
+
+// ------------------------------------------------------------------------- ISA selection
+namespace {
+bool cpu_has(const char* isa) {
+#if defined(DCD_WITH_X86)
+    __builtin_cpu_init();
+    if (!std::strcmp(isa, "avx512"))
+        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+               __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw") &&
+               __builtin_cpu_supports("fma");
+    if (!std::strcmp(isa, "avx2")) return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#endif
+    return !std::strcmp(isa, "portable");
+}
+
+// The kernel table evaluate() uses now, or null with *err set.
+const KernelTable* select_kernels(std::string* err) {
+    const char* env = std::getenv("DCD_DEPLOY_ISA");
+    std::string want = env ? env : "";
+    if (want.empty() || want == "auto") {
+#if defined(DCD_WITH_X86)
+        if (cpu_has("avx512")) return kernels_avx512();
+        if (cpu_has("avx2")) return kernels_avx2();
+#endif
+        return kernels_portable();
+    }
+    if (want != "avx512" && want != "avx2" && want != "portable") {
+        *err = "DCD_DEPLOY_ISA=" + want + " is not one of auto, avx512, avx2, portable";
+        return nullptr;
+    }
+    if (!cpu_has(want.c_str())) {
+        *err = "DCD_DEPLOY_ISA=" + want + " but this CPU (or this build) has no " + want;
+        return nullptr;
+    }
+#if defined(DCD_WITH_X86)
+    if (want == "avx512") return kernels_avx512();
+    if (want == "avx2") return kernels_avx2();
+#endif
+    return kernels_portable();
+}
+
+// ------------------------------------------------------------------------------ profiling
+std::mutex g_prof_mutex;
+double g_prof[PH_COUNT + 1] = {};  // pool, branch, form, gemm, total
+double g_prof_calls = 0;
+
+bool profiling() {
+    const char* env = std::getenv("DCD_DEPLOY_PROFILE");
+    return env && env[0] == '1' && env[1] == '\0';
+}
+}  // namespace
+
+// ----------------------------------------------------------------------------------- the op
+namespace {
+struct InputIndex {
+    int x = 0, residual = -1, fc1, gate = -1, scale_w = -1, phi_w, phi_b, q, q_b, p, w0, bias, count;
+    InputIndex(bool res, bool se, bool att) {
+        int i = 1;
+        if (res) residual = i++;
+        fc1 = i++;
+        if (se) gate = i++;
+        if (att) scale_w = i++;
+        phi_w = i++;
+        phi_b = i++;
+        q = i++;
+        q_b = i++;
+        p = i++;
+        w0 = i++;
+        bias = i++;
+        count = i;
+    }
+};
+
+int parse_act(const std::string& a) {
+    if (a == "none") return ACT_NONE;
+    if (a == "relu") return ACT_RELU;
+    if (a == "relu6") return ACT_RELU6;
+    return -1;
+}
+int parse_form(const std::string& f) {
+    if (f == "weight") return FORM_WEIGHT;
+    if (f == "latent") return FORM_LATENT;
+    if (f == "auto" || f.empty()) return FORM_AUTO;
+    return -1;
+}
+}  // namespace
+
+class DCDPointwise : public ov::op::Op {
+public:
+    OPENVINO_OP("DCDPointwise", "dcd_deploy");
+
+    DCDPointwise() = default;
+    DCDPointwise(const ov::OutputVector& args, int64_t pool, int64_t se, int64_t attention, int64_t residual,
+                 std::string activation, std::string form)
+        : Op(args),
+          m_pool(pool),
+          m_se(se),
+          m_attention(attention),
+          m_residual(residual),
+          m_activation(std::move(activation)),
+          m_form(std::move(form)) {
+        constructor_validate_and_infer_types();
+    }
+
+    bool visit_attributes(ov::AttributeVisitor& v) override {
+        v.on_attribute("pool", m_pool);
+        v.on_attribute("se", m_se);
+        v.on_attribute("attention", m_attention);
+        v.on_attribute("residual", m_residual);
+        v.on_attribute("activation", m_activation);
+        v.on_attribute("form", m_form);
+        return true;
+    }
+
+    void validate_and_infer_types() override {
+        NODE_VALIDATION_CHECK(this, m_pool == 1 || m_pool == 2, "pool must be 1 or 2, got ", m_pool);
+        NODE_VALIDATION_CHECK(this, (m_se | 1) == 1 && (m_attention | 1) == 1 && (m_residual | 1) == 1,
+                              "se, attention and residual must be 0 or 1");
+        NODE_VALIDATION_CHECK(this, parse_act(m_activation) >= 0, "activation must be none, relu or relu6, got '",
+                              m_activation, "'");
+        NODE_VALIDATION_CHECK(this, parse_form(m_form) >= 0, "form must be weight or latent, got '", m_form, "'");
+        std::string isa_error;
+        NODE_VALIDATION_CHECK(this, select_kernels(&isa_error) != nullptr, isa_error);
+        const InputIndex I(m_residual, m_se, m_attention);
+        NODE_VALIDATION_CHECK(this, (int)get_input_size() == I.count, "expected ", I.count,
+                              " inputs for these attributes, got ", get_input_size());
+        for (size_t i = 0; i < get_input_size(); ++i)
+            NODE_VALIDATION_CHECK(this, get_input_element_type(i).compatible(ov::element::f32),
+                                  "input ", i, " must be f32");
+        const auto& xs = get_input_partial_shape(I.x);
+        const auto& ws = get_input_partial_shape(I.w0);
+        NODE_VALIDATION_CHECK(this, xs.rank().compatible(4), "x must be (B, H, W, Cin)");
+        NODE_VALIDATION_CHECK(this, ws.rank().compatible(2), "w0 must be (Cout, Cin)");
+        ov::Dimension cout = ws.rank().is_static() ? ws[0] : ov::Dimension::dynamic();
+        ov::PartialShape out = ov::PartialShape::dynamic(4);
+        if (xs.rank().is_static()) {
+            if (ws.rank().is_static())
+                NODE_VALIDATION_CHECK(this, xs[3].compatible(ws[1]), "x channels ", xs[3], " != w0 columns ", ws[1]);
+            out = ov::PartialShape{xs[0], xs[1], xs[2], cout};
+        } else {
+            out[3] = cout;
+        }
+        set_output_type(0, ov::element::f32, out);
+    }
+
+    std::shared_ptr<ov::Node> clone_with_new_inputs(const ov::OutputVector& args) const override {
+        return std::make_shared<DCDPointwise>(args, m_pool, m_se, m_attention, m_residual, m_activation, m_form);
+    }
+
+    bool has_evaluate() const override { return true; }
+
+    bool evaluate(ov::TensorVector& outputs, const ov::TensorVector& inputs) const override {
+        const bool prof = profiling();
+        const double t0 = prof ? now_seconds() : 0.0;
+        std::string err;
+        const KernelTable* k = select_kernels(&err);
+        if (!k) {
+            // The ISA was valid when the model was read (validate_and_infer_types checks it, so
+            // read_model/compile_model fail loudly) and DCD_DEPLOY_ISA changed since. OpenVINO's
+            // CPU plugin ignores a failing evaluate of an extension op (an exception or false),
+            // and an exception thrown through it left the plugin unusable (a later crash): make
+            // the output unusable (NaN) and say why on stderr instead.
+            for (auto& o : outputs)
+                if (o.get_element_type() == ov::element::f32 && o.get_size())
+                    std::fill_n(o.data<float>(), o.get_size(), std::numeric_limits<float>::quiet_NaN());
+            std::fprintf(stderr, "DCDPointwise: %s (output set to NaN)\n", err.c_str());
+            return true;
+        }
+
+        const InputIndex I(m_residual, m_se, m_attention);
+        OPENVINO_ASSERT((int)inputs.size() == I.count, "DCDPointwise: expected ", I.count, " inputs, got ",
+                        inputs.size());
+        for (const auto& t : inputs)
+            OPENVINO_ASSERT(t.get_element_type() == ov::element::f32, "DCDPointwise: all inputs must be f32");
+        const ov::Shape xs = inputs[I.x].get_shape();
+        const ov::Shape ws = inputs[I.w0].get_shape();
+        OPENVINO_ASSERT(xs.size() == 4 && ws.size() == 2 && xs[3] == ws[1], "DCDPointwise: x ", xs,
+                        " does not fit w0 ", ws);
+        const size_t B = xs[0], H = xs[1], W = xs[2], Cin = xs[3], Cout = ws[0];
+        const size_t PP = m_pool * m_pool;
+        const ov::Shape fs = inputs[I.fc1].get_shape(), qs = inputs[I.q].get_shape();
+        OPENVINO_ASSERT(fs.size() == 2 && fs[1] == Cin * PP, "DCDPointwise: fc1 ", fs, " must be (S, Cin*pool^2)");
+        OPENVINO_ASSERT(qs.size() == 2 && qs[1] == Cin, "DCDPointwise: q ", qs, " must be (L, Cin)");
+        const size_t S = fs[0], L = qs[0];
+        auto expect = [&](int idx, const ov::Shape& s, const char* name) {
+            if (idx < 0) return;
+            OPENVINO_ASSERT(inputs[idx].get_shape() == s, "DCDPointwise: ", name, " has shape ",
+                            inputs[idx].get_shape(), ", expected ", s);
+        };
+        expect(I.residual, ov::Shape{B, H, W, Cout}, "residual");
+        expect(I.gate, ov::Shape{S, S}, "gate");
+        expect(I.scale_w, ov::Shape{Cout, S}, "scale_w");
+        expect(I.phi_w, ov::Shape{L * L, S}, "phi_w");
+        expect(I.phi_b, ov::Shape{L * L}, "phi_b");
+        expect(I.q_b, ov::Shape{L}, "q_b");
+        expect(I.p, ov::Shape{Cout, L}, "p");
+        expect(I.bias, ov::Shape{Cout}, "bias");
+        OPENVINO_ASSERT(B * H * W * std::max(Cin, Cout) < (size_t(1) << 31), "DCDPointwise: tensor too large");
+
+        outputs[0].set_shape(ov::Shape{B, H, W, Cout});
+        if (B * H * W * Cout == 0) return true;
+
+        Params p{};
+        p.B = (int)B; p.H = (int)H; p.W = (int)W; p.Cin = (int)Cin; p.Cout = (int)Cout; p.S = (int)S; p.L = (int)L;
+        p.pool = (int)m_pool; p.se = (int)m_se; p.attention = (int)m_attention;
+        p.act = parse_act(m_activation); p.form = parse_form(m_form);
+        auto f = [&](int idx) -> const float* { return idx < 0 ? nullptr : inputs[idx].data<const float>(); };
+        p.x = f(I.x); p.residual = f(I.residual);
+        p.fc1 = f(I.fc1); p.gate = f(I.gate); p.scale_w = f(I.scale_w); p.phi_w = f(I.phi_w); p.phi_b = f(I.phi_b);
+        p.q = f(I.q); p.q_b = f(I.q_b); p.p = f(I.p); p.w0 = f(I.w0); p.bias = f(I.bias);
+        p.out = outputs[0].data<float>();
+        p.profile = prof;
+        std::shared_ptr<const std::vector<float>> w0p = packed_w0(k, p.w0, (int)Cout, (int)Cin);
+        p.w0_packed = w0p->data();
+        k->run(&p);
+        if (prof) {
+            const double total = now_seconds() - t0;
+            std::lock_guard<std::mutex> lock(g_prof_mutex);
+            for (int i = 0; i < PH_COUNT; ++i) g_prof[i] += p.phase_seconds[i];
+            g_prof[PH_COUNT] += total;
+            g_prof_calls += 1;
+        }
+        return true;
+    }
+
+private:
+    // w0 in the kernel's packed layout. w0 is a Constant: pack it once per (data, ISA) and
+    // keep it; a few sampled values guard against a different tensor at the same address.
+    std::shared_ptr<const std::vector<float>> packed_w0(const KernelTable* k, const float* w0, int cout,
+                                                        int cin) const {
+        const size_t n = (size_t)cout * cin;
+        float probe[8];
+        for (int i = 0; i < 8; ++i) probe[i] = w0[(n - 1) * i / 7];
+        std::lock_guard<std::mutex> lock(m_cache_mutex);
+        if (m_cache && m_cache_src == w0 && m_cache_table == k && m_cache_cout == cout && m_cache_cin == cin &&
+            !std::memcmp(probe, m_cache_probe, sizeof probe))
+            return m_cache;
+        auto v = std::make_shared<std::vector<float>>(k->packed_size(cout, cin));
+        k->pack_w0(w0, cout, cin, v->data());
+        m_cache = v;
+        m_cache_src = w0;
+        m_cache_table = k;
+        m_cache_cout = cout;
+        m_cache_cin = cin;
+        std::memcpy(m_cache_probe, probe, sizeof probe);
+        return m_cache;
+    }
+
+    int64_t m_pool = 1, m_se = 0, m_attention = 0, m_residual = 0;
+    std::string m_activation = "none", m_form = "auto";
+
+    mutable std::mutex m_cache_mutex;
+    mutable std::shared_ptr<const std::vector<float>> m_cache;
+    mutable const float* m_cache_src = nullptr;
+    mutable const KernelTable* m_cache_table = nullptr;
+    mutable int m_cache_cout = 0, m_cache_cin = 0;
+    mutable float m_cache_probe[8] = {};
+};
+
+namespace {
+ov::OutputVector convert_onnx(const ov::frontend::NodeContext& ctx) {
+    ov::OutputVector args;
+    for (size_t i = 0; i < ctx.get_input_size(); ++i) args.push_back(ctx.get_input((int)i));
+    auto node = std::make_shared<DCDPointwise>(
+        args, ctx.get_attribute<int64_t>("pool", 1), ctx.get_attribute<int64_t>("se", 0),
+        ctx.get_attribute<int64_t>("attention", 0), ctx.get_attribute<int64_t>("residual", 0),
+        ctx.get_attribute<std::string>("activation", "none"), ctx.get_attribute<std::string>("form", "auto"));
+    return node->outputs();
+}
+}  // namespace
+
+}  // namespace dcd
+
+// ------------------------------------------------------------------------------ C entries
+DCD_EXPORT const char* dcd_deploy_ov_isa() {
+    try {
+        std::string err;
+        const dcd::KernelTable* k = dcd::select_kernels(&err);
+        return k ? k->name : "error";
+    } catch (...) {
+        return "error";
+    }
+}
+
+// Fills out[0..n) with pool, branch, form, gemm, total (seconds) and the number of evaluate
+// calls (as a double), in that order; returns how many values were written.
+DCD_EXPORT int dcd_deploy_ov_profile(double* out, int n) {
+    std::lock_guard<std::mutex> lock(dcd::g_prof_mutex);
+    double v[dcd::PH_COUNT + 2];
+    for (int i = 0; i <= dcd::PH_COUNT; ++i) v[i] = dcd::g_prof[i];
+    v[dcd::PH_COUNT + 1] = dcd::g_prof_calls;
+    int w = 0;
+    for (; w < n && w < dcd::PH_COUNT + 2; ++w) out[w] = v[w];
+    return w;
+}
+
+DCD_EXPORT void dcd_deploy_ov_profile_reset() {
+    std::lock_guard<std::mutex> lock(dcd::g_prof_mutex);
+    for (double& d : dcd::g_prof) d = 0;
+    dcd::g_prof_calls = 0;
+}
+
+OPENVINO_CREATE_EXTENSIONS(std::vector<ov::Extension::Ptr>(
+    {std::make_shared<ov::OpExtension<dcd::DCDPointwise>>(),
+     std::make_shared<ov::frontend::onnx::ConversionExtension>("DCDPointwise", "dcd_deploy", dcd::convert_onnx)}));

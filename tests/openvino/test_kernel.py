@@ -1,0 +1,254 @@
+"""The DCDPointwise OpenVINO kernel against an independent float64 numpy reference of the
+op contract, for every form, option and instruction-set path this CPU supports."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+
+import numpy as np
+import pytest
+
+ov = pytest.importorskip("openvino")
+onnx = pytest.importorskip("onnx")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+from dcd_deploy.openvino import build_extension  # noqa: E402
+
+ISAS = ("avx512", "avx2", "portable")
+
+
+@pytest.fixture(scope="module")
+def ext_path():
+    return build_extension()
+
+
+@pytest.fixture(scope="module")
+def lib(ext_path):
+    lib = ctypes.CDLL(str(ext_path))
+    lib.dcd_deploy_ov_isa.restype = ctypes.c_char_p
+    lib.dcd_deploy_ov_profile.restype = ctypes.c_int
+    lib.dcd_deploy_ov_profile.argtypes = [ctypes.POINTER(ctypes.c_double), ctypes.c_int]
+    return lib
+
+
+@pytest.fixture(scope="module")
+def core(ext_path):
+    c = ov.Core()
+    c.add_extension(str(ext_path))
+    return c
+
+
+def _cpu_isas(lib) -> list[str]:
+    out = []
+    old = os.environ.get("DCD_DEPLOY_ISA")
+    try:
+        for isa in ISAS:
+            os.environ["DCD_DEPLOY_ISA"] = isa
+            if lib.dcd_deploy_ov_isa().decode() == isa:
+                out.append(isa)
+    finally:
+        if old is None:
+            os.environ.pop("DCD_DEPLOY_ISA", None)
+        else:
+            os.environ["DCD_DEPLOY_ISA"] = old
+    return out
+
+
+# ------------------------------------------------------------------------------ reference
+def hsig(v):
+    return np.clip(v / 6.0 + 0.5, 0.0, 1.0)
+
+
+def adaptive_bins(n):
+    return [(i * n // 2, -(-((i + 1) * n) // 2)) for i in range(2)]
+
+
+def reference(x, res, c, *, pool, se, attention, activation):
+    """float64 numpy implementation of the op contract, straight from the spec."""
+    x = x.astype(np.float64)
+    c = {k: v.astype(np.float64) for k, v in c.items()}
+    B, H, W, Cin = x.shape
+    L = c["q"].shape[0]
+    outs = []
+    for b in range(B):
+        xb = x[b]
+        if pool == 1:
+            pooled = xb.mean(axis=(0, 1))
+        else:
+            pooled = np.zeros(Cin * 4)
+            for i, (r0, r1) in enumerate(adaptive_bins(H)):
+                for j, (c0, c1) in enumerate(adaptive_bins(W)):
+                    pooled[np.arange(Cin) * 4 + i * 2 + j] = xb[r0:r1, c0:c1].mean(axis=(0, 1))
+        y = c["fc1"] @ pooled
+        y = y * hsig(c["gate"] @ y) if se else np.maximum(y, 0)
+        lam = hsig(c["scale_w"] @ y) if attention else np.ones(c["w0"].shape[0])
+        phi = (c["phi_w"] @ y + c["phi_b"]).reshape(L, L)
+        xf = xb.reshape(-1, Cin)
+        z = xf @ c["q"].T + c["q_b"]
+        out = lam * (xf @ c["w0"].T) + (z @ phi.T) @ c["p"].T + c["bias"]
+        out = out.reshape(H, W, -1)
+        if res is not None:
+            out = out + res[b]
+        if activation == "relu":
+            out = np.maximum(out, 0)
+        elif activation == "relu6":
+            out = np.clip(out, 0, 6)
+        outs.append(out)
+    return np.stack(outs)
+
+
+# ------------------------------------------------------------------------------ the model
+def make_case(rng, *, B, H, W, Cin, Cout, L, S, pool, se, attention, residual):
+    def r(*shape, scale=1.0):
+        return (rng.standard_normal(shape) * scale).astype(np.float32)
+
+    x = r(B, H, W, Cin)
+    res = r(B, H, W, Cout) if residual else None
+    c = {"fc1": r(S, Cin * pool * pool, scale=0.5)}
+    if se:
+        c["gate"] = r(S, S, scale=0.5)
+    if attention:
+        c["scale_w"] = r(Cout, S, scale=0.5)
+    c.update(phi_w=r(L * L, S, scale=0.2), phi_b=r(L * L, scale=0.2), q=r(L, Cin, scale=0.3), q_b=r(L, scale=0.3),
+             p=r(Cout, L, scale=0.3), w0=r(Cout, Cin, scale=1 / np.sqrt(Cin)), bias=r(Cout, scale=0.1))
+    return x, res, c
+
+
+def make_model(x, res, c, *, pool, se, attention, activation, form):
+    B, H, W, Cin = x.shape
+    Cout = c["w0"].shape[0]
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x.shape))]
+    names = ["x"]
+    if res is not None:
+        inputs.append(helper.make_tensor_value_info("residual", TensorProto.FLOAT, list(res.shape)))
+        names.append("residual")
+    order = ["fc1", "gate", "scale_w", "phi_w", "phi_b", "q", "q_b", "p", "w0", "bias"]
+    inits = [numpy_helper.from_array(c[k], k) for k in order if k in c]
+    names += [k for k in order if k in c]
+    node = helper.make_node("DCDPointwise", names, ["out"], domain="dcd_deploy", pool=pool, se=int(se),
+                            attention=int(attention), residual=int(res is not None), activation=activation,
+                            form=form)
+    graph = helper.make_graph([node], "dcd", inputs,
+                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, [B, H, W, Cout])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("dcd_deploy", 1)])
+    return model.SerializeToString()
+
+
+def run_ov(core, model_bytes, x, res):
+    model = core.read_model(model_bytes, b"")
+    compiled = core.compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32", "INFERENCE_NUM_THREADS": 1})
+    feeds = [x] if res is None else [x, res]
+    return compiled(feeds)[0]
+
+
+def check(core, lib, isa, monkeypatch, *, B=1, H=7, W=7, Cin=17, Cout=23, L=4, S=8, pool=1, se=0, attention=0,
+          residual=0, activation="none", form="weight", seed=0):
+    monkeypatch.setenv("DCD_DEPLOY_ISA", isa)
+    assert lib.dcd_deploy_ov_isa().decode() == isa
+    rng = np.random.default_rng(seed)
+    x, res, c = make_case(rng, B=B, H=H, W=W, Cin=Cin, Cout=Cout, L=L, S=S, pool=pool, se=se, attention=attention,
+                          residual=residual)
+    got = run_ov(core, make_model(x, res, c, pool=pool, se=se, attention=attention, activation=activation,
+                                  form=form), x, res)
+    want = reference(x, res, c, pool=pool, se=se, attention=attention, activation=activation)
+    assert got.shape == want.shape
+    scale = max(1.0, float(np.abs(want).max()))
+    err = float(np.abs(got - want).max()) / scale
+    assert err < 1e-5, f"max error {err:.2e} relative to the output scale"
+
+
+@pytest.fixture(scope="module")
+def isas(lib):
+    return _cpu_isas(lib)
+
+
+def _need(isas, isa):
+    if isa not in isas:
+        pytest.skip(f"this CPU has no {isa}")
+
+
+# --------------------------------------------------------------------------------- tests
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("form", ["weight", "latent"])
+@pytest.mark.parametrize("pool", [1, 2])
+@pytest.mark.parametrize("hw", [(7, 7), (5, 3), (1, 1), (14, 14)])
+def test_shapes(core, lib, isas, monkeypatch, isa, form, pool, hw):
+    _need(isas, isa)
+    check(core, lib, isa, monkeypatch, H=hw[0], W=hw[1], pool=pool, form=form, Cin=17, Cout=23, L=4)
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("form", ["weight", "latent"])
+@pytest.mark.parametrize("cin,cout,L", [(32, 96, 8), (96, 32, 20), (160, 96, 8), (23, 160, 20), (96, 17, 4)])
+def test_channels(core, lib, isas, monkeypatch, isa, form, cin, cout, L):
+    _need(isas, isa)
+    check(core, lib, isa, monkeypatch, H=5, W=3, Cin=cin, Cout=cout, L=L, S=12, pool=2, form=form,
+          seed=cin + cout)
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("form", ["weight", "latent"])
+@pytest.mark.parametrize("se,attention,residual,activation",
+                         [(0, 0, 0, "none"), (1, 0, 0, "relu"), (0, 1, 1, "relu6"), (1, 1, 1, "none"),
+                          (1, 1, 0, "relu6"), (0, 0, 1, "relu")])
+@pytest.mark.parametrize("B", [1, 4])
+def test_options(core, lib, isas, monkeypatch, isa, form, se, attention, residual, activation, B):
+    _need(isas, isa)
+    check(core, lib, isa, monkeypatch, B=B, H=5, W=3, Cin=23, Cout=17, L=8, pool=2, se=se, attention=attention,
+          residual=residual, activation=activation, form=form, seed=B * 7 + se + 2 * attention)
+
+
+@pytest.mark.parametrize("form", ["weight", "latent"])
+def test_large_k(core, lib, isas, monkeypatch, form):
+    # Cin above the kernel's K block (256): partial sums go through the output
+    check(core, lib, isas[0], monkeypatch, H=3, W=5, Cin=600, Cout=40, L=8, pool=1, attention=1, residual=1,
+          activation="relu", form=form)
+
+
+def test_auto_form_and_default_isa(core, lib, monkeypatch):
+    monkeypatch.delenv("DCD_DEPLOY_ISA", raising=False)
+    assert lib.dcd_deploy_ov_isa().decode() in ISAS
+    monkeypatch.setenv("DCD_DEPLOY_ISA", "auto")
+    isa = lib.dcd_deploy_ov_isa().decode()
+    check(core, lib, isa, monkeypatch, H=6, W=6, pool=2, form="auto")
+
+
+def test_forcing_a_bad_isa_fails_loudly(core, lib, isas, monkeypatch):
+    rng = np.random.default_rng(1)
+    x, res, c = make_case(rng, B=1, H=3, W=3, Cin=8, Cout=8, L=4, S=4, pool=1, se=0, attention=0, residual=0)
+    model = make_model(x, res, c, pool=1, se=0, attention=0, activation="none", form="weight")
+    bad = ["sse9"] + [i for i in ISAS if i not in isas]
+    for isa in bad:
+        monkeypatch.setenv("DCD_DEPLOY_ISA", isa)
+        assert lib.dcd_deploy_ov_isa().decode() == "error"
+        with pytest.raises(Exception, match="DCD_DEPLOY_ISA"):  # at read_model / compile_model
+            run_ov(core, model, x, res)
+    # set after compiling: OpenVINO's CPU plugin swallows a failing evaluate, so the kernel
+    # poisons the output with NaN (and says why on stderr)
+    monkeypatch.setenv("DCD_DEPLOY_ISA", "auto")
+    compiled = core.compile_model(core.read_model(model, b""), "CPU", {"INFERENCE_NUM_THREADS": 1})
+    assert np.isfinite(compiled([x])[0]).all()
+    monkeypatch.setenv("DCD_DEPLOY_ISA", "sse9")
+    assert np.isnan(compiled([x])[0]).all()
+
+
+def test_profile_counters(core, lib, monkeypatch):
+    monkeypatch.setenv("DCD_DEPLOY_PROFILE", "1")
+    monkeypatch.delenv("DCD_DEPLOY_ISA", raising=False)
+    lib.dcd_deploy_ov_profile_reset()
+    rng = np.random.default_rng(2)
+    x, res, c = make_case(rng, B=2, H=8, W=8, Cin=16, Cout=24, L=4, S=4, pool=2, se=0, attention=0, residual=0)
+    model = core.read_model(make_model(x, res, c, pool=2, se=0, attention=0, activation="none", form="latent"), b"")
+    compiled = core.compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32", "INFERENCE_NUM_THREADS": 1})
+    for _ in range(3):
+        compiled([x])
+    buf = (ctypes.c_double * 8)()
+    n = lib.dcd_deploy_ov_profile(buf, 8)
+    assert n == 6
+    pool_s, branch_s, form_s, gemm_s, total_s, calls = list(buf)[:6]
+    assert calls == 3
+    assert all(v >= 0 for v in (pool_s, branch_s, form_s, gemm_s)) and total_s > 0
+    assert pool_s + branch_s + form_s + gemm_s <= total_s * 1.0001
+    lib.dcd_deploy_ov_profile_reset()
+    assert lib.dcd_deploy_ov_profile(buf, 8) == 6 and buf[5] == 0 and buf[4] == 0
