@@ -424,8 +424,10 @@ def _time_all(runners: Mapping, *, timing: dict, progress: Progress) -> dict:
 
 def _profile_all(prep: _Prepared, entries: Sequence[ModelEntry], backends: Sequence[str], *,
                  runs: int, progress: Progress) -> list[ModelProfile]:
-    """``--profile``: ONNX Runtime's per-node breakdown of each export and, under the paper's
-    conditions, PyTorch's per-module breakdown of each deploy form (:mod:`.profile`)."""
+    """``--profile``: ONNX Runtime's per-node breakdown of each export, under the paper's
+    conditions PyTorch's per-module breakdown of each deploy form (:mod:`.profile`), and with
+    ``openvino-fused`` OpenVINO's per-node counters split by the fused op's phase timers
+    (:mod:`.openvino_profile`)."""
     from .profile import profile_onnx
     from .torch_profile import profile_torch
 
@@ -444,6 +446,15 @@ def _profile_all(prep: _Prepared, entries: Sequence[ModelEntry], backends: Seque
         profiles.append(ModelProfile(e.model, e.variant, e.name, breakdown))
         progress(f"[profile] {e.name} (onnxruntime): {breakdown.nodes_ms:.2f} ms in nodes per run, "
                  f"{runs} runs, {time.perf_counter() - t0:.1f} s")
+        if "openvino-fused" in backends:
+            from .openvino_profile import profile_openvino
+
+            t0 = time.perf_counter()
+            breakdown = profile_openvino(prep.fused_or_standard(e.name), prep.x_np, threads=prep.threads,
+                                         runs=runs, warmup=PROFILE_WARMUP)
+            profiles.append(ModelProfile(e.model, e.variant, e.name, breakdown, backend="openvino-fused"))
+            progress(f"[profile] {e.name} (openvino-fused): {breakdown.nodes_ms:.2f} ms in nodes per run, "
+                     f"{runs} runs, {time.perf_counter() - t0:.1f} s")
     return profiles
 
 

@@ -237,6 +237,9 @@ _PROFILE_TITLES = {
                    "over {runs} runs (ms per run, % of the op total)",
     "onnxruntime": "ONNX Runtime profile: each node's median time over {runs} runs, summed per group "
                    "(ms per run, % of the node total)",
+    "openvino-fused": "OpenVINO profile (fused kernels): each node's median time over {runs} runs from the "
+                      "CPU plugin's counters, summed per group; the DCDPointwise nodes split by the op's own "
+                      "phase timers (pooling + branch, forming the operand, GEMM + epilogue)",
 }
 
 
