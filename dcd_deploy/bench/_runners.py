@@ -80,22 +80,15 @@ def ort_runner(path: Path, x: np.ndarray, threads: int):
     return run
 
 
-def openvino_runner(path: Path, x: np.ndarray, threads: int, *, perf_counters: bool = False):
+def openvino_runner(path: Path, x: np.ndarray, threads: int):
     """``path`` compiled by OpenVINO for CPU (:func:`dcd_deploy.openvino.compile_onnx`: N
     threads, one stream, latency hint, fp32 pinned, the fused-kernel extension loaded when
-    the file has ``dcd_deploy`` nodes).
-
-    Args:
-        perf_counters: compile with OpenVINO's per-layer counters on (``--profile``); the
-            call then returns the request, whose ``profiling_info`` covers its last run.
-    """
+    the file has ``dcd_deploy`` nodes)."""
     from ..openvino import compile_onnx
 
-    compiled = compile_onnx(path, threads=threads, input_shape=x.shape, perf_counters=perf_counters)
-    request = compiled.create_infer_request()
+    request = compile_onnx(path, threads=threads, input_shape=x.shape).create_infer_request()
 
     def run():
-        request.infer({0: x})
-        return request
+        return request.infer({0: x})
 
     return run

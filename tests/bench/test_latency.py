@@ -295,8 +295,8 @@ def test_backend_checks_come_before_any_work(monkeypatch):
                         lambda name, *a: None if name == "openvino" else real(name, *a))
     lines = []
     with pytest.raises(DCDDeployError, match="no backend left"):
-        lat.run_benchmark(["mobilenetv2_050"], backends=["openvino"], progress=lines.append)
-    assert lines == ["openvino not installed, skipped"]
+        lat.run_benchmark(["mobilenetv2_050"], backends=["openvino", "openvino-fused"], progress=lines.append)
+    assert lines == ["openvino not installed, openvino skipped", "openvino not installed, openvino-fused skipped"]
 
 
 def test_argument_checks():

@@ -122,7 +122,7 @@ def test_missing_openvino_is_said(monkeypatch):
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "openvino" else real(name, *a))
     result = CliRunner().invoke(main, QUICK + ["--backends", "openvino"])
     assert result.exit_code == 1
-    assert "openvino not installed, skipped" in result.stderr
+    assert "openvino not installed, openvino skipped" in result.stderr
     assert "Error: no backend left to run" in result.stderr
 
 

@@ -1,0 +1,200 @@
+"""Fused DCD layers through OpenVINO with the extension, against PyTorch.
+
+Unlike ``test_kernel.py`` (the kernel against a numpy model of the op contract), the
+oracle here is the PyTorch layer itself in float64 (:func:`check_parity`): a random
+pointwise :class:`DCDConv2d` in a small image model
+
+    Conv2d(3, C_in, 1) -> DCDConv2d -> BatchNorm2d [-> + stem output] [-> ReLU | ReLU6]
+
+is exported with ``mode="fused"`` (one ``DCDPointwise`` node with the add and the
+activation fused) and run by OpenVINO (the kernel) and ONNX Runtime (the node's
+function body), each instruction-set path of this CPU drawn in turn. Hypothesis draws
+odd and typical channel counts, latent sizes, 1x1 and 2x2 pooling over odd, even and
+1-pixel maps, SE or ReLU gates, Λ on or off, the release's latent BNs, residual or not,
+batch 1-4 and the exporter's form; ``derandomize`` keeps CI runs identical.
+
+Also here: every zoo DCD model exported fused and checked in OpenVINO.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections import Counter
+from dataclasses import dataclass
+
+import onnx
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from torch import nn
+
+pytest.importorskip("openvino")
+
+from dcd_deploy import export_onnx, list_models  # noqa: E402
+from dcd_deploy.layers import DCDConv2d  # noqa: E402
+from dcd_deploy.openvino import kernel_isa  # noqa: E402
+from dcd_deploy.parity import check_parity  # noqa: E402
+
+import _zoo  # noqa: E402
+
+EXAMPLES = 60
+ISAS = ("avx512", "avx2", "portable")
+FUZZ = settings(deadline=None, derandomize=True, database=None, print_blob=True, max_examples=EXAMPLES,
+                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+ACTIVATIONS = {"none": nn.Identity, "relu": nn.ReLU, "relu6": nn.ReLU6}
+
+
+@dataclass(frozen=True)
+class Layer:
+    c_in: int
+    c_out: int
+    latent_dim: int | None
+    pool_size: int
+    gate: str
+    channel_attention: bool
+    latent_bn: bool
+    residual: bool
+    act: str
+    side: int
+    batch: int
+    strategy: str
+    seed: int
+
+
+@st.composite
+def layers(draw) -> Layer:
+    c_in = draw(st.sampled_from([1, 3, 8, 17, 23, 32, 64]))
+    residual = draw(st.booleans())
+    c_out = c_in if residual else draw(st.sampled_from([4, 16, 17, 23, 48, 96]))
+    return Layer(
+        c_in=c_in, c_out=c_out, latent_dim=draw(st.none() | st.integers(1, 20)),
+        pool_size=draw(st.sampled_from([1, 2])), gate=draw(st.sampled_from(["relu", "se"])),
+        channel_attention=draw(st.booleans()), latent_bn=draw(st.booleans()), residual=residual,
+        act=draw(st.sampled_from(sorted(ACTIVATIONS))), side=draw(st.sampled_from([1, 2, 5, 7, 12, 15])),
+        batch=draw(st.integers(1, 4)), strategy=draw(st.sampled_from(["weight", "latent", "auto"])),
+        seed=draw(st.integers(0, 2**16)))
+
+
+class Net(nn.Module):
+    def __init__(self, cfg: Layer):
+        super().__init__()
+        self.residual = cfg.residual
+        self.stem = nn.Conv2d(3, cfg.c_in, 1)
+        self.dcd = DCDConv2d(cfg.c_in, cfg.c_out, 1, latent_dim=cfg.latent_dim, pool_size=cfg.pool_size,
+                             gate=cfg.gate, channel_attention=cfg.channel_attention, latent_bn=cfg.latent_bn)
+        self.bn = nn.BatchNorm2d(cfg.c_out)
+        self.act = ACTIVATIONS[cfg.act]()
+
+    def forward(self, x):
+        s = self.stem(x)
+        y = self.bn(self.dcd(s))
+        if self.residual:
+            y = s + y
+        return torch.flatten(self.act(y), 1)
+
+
+def build(cfg: Layer) -> Net:
+    """Random non-trivial weights and BN statistics (Λ and Φ vary per sample)."""
+    torch.manual_seed(cfg.seed)
+    model = Net(cfg)
+    with torch.no_grad():
+        for mod in model.modules():
+            if isinstance(mod, nn.modules.batchnorm._BatchNorm):
+                n = mod.num_features
+                mod.weight.uniform_(0.5, 1.5)
+                mod.bias.normal_(0, 0.5)
+                mod.running_mean.normal_(0, 0.5)
+                mod.running_var.uniform_(0.25, 2.0)
+        for name, p in model.named_parameters():
+            if p.dim() > 1:
+                gain = 2.0 if name.endswith(("fc_phi.weight", "fc_scale.weight")) else 1.0
+                p.normal_(0, gain / math.sqrt(p[0].numel()))
+    return model.eval()
+
+
+def available_isas() -> list[str]:
+    out = []
+    for isa in ISAS:
+        with forced_isa(isa):
+            try:
+                if kernel_isa() == isa:
+                    out.append(isa)
+            except OSError:
+                pass
+    return out
+
+
+class forced_isa:
+    """``DCD_DEPLOY_ISA`` set inside the block (the library reads it at every call)."""
+
+    def __init__(self, isa: str):
+        self.isa = isa
+
+    def __enter__(self):
+        self.old = os.environ.get("DCD_DEPLOY_ISA")
+        os.environ["DCD_DEPLOY_ISA"] = self.isa
+
+    def __exit__(self, *exc):
+        if self.old is None:
+            os.environ.pop("DCD_DEPLOY_ISA", None)
+        else:
+            os.environ["DCD_DEPLOY_ISA"] = self.old
+
+
+def test_fused_layers_match_pytorch_in_openvino_and_onnxruntime(tmp_path, capsys):
+    isas = available_isas()
+    assert "portable" in isas
+    coverage: Counter = Counter()
+
+    @FUZZ
+    @given(cfg=layers(), isa_index=st.integers(0, 2))
+    def prop(cfg: Layer, isa_index: int):
+        model = build(cfg)
+        size = cfg.side  # the exporter takes square inputs
+        path = tmp_path / "m.onnx"
+        export_onnx(model, path, input_size=size, mode="fused", strategy=cfg.strategy, check=False)
+        (node,) = [n for n in onnx.load(str(path)).graph.node if n.domain == "dcd_deploy"]
+        attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+        assert attrs["residual"] == int(cfg.residual)
+        assert attrs["activation"].decode() == cfg.act
+        g = torch.Generator().manual_seed(cfg.seed + 1)
+        x = torch.randn(2 * cfg.batch, 3, size, size, generator=g)
+        isa = isas[isa_index % len(isas)]
+        with forced_isa(isa):
+            report = check_parity(model, path, batch_sizes=(cfg.batch,), inputs=x,
+                                  backends=("onnxruntime", "openvino"))
+        assert report, f"{cfg!r} isa={isa}\n{report.table()}"
+        coverage[f"isa {isa}"] += 1
+        coverage[f"form {attrs['form'].decode()}"] += 1
+        coverage[f"pool {cfg.pool_size}"] += 1
+        coverage["residual" if cfg.residual else "no residual"] += 1
+        coverage[f"batch {cfg.batch}"] += 1
+
+    prop()
+    with capsys.disabled():
+        print(f"\n[fuzz] fused DCD layers vs PyTorch (OpenVINO + ORT): "
+              + ", ".join(f"{k} {v}" for k, v in sorted(coverage.items())))
+    assert sum(v for k, v in coverage.items() if k.startswith("isa ")) >= EXAMPLES
+    assert all(coverage[f"isa {isa}"] > 0 for isa in isas)
+    assert coverage["form weight"] > 0 and coverage["form latent"] > 0
+    assert coverage["residual"] > 0 and coverage["batch 4"] > 0
+
+
+ZOO = _zoo.ZooCache(keep_one=True)
+DCD_MODELS = [m for m in list_models() if m.endswith("_dcd")]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", DCD_MODELS)
+def test_zoo_dcd_models_fused_in_openvino(arch, tmp_path):
+    size = _zoo.input_size(arch)
+    model = ZOO(arch, size)
+    path = tmp_path / f"{arch}.onnx"
+    result = export_onnx(model, path, input_size=size, mode="fused", check=False)
+    pointwise = sum(isinstance(m, DCDConv2d) and m.kernel_size == 1 and m.stride == 1 for m in model.modules())
+    assert result.op_histogram.get("dcd_deploy.DCDPointwise", 0) == pointwise
+    report = check_parity(model, path, batch_sizes=(1, 2), n_inputs=2, backends=("openvino",))
+    assert report, report.table()
+    assert report.max_rel < 1e-3 and all(r.top1_agreement == 1.0 for r in report.rows)
