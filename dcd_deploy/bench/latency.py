@@ -86,9 +86,11 @@ PAPER_BACKEND = "torch-paper"
 BACKENDS = (PAPER_BACKEND, "torch", "torch-deploy", "onnxruntime", "openvino", "openvino-fused")
 #: Backends that run in OpenVINO (skipped, with a note, when it is not installed).
 OPENVINO_BACKENDS = ("openvino", "openvino-fused")
-#: The three steps of the default table: the paper's conditions, today's eager PyTorch
-#: (oneDNN on, same deploy form), ONNX Runtime. ``torch-paper`` only with one thread.
-DEFAULT_BACKENDS = (PAPER_BACKEND, "torch-deploy", "onnxruntime")
+#: The steps of the default table: the paper's conditions, today's eager PyTorch (oneDNN
+#: on, same deploy form), ONNX Runtime, OpenVINO with standard ops, OpenVINO with the
+#: fused DCD kernels (the OpenVINO steps skipped, with a note, when it is not installed).
+#: ``torch-paper`` only with one thread.
+DEFAULT_BACKENDS = (PAPER_BACKEND, "torch-deploy", "onnxruntime", "openvino", "openvino-fused")
 #: The paper's batch and input side (Section 5.4).
 PAPER_BATCH, PAPER_INPUT_SIZE = 1, 224
 #: What ``torch-paper`` changes from ``torch-deploy`` (JSON ``settings.paper_conditions``).

@@ -126,7 +126,8 @@ def format_model_list() -> list[str]:
 @click.option("--backends", default=None, callback=_backends, metavar="B,...",
               help="Some of torch-paper, torch, torch-deploy, onnxruntime, openvino, openvino-fused (the "
                    "last two if openvino is installed; openvino-fused builds the extension). "
-                   "[default: torch-paper,torch-deploy,onnxruntime (torch-paper with --threads 1 only); "
+                   "[default: torch-paper,torch-deploy,onnxruntime,openvino,openvino-fused (torch-paper with "
+                   "--threads 1 only, OpenVINO if installed); "
                    "--frontier: one backend, onnxruntime]")
 @click.option("--threads", type=click.IntRange(1, MAX_THREADS), default=1, show_default=True,
               help="Threads of every backend (torch intra/inter-op, ORT intra = inter).")

@@ -391,7 +391,7 @@ def test_missing_output_directory_fails_before_any_work(tmp_path, no_work):
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    (dict(mode="fused"), "unknown mode 'fused'"),
+    (dict(mode="fusion"), "unknown mode 'fusion'"),
     (dict(strategy="fast"), "unknown strategy 'fast'"),
     (dict(opset=12), "opset 12 is not supported"),
     (dict(batch=0), "batch must be a positive integer"),
