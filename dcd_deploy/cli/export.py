@@ -114,5 +114,8 @@ def main(model, output, input_size, batch, opset, mode, strategy, no_simplify, n
                 click.echo(f"           {path}: {form}")
     if result.parity is not None:
         click.echo(f"  parity   {result.parity.summary()}")
+        runtimes = dict.fromkeys(r.backend for r in result.parity.rows)
+        click.echo(f"  checked  in {', '.join(runtimes)}"
+                   + (" (the fused kernels)" if "openvino" in runtimes and result.mode == "fused" else ""))
     else:
         click.echo("  parity   not checked (--no-check)")

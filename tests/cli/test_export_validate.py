@@ -117,6 +117,52 @@ def test_export_function_mode(tmp_path):
     assert "dcd_deploy.DCD" in result.stdout  # the histogram names the domain
 
 
+def test_export_fused_mode_checks_in_openvino_and_validates_there(tmp_path):
+    pytest.importorskip("openvino")
+    out, report = tmp_path / "f.onnx", tmp_path / "v.json"
+    result = run(export_main, [MODEL, "--input-size", SIZE, "-o", out, "--mode", "fused"])
+    assert result.exit_code == 0, result.output
+    assert "mode fused" in result.stdout and "dcd_deploy.DCDPointwise" in result.stdout
+    assert "parity   PASS" in result.stdout
+    assert "checked  in onnxruntime, openvino (the fused kernels)" in result.stdout
+    result = run(validate_main, [MODEL, out, "--backend", "openvino", "--batch-sizes", "1,3", "--json", report])
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.strip().splitlines()
+    assert lines[0].split()[0] == "runtime" and [ln.split()[:2] for ln in lines[1:-1]] == [
+        ["openvino", "1"], ["openvino", "3"]]
+    data = json.loads(report.read_text(encoding="utf-8"))
+    assert data["passed"] is True and {r["backend"] for r in data["rows"]} == {"openvino"}
+
+
+def test_validate_in_openvino_without_openvino_is_one_error_line(exported, monkeypatch):
+    import importlib.util
+
+    _, out, _ = exported
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "openvino" else real(name, *a))
+    result = run(validate_main, [MODEL, out, "--backend", "openvino"])
+    assert result.exit_code == 1
+    assert result.stderr.strip().splitlines() == [
+        "Error: openvino is not installed: pip install 'dcd-deploy[openvino]'"]
+
+
+def test_fused_export_without_a_compiler_is_one_error_line_and_writes_nothing(tmp_path, monkeypatch):
+    pytest.importorskip("openvino")
+    import dcd_deploy.openvino._build as build
+
+    monkeypatch.setenv("CXX", "/nonexistent/c++")
+    monkeypatch.setattr(build, "_default_out_dir", lambda: tmp_path / "ext")  # nothing built there yet
+    out = tmp_path / "f.onnx"
+    result = run(export_main, [MODEL, "--input-size", SIZE, "-o", out, "--mode", "fused"])
+    assert result.exit_code == 1
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("Error: no C++ compiler found") and "install g++" in line
+    assert not out.exists() and list(tmp_path.iterdir()) == []  # the compiler is looked for first
+    # the standard-op path needs no compiler
+    result = run(export_main, [MODEL, "--input-size", SIZE, "-o", out])
+    assert result.exit_code == 0, result.output
+
+
 def test_export_fixed_batch(tmp_path):
     out = tmp_path / "b.onnx"
     result = run(export_main, [MODEL, "--input-size", SIZE, "-o", out, "--batch", "2"])
