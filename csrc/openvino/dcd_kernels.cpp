@@ -48,23 +48,6 @@ inline vf bc(float s) { return s - vf{}; }  // (0 + s is not s for s = -0: not f
 inline int imin(int a, int b) { return a < b ? a : b; }
 inline int roundup(int a, int b) { return (a + b - 1) / b * b; }
 
-inline vf ld_part(const float* p, int n) {  // n valid floats (may be <= 0 or >= VW)
-    if (n >= VW) return ld(p);
-    float t[VW];
-    for (int i = 0; i < VW; ++i) t[i] = i < n ? p[i] : 0.f;
-    return ld(t);
-}
-inline void st_part(float* p, vf v, int n) {
-    if (n >= VW) { st(p, v); return; }
-    for (int i = 0; i < n; ++i) p[i] = v[i];
-}
-inline vf act_v(vf v, int act) {
-    if (act == ACT_NONE) return v;
-    const vf z = vf{};
-    v = v > z ? v : z;
-    if (act == ACT_RELU6) { const vf six = bc(6.f); v = v < six ? v : six; }
-    return v;
-}
 inline float hsig(float v) {
     v = v * (1.f / 6.f) + 0.5f;
     return v < 0.f ? 0.f : (v > 1.f ? 1.f : v);
@@ -107,7 +90,7 @@ inline void zero(float* p, long n) {
 //   acc += A1 (M x k1) . B1 (k1 x cols);  acc *= scale1 (per column)
 //   acc += A2 (M x k2) . B2 (k2 x cols)
 //   epi:  acc = act(acc + bias + res)
-//   C = acc (only ncols columns)
+//   C = acc (full tiles only: gemm() routes an edge panel's tiles through a temporary)
 struct Tile {
     const float* a1; long lda1; int k1; const float* b1; int ldb1; const float* scale1;
     const float* a2; long lda2; int k2; const float* b2; int ldb2;
@@ -120,17 +103,11 @@ struct Tile {
 template <int M, int N>
 __attribute__((noinline)) void ukernel(const Tile& t) {
     vf acc[M][N];
-    const int nc = t.ncols;
     if (t.c0) {
-        if (nc == N * VW) {
 #pragma GCC unroll 16
-            for (int i = 0; i < M; ++i)
+        for (int i = 0; i < M; ++i)
 #pragma GCC unroll 4
-                for (int v = 0; v < N; ++v) acc[i][v] = ld(t.c0 + i * t.ldc0 + v * VW);
-        } else {
-            for (int i = 0; i < M; ++i)
-                for (int v = 0; v < N; ++v) acc[i][v] = ld_part(t.c0 + i * t.ldc0 + v * VW, nc - v * VW);
-        }
+            for (int v = 0; v < N; ++v) acc[i][v] = ld(t.c0 + i * t.ldc0 + v * VW);
         if (t.c0scale) {
 #pragma GCC unroll 4
             for (int v = 0; v < N; ++v) {
@@ -195,15 +172,10 @@ __attribute__((noinline)) void ukernel(const Tile& t) {
             }
         }
         if (t.res) {
-            if (nc == N * VW) {
 #pragma GCC unroll 16
-                for (int i = 0; i < M; ++i)
+            for (int i = 0; i < M; ++i)
 #pragma GCC unroll 4
-                    for (int v = 0; v < N; ++v) acc[i][v] += ld(t.res + i * t.ldres + v * VW);
-            } else {
-                for (int i = 0; i < M; ++i)
-                    for (int v = 0; v < N; ++v) acc[i][v] += ld_part(t.res + i * t.ldres + v * VW, nc - v * VW);
-            }
+                for (int v = 0; v < N; ++v) acc[i][v] += ld(t.res + i * t.ldres + v * VW);
         }
         if (t.act != ACT_NONE) {
             const vf z = vf{};
@@ -220,15 +192,10 @@ __attribute__((noinline)) void ukernel(const Tile& t) {
             }
         }
     }
-    if (nc == N * VW) {
 #pragma GCC unroll 16
-        for (int i = 0; i < M; ++i)
+    for (int i = 0; i < M; ++i)
 #pragma GCC unroll 4
-            for (int v = 0; v < N; ++v) st(t.c + i * t.ldc + v * VW, acc[i][v]);
-    } else {
-        for (int i = 0; i < M; ++i)
-            for (int v = 0; v < N; ++v) st_part(t.c + i * t.ldc + v * VW, acc[i][v], nc - v * VW);
-    }
+        for (int v = 0; v < N; ++v) st(t.c + i * t.ldc + v * VW, acc[i][v]);
 }
 
 template <int M, int N>
@@ -242,6 +209,34 @@ template <int N>
 struct Rows<0, N> {
     static void run(int, const Tile&) {}
 };
+
+// A tile of the last panel whose columns do not fill its vectors: run it on a temporary
+// full-width tile (the initial value and the residual copied in, zero-padded) and copy the
+// valid columns out.
+void edge_tile(const Tile& t0, int mm, int wp) {
+    alignas(64) float cbuf[MR * NR];
+    alignas(64) float rbuf[MR * NR];
+    const int nc = t0.ncols;
+    Tile t = t0;
+    if (t0.c0) {
+        for (int i = 0; i < mm; ++i)
+            for (int j = 0; j < wp; ++j) cbuf[i * wp + j] = j < nc ? t0.c0[i * t0.ldc0 + j] : 0.f;
+        t.c0 = cbuf;
+        t.ldc0 = wp;
+    }
+    if (t0.res) {
+        for (int i = 0; i < mm; ++i)
+            for (int j = 0; j < wp; ++j) rbuf[i * wp + j] = j < nc ? t0.res[i * t0.ldres + j] : 0.f;
+        t.res = rbuf;
+        t.ldres = wp;
+    }
+    t.c = cbuf;
+    t.ldc = wp;
+    if (wp == NR) Rows<MR, NV>::run(mm, t);
+    else Rows<MR, 1>::run(mm, t);
+    for (int i = 0; i < mm; ++i)
+        for (int j = 0; j < nc; ++j) t0.c[i * t0.ldc + j] = cbuf[i * wp + j];
+}
 
 // C (m x n, row-major with ldc) = epilogue(init + A1 . B1ᵀ [*scale1] + A2 . B2ᵀ).
 // B1: packed with K = k1, B2: packed with K = k2 (same panel columns as C).
@@ -280,8 +275,12 @@ void gemm(const Gemm& g) {
                     t.c0 = first ? (g.c0 ? g.c0 + i * g.ldc0 + j0 : nullptr) : t.c;
                     t.res = (last && g.res) ? g.res + i * g.ldres + j0 : nullptr;
                     const int mm = imin(MR, i1 - i);
-                    if (wp == NR) Rows<MR, NV>::run(mm, t);
-                    else Rows<MR, 1>::run(mm, t);
+                    if (t.ncols == wp) {
+                        if (wp == NR) Rows<MR, NV>::run(mm, t);
+                        else Rows<MR, 1>::run(mm, t);
+                    } else {
+                        edge_tile(t, mm, wp);
+                    }
                 }
             }
         }
@@ -306,7 +305,33 @@ void pack_t(const float* src, int rows, int k, const float* scale, float* dst, i
 }
 
 size_t packed_size(int rows, int k) { return (size_t)roundup(rows, VW) * (size_t)k; }
-void pack_w0(const float* w0, int cout, int cin, float* dst) { pack_t(w0, cout, cin, nullptr, dst, cin, 0); }
+
+// prepared constants: [w0 packed (K = Cin)] [q packed (K = Cin)] [p packed (K = L)] [qᵀ (Cin x L)]
+struct Prepared {
+    const float *w0p, *qp, *pp, *qt;
+};
+Prepared prepared_parts(const float* base, int cout, int cin, int L) {
+    Prepared r;
+    r.w0p = base;
+    r.qp = r.w0p + packed_size(cout, cin);
+    r.pp = r.qp + packed_size(L, cin);
+    r.qt = r.pp + packed_size(cout, L);
+    return r;
+}
+size_t prepared_size(int cout, int cin, int L) {
+    return packed_size(cout, cin) + packed_size(L, cin) + packed_size(cout, L) + (size_t)cin * L;
+}
+void prepare(const Params* P, float* dst) {
+    const int cout = P->Cout, cin = P->Cin, L = P->L;
+    pack_t(P->w0, cout, cin, nullptr, dst, cin, 0);
+    float* qp = dst + packed_size(cout, cin);
+    pack_t(P->q, L, cin, nullptr, qp, cin, 0);
+    float* pp = qp + packed_size(L, cin);
+    pack_t(P->p, cout, L, nullptr, pp, L, 0);
+    float* qt = pp + packed_size(cout, L);
+    for (int l = 0; l < L; ++l)
+        for (int k = 0; k < cin; ++k) qt[(long)k * L + l] = P->q[(long)l * cin + k];
+}
 
 // ---------------------------------------------------------------------------------------------
 void pool(const Params& P, const float* x, float* pooled) {
@@ -360,6 +385,8 @@ void run(Params* pp) {
     float* phi = scratch(3, (size_t)L * L);
     float* ppk = scratch(4, packed_size(Cout, L));
     float* cvec = scratch(5, (size_t)cpad);
+    float* phit = scratch(6, (size_t)L * L);
+    const Prepared pre = prepared_parts(P.prepared, Cout, Cin, L);
 
     bool weight_form;
     if (P.form == FORM_WEIGHT) weight_form = true;
@@ -393,32 +420,28 @@ void run(Params* pp) {
         matvec(P.phi_w, y, P.phi_b, L * L, S, phi);
         if (prof) t2 = now_seconds();
 
-        // form: PP = p . phi (Cout x L), packed with K = L
+        // form: PP = p . phi (Cout x L), packed with K = L: per panel, PP_panelᵀ (L x wp) =
+        // phiᵀ (L x L) . p_panelᵀ (L x wp)
+        for (int l = 0; l < L; ++l)
+            for (int m = 0; m < L; ++m) phit[l * L + m] = phi[m * L + l];
         for (int j0 = 0; j0 < Cout; j0 += NR) {
             const int wp = imin(NR, roundup(Cout - j0, VW));
-            float* d = ppk + (long)j0 * L;
-            for (int l = 0; l < L; ++l)
-                for (int jj = 0; jj < wp; ++jj) {
-                    const int o = j0 + jj;
-                    float s = 0.f;
-                    if (o < Cout)
-                        for (int m = 0; m < L; ++m) s += P.p[(long)o * L + m] * phi[m * L + l];
-                    d[l * wp + jj] = s;
-                }
+            Gemm f{};
+            f.m = L; f.n = wp;
+            f.a1 = phit; f.lda1 = L; f.k1 = L; f.b1 = pre.pp + (long)j0 * L;
+            f.c = ppk + (long)j0 * L; f.ldc = wp;
+            gemm(f);
         }
         if (weight_form) {
             // W = diag(lam) w0 + (p phi) q   packed with K = Cin, as a GEMM over the panels:
             // W_panel (Cin x wp) = lam * w0p_panel + qᵀ (Cin x L) . PP_panelᵀ
-            float* qt = scratch(6, (size_t)Cin * L);
-            for (int l = 0; l < L; ++l)
-                for (int k = 0; k < Cin; ++k) qt[(long)k * L + l] = P.q[(long)l * Cin + k];
             float* wpk = scratch(7, packed_size(Cout, Cin));
             for (int j0 = 0; j0 < Cout; j0 += NR) {
                 const int wp = imin(NR, roundup(Cout - j0, VW));
                 Gemm f{};
                 f.m = Cin; f.n = wp;
-                f.a1 = qt; f.lda1 = L; f.k1 = L; f.b1 = ppk + (long)j0 * L;
-                f.c0 = P.w0_packed + (long)j0 * Cin; f.ldc0 = wp; f.c0scale = lam + j0;
+                f.a1 = pre.qt; f.lda1 = L; f.k1 = L; f.b1 = ppk + (long)j0 * L;
+                f.c0 = pre.w0p + (long)j0 * Cin; f.ldc0 = wp; f.c0scale = lam + j0;
                 f.c = wpk + (long)j0 * Cin; f.ldc = wp;
                 gemm(f);
             }
@@ -440,8 +463,6 @@ void run(Params* pp) {
             gemm(m);
         } else {
             // latent: Z = X qᵀ + q_b (N x L); out = lam * (X w0ᵀ) + Z (p phi)ᵀ + bias
-            float* qpk = scratch(6, packed_size(L, Cin));
-            pack_t(P.q, L, Cin, nullptr, qpk, Cin, 0);
             float* qb = scratch(8, (size_t)roundup(L, NR));
             for (int l = 0; l < roundup(L, NR); ++l) qb[l] = l < L ? P.q_b[l] : 0.f;
             for (int o = 0; o < cpad; ++o) cvec[o] = o < Cout ? P.bias[o] : 0.f;
@@ -449,12 +470,12 @@ void run(Params* pp) {
             if (prof) t3 = now_seconds();
             Gemm zg{};
             zg.m = (int)N; zg.n = L;
-            zg.a1 = x; zg.lda1 = Cin; zg.k1 = Cin; zg.b1 = qpk;
+            zg.a1 = x; zg.lda1 = Cin; zg.k1 = Cin; zg.b1 = pre.qp;
             zg.c = z; zg.ldc = L; zg.bias = qb;
             gemm(zg);
             Gemm m{};
             m.m = (int)N; m.n = Cout;
-            m.a1 = x; m.lda1 = Cin; m.k1 = Cin; m.b1 = P.w0_packed; m.scale1 = lam;
+            m.a1 = x; m.lda1 = Cin; m.k1 = Cin; m.b1 = pre.w0p; m.scale1 = lam;
             m.a2 = z; m.lda2 = L; m.k2 = L; m.b2 = ppk;
             m.c = out; m.ldc = Cout;
             m.bias = cvec; m.res = res; m.ldres = Cout; m.act = P.act;
@@ -472,7 +493,7 @@ void run(Params* pp) {
 
 #define DCD_STR2(x) #x
 #define DCD_STR(x) DCD_STR2(x)
-const KernelTable table = {DCD_STR(DCD_NS), NR, packed_size, pack_w0, run};
+const KernelTable table = {DCD_STR(DCD_NS), NR, prepared_size, prepare, run};
 
 }  // namespace
 }  // namespace DCD_NS

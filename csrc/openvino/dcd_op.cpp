@@ -270,8 +270,8 @@ public:
         p.q = f(I.q); p.q_b = f(I.q_b); p.p = f(I.p); p.w0 = f(I.w0); p.bias = f(I.bias);
         p.out = outputs[0].data<float>();
         p.profile = prof;
-        std::shared_ptr<const std::vector<float>> w0p = packed_w0(k, p.w0, (int)Cout, (int)Cin);
-        p.w0_packed = w0p->data();
+        std::shared_ptr<const std::vector<float>> prepared = prepare(k, p);
+        p.prepared = prepared->data();
         k->run(&p);
         if (prof) {
             const double total = now_seconds() - t0;
@@ -284,24 +284,27 @@ public:
     }
 
 private:
-    // w0 in the kernel's packed layout. w0 is a Constant: pack it once per (data, ISA) and
-    // keep it; a few sampled values guard against a different tensor at the same address.
-    std::shared_ptr<const std::vector<float>> packed_w0(const KernelTable* k, const float* w0, int cout,
-                                                        int cin) const {
-        const size_t n = (size_t)cout * cin;
-        float probe[8];
-        for (int i = 0; i < 8; ++i) probe[i] = w0[(n - 1) * i / 7];
+    // The constants w0, q, p rearranged for the kernels (KernelTable::prepare). They are
+    // Constants: prepare once per (tensors, ISA) and keep the result; sampled values guard
+    // against a different tensor at the same address.
+    std::shared_ptr<const std::vector<float>> prepare(const KernelTable* k, const Params& p) const {
+        const float* src[3] = {p.w0, p.q, p.p};
+        const size_t n[3] = {(size_t)p.Cout * p.Cin, (size_t)p.L * p.Cin, (size_t)p.Cout * p.L};
+        float probe[3][8];
+        for (int t = 0; t < 3; ++t)
+            for (int i = 0; i < 8; ++i) probe[t][i] = src[t][(n[t] - 1) * i / 7];
         std::lock_guard<std::mutex> lock(m_cache_mutex);
-        if (m_cache && m_cache_src == w0 && m_cache_table == k && m_cache_cout == cout && m_cache_cin == cin &&
-            !std::memcmp(probe, m_cache_probe, sizeof probe))
+        if (m_cache && m_cache_table == k && m_cache_cout == p.Cout && m_cache_cin == p.Cin && m_cache_l == p.L &&
+            !std::memcmp(m_cache_src, src, sizeof src) && !std::memcmp(probe, m_cache_probe, sizeof probe))
             return m_cache;
-        auto v = std::make_shared<std::vector<float>>(k->packed_size(cout, cin));
-        k->pack_w0(w0, cout, cin, v->data());
+        auto v = std::make_shared<std::vector<float>>(k->prepared_size(p.Cout, p.Cin, p.L));
+        k->prepare(&p, v->data());
         m_cache = v;
-        m_cache_src = w0;
         m_cache_table = k;
-        m_cache_cout = cout;
-        m_cache_cin = cin;
+        m_cache_cout = p.Cout;
+        m_cache_cin = p.Cin;
+        m_cache_l = p.L;
+        std::memcpy(m_cache_src, src, sizeof src);
         std::memcpy(m_cache_probe, probe, sizeof probe);
         return m_cache;
     }
@@ -311,10 +314,10 @@ private:
 
     mutable std::mutex m_cache_mutex;
     mutable std::shared_ptr<const std::vector<float>> m_cache;
-    mutable const float* m_cache_src = nullptr;
+    mutable const float* m_cache_src[3] = {};
     mutable const KernelTable* m_cache_table = nullptr;
-    mutable int m_cache_cout = 0, m_cache_cin = 0;
-    mutable float m_cache_probe[8] = {};
+    mutable int m_cache_cout = 0, m_cache_cin = 0, m_cache_l = 0;
+    mutable float m_cache_probe[3][8] = {};
 };
 
 namespace {
