@@ -306,61 +306,128 @@ void pack_t(const float* src, int rows, int k, const float* scale, float* dst, i
 
 size_t packed_size(int rows, int k) { return (size_t)roundup(rows, VW) * (size_t)k; }
 
-// prepared constants: [w0 packed (K = Cin)] [q packed (K = Cin)] [p packed (K = L)] [qᵀ (Cin x L)]
+// prepared constants: [w0 packed (K = Cin)] [q packed (K = Cin)] [p packed (K = L)]
+// [qᵀ (Cin x L)] [phi_wᵀ (S x L*L)] [scale_wᵀ (S x Cout), with attention]
 struct Prepared {
-    const float *w0p, *qp, *pp, *qt;
+    const float *w0p, *qp, *pp, *qt, *phiwt, *scalewt;
 };
-Prepared prepared_parts(const float* base, int cout, int cin, int L) {
+template <class T>
+Prepared prepared_parts(T* base, const Params& P) {
     Prepared r;
     r.w0p = base;
-    r.qp = r.w0p + packed_size(cout, cin);
-    r.pp = r.qp + packed_size(L, cin);
-    r.qt = r.pp + packed_size(cout, L);
+    r.qp = r.w0p + packed_size(P.Cout, P.Cin);
+    r.pp = r.qp + packed_size(P.L, P.Cin);
+    r.qt = r.pp + packed_size(P.Cout, P.L);
+    r.phiwt = r.qt + (size_t)P.Cin * P.L;
+    r.scalewt = r.phiwt + (size_t)P.S * P.L * P.L;
     return r;
 }
-size_t prepared_size(int cout, int cin, int L) {
-    return packed_size(cout, cin) + packed_size(L, cin) + packed_size(cout, L) + (size_t)cin * L;
+size_t prepared_size(const Params* P) {
+    const Prepared r = prepared_parts((const float*)nullptr, *P);
+    return (size_t)(r.scalewt - r.w0p) + (P->attention ? (size_t)P->S * P->Cout : 0);
+}
+void transpose(const float* src, int rows, int cols, float* dst) {  // dst (cols x rows)
+    for (int r = 0; r < rows; ++r)
+        for (int c = 0; c < cols; ++c) dst[(long)c * rows + r] = src[(long)r * cols + c];
 }
 void prepare(const Params* P, float* dst) {
+    const Prepared r = prepared_parts(dst, *P);
     const int cout = P->Cout, cin = P->Cin, L = P->L;
-    pack_t(P->w0, cout, cin, nullptr, dst, cin, 0);
-    float* qp = dst + packed_size(cout, cin);
-    pack_t(P->q, L, cin, nullptr, qp, cin, 0);
-    float* pp = qp + packed_size(L, cin);
-    pack_t(P->p, cout, L, nullptr, pp, L, 0);
-    float* qt = pp + packed_size(cout, L);
-    for (int l = 0; l < L; ++l)
-        for (int k = 0; k < cin; ++k) qt[(long)k * L + l] = P->q[(long)l * cin + k];
+    pack_t(P->w0, cout, cin, nullptr, const_cast<float*>(r.w0p), cin, 0);
+    pack_t(P->q, L, cin, nullptr, const_cast<float*>(r.qp), cin, 0);
+    pack_t(P->p, cout, L, nullptr, const_cast<float*>(r.pp), L, 0);
+    transpose(P->q, L, cin, const_cast<float*>(r.qt));
+    transpose(P->phi_w, L * L, P->S, const_cast<float*>(r.phiwt));
+    if (P->attention) transpose(P->scale_w, cout, P->S, const_cast<float*>(r.scalewt));
+}
+
+// out[0..R) = sum_s y[s] * mt[s, :] (+ b): a matrix-vector product with the matrix stored
+// transposed (S x R), so the vector runs over the R outputs: no horizontal sums.
+void matvec_t(const float* mt, const float* y, const float* b, int S, int R, float* out) {
+    int r = 0;
+    for (; r + 4 * VW <= R; r += 4 * VW) {
+        vf a0 = vf{}, a1 = vf{}, a2 = vf{}, a3 = vf{};
+        for (int s = 0; s < S; ++s) {
+            const float* m = mt + (long)s * R + r;
+            const vf ys = bc(y[s]);
+            a0 += ys * ld(m);
+            a1 += ys * ld(m + VW);
+            a2 += ys * ld(m + 2 * VW);
+            a3 += ys * ld(m + 3 * VW);
+        }
+        if (b) { a0 += ld(b + r); a1 += ld(b + r + VW); a2 += ld(b + r + 2 * VW); a3 += ld(b + r + 3 * VW); }
+        st(out + r, a0); st(out + r + VW, a1); st(out + r + 2 * VW, a2); st(out + r + 3 * VW, a3);
+    }
+    for (; r + VW <= R; r += VW) {
+        vf a = vf{};
+        for (int s = 0; s < S; ++s) a += bc(y[s]) * ld(mt + (long)s * R + r);
+        if (b) a += ld(b + r);
+        st(out + r, a);
+    }
+    for (; r < R; ++r) {
+        float a = 0.f;
+        for (int s = 0; s < S; ++s) a += y[s] * mt[(long)s * R + r];
+        out[r] = a + (b ? b[r] : 0.f);
+    }
+}
+
+// out[c] (+)= sum_{i < count} x[i * stride + c], c < C: channel blocks in registers
+void colsum(const float* x, long stride, long count, int C, float* out, bool accumulate) {
+    int c = 0;
+    for (; c + 4 * VW <= C; c += 4 * VW) {
+        vf a0 = vf{}, a1 = vf{}, a2 = vf{}, a3 = vf{};
+        const float* p = x + c;
+        for (long i = 0; i < count; ++i, p += stride) {
+            a0 += ld(p); a1 += ld(p + VW); a2 += ld(p + 2 * VW); a3 += ld(p + 3 * VW);
+        }
+        if (accumulate) { a0 += ld(out + c); a1 += ld(out + c + VW); a2 += ld(out + c + 2 * VW); a3 += ld(out + c + 3 * VW); }
+        st(out + c, a0); st(out + c + VW, a1); st(out + c + 2 * VW, a2); st(out + c + 3 * VW, a3);
+    }
+    for (; c + VW <= C; c += VW) {
+        vf a = vf{};
+        const float* p = x + c;
+        for (long i = 0; i < count; ++i, p += stride) a += ld(p);
+        if (accumulate) a += ld(out + c);
+        st(out + c, a);
+    }
+    if (c < C) {
+        float t[VW] = {};
+        const float* p = x + c;
+        for (long i = 0; i < count; ++i, p += stride)
+            for (int j = 0; j < C - c; ++j) t[j] += p[j];
+        for (int j = 0; j < C - c; ++j) out[c + j] = (accumulate ? out[c + j] : 0.f) + t[j];
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
 void pool(const Params& P, const float* x, float* pooled) {
     const int H = P.H, W = P.W, C = P.Cin;
     if (P.pool == 1) {
-        zero(pooled, C);
         const long n = (long)H * W;
-        for (long i = 0; i < n; ++i) add_row(pooled, x + i * C, C);
+        colsum(x, C, n, C, pooled, false);
         const float s = 1.f / (float)n;
         for (int c = 0; c < C; ++c) pooled[c] *= s;
         return;
     }
     // adaptive 2x2: row bin 0 = [0, ceil(H/2)), bin 1 = [floor(H/2), H); same for columns
     const int r0e = (H + 1) / 2, r1s = H / 2, c0e = (W + 1) / 2, c1s = W / 2;
-    float* buf = scratch(10, (size_t)6 * C);
-    float* bins = buf;            // 4 x C
-    float* cs0 = buf + 4 * C;     // column-bin sums of one row
-    float* cs1 = buf + 5 * C;
+    float* bins = scratch(10, (size_t)6 * C);  // 4 x C, then one row's two column-bin sums
+    float* cs0 = bins + 4 * C;
+    float* cs1 = bins + 5 * C;
     zero(bins, 4L * C);
     for (int h = 0; h < H; ++h) {
-        zero(cs0, C);
-        zero(cs1, C);
         const float* xr = x + (long)h * W * C;
-        for (int w = 0; w < W; ++w) {
-            if (w < c0e) add_row(cs0, xr + (long)w * C, C);
-            if (w >= c1s) add_row(cs1, xr + (long)w * C, C);
+        const bool in0 = h < r0e, in1 = h >= r1s;
+        if (in0 != in1) {  // the row is in one row bin: sum straight into it
+            float* b = bins + (in0 ? 0 : 2 * C);
+            colsum(xr, C, c0e, C, b, true);
+            colsum(xr + (long)c1s * C, C, W - c1s, C, b + C, true);
+        } else {
+            colsum(xr, C, c0e, C, cs0, false);
+            colsum(xr + (long)c1s * C, C, W - c1s, C, cs1, false);
+            add_row(bins, cs0, C); add_row(bins + C, cs1, C);
+            add_row(bins + 2 * C, cs0, C); add_row(bins + 3 * C, cs1, C);
         }
-        if (h < r0e) { add_row(bins, cs0, C); add_row(bins + C, cs1, C); }
-        if (h >= r1s) { add_row(bins + 2 * C, cs0, C); add_row(bins + 3 * C, cs1, C); }
     }
     const float rows[2] = {(float)r0e, (float)(H - r1s)}, cols[2] = {(float)c0e, (float)(W - c1s)};
     for (int b = 0; b < 4; ++b) {
@@ -386,7 +453,7 @@ void run(Params* pp) {
     float* ppk = scratch(4, packed_size(Cout, L));
     float* cvec = scratch(5, (size_t)cpad);
     float* phit = scratch(6, (size_t)L * L);
-    const Prepared pre = prepared_parts(P.prepared, Cout, Cin, L);
+    const Prepared pre = prepared_parts(P.prepared, P);
 
     bool weight_form;
     if (P.form == FORM_WEIGHT) weight_form = true;
@@ -411,13 +478,13 @@ void run(Params* pp) {
             for (int s = 0; s < S; ++s) y[s] = y[s] > 0.f ? y[s] : 0.f;
         }
         if (P.attention) {
-            matvec(P.scale_w, y, nullptr, Cout, S, lam);
+            matvec_t(pre.scalewt, y, nullptr, S, Cout, lam);
             for (int o = 0; o < Cout; ++o) lam[o] = hsig(lam[o]);
         } else {
             for (int o = 0; o < Cout; ++o) lam[o] = 1.f;
         }
         for (int o = Cout; o < cpad; ++o) lam[o] = 0.f;
-        matvec(P.phi_w, y, P.phi_b, L * L, S, phi);
+        matvec_t(pre.phiwt, y, P.phi_b, S, L * L, phi);
         if (prof) t2 = now_seconds();
 
         // form: PP = p . phi (Cout x L), packed with K = L: per panel, PP_panelᵀ (L x wp) =

@@ -30,9 +30,10 @@ struct KernelTable {
     const char* name;
     int nr;  // panel width (output channels per packed panel)
     // The constant weights rearranged for this ISA's kernels (w0, q and p in packed panels,
-    // qᵀ): prepared_size floats, filled by prepare from p's Cout, Cin, L, w0, q and p. The op
-    // makes it once per weights and keeps it (the weights are Constants).
-    size_t (*prepared_size)(int cout, int cin, int L);
+    // qᵀ, phi_wᵀ, scale_wᵀ): prepared_size floats, filled by prepare from the shapes and
+    // w0, q, p, phi_w, scale_w of p. The op makes it once per weights and keeps it (the
+    // weights are Constants).
+    size_t (*prepared_size)(const Params* p);
     void (*prepare)(const Params* p, float* dst);
     void (*run)(Params* p);
 };

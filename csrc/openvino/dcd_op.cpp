@@ -284,26 +284,26 @@ public:
     }
 
 private:
-    // The constants w0, q, p rearranged for the kernels (KernelTable::prepare). They are
-    // Constants: prepare once per (tensors, ISA) and keep the result; sampled values guard
-    // against a different tensor at the same address.
+    // The constants rearranged for the kernels (KernelTable::prepare). They are Constants:
+    // prepare once per (tensors, ISA) and keep the result; sampled values guard against a
+    // different tensor at the same address.
     std::shared_ptr<const std::vector<float>> prepare(const KernelTable* k, const Params& p) const {
-        const float* src[3] = {p.w0, p.q, p.p};
-        const size_t n[3] = {(size_t)p.Cout * p.Cin, (size_t)p.L * p.Cin, (size_t)p.Cout * p.L};
-        float probe[3][8];
-        for (int t = 0; t < 3; ++t)
-            for (int i = 0; i < 8; ++i) probe[t][i] = src[t][(n[t] - 1) * i / 7];
+        const float* src[kCached] = {p.w0, p.q, p.p, p.phi_w, p.scale_w};
+        const size_t n[kCached] = {(size_t)p.Cout * p.Cin, (size_t)p.L * p.Cin, (size_t)p.Cout * p.L,
+                                   (size_t)p.L * p.L * p.S, p.scale_w ? (size_t)p.Cout * p.S : 0};
+        float probe[kCached][8] = {};
+        for (int t = 0; t < kCached; ++t)
+            for (int i = 0; n[t] && i < 8; ++i) probe[t][i] = src[t][(n[t] - 1) * i / 7];
+        const int shape[4] = {p.Cout, p.Cin, p.L, p.S};
         std::lock_guard<std::mutex> lock(m_cache_mutex);
-        if (m_cache && m_cache_table == k && m_cache_cout == p.Cout && m_cache_cin == p.Cin && m_cache_l == p.L &&
+        if (m_cache && m_cache_table == k && !std::memcmp(m_cache_shape, shape, sizeof shape) &&
             !std::memcmp(m_cache_src, src, sizeof src) && !std::memcmp(probe, m_cache_probe, sizeof probe))
             return m_cache;
-        auto v = std::make_shared<std::vector<float>>(k->prepared_size(p.Cout, p.Cin, p.L));
+        auto v = std::make_shared<std::vector<float>>(k->prepared_size(&p));
         k->prepare(&p, v->data());
         m_cache = v;
         m_cache_table = k;
-        m_cache_cout = p.Cout;
-        m_cache_cin = p.Cin;
-        m_cache_l = p.L;
+        std::memcpy(m_cache_shape, shape, sizeof shape);
         std::memcpy(m_cache_src, src, sizeof src);
         std::memcpy(m_cache_probe, probe, sizeof probe);
         return m_cache;
@@ -314,10 +314,11 @@ private:
 
     mutable std::mutex m_cache_mutex;
     mutable std::shared_ptr<const std::vector<float>> m_cache;
-    mutable const float* m_cache_src[3] = {};
+    static constexpr int kCached = 5;
+    mutable const float* m_cache_src[kCached] = {};
     mutable const KernelTable* m_cache_table = nullptr;
-    mutable int m_cache_cout = 0, m_cache_cin = 0, m_cache_l = 0;
-    mutable float m_cache_probe[3][8] = {};
+    mutable int m_cache_shape[4] = {};
+    mutable float m_cache_probe[kCached][8] = {};
 };
 
 namespace {
