@@ -14,6 +14,10 @@
 // (zero-padded past `rows`).
 #include "dcd_kernels.hpp"
 
+#if defined(DCD_ISA_AVX512) || defined(DCD_ISA_AVX2)
+#include <immintrin.h>  // masked loads/stores only (static inline intrinsics)
+#endif
+
 #if defined(DCD_ISA_AVX512)
 #define DCD_NS avx512
 #define DCD_VW 16
@@ -44,7 +48,30 @@ typedef float vfu __attribute__((vector_size(VW * 4), aligned(4), may_alias));
 
 inline vf ld(const float* p) { return *reinterpret_cast<const vfu*>(p); }
 inline void st(float* p, vf v) { *reinterpret_cast<vfu*>(p) = v; }
-inline vf bc(float s) { return s - vf{}; }  // (0 + s is not s for s = -0: not foldable)
+inline vf bc(float s) { return s - vf{}; }
+
+// The first n (1..VW) floats of p, zeros after; store the first n lanes of v.
+#if defined(DCD_ISA_AVX512)
+constexpr bool kMask = true;
+inline vf ld_mask(const float* p, int n) { return (vf)_mm512_maskz_loadu_ps((__mmask16)((1u << n) - 1), p); }
+inline void st_mask(float* p, vf v, int n) { _mm512_mask_storeu_ps(p, (__mmask16)((1u << n) - 1), (__m512)v); }
+#elif defined(DCD_ISA_AVX2)
+constexpr bool kMask = true;
+alignas(64) const int kMaskTable[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
+inline __m256i mask8(int n) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kMaskTable + 8 - n)); }
+inline vf ld_mask(const float* p, int n) { return (vf)_mm256_maskload_ps(p, mask8(n)); }
+inline void st_mask(float* p, vf v, int n) { _mm256_maskstore_ps(p, mask8(n), (__m256)v); }
+#else
+constexpr bool kMask = false;  // edge tiles go through a temporary (edge_tile)
+inline vf ld_mask(const float* p, int n) {
+    vf v = vf{};
+    for (int i = 0; i < n; ++i) v[i] = p[i];
+    return v;
+}
+inline void st_mask(float* p, vf v, int n) {
+    for (int i = 0; i < n; ++i) p[i] = v[i];
+}
+#endif  // (0 + s is not s for s = -0: not foldable)
 inline int imin(int a, int b) { return a < b ? a : b; }
 inline int roundup(int a, int b) { return (a + b - 1) / b * b; }
 
@@ -100,14 +127,18 @@ struct Tile {
     int ncols;
 };
 
-template <int M, int N>
+// MASK: the last vector of each row holds only rem = ncols - (N-1)*VW valid columns
+// (masked loads of c0 and res, masked store); everything else is full width.
+template <int M, int N, bool MASK>
 __attribute__((noinline)) void ukernel(const Tile& t) {
     vf acc[M][N];
+    const int rem = t.ncols - (N - 1) * VW;
+    auto ldc = [rem](const float* p, int v) { return (MASK && v == N - 1) ? ld_mask(p, rem) : ld(p); };
     if (t.c0) {
 #pragma GCC unroll 16
         for (int i = 0; i < M; ++i)
 #pragma GCC unroll 4
-            for (int v = 0; v < N; ++v) acc[i][v] = ld(t.c0 + i * t.ldc0 + v * VW);
+            for (int v = 0; v < N; ++v) acc[i][v] = ldc(t.c0 + i * t.ldc0 + v * VW, v);
         if (t.c0scale) {
 #pragma GCC unroll 4
             for (int v = 0; v < N; ++v) {
@@ -175,7 +206,7 @@ __attribute__((noinline)) void ukernel(const Tile& t) {
 #pragma GCC unroll 16
             for (int i = 0; i < M; ++i)
 #pragma GCC unroll 4
-                for (int v = 0; v < N; ++v) acc[i][v] += ld(t.res + i * t.ldres + v * VW);
+                for (int v = 0; v < N; ++v) acc[i][v] += ldc(t.res + i * t.ldres + v * VW, v);
         }
         if (t.act != ACT_NONE) {
             const vf z = vf{};
@@ -195,25 +226,39 @@ __attribute__((noinline)) void ukernel(const Tile& t) {
 #pragma GCC unroll 16
     for (int i = 0; i < M; ++i)
 #pragma GCC unroll 4
-        for (int v = 0; v < N; ++v) st(t.c + i * t.ldc + v * VW, acc[i][v]);
+        for (int v = 0; v < N; ++v) {
+            if (MASK && v == N - 1) st_mask(t.c + i * t.ldc + v * VW, acc[i][v], rem);
+            else st(t.c + i * t.ldc + v * VW, acc[i][v]);
+        }
 }
 
-template <int M, int N>
+template <int M, int N, bool MASK>
 struct Rows {
     static void run(int m, const Tile& t) {
-        if (m == M) ukernel<M, N>(t);
-        else Rows<M - 1, N>::run(m, t);
+        if (m == M) ukernel<M, N, MASK>(t);
+        else Rows<M - 1, N, MASK>::run(m, t);
     }
 };
-template <int N>
-struct Rows<0, N> {
+template <int N, bool MASK>
+struct Rows<0, N, MASK> {
     static void run(int, const Tile&) {}
 };
+// a tile of m <= MR rows in a panel of wp columns (t.ncols valid)
+inline void tile(int m, int wp, const Tile& t) {
+    const bool full = t.ncols == wp;
+    if (wp == NR) {
+        if (full) Rows<MR, NV, false>::run(m, t);
+        else Rows<MR, NV, kMask>::run(m, t);
+    } else {
+        if (full) Rows<MR, 1, false>::run(m, t);
+        else Rows<MR, 1, kMask>::run(m, t);
+    }
+}
 
 // A tile of the last panel whose columns do not fill its vectors: run it on a temporary
 // full-width tile (the initial value and the residual copied in, zero-padded) and copy the
 // valid columns out.
-void edge_tile(const Tile& t0, int mm, int wp) {
+[[maybe_unused]] void edge_tile(const Tile& t0, int mm, int wp) {
     alignas(64) float cbuf[MR * NR];
     alignas(64) float rbuf[MR * NR];
     const int nc = t0.ncols;
@@ -232,8 +277,8 @@ void edge_tile(const Tile& t0, int mm, int wp) {
     }
     t.c = cbuf;
     t.ldc = wp;
-    if (wp == NR) Rows<MR, NV>::run(mm, t);
-    else Rows<MR, 1>::run(mm, t);
+    t.ncols = wp;
+    tile(mm, wp, t);
     for (int i = 0; i < mm; ++i)
         for (int j = 0; j < nc; ++j) t0.c[i * t0.ldc + j] = cbuf[i * wp + j];
 }
@@ -275,12 +320,8 @@ void gemm(const Gemm& g) {
                     t.c0 = first ? (g.c0 ? g.c0 + i * g.ldc0 + j0 : nullptr) : t.c;
                     t.res = (last && g.res) ? g.res + i * g.ldres + j0 : nullptr;
                     const int mm = imin(MR, i1 - i);
-                    if (t.ncols == wp) {
-                        if (wp == NR) Rows<MR, NV>::run(mm, t);
-                        else Rows<MR, 1>::run(mm, t);
-                    } else {
-                        edge_tile(t, mm, wp);
-                    }
+                    if (kMask || t.ncols == wp) tile(mm, wp, t);
+                    else edge_tile(t, mm, wp);
                 }
             }
         }
