@@ -20,14 +20,23 @@
 
 #if defined(DCD_ISA_AVX512)
 #define DCD_NS avx512
+#ifndef DCD_KC
+#define DCD_KC 256
+#endif
 #define DCD_VW 16
 #define DCD_MR 12
 #elif defined(DCD_ISA_AVX2)
 #define DCD_NS avx2
+#ifndef DCD_KC
+#define DCD_KC 256
+#endif
 #define DCD_VW 8
 #define DCD_MR 6
 #else
 #define DCD_NS portable
+#ifndef DCD_KC
+#define DCD_KC 256
+#endif
 #define DCD_VW 4
 #define DCD_MR 6
 #endif
@@ -40,7 +49,7 @@ constexpr int VW = DCD_VW;     // floats per vector
 constexpr int MR = DCD_MR;     // rows (pixels) per micro-tile
 constexpr int NV = 2;          // vectors per micro-tile row
 constexpr int NR = VW * NV;    // panel width (output channels)
-constexpr int KC = 256;        // K block (X part); B block KC x NR stays in L1
+constexpr int KC = DCD_KC;       // K block (X part); B block KC x NR stays in L1
 constexpr int MC = MR * 16;    // rows per block
 
 typedef float vf __attribute__((vector_size(VW * 4)));
@@ -413,7 +422,7 @@ void matvec_t(const float* mt, const float* y, const float* b, int S, int R, flo
 }
 
 // out[c] (+)= sum_{i < count} x[i * stride + c], c < C: channel blocks in registers
-void colsum(const float* x, long stride, long count, int C, float* out, bool accumulate) {
+void colsum_block(const float* x, long stride, long count, int C, float* out, bool accumulate) {
     int c = 0;
     for (; c + 4 * VW <= C; c += 4 * VW) {
         vf a0 = vf{}, a1 = vf{}, a2 = vf{}, a3 = vf{};
@@ -437,6 +446,16 @@ void colsum(const float* x, long stride, long count, int C, float* out, bool acc
         for (long i = 0; i < count; ++i, p += stride)
             for (int j = 0; j < C - c; ++j) t[j] += p[j];
         for (int j = 0; j < C - c; ++j) out[c + j] = (accumulate ? out[c + j] : 0.f) + t[j];
+    }
+}
+
+// the same over row chunks of about 32 KB, so x is read from memory once however many
+// channel blocks there are
+void colsum(const float* x, long stride, long count, int C, float* out, bool accumulate) {
+    const long chunk = C * 4L * 64 > 32768 ? 64 : 32768 / (C * 4L) + 1;
+    for (long i = 0; i < count; i += chunk) {
+        const long n = count - i < chunk ? count - i : chunk;
+        colsum_block(x + i * stride, stride, n, C, out, accumulate || i > 0);
     }
 }
 
