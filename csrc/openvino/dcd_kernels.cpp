@@ -336,6 +336,23 @@ void gemm(const Gemm& g) {
         }
     }
 }
+// gemm() over a row range of g (the rows are independent)
+void gemm_rows(void* ctx, int r0, int r1) {
+    const Gemm& g = *static_cast<const Gemm*>(ctx);
+    Gemm s = g;
+    s.m = r1 - r0;
+    s.a1 = g.a1 + r0 * g.lda1;
+    if (g.k2) s.a2 = g.a2 + r0 * g.lda2;
+    if (g.c0) s.c0 = g.c0 + r0 * g.ldc0;
+    s.c = g.c + r0 * g.ldc;
+    if (g.res) s.res = g.res + r0 * g.ldres;
+    gemm(s);
+}
+// gemm(), split over rows when the op was given a parallel runner (more than one thread)
+void gemm_par(const Params& P, const Gemm& g) {
+    if (P.parallel_rows && g.m >= 2 * MR) P.parallel_rows(g.m, MR, gemm_rows, const_cast<Gemm*>(&g));
+    else gemm(g);
+}
 static_assert(NV == 2, "the edge-panel dispatch in gemm() assumes two vectors per row");
 
 // Pack src (rows x k, row-major, optional per-row scale) transposed into panels of a
@@ -587,7 +604,7 @@ void run(Params* pp) {
             m.a1 = x; m.lda1 = Cin; m.k1 = Cin; m.b1 = wpk;
             m.c = out; m.ldc = Cout;
             m.bias = cvec; m.res = res; m.ldres = Cout; m.act = P.act;
-            gemm(m);
+            gemm_par(P, m);
         } else {
             // latent: Z = X qᵀ + q_b (N x L); out = lam * (X w0ᵀ) + Z (p phi)ᵀ + bias
             float* qb = scratch(8, (size_t)roundup(L, NR));
@@ -599,14 +616,14 @@ void run(Params* pp) {
             zg.m = (int)N; zg.n = L;
             zg.a1 = x; zg.lda1 = Cin; zg.k1 = Cin; zg.b1 = pre.qp;
             zg.c = z; zg.ldc = L; zg.bias = qb;
-            gemm(zg);
+            gemm_par(P, zg);
             Gemm m{};
             m.m = (int)N; m.n = Cout;
             m.a1 = x; m.lda1 = Cin; m.k1 = Cin; m.b1 = pre.w0p; m.scale1 = lam;
             m.a2 = z; m.lda2 = L; m.k2 = L; m.b2 = ppk;
             m.c = out; m.ldc = Cout;
             m.bias = cvec; m.res = res; m.ldres = Cout; m.act = P.act;
-            gemm(m);
+            gemm_par(P, m);
         }
         if (prof) {
             t4 = now_seconds();

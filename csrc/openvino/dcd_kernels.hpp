@@ -22,6 +22,9 @@ struct Params {
     const float *fc1, *gate, *scale_w, *phi_w, *phi_b, *q, *q_b, *p, *w0, *bias;
     const float* prepared;   // the constants' packed forms, made by KernelTable::prepare
     float* out;            // (B, H, W, Cout)
+    // Runs body(ctx, begin, end) over row ranges covering [0, m) (in multiples of grain,
+    // possibly on several threads, returns when all are done); null: one call on this thread.
+    void (*parallel_rows)(int m, int grain, void (*body)(void* ctx, int begin, int end), void* ctx);
     int profile;           // accumulate phase times into phase_seconds
     double phase_seconds[PH_COUNT];
 };

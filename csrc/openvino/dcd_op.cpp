@@ -3,11 +3,13 @@
 // * ov::op::Op subclass DCDPointwise, registered with ov::OpExtension (IR round trips);
 // * ONNX frontend ConversionExtension("DCDPointwise", "dcd_deploy") mapping the ONNX node;
 // * evaluate() picks an ISA-specific kernel table at every call (env DCD_DEPLOY_ISA) and
-//   runs it on the whole batch on the calling thread (the op is single-threaded);
+//   runs it on the whole batch; the two big GEMMs split their rows over the threads of
+//   OpenVINO's TBB arena (INFERENCE_NUM_THREADS), the rest runs on the calling thread;
 // * C entry points for tests and profiling: dcd_deploy_ov_isa, dcd_deploy_ov_profile,
 //   dcd_deploy_ov_profile_reset.
 #include <openvino/core/extension.hpp>
 #include <openvino/core/op_extension.hpp>
+#include <openvino/core/parallel.hpp>
 #include <openvino/frontend/onnx/extension/conversion.hpp>
 #include <openvino/op/op.hpp>
 
@@ -97,6 +99,23 @@ const KernelTable* select_kernels(std::string* err) {
     if (want == "avx2") return kernels_avx2();
 #endif
     return kernels_portable();
+}
+
+// -------------------------------------------------------------------------------- threads
+// Row ranges over the threads of the TBB arena OpenVINO runs the inference in
+// (INFERENCE_NUM_THREADS); with one thread, the caller does all rows itself.
+void parallel_rows(int m, int grain, void (*body)(void*, int, int), void* ctx) {
+    const int nthr = parallel_get_max_threads();
+    const int tiles = (m + grain - 1) / grain;
+    const int chunks = std::min(tiles, std::max(nthr, 1));
+    if (chunks <= 1) {
+        body(ctx, 0, m);
+        return;
+    }
+    ov::parallel_for(chunks, [&](int i) {
+        const int t0 = (int)((long)tiles * i / chunks), t1 = (int)((long)tiles * (i + 1) / chunks);
+        body(ctx, t0 * grain, std::min(m, t1 * grain));
+    });
 }
 
 // ------------------------------------------------------------------------------ profiling
@@ -270,6 +289,7 @@ public:
         p.q = f(I.q); p.q_b = f(I.q_b); p.p = f(I.p); p.w0 = f(I.w0); p.bias = f(I.bias);
         p.out = outputs[0].data<float>();
         p.profile = prof;
+        p.parallel_rows = parallel_get_max_threads() > 1 ? parallel_rows : nullptr;
         std::shared_ptr<const std::vector<float>> prepared = prepare(k, p);
         p.prepared = prepared->data();
         k->run(&p);

@@ -294,3 +294,16 @@ def test_ir_round_trip(core, tmp_path, monkeypatch):
     got = core.compile_model(back, "CPU", {"INFERENCE_PRECISION_HINT": "f32", "INFERENCE_NUM_THREADS": 1})([x, res])[0]
     want = reference(x, res, c, pool=2, se=1, attention=1, activation="relu6")
     assert np.abs(got - want).max() < 1e-5 * max(1.0, np.abs(want).max())
+
+
+@pytest.mark.parametrize("form", ["weight", "latent"])
+def test_two_threads(core, monkeypatch, form):
+    # the big GEMMs split their rows over OpenVINO's threads: same result
+    monkeypatch.delenv("DCD_DEPLOY_ISA", raising=False)
+    rng = np.random.default_rng(5)
+    x, res, c = make_case(rng, B=2, H=13, W=11, Cin=23, Cout=40, L=8, S=6, pool=2, se=1, attention=1, residual=1)
+    model = core.read_model(make_model(x, res, c, pool=2, se=1, attention=1, activation="relu", form=form), b"")
+    compiled = core.compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32", "INFERENCE_NUM_THREADS": 2})
+    got = compiled([x, res])[0]
+    want = reference(x, res, c, pool=2, se=1, attention=1, activation="relu")
+    assert np.abs(got - want).max() < 1e-5 * max(1.0, np.abs(want).max())
