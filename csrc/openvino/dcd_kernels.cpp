@@ -21,7 +21,7 @@
 #if defined(DCD_ISA_AVX512)
 #define DCD_NS avx512
 #ifndef DCD_KC
-#define DCD_KC 256
+#define DCD_KC 128  // measured: 128 beats 64, 192, 256 at the 7x7 latent layers (B block 16 KB)
 #endif
 #define DCD_VW 16
 #define DCD_MR 12
