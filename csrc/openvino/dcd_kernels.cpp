@@ -51,6 +51,9 @@ constexpr int NV = 2;          // vectors per micro-tile row
 constexpr int NR = VW * NV;    // panel width (output channels)
 constexpr int KC = DCD_KC;       // K block (X part); B block KC x NR stays in L1
 constexpr int MC = MR * 16;    // rows per block
+#ifndef DCD_ROWS_OUTER_BYTES
+#define DCD_ROWS_OUTER_BYTES (64 * 1024)  // measured: helps 16->96@112 by ~10%, hurts 64->384@14 above it
+#endif
 
 typedef float vf __attribute__((vector_size(VW * 4)));
 typedef float vfu __attribute__((vector_size(VW * 4), aligned(4), may_alias));
@@ -303,35 +306,49 @@ struct Gemm {
     const float* bias; const float* res; long ldres; int act;
 };
 
+// One micro-tile: rows [i, i + mm), the panel at column j0, K block [k0, k0 + kc).
+inline void gemm_tile(const Gemm& g, int k0, int kc, bool first, bool last, int i, int mm, int j0) {
+    const int wp = imin(NR, roundup(g.n - j0, VW));
+    Tile t;
+    t.a1 = g.a1 + i * g.lda1 + k0; t.lda1 = g.lda1; t.k1 = kc;
+    t.b1 = g.b1 + (long)j0 * g.k1 + (long)k0 * wp; t.ldb1 = wp;
+    t.scale1 = (last && g.scale1) ? g.scale1 + j0 : nullptr;
+    t.k2 = last ? g.k2 : 0;
+    t.a2 = t.k2 ? g.a2 + i * g.lda2 : nullptr; t.lda2 = g.lda2;
+    t.b2 = t.k2 ? g.b2 + (long)j0 * g.k2 : nullptr; t.ldb2 = wp;
+    t.c = g.c + i * g.ldc + j0; t.ldc = g.ldc;
+    if (first) {
+        t.c0 = g.c0 ? g.c0 + i * g.ldc0 + j0 : nullptr; t.ldc0 = g.ldc0;
+        t.c0scale = g.c0scale ? g.c0scale + j0 : nullptr;
+    } else {  // later K blocks continue from the partial sums in C
+        t.c0 = t.c; t.ldc0 = g.ldc; t.c0scale = nullptr;
+    }
+    t.bias = (last && g.bias) ? g.bias + j0 : nullptr;
+    t.res = (last && g.res) ? g.res + i * g.ldres + j0 : nullptr; t.ldres = g.ldres;
+    t.act = last ? g.act : ACT_NONE; t.epi = last;
+    t.ncols = imin(wp, g.n - j0);
+    if (kMask || t.ncols == wp) tile(mm, wp, t);
+    else edge_tile(t, mm, wp);
+}
+
 void gemm(const Gemm& g) {
+    const int npad = roundup(g.n, VW);
     for (int k0 = 0; k0 < g.k1; k0 += KC) {
         const int kc = imin(KC, g.k1 - k0);
         const bool first = k0 == 0;
         const bool last = k0 + kc >= g.k1;
+        // A K block of B that stays in L2 (a short K): each row tile does all panels, so
+        // output rows are written whole and the A tile stays in L1. Otherwise each B panel
+        // block stays in L1 for all the row tiles of a row block.
+        const bool rows_outer = (long)(kc + (last ? g.k2 : 0)) * npad * 4 <= DCD_ROWS_OUTER_BYTES;
         for (int i0 = 0; i0 < g.m; i0 += MC) {
             const int i1 = imin(i0 + MC, g.m);
-            for (int j0 = 0; j0 < g.n; j0 += NR) {
-                const int wp = imin(NR, roundup(g.n - j0, VW));
-                Tile t;
-                t.lda1 = g.lda1; t.k1 = kc; t.b1 = g.b1 + (long)j0 * g.k1 + (long)k0 * wp; t.ldb1 = wp;
-                t.scale1 = (last && g.scale1) ? g.scale1 + j0 : nullptr;
-                t.lda2 = g.lda2; t.k2 = last ? g.k2 : 0; t.b2 = g.k2 ? g.b2 + (long)j0 * g.k2 : nullptr; t.ldb2 = wp;
-                t.ldc = g.ldc;
-                t.bias = (last && g.bias) ? g.bias + j0 : nullptr;
-                t.ldres = g.ldres; t.act = last ? g.act : ACT_NONE; t.epi = last;
-                t.ncols = imin(wp, g.n - j0);
-                if (first) { t.ldc0 = g.ldc0; t.c0scale = g.c0scale ? g.c0scale + j0 : nullptr; }
-                else { t.ldc0 = g.ldc; t.c0scale = nullptr; }
-                for (int i = i0; i < i1; i += MR) {
-                    t.a1 = g.a1 + i * g.lda1 + k0;
-                    t.a2 = g.k2 ? g.a2 + i * g.lda2 : nullptr;
-                    t.c = g.c + i * g.ldc + j0;
-                    t.c0 = first ? (g.c0 ? g.c0 + i * g.ldc0 + j0 : nullptr) : t.c;
-                    t.res = (last && g.res) ? g.res + i * g.ldres + j0 : nullptr;
-                    const int mm = imin(MR, i1 - i);
-                    if (kMask || t.ncols == wp) tile(mm, wp, t);
-                    else edge_tile(t, mm, wp);
-                }
+            if (rows_outer) {
+                for (int i = i0; i < i1; i += MR)
+                    for (int j0 = 0; j0 < g.n; j0 += NR) gemm_tile(g, k0, kc, first, last, i, imin(MR, i1 - i), j0);
+            } else {
+                for (int j0 = 0; j0 < g.n; j0 += NR)
+                    for (int i = i0; i < i1; i += MR) gemm_tile(g, k0, kc, first, last, i, imin(MR, i1 - i), j0);
             }
         }
     }
