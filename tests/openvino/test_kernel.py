@@ -180,7 +180,8 @@ def test_shapes(core, lib, isas, monkeypatch, isa, form, pool, hw):
 
 @pytest.mark.parametrize("isa", ISAS)
 @pytest.mark.parametrize("form", ["weight", "latent"])
-@pytest.mark.parametrize("cin,cout,L", [(32, 96, 8), (96, 32, 20), (160, 96, 8), (23, 160, 20), (96, 17, 4)])
+@pytest.mark.parametrize("cin,cout,L", [(32, 96, 8), (96, 32, 20), (160, 96, 8), (23, 160, 20), (96, 17, 4),
+                                       (200, 203, 8)])  # the last: B blocks over 64 KB (panel-major loop)
 def test_channels(core, lib, isas, monkeypatch, isa, form, cin, cout, L):
     _need(isas, isa)
     check(core, lib, isa, monkeypatch, H=5, W=3, Cin=cin, Cout=cout, L=L, S=12, pool=2, form=form,
