@@ -331,12 +331,18 @@ inline void gemm_tile(const Gemm& g, int k0, int kc, bool first, bool last, int 
     else edge_tile(t, mm, wp);
 }
 
+inline bool last_block(int b, int nb) { return b == nb - 1; }
+
 void gemm(const Gemm& g) {
     const int npad = roundup(g.n, VW);
-    for (int k0 = 0; k0 < g.k1; k0 += KC) {
-        const int kc = imin(KC, g.k1 - k0);
-        const bool first = k0 == 0;
-        const bool last = k0 + kc >= g.k1;
+    // K1 in nb even blocks of at most 1.5 KC (K = 160 is one block, not 128 + 32)
+    const int nb = (g.k1 + KC * 3 / 2 - 1) / (KC * 3 / 2);
+    for (int b = 0; b < nb; ++b) {
+        // block bounds on multiples of 16 floats (whole cache lines of the A rows)
+        const int k0 = (int)((long)g.k1 * b / nb) & ~15;
+        const int kc = (last_block(b, nb) ? g.k1 : (int)((long)g.k1 * (b + 1) / nb) & ~15) - k0;
+        const bool first = b == 0;
+        const bool last = b == nb - 1;
         // A K block of B that stays in L2 (a short K): each row tile does all panels, so
         // output rows are written whole and the A tile stays in L1. Otherwise each B panel
         // block stays in L1 for all the row tiles of a row block.
