@@ -210,6 +210,7 @@ public:
         const auto& ws = get_input_partial_shape(I.w0);
         NODE_VALIDATION_CHECK(this, xs.rank().compatible(4), "x must be (B, H, W, Cin)");
         NODE_VALIDATION_CHECK(this, ws.rank().compatible(2), "w0 must be (Cout, Cin)");
+        check_constant_shapes(I);
         ov::Dimension cout = ws.rank().is_static() ? ws[0] : ov::Dimension::dynamic();
         ov::PartialShape out = ov::PartialShape::dynamic(4);
         if (xs.rank().is_static()) {
@@ -220,6 +221,54 @@ public:
             out[3] = cout;
         }
         set_output_type(0, ov::element::f32, out);
+    }
+
+    // The weights' shapes against each other and x, when they are known (at model reading:
+    // a bad model fails there, loudly; evaluate checks again, but the CPU plugin swallows
+    // exceptions from an extension's evaluate).
+    void check_constant_shapes(const InputIndex& I) {
+        auto shape = [&](int idx) -> const ov::PartialShape& { return get_input_partial_shape(idx); };
+        auto rank = [&](int idx, int r, const char* name) {
+            NODE_VALIDATION_CHECK(this, shape(idx).rank().compatible(r), name, " must have rank ", r, ", got ",
+                                  shape(idx));
+        };
+        rank(I.fc1, 2, "fc1");
+        rank(I.phi_w, 2, "phi_w");
+        rank(I.phi_b, 1, "phi_b");
+        rank(I.q, 2, "q");
+        rank(I.q_b, 1, "q_b");
+        rank(I.p, 2, "p");
+        rank(I.bias, 1, "bias");
+        if (I.gate >= 0) rank(I.gate, 2, "gate");
+        if (I.scale_w >= 0) rank(I.scale_w, 2, "scale_w");
+        for (int i = 1; i < I.count; ++i)
+            if (i != I.residual && !shape(i).is_static()) return;  // checked at evaluate
+        const auto& xs = shape(I.x);
+        const ov::Shape w0 = shape(I.w0).to_shape(), fc1 = shape(I.fc1).to_shape(), q = shape(I.q).to_shape();
+        const size_t cout = w0[0], cin = w0[1], S = fc1[0], L = q[0];
+        if (xs.rank().is_static() && xs[3].is_static())
+            NODE_VALIDATION_CHECK(this, xs[3].get_length() == (int64_t)cin, "x has ", xs[3], " channels, w0 ", cin,
+                                  " columns");
+        auto expect = [&](int idx, const ov::Shape& want, const char* name) {
+            if (idx < 0) return;
+            NODE_VALIDATION_CHECK(this, shape(idx).to_shape() == want, name, " has shape ", shape(idx),
+                                  ", expected ", want);
+        };
+        expect(I.fc1, ov::Shape{S, cin * m_pool * m_pool}, "fc1");
+        expect(I.gate, ov::Shape{S, S}, "gate");
+        expect(I.scale_w, ov::Shape{cout, S}, "scale_w");
+        expect(I.phi_w, ov::Shape{L * L, S}, "phi_w");
+        expect(I.phi_b, ov::Shape{L * L}, "phi_b");
+        expect(I.q, ov::Shape{L, cin}, "q");
+        expect(I.q_b, ov::Shape{L}, "q_b");
+        expect(I.p, ov::Shape{cout, L}, "p");
+        expect(I.bias, ov::Shape{cout}, "bias");
+        if (I.residual >= 0 && xs.rank().is_static()) {
+            const auto& rs = shape(I.residual);
+            NODE_VALIDATION_CHECK(this, rs.compatible(ov::PartialShape{xs[0], xs[1], xs[2], (int64_t)cout}),
+                                  "residual has shape ", rs, ", expected (B, H, W, Cout) = ", xs[0], ", ", xs[1],
+                                  ", ", xs[2], ", ", cout);
+        }
     }
 
     std::shared_ptr<ov::Node> clone_with_new_inputs(const ov::OutputVector& args) const override {

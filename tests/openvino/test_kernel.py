@@ -308,3 +308,14 @@ def test_two_threads(core, monkeypatch, form):
     got = compiled([x, res])[0]
     want = reference(x, res, c, pool=2, se=1, attention=1, activation="relu")
     assert np.abs(got - want).max() < 1e-5 * max(1.0, np.abs(want).max())
+
+
+def test_inconsistent_weights_fail_at_read_model(core, monkeypatch):
+    # shape errors surface when the model is read (OpenVINO's CPU plugin would swallow an
+    # exception from evaluate)
+    monkeypatch.delenv("DCD_DEPLOY_ISA", raising=False)
+    rng = np.random.default_rng(6)
+    x, res, c = make_case(rng, B=1, H=3, W=3, Cin=8, Cout=12, L=4, S=4, pool=2, se=0, attention=1, residual=0)
+    c["p"] = c["p"][:, :3]  # (Cout, L - 1)
+    with pytest.raises(Exception, match="p has shape"):
+        core.read_model(make_model(x, res, c, pool=2, se=0, attention=1, activation="none", form="weight"), b"")
