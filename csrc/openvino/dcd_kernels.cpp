@@ -14,16 +14,29 @@
 // (zero-padded past `rows`).
 #include "dcd_kernels.hpp"
 
+#if defined(DCD_ISA_AVX512) || defined(DCD_ISA_AVX2)
+#include <immintrin.h>  // masked loads/stores only (static inline intrinsics)
+#endif
+
 #if defined(DCD_ISA_AVX512)
 #define DCD_NS avx512
+#ifndef DCD_KC
+#define DCD_KC 128  // measured: 128 beats 64, 192, 256 at the 7x7 latent layers (B block 16 KB)
+#endif
 #define DCD_VW 16
 #define DCD_MR 12
 #elif defined(DCD_ISA_AVX2)
 #define DCD_NS avx2
+#ifndef DCD_KC
+#define DCD_KC 256
+#endif
 #define DCD_VW 8
 #define DCD_MR 6
 #else
 #define DCD_NS portable
+#ifndef DCD_KC
+#define DCD_KC 256
+#endif
 #define DCD_VW 4
 #define DCD_MR 6
 #endif
@@ -36,35 +49,44 @@ constexpr int VW = DCD_VW;     // floats per vector
 constexpr int MR = DCD_MR;     // rows (pixels) per micro-tile
 constexpr int NV = 2;          // vectors per micro-tile row
 constexpr int NR = VW * NV;    // panel width (output channels)
-constexpr int KC = 256;        // K block (X part); B block KC x NR stays in L1
+constexpr int KC = DCD_KC;       // K block (X part); B block KC x NR stays in L1
 constexpr int MC = MR * 16;    // rows per block
+#ifndef DCD_ROWS_OUTER_BYTES
+#define DCD_ROWS_OUTER_BYTES (64 * 1024)  // measured: helps 16->96@112 by ~10%, hurts 64->384@14 above it
+#endif
 
 typedef float vf __attribute__((vector_size(VW * 4)));
 typedef float vfu __attribute__((vector_size(VW * 4), aligned(4), may_alias));
 
 inline vf ld(const float* p) { return *reinterpret_cast<const vfu*>(p); }
 inline void st(float* p, vf v) { *reinterpret_cast<vfu*>(p) = v; }
-inline vf bc(float s) { return s - vf{}; }  // (0 + s is not s for s = -0: not foldable)
+inline vf bc(float s) { return s - vf{}; }
+
+// The first n (1..VW) floats of p, zeros after; store the first n lanes of v.
+#if defined(DCD_ISA_AVX512)
+constexpr bool kMask = true;
+inline vf ld_mask(const float* p, int n) { return (vf)_mm512_maskz_loadu_ps((__mmask16)((1u << n) - 1), p); }
+inline void st_mask(float* p, vf v, int n) { _mm512_mask_storeu_ps(p, (__mmask16)((1u << n) - 1), (__m512)v); }
+#elif defined(DCD_ISA_AVX2)
+constexpr bool kMask = true;
+alignas(64) const int kMaskTable[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
+inline __m256i mask8(int n) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kMaskTable + 8 - n)); }
+inline vf ld_mask(const float* p, int n) { return (vf)_mm256_maskload_ps(p, mask8(n)); }
+inline void st_mask(float* p, vf v, int n) { _mm256_maskstore_ps(p, mask8(n), (__m256)v); }
+#else
+constexpr bool kMask = false;  // edge tiles go through a temporary (edge_tile)
+inline vf ld_mask(const float* p, int n) {
+    vf v = vf{};
+    for (int i = 0; i < n; ++i) v[i] = p[i];
+    return v;
+}
+inline void st_mask(float* p, vf v, int n) {
+    for (int i = 0; i < n; ++i) p[i] = v[i];
+}
+#endif  // (0 + s is not s for s = -0: not foldable)
 inline int imin(int a, int b) { return a < b ? a : b; }
 inline int roundup(int a, int b) { return (a + b - 1) / b * b; }
 
-inline vf ld_part(const float* p, int n) {  // n valid floats (may be <= 0 or >= VW)
-    if (n >= VW) return ld(p);
-    float t[VW];
-    for (int i = 0; i < VW; ++i) t[i] = i < n ? p[i] : 0.f;
-    return ld(t);
-}
-inline void st_part(float* p, vf v, int n) {
-    if (n >= VW) { st(p, v); return; }
-    for (int i = 0; i < n; ++i) p[i] = v[i];
-}
-inline vf act_v(vf v, int act) {
-    if (act == ACT_NONE) return v;
-    const vf z = vf{};
-    v = v > z ? v : z;
-    if (act == ACT_RELU6) { const vf six = bc(6.f); v = v < six ? v : six; }
-    return v;
-}
 inline float hsig(float v) {
     v = v * (1.f / 6.f) + 0.5f;
     return v < 0.f ? 0.f : (v > 1.f ? 1.f : v);
@@ -107,7 +129,7 @@ inline void zero(float* p, long n) {
 //   acc += A1 (M x k1) . B1 (k1 x cols);  acc *= scale1 (per column)
 //   acc += A2 (M x k2) . B2 (k2 x cols)
 //   epi:  acc = act(acc + bias + res)
-//   C = acc (only ncols columns)
+//   C = acc (full tiles only: gemm() routes an edge panel's tiles through a temporary)
 struct Tile {
     const float* a1; long lda1; int k1; const float* b1; int ldb1; const float* scale1;
     const float* a2; long lda2; int k2; const float* b2; int ldb2;
@@ -117,20 +139,18 @@ struct Tile {
     int ncols;
 };
 
-template <int M, int N>
+// MASK: the last vector of each row holds only rem = ncols - (N-1)*VW valid columns
+// (masked loads of c0 and res, masked store); everything else is full width.
+template <int M, int N, bool MASK>
 __attribute__((noinline)) void ukernel(const Tile& t) {
     vf acc[M][N];
-    const int nc = t.ncols;
+    const int rem = t.ncols - (N - 1) * VW;
+    auto ldc = [rem](const float* p, int v) { return (MASK && v == N - 1) ? ld_mask(p, rem) : ld(p); };
     if (t.c0) {
-        if (nc == N * VW) {
 #pragma GCC unroll 16
-            for (int i = 0; i < M; ++i)
+        for (int i = 0; i < M; ++i)
 #pragma GCC unroll 4
-                for (int v = 0; v < N; ++v) acc[i][v] = ld(t.c0 + i * t.ldc0 + v * VW);
-        } else {
-            for (int i = 0; i < M; ++i)
-                for (int v = 0; v < N; ++v) acc[i][v] = ld_part(t.c0 + i * t.ldc0 + v * VW, nc - v * VW);
-        }
+            for (int v = 0; v < N; ++v) acc[i][v] = ldc(t.c0 + i * t.ldc0 + v * VW, v);
         if (t.c0scale) {
 #pragma GCC unroll 4
             for (int v = 0; v < N; ++v) {
@@ -195,15 +215,10 @@ __attribute__((noinline)) void ukernel(const Tile& t) {
             }
         }
         if (t.res) {
-            if (nc == N * VW) {
 #pragma GCC unroll 16
-                for (int i = 0; i < M; ++i)
+            for (int i = 0; i < M; ++i)
 #pragma GCC unroll 4
-                    for (int v = 0; v < N; ++v) acc[i][v] += ld(t.res + i * t.ldres + v * VW);
-            } else {
-                for (int i = 0; i < M; ++i)
-                    for (int v = 0; v < N; ++v) acc[i][v] += ld_part(t.res + i * t.ldres + v * VW, nc - v * VW);
-            }
+                for (int v = 0; v < N; ++v) acc[i][v] += ldc(t.res + i * t.ldres + v * VW, v);
         }
         if (t.act != ACT_NONE) {
             const vf z = vf{};
@@ -220,28 +235,65 @@ __attribute__((noinline)) void ukernel(const Tile& t) {
             }
         }
     }
-    if (nc == N * VW) {
 #pragma GCC unroll 16
-        for (int i = 0; i < M; ++i)
+    for (int i = 0; i < M; ++i)
 #pragma GCC unroll 4
-            for (int v = 0; v < N; ++v) st(t.c + i * t.ldc + v * VW, acc[i][v]);
+        for (int v = 0; v < N; ++v) {
+            if (MASK && v == N - 1) st_mask(t.c + i * t.ldc + v * VW, acc[i][v], rem);
+            else st(t.c + i * t.ldc + v * VW, acc[i][v]);
+        }
+}
+
+template <int M, int N, bool MASK>
+struct Rows {
+    static void run(int m, const Tile& t) {
+        if (m == M) ukernel<M, N, MASK>(t);
+        else Rows<M - 1, N, MASK>::run(m, t);
+    }
+};
+template <int N, bool MASK>
+struct Rows<0, N, MASK> {
+    static void run(int, const Tile&) {}
+};
+// a tile of m <= MR rows in a panel of wp columns (t.ncols valid)
+inline void tile(int m, int wp, const Tile& t) {
+    const bool full = t.ncols == wp;
+    if (wp == NR) {
+        if (full) Rows<MR, NV, false>::run(m, t);
+        else Rows<MR, NV, kMask>::run(m, t);
     } else {
-        for (int i = 0; i < M; ++i)
-            for (int v = 0; v < N; ++v) st_part(t.c + i * t.ldc + v * VW, acc[i][v], nc - v * VW);
+        if (full) Rows<MR, 1, false>::run(m, t);
+        else Rows<MR, 1, kMask>::run(m, t);
     }
 }
 
-template <int M, int N>
-struct Rows {
-    static void run(int m, const Tile& t) {
-        if (m == M) ukernel<M, N>(t);
-        else Rows<M - 1, N>::run(m, t);
+// A tile of the last panel whose columns do not fill its vectors: run it on a temporary
+// full-width tile (the initial value and the residual copied in, zero-padded) and copy the
+// valid columns out.
+[[maybe_unused]] void edge_tile(const Tile& t0, int mm, int wp) {
+    alignas(64) float cbuf[MR * NR];
+    alignas(64) float rbuf[MR * NR];
+    const int nc = t0.ncols;
+    Tile t = t0;
+    if (t0.c0) {
+        for (int i = 0; i < mm; ++i)
+            for (int j = 0; j < wp; ++j) cbuf[i * wp + j] = j < nc ? t0.c0[i * t0.ldc0 + j] : 0.f;
+        t.c0 = cbuf;
+        t.ldc0 = wp;
     }
-};
-template <int N>
-struct Rows<0, N> {
-    static void run(int, const Tile&) {}
-};
+    if (t0.res) {
+        for (int i = 0; i < mm; ++i)
+            for (int j = 0; j < wp; ++j) rbuf[i * wp + j] = j < nc ? t0.res[i * t0.ldres + j] : 0.f;
+        t.res = rbuf;
+        t.ldres = wp;
+    }
+    t.c = cbuf;
+    t.ldc = wp;
+    t.ncols = wp;
+    tile(mm, wp, t);
+    for (int i = 0; i < mm; ++i)
+        for (int j = 0; j < nc; ++j) t0.c[i * t0.ldc + j] = cbuf[i * wp + j];
+}
 
 // C (m x n, row-major with ldc) = epilogue(init + A1 . B1ᵀ [*scale1] + A2 . B2ᵀ).
 // B1: packed with K = k1, B2: packed with K = k2 (same panel columns as C).
@@ -254,38 +306,75 @@ struct Gemm {
     const float* bias; const float* res; long ldres; int act;
 };
 
+// One micro-tile: rows [i, i + mm), the panel at column j0, K block [k0, k0 + kc).
+inline void gemm_tile(const Gemm& g, int k0, int kc, bool first, bool last, int i, int mm, int j0) {
+    const int wp = imin(NR, roundup(g.n - j0, VW));
+    Tile t;
+    t.a1 = g.a1 + i * g.lda1 + k0; t.lda1 = g.lda1; t.k1 = kc;
+    t.b1 = g.b1 + (long)j0 * g.k1 + (long)k0 * wp; t.ldb1 = wp;
+    t.scale1 = (last && g.scale1) ? g.scale1 + j0 : nullptr;
+    t.k2 = last ? g.k2 : 0;
+    t.a2 = t.k2 ? g.a2 + i * g.lda2 : nullptr; t.lda2 = g.lda2;
+    t.b2 = t.k2 ? g.b2 + (long)j0 * g.k2 : nullptr; t.ldb2 = wp;
+    t.c = g.c + i * g.ldc + j0; t.ldc = g.ldc;
+    if (first) {
+        t.c0 = g.c0 ? g.c0 + i * g.ldc0 + j0 : nullptr; t.ldc0 = g.ldc0;
+        t.c0scale = g.c0scale ? g.c0scale + j0 : nullptr;
+    } else {  // later K blocks continue from the partial sums in C
+        t.c0 = t.c; t.ldc0 = g.ldc; t.c0scale = nullptr;
+    }
+    t.bias = (last && g.bias) ? g.bias + j0 : nullptr;
+    t.res = (last && g.res) ? g.res + i * g.ldres + j0 : nullptr; t.ldres = g.ldres;
+    t.act = last ? g.act : ACT_NONE; t.epi = last;
+    t.ncols = imin(wp, g.n - j0);
+    if (kMask || t.ncols == wp) tile(mm, wp, t);
+    else edge_tile(t, mm, wp);
+}
+
+inline bool last_block(int b, int nb) { return b == nb - 1; }
+
 void gemm(const Gemm& g) {
-    for (int k0 = 0; k0 < g.k1; k0 += KC) {
-        const int kc = imin(KC, g.k1 - k0);
-        const bool first = k0 == 0;
-        const bool last = k0 + kc >= g.k1;
+    const int npad = roundup(g.n, VW);
+    // K1 in nb even blocks of at most 1.5 KC (K = 160 is one block, not 128 + 32)
+    const int nb = (g.k1 + KC * 3 / 2 - 1) / (KC * 3 / 2);
+    for (int b = 0; b < nb; ++b) {
+        // block bounds on multiples of 16 floats (whole cache lines of the A rows)
+        const int k0 = (int)((long)g.k1 * b / nb) & ~15;
+        const int kc = (last_block(b, nb) ? g.k1 : (int)((long)g.k1 * (b + 1) / nb) & ~15) - k0;
+        const bool first = b == 0;
+        const bool last = b == nb - 1;
+        // A K block of B that stays in L2 (a short K): each row tile does all panels, so
+        // output rows are written whole and the A tile stays in L1. Otherwise each B panel
+        // block stays in L1 for all the row tiles of a row block.
+        const bool rows_outer = (long)(kc + (last ? g.k2 : 0)) * npad * 4 <= DCD_ROWS_OUTER_BYTES;
         for (int i0 = 0; i0 < g.m; i0 += MC) {
             const int i1 = imin(i0 + MC, g.m);
-            for (int j0 = 0; j0 < g.n; j0 += NR) {
-                const int wp = imin(NR, roundup(g.n - j0, VW));
-                Tile t;
-                t.lda1 = g.lda1; t.k1 = kc; t.b1 = g.b1 + (long)j0 * g.k1 + (long)k0 * wp; t.ldb1 = wp;
-                t.scale1 = (last && g.scale1) ? g.scale1 + j0 : nullptr;
-                t.lda2 = g.lda2; t.k2 = last ? g.k2 : 0; t.b2 = g.k2 ? g.b2 + (long)j0 * g.k2 : nullptr; t.ldb2 = wp;
-                t.ldc = g.ldc;
-                t.bias = (last && g.bias) ? g.bias + j0 : nullptr;
-                t.ldres = g.ldres; t.act = last ? g.act : ACT_NONE; t.epi = last;
-                t.ncols = imin(wp, g.n - j0);
-                if (first) { t.ldc0 = g.ldc0; t.c0scale = g.c0scale ? g.c0scale + j0 : nullptr; }
-                else { t.ldc0 = g.ldc; t.c0scale = nullptr; }
-                for (int i = i0; i < i1; i += MR) {
-                    t.a1 = g.a1 + i * g.lda1 + k0;
-                    t.a2 = g.k2 ? g.a2 + i * g.lda2 : nullptr;
-                    t.c = g.c + i * g.ldc + j0;
-                    t.c0 = first ? (g.c0 ? g.c0 + i * g.ldc0 + j0 : nullptr) : t.c;
-                    t.res = (last && g.res) ? g.res + i * g.ldres + j0 : nullptr;
-                    const int mm = imin(MR, i1 - i);
-                    if (wp == NR) Rows<MR, NV>::run(mm, t);
-                    else Rows<MR, 1>::run(mm, t);
-                }
+            if (rows_outer) {
+                for (int i = i0; i < i1; i += MR)
+                    for (int j0 = 0; j0 < g.n; j0 += NR) gemm_tile(g, k0, kc, first, last, i, imin(MR, i1 - i), j0);
+            } else {
+                for (int j0 = 0; j0 < g.n; j0 += NR)
+                    for (int i = i0; i < i1; i += MR) gemm_tile(g, k0, kc, first, last, i, imin(MR, i1 - i), j0);
             }
         }
     }
+}
+// gemm() over a row range of g (the rows are independent)
+void gemm_rows(void* ctx, int r0, int r1) {
+    const Gemm& g = *static_cast<const Gemm*>(ctx);
+    Gemm s = g;
+    s.m = r1 - r0;
+    s.a1 = g.a1 + r0 * g.lda1;
+    if (g.k2) s.a2 = g.a2 + r0 * g.lda2;
+    if (g.c0) s.c0 = g.c0 + r0 * g.ldc0;
+    s.c = g.c + r0 * g.ldc;
+    if (g.res) s.res = g.res + r0 * g.ldres;
+    gemm(s);
+}
+// gemm(), split over rows when the op was given a parallel runner (more than one thread)
+void gemm_par(const Params& P, const Gemm& g) {
+    if (P.parallel_rows && g.m >= 2 * MR) P.parallel_rows(g.m, MR, gemm_rows, const_cast<Gemm*>(&g));
+    else gemm(g);
 }
 static_assert(NV == 2, "the edge-panel dispatch in gemm() assumes two vectors per row");
 
@@ -306,36 +395,139 @@ void pack_t(const float* src, int rows, int k, const float* scale, float* dst, i
 }
 
 size_t packed_size(int rows, int k) { return (size_t)roundup(rows, VW) * (size_t)k; }
-void pack_w0(const float* w0, int cout, int cin, float* dst) { pack_t(w0, cout, cin, nullptr, dst, cin, 0); }
+
+// prepared constants: [w0 packed (K = Cin)] [q packed (K = Cin)] [p packed (K = L)]
+// [qᵀ (Cin x L)] [phi_wᵀ (S x L*L)] [scale_wᵀ (S x Cout), with attention]
+struct Prepared {
+    const float *w0p, *qp, *pp, *qt, *phiwt, *scalewt;
+};
+template <class T>
+Prepared prepared_parts(T* base, const Params& P) {
+    Prepared r;
+    r.w0p = base;
+    r.qp = r.w0p + packed_size(P.Cout, P.Cin);
+    r.pp = r.qp + packed_size(P.L, P.Cin);
+    r.qt = r.pp + packed_size(P.Cout, P.L);
+    r.phiwt = r.qt + (size_t)P.Cin * P.L;
+    r.scalewt = r.phiwt + (size_t)P.S * P.L * P.L;
+    return r;
+}
+size_t prepared_size(const Params* P) {
+    const Prepared r = prepared_parts((const float*)nullptr, *P);
+    return (size_t)(r.scalewt - r.w0p) + (P->attention ? (size_t)P->S * P->Cout : 0);
+}
+void transpose(const float* src, int rows, int cols, float* dst) {  // dst (cols x rows)
+    for (int r = 0; r < rows; ++r)
+        for (int c = 0; c < cols; ++c) dst[(long)c * rows + r] = src[(long)r * cols + c];
+}
+void prepare(const Params* P, float* dst) {
+    const Prepared r = prepared_parts(dst, *P);
+    const int cout = P->Cout, cin = P->Cin, L = P->L;
+    pack_t(P->w0, cout, cin, nullptr, const_cast<float*>(r.w0p), cin, 0);
+    pack_t(P->q, L, cin, nullptr, const_cast<float*>(r.qp), cin, 0);
+    pack_t(P->p, cout, L, nullptr, const_cast<float*>(r.pp), L, 0);
+    transpose(P->q, L, cin, const_cast<float*>(r.qt));
+    transpose(P->phi_w, L * L, P->S, const_cast<float*>(r.phiwt));
+    if (P->attention) transpose(P->scale_w, cout, P->S, const_cast<float*>(r.scalewt));
+}
+
+// out[0..R) = sum_s y[s] * mt[s, :] (+ b): a matrix-vector product with the matrix stored
+// transposed (S x R), so the vector runs over the R outputs: no horizontal sums.
+void matvec_t(const float* mt, const float* y, const float* b, int S, int R, float* out) {
+    int r = 0;
+    for (; r + 4 * VW <= R; r += 4 * VW) {
+        vf a0 = vf{}, a1 = vf{}, a2 = vf{}, a3 = vf{};
+        for (int s = 0; s < S; ++s) {
+            const float* m = mt + (long)s * R + r;
+            const vf ys = bc(y[s]);
+            a0 += ys * ld(m);
+            a1 += ys * ld(m + VW);
+            a2 += ys * ld(m + 2 * VW);
+            a3 += ys * ld(m + 3 * VW);
+        }
+        if (b) { a0 += ld(b + r); a1 += ld(b + r + VW); a2 += ld(b + r + 2 * VW); a3 += ld(b + r + 3 * VW); }
+        st(out + r, a0); st(out + r + VW, a1); st(out + r + 2 * VW, a2); st(out + r + 3 * VW, a3);
+    }
+    for (; r + VW <= R; r += VW) {
+        vf a = vf{};
+        for (int s = 0; s < S; ++s) a += bc(y[s]) * ld(mt + (long)s * R + r);
+        if (b) a += ld(b + r);
+        st(out + r, a);
+    }
+    for (; r < R; ++r) {
+        float a = 0.f;
+        for (int s = 0; s < S; ++s) a += y[s] * mt[(long)s * R + r];
+        out[r] = a + (b ? b[r] : 0.f);
+    }
+}
+
+// out[c] (+)= sum_{i < count} x[i * stride + c], c < C: channel blocks in registers
+void colsum_block(const float* x, long stride, long count, int C, float* out, bool accumulate) {
+    int c = 0;
+    for (; c + 4 * VW <= C; c += 4 * VW) {
+        vf a0 = vf{}, a1 = vf{}, a2 = vf{}, a3 = vf{};
+        const float* p = x + c;
+        for (long i = 0; i < count; ++i, p += stride) {
+            a0 += ld(p); a1 += ld(p + VW); a2 += ld(p + 2 * VW); a3 += ld(p + 3 * VW);
+        }
+        if (accumulate) { a0 += ld(out + c); a1 += ld(out + c + VW); a2 += ld(out + c + 2 * VW); a3 += ld(out + c + 3 * VW); }
+        st(out + c, a0); st(out + c + VW, a1); st(out + c + 2 * VW, a2); st(out + c + 3 * VW, a3);
+    }
+    for (; c + VW <= C; c += VW) {
+        vf a = vf{};
+        const float* p = x + c;
+        for (long i = 0; i < count; ++i, p += stride) a += ld(p);
+        if (accumulate) a += ld(out + c);
+        st(out + c, a);
+    }
+    if (c < C) {
+        float t[VW] = {};
+        const float* p = x + c;
+        for (long i = 0; i < count; ++i, p += stride)
+            for (int j = 0; j < C - c; ++j) t[j] += p[j];
+        for (int j = 0; j < C - c; ++j) out[c + j] = (accumulate ? out[c + j] : 0.f) + t[j];
+    }
+}
+
+// the same over row chunks of about 32 KB, so x is read from memory once however many
+// channel blocks there are
+void colsum(const float* x, long stride, long count, int C, float* out, bool accumulate) {
+    const long chunk = C * 4L * 64 > 32768 ? 64 : 32768 / (C * 4L) + 1;
+    for (long i = 0; i < count; i += chunk) {
+        const long n = count - i < chunk ? count - i : chunk;
+        colsum_block(x + i * stride, stride, n, C, out, accumulate || i > 0);
+    }
+}
 
 // ---------------------------------------------------------------------------------------------
 void pool(const Params& P, const float* x, float* pooled) {
     const int H = P.H, W = P.W, C = P.Cin;
     if (P.pool == 1) {
-        zero(pooled, C);
         const long n = (long)H * W;
-        for (long i = 0; i < n; ++i) add_row(pooled, x + i * C, C);
+        colsum(x, C, n, C, pooled, false);
         const float s = 1.f / (float)n;
         for (int c = 0; c < C; ++c) pooled[c] *= s;
         return;
     }
     // adaptive 2x2: row bin 0 = [0, ceil(H/2)), bin 1 = [floor(H/2), H); same for columns
     const int r0e = (H + 1) / 2, r1s = H / 2, c0e = (W + 1) / 2, c1s = W / 2;
-    float* buf = scratch(10, (size_t)6 * C);
-    float* bins = buf;            // 4 x C
-    float* cs0 = buf + 4 * C;     // column-bin sums of one row
-    float* cs1 = buf + 5 * C;
+    float* bins = scratch(10, (size_t)6 * C);  // 4 x C, then one row's two column-bin sums
+    float* cs0 = bins + 4 * C;
+    float* cs1 = bins + 5 * C;
     zero(bins, 4L * C);
     for (int h = 0; h < H; ++h) {
-        zero(cs0, C);
-        zero(cs1, C);
         const float* xr = x + (long)h * W * C;
-        for (int w = 0; w < W; ++w) {
-            if (w < c0e) add_row(cs0, xr + (long)w * C, C);
-            if (w >= c1s) add_row(cs1, xr + (long)w * C, C);
+        const bool in0 = h < r0e, in1 = h >= r1s;
+        if (in0 != in1) {  // the row is in one row bin: sum straight into it
+            float* b = bins + (in0 ? 0 : 2 * C);
+            colsum(xr, C, c0e, C, b, true);
+            colsum(xr + (long)c1s * C, C, W - c1s, C, b + C, true);
+        } else {
+            colsum(xr, C, c0e, C, cs0, false);
+            colsum(xr + (long)c1s * C, C, W - c1s, C, cs1, false);
+            add_row(bins, cs0, C); add_row(bins + C, cs1, C);
+            add_row(bins + 2 * C, cs0, C); add_row(bins + 3 * C, cs1, C);
         }
-        if (h < r0e) { add_row(bins, cs0, C); add_row(bins + C, cs1, C); }
-        if (h >= r1s) { add_row(bins + 2 * C, cs0, C); add_row(bins + 3 * C, cs1, C); }
     }
     const float rows[2] = {(float)r0e, (float)(H - r1s)}, cols[2] = {(float)c0e, (float)(W - c1s)};
     for (int b = 0; b < 4; ++b) {
@@ -360,6 +552,8 @@ void run(Params* pp) {
     float* phi = scratch(3, (size_t)L * L);
     float* ppk = scratch(4, packed_size(Cout, L));
     float* cvec = scratch(5, (size_t)cpad);
+    float* phit = scratch(6, (size_t)L * L);
+    const Prepared pre = prepared_parts(P.prepared, P);
 
     bool weight_form;
     if (P.form == FORM_WEIGHT) weight_form = true;
@@ -384,41 +578,37 @@ void run(Params* pp) {
             for (int s = 0; s < S; ++s) y[s] = y[s] > 0.f ? y[s] : 0.f;
         }
         if (P.attention) {
-            matvec(P.scale_w, y, nullptr, Cout, S, lam);
+            matvec_t(pre.scalewt, y, nullptr, S, Cout, lam);
             for (int o = 0; o < Cout; ++o) lam[o] = hsig(lam[o]);
         } else {
             for (int o = 0; o < Cout; ++o) lam[o] = 1.f;
         }
         for (int o = Cout; o < cpad; ++o) lam[o] = 0.f;
-        matvec(P.phi_w, y, P.phi_b, L * L, S, phi);
+        matvec_t(pre.phiwt, y, P.phi_b, S, L * L, phi);
         if (prof) t2 = now_seconds();
 
-        // form: PP = p . phi (Cout x L), packed with K = L
+        // form: PP = p . phi (Cout x L), packed with K = L: per panel, PP_panelᵀ (L x wp) =
+        // phiᵀ (L x L) . p_panelᵀ (L x wp)
+        for (int l = 0; l < L; ++l)
+            for (int m = 0; m < L; ++m) phit[l * L + m] = phi[m * L + l];
         for (int j0 = 0; j0 < Cout; j0 += NR) {
             const int wp = imin(NR, roundup(Cout - j0, VW));
-            float* d = ppk + (long)j0 * L;
-            for (int l = 0; l < L; ++l)
-                for (int jj = 0; jj < wp; ++jj) {
-                    const int o = j0 + jj;
-                    float s = 0.f;
-                    if (o < Cout)
-                        for (int m = 0; m < L; ++m) s += P.p[(long)o * L + m] * phi[m * L + l];
-                    d[l * wp + jj] = s;
-                }
+            Gemm f{};
+            f.m = L; f.n = wp;
+            f.a1 = phit; f.lda1 = L; f.k1 = L; f.b1 = pre.pp + (long)j0 * L;
+            f.c = ppk + (long)j0 * L; f.ldc = wp;
+            gemm(f);
         }
         if (weight_form) {
             // W = diag(lam) w0 + (p phi) q   packed with K = Cin, as a GEMM over the panels:
             // W_panel (Cin x wp) = lam * w0p_panel + qᵀ (Cin x L) . PP_panelᵀ
-            float* qt = scratch(6, (size_t)Cin * L);
-            for (int l = 0; l < L; ++l)
-                for (int k = 0; k < Cin; ++k) qt[(long)k * L + l] = P.q[(long)l * Cin + k];
             float* wpk = scratch(7, packed_size(Cout, Cin));
             for (int j0 = 0; j0 < Cout; j0 += NR) {
                 const int wp = imin(NR, roundup(Cout - j0, VW));
                 Gemm f{};
                 f.m = Cin; f.n = wp;
-                f.a1 = qt; f.lda1 = L; f.k1 = L; f.b1 = ppk + (long)j0 * L;
-                f.c0 = P.w0_packed + (long)j0 * Cin; f.ldc0 = wp; f.c0scale = lam + j0;
+                f.a1 = pre.qt; f.lda1 = L; f.k1 = L; f.b1 = ppk + (long)j0 * L;
+                f.c0 = pre.w0p + (long)j0 * Cin; f.ldc0 = wp; f.c0scale = lam + j0;
                 f.c = wpk + (long)j0 * Cin; f.ldc = wp;
                 gemm(f);
             }
@@ -437,11 +627,9 @@ void run(Params* pp) {
             m.a1 = x; m.lda1 = Cin; m.k1 = Cin; m.b1 = wpk;
             m.c = out; m.ldc = Cout;
             m.bias = cvec; m.res = res; m.ldres = Cout; m.act = P.act;
-            gemm(m);
+            gemm_par(P, m);
         } else {
             // latent: Z = X qᵀ + q_b (N x L); out = lam * (X w0ᵀ) + Z (p phi)ᵀ + bias
-            float* qpk = scratch(6, packed_size(L, Cin));
-            pack_t(P.q, L, Cin, nullptr, qpk, Cin, 0);
             float* qb = scratch(8, (size_t)roundup(L, NR));
             for (int l = 0; l < roundup(L, NR); ++l) qb[l] = l < L ? P.q_b[l] : 0.f;
             for (int o = 0; o < cpad; ++o) cvec[o] = o < Cout ? P.bias[o] : 0.f;
@@ -449,16 +637,16 @@ void run(Params* pp) {
             if (prof) t3 = now_seconds();
             Gemm zg{};
             zg.m = (int)N; zg.n = L;
-            zg.a1 = x; zg.lda1 = Cin; zg.k1 = Cin; zg.b1 = qpk;
+            zg.a1 = x; zg.lda1 = Cin; zg.k1 = Cin; zg.b1 = pre.qp;
             zg.c = z; zg.ldc = L; zg.bias = qb;
-            gemm(zg);
+            gemm_par(P, zg);
             Gemm m{};
             m.m = (int)N; m.n = Cout;
-            m.a1 = x; m.lda1 = Cin; m.k1 = Cin; m.b1 = P.w0_packed; m.scale1 = lam;
+            m.a1 = x; m.lda1 = Cin; m.k1 = Cin; m.b1 = pre.w0p; m.scale1 = lam;
             m.a2 = z; m.lda2 = L; m.k2 = L; m.b2 = ppk;
             m.c = out; m.ldc = Cout;
             m.bias = cvec; m.res = res; m.ldres = Cout; m.act = P.act;
-            gemm(m);
+            gemm_par(P, m);
         }
         if (prof) {
             t4 = now_seconds();
@@ -472,7 +660,7 @@ void run(Params* pp) {
 
 #define DCD_STR2(x) #x
 #define DCD_STR(x) DCD_STR2(x)
-const KernelTable table = {DCD_STR(DCD_NS), NR, packed_size, pack_w0, run};
+const KernelTable table = {DCD_STR(DCD_NS), NR, prepared_size, prepare, run};
 
 }  // namespace
 }  // namespace DCD_NS

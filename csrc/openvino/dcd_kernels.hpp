@@ -20,8 +20,11 @@ struct Params {
     const float* x;        // (B, H, W, Cin)
     const float* residual; // (B, H, W, Cout) or null
     const float *fc1, *gate, *scale_w, *phi_w, *phi_b, *q, *q_b, *p, *w0, *bias;
-    const float* w0_packed;  // w0 transposed into the kernel's packed-panel layout (see pack_w0)
+    const float* prepared;   // the constants' packed forms, made by KernelTable::prepare
     float* out;            // (B, H, W, Cout)
+    // Runs body(ctx, begin, end) over row ranges covering [0, m) (in multiples of grain,
+    // possibly on several threads, returns when all are done); null: one call on this thread.
+    void (*parallel_rows)(int m, int grain, void (*body)(void* ctx, int begin, int end), void* ctx);
     int profile;           // accumulate phase times into phase_seconds
     double phase_seconds[PH_COUNT];
 };
@@ -29,10 +32,12 @@ struct Params {
 struct KernelTable {
     const char* name;
     int nr;  // panel width (output channels per packed panel)
-    // number of floats of the packed layout of a (rows x k) matrix transposed into panels
-    size_t (*packed_size)(int rows, int k);
-    // w0 (Cout x Cin) -> packed panels [panel][k][width]
-    void (*pack_w0)(const float* w0, int cout, int cin, float* dst);
+    // The constant weights rearranged for this ISA's kernels (w0, q and p in packed panels,
+    // qᵀ, phi_wᵀ, scale_wᵀ): prepared_size floats, filled by prepare from the shapes and
+    // w0, q, p, phi_w, scale_w of p. The op makes it once per weights and keeps it (the
+    // weights are Constants).
+    size_t (*prepared_size)(const Params* p);
+    void (*prepare)(const Params* p, float* dst);
     void (*run)(Params* p);
 };
 

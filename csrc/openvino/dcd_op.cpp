@@ -3,11 +3,13 @@
 // * ov::op::Op subclass DCDPointwise, registered with ov::OpExtension (IR round trips);
 // * ONNX frontend ConversionExtension("DCDPointwise", "dcd_deploy") mapping the ONNX node;
 // * evaluate() picks an ISA-specific kernel table at every call (env DCD_DEPLOY_ISA) and
-//   runs it on the whole batch on the calling thread (the op is single-threaded);
+//   runs it on the whole batch; the two big GEMMs split their rows over the threads of
+//   OpenVINO's TBB arena (INFERENCE_NUM_THREADS), the rest runs on the calling thread;
 // * C entry points for tests and profiling: dcd_deploy_ov_isa, dcd_deploy_ov_profile,
 //   dcd_deploy_ov_profile_reset.
 #include <openvino/core/extension.hpp>
 #include <openvino/core/op_extension.hpp>
+#include <openvino/core/parallel.hpp>
 #include <openvino/frontend/onnx/extension/conversion.hpp>
 #include <openvino/op/op.hpp>
 
@@ -97,6 +99,23 @@ const KernelTable* select_kernels(std::string* err) {
     if (want == "avx2") return kernels_avx2();
 #endif
     return kernels_portable();
+}
+
+// -------------------------------------------------------------------------------- threads
+// Row ranges over the threads of the TBB arena OpenVINO runs the inference in
+// (INFERENCE_NUM_THREADS); with one thread, the caller does all rows itself.
+void parallel_rows(int m, int grain, void (*body)(void*, int, int), void* ctx) {
+    const int nthr = parallel_get_max_threads();
+    const int tiles = (m + grain - 1) / grain;
+    const int chunks = std::min(tiles, std::max(nthr, 1));
+    if (chunks <= 1) {
+        body(ctx, 0, m);
+        return;
+    }
+    ov::parallel_for(chunks, [&](int i) {
+        const int t0 = (int)((long)tiles * i / chunks), t1 = (int)((long)tiles * (i + 1) / chunks);
+        body(ctx, t0 * grain, std::min(m, t1 * grain));
+    });
 }
 
 // ------------------------------------------------------------------------------ profiling
@@ -191,6 +210,7 @@ public:
         const auto& ws = get_input_partial_shape(I.w0);
         NODE_VALIDATION_CHECK(this, xs.rank().compatible(4), "x must be (B, H, W, Cin)");
         NODE_VALIDATION_CHECK(this, ws.rank().compatible(2), "w0 must be (Cout, Cin)");
+        check_constant_shapes(I);
         ov::Dimension cout = ws.rank().is_static() ? ws[0] : ov::Dimension::dynamic();
         ov::PartialShape out = ov::PartialShape::dynamic(4);
         if (xs.rank().is_static()) {
@@ -201,6 +221,54 @@ public:
             out[3] = cout;
         }
         set_output_type(0, ov::element::f32, out);
+    }
+
+    // The weights' shapes against each other and x, when they are known (at model reading:
+    // a bad model fails there, loudly; evaluate checks again, but the CPU plugin swallows
+    // exceptions from an extension's evaluate).
+    void check_constant_shapes(const InputIndex& I) {
+        auto shape = [&](int idx) -> const ov::PartialShape& { return get_input_partial_shape(idx); };
+        auto rank = [&](int idx, int r, const char* name) {
+            NODE_VALIDATION_CHECK(this, shape(idx).rank().compatible(r), name, " must have rank ", r, ", got ",
+                                  shape(idx));
+        };
+        rank(I.fc1, 2, "fc1");
+        rank(I.phi_w, 2, "phi_w");
+        rank(I.phi_b, 1, "phi_b");
+        rank(I.q, 2, "q");
+        rank(I.q_b, 1, "q_b");
+        rank(I.p, 2, "p");
+        rank(I.bias, 1, "bias");
+        if (I.gate >= 0) rank(I.gate, 2, "gate");
+        if (I.scale_w >= 0) rank(I.scale_w, 2, "scale_w");
+        for (int i = 1; i < I.count; ++i)
+            if (i != I.residual && !shape(i).is_static()) return;  // checked at evaluate
+        const auto& xs = shape(I.x);
+        const ov::Shape w0 = shape(I.w0).to_shape(), fc1 = shape(I.fc1).to_shape(), q = shape(I.q).to_shape();
+        const size_t cout = w0[0], cin = w0[1], S = fc1[0], L = q[0];
+        if (xs.rank().is_static() && xs[3].is_static())
+            NODE_VALIDATION_CHECK(this, xs[3].get_length() == (int64_t)cin, "x has ", xs[3], " channels, w0 ", cin,
+                                  " columns");
+        auto expect = [&](int idx, const ov::Shape& want, const char* name) {
+            if (idx < 0) return;
+            NODE_VALIDATION_CHECK(this, shape(idx).to_shape() == want, name, " has shape ", shape(idx),
+                                  ", expected ", want);
+        };
+        expect(I.fc1, ov::Shape{S, cin * m_pool * m_pool}, "fc1");
+        expect(I.gate, ov::Shape{S, S}, "gate");
+        expect(I.scale_w, ov::Shape{cout, S}, "scale_w");
+        expect(I.phi_w, ov::Shape{L * L, S}, "phi_w");
+        expect(I.phi_b, ov::Shape{L * L}, "phi_b");
+        expect(I.q, ov::Shape{L, cin}, "q");
+        expect(I.q_b, ov::Shape{L}, "q_b");
+        expect(I.p, ov::Shape{cout, L}, "p");
+        expect(I.bias, ov::Shape{cout}, "bias");
+        if (I.residual >= 0 && xs.rank().is_static()) {
+            const auto& rs = shape(I.residual);
+            NODE_VALIDATION_CHECK(this, rs.compatible(ov::PartialShape{xs[0], xs[1], xs[2], (int64_t)cout}),
+                                  "residual has shape ", rs, ", expected (B, H, W, Cout) = ", xs[0], ", ", xs[1],
+                                  ", ", xs[2], ", ", cout);
+        }
     }
 
     std::shared_ptr<ov::Node> clone_with_new_inputs(const ov::OutputVector& args) const override {
@@ -270,8 +338,9 @@ public:
         p.q = f(I.q); p.q_b = f(I.q_b); p.p = f(I.p); p.w0 = f(I.w0); p.bias = f(I.bias);
         p.out = outputs[0].data<float>();
         p.profile = prof;
-        std::shared_ptr<const std::vector<float>> w0p = packed_w0(k, p.w0, (int)Cout, (int)Cin);
-        p.w0_packed = w0p->data();
+        p.parallel_rows = parallel_get_max_threads() > 1 ? parallel_rows : nullptr;
+        std::shared_ptr<const std::vector<float>> prepared = prepare(k, p);
+        p.prepared = prepared->data();
         k->run(&p);
         if (prof) {
             const double total = now_seconds() - t0;
@@ -284,24 +353,27 @@ public:
     }
 
 private:
-    // w0 in the kernel's packed layout. w0 is a Constant: pack it once per (data, ISA) and
-    // keep it; a few sampled values guard against a different tensor at the same address.
-    std::shared_ptr<const std::vector<float>> packed_w0(const KernelTable* k, const float* w0, int cout,
-                                                        int cin) const {
-        const size_t n = (size_t)cout * cin;
-        float probe[8];
-        for (int i = 0; i < 8; ++i) probe[i] = w0[(n - 1) * i / 7];
+    // The constants rearranged for the kernels (KernelTable::prepare). They are Constants:
+    // prepare once per (tensors, ISA) and keep the result; sampled values guard against a
+    // different tensor at the same address.
+    std::shared_ptr<const std::vector<float>> prepare(const KernelTable* k, const Params& p) const {
+        const float* src[kCached] = {p.w0, p.q, p.p, p.phi_w, p.scale_w};
+        const size_t n[kCached] = {(size_t)p.Cout * p.Cin, (size_t)p.L * p.Cin, (size_t)p.Cout * p.L,
+                                   (size_t)p.L * p.L * p.S, p.scale_w ? (size_t)p.Cout * p.S : 0};
+        float probe[kCached][8] = {};
+        for (int t = 0; t < kCached; ++t)
+            for (int i = 0; n[t] && i < 8; ++i) probe[t][i] = src[t][(n[t] - 1) * i / 7];
+        const int shape[4] = {p.Cout, p.Cin, p.L, p.S};
         std::lock_guard<std::mutex> lock(m_cache_mutex);
-        if (m_cache && m_cache_src == w0 && m_cache_table == k && m_cache_cout == cout && m_cache_cin == cin &&
-            !std::memcmp(probe, m_cache_probe, sizeof probe))
+        if (m_cache && m_cache_table == k && !std::memcmp(m_cache_shape, shape, sizeof shape) &&
+            !std::memcmp(m_cache_src, src, sizeof src) && !std::memcmp(probe, m_cache_probe, sizeof probe))
             return m_cache;
-        auto v = std::make_shared<std::vector<float>>(k->packed_size(cout, cin));
-        k->pack_w0(w0, cout, cin, v->data());
+        auto v = std::make_shared<std::vector<float>>(k->prepared_size(&p));
+        k->prepare(&p, v->data());
         m_cache = v;
-        m_cache_src = w0;
         m_cache_table = k;
-        m_cache_cout = cout;
-        m_cache_cin = cin;
+        std::memcpy(m_cache_shape, shape, sizeof shape);
+        std::memcpy(m_cache_src, src, sizeof src);
         std::memcpy(m_cache_probe, probe, sizeof probe);
         return m_cache;
     }
@@ -311,10 +383,11 @@ private:
 
     mutable std::mutex m_cache_mutex;
     mutable std::shared_ptr<const std::vector<float>> m_cache;
-    mutable const float* m_cache_src = nullptr;
+    static constexpr int kCached = 5;
+    mutable const float* m_cache_src[kCached] = {};
     mutable const KernelTable* m_cache_table = nullptr;
-    mutable int m_cache_cout = 0, m_cache_cin = 0;
-    mutable float m_cache_probe[8] = {};
+    mutable int m_cache_shape[4] = {};
+    mutable float m_cache_probe[kCached][8] = {};
 };
 
 namespace {

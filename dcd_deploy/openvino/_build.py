@@ -86,7 +86,7 @@ def _find_openvino() -> tuple[str, Path, Path, list[Path]]:
     if not (include / "openvino" / "op" / "op.hpp").is_file():
         raise ExtensionError(f"openvino at {root} has no C++ headers (include/openvino): "
                              "reinstall it (pip install 'dcd-deploy[openvino]')")
-    return version, include, libs, [lib("libopenvino"), lib("libopenvino_onnx_frontend")]
+    return version, include, libs, [lib("libopenvino"), lib("libopenvino_onnx_frontend"), lib("libtbb")]
 
 
 def _default_out_dir() -> Path:
@@ -144,7 +144,8 @@ def build_extension(*, out_dir: Path | None = None, force: bool = False,
                              "(the C++ sources ship with the source tree)")
     x86 = _is_x86()
     kernels = _X86_KERNELS if x86 else _X86_KERNELS[-1:]
-    op_flags = ["-DDCD_WITH_X86"] if x86 else []
+    # OpenVINO's own build setting (its CMake targets export it): ov::parallel_for runs on TBB
+    op_flags = ["-DOV_THREAD=OV_THREAD_TBB_ADAPTIVE", *(["-DDCD_WITH_X86"] if x86 else [])]
     link_flags = [f"-L{libs}", *(f"-l:{p.name}" for p in link), f"-Wl,-rpath,{libs}"]
 
     digest = hashlib.sha256()

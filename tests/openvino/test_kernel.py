@@ -180,7 +180,8 @@ def test_shapes(core, lib, isas, monkeypatch, isa, form, pool, hw):
 
 @pytest.mark.parametrize("isa", ISAS)
 @pytest.mark.parametrize("form", ["weight", "latent"])
-@pytest.mark.parametrize("cin,cout,L", [(32, 96, 8), (96, 32, 20), (160, 96, 8), (23, 160, 20), (96, 17, 4)])
+@pytest.mark.parametrize("cin,cout,L", [(32, 96, 8), (96, 32, 20), (160, 96, 8), (23, 160, 20), (96, 17, 4),
+                                       (200, 203, 8)])  # the last: B blocks over 64 KB (panel-major loop)
 def test_channels(core, lib, isas, monkeypatch, isa, form, cin, cout, L):
     _need(isas, isa)
     check(core, lib, isa, monkeypatch, H=5, W=3, Cin=cin, Cout=cout, L=L, S=12, pool=2, form=form,
@@ -252,3 +253,69 @@ def test_profile_counters(core, lib, monkeypatch):
     assert pool_s + branch_s + form_s + gemm_s <= total_s * 1.0001
     lib.dcd_deploy_ov_profile_reset()
     assert lib.dcd_deploy_ov_profile(buf, 8) == 6 and buf[5] == 0 and buf[4] == 0
+
+
+@pytest.mark.parametrize("overload", [False, True])
+def test_extension_wins_over_a_local_function_body(core, monkeypatch, overload):
+    # the exporter's nodes carry a model-local function body (and an IR-10 overload) for
+    # other runtimes: OpenVINO must convert the node with the extension, not inline the body
+    # (here a deliberately wrong one)
+    monkeypatch.delenv("DCD_DEPLOY_ISA", raising=False)
+    rng = np.random.default_rng(3)
+    x, res, c = make_case(rng, B=1, H=5, W=3, Cin=8, Cout=12, L=4, S=4, pool=1, se=0, attention=0, residual=0)
+    model = onnx.load_from_string(make_model(x, res, c, pool=1, se=0, attention=0, activation="none", form="weight"))
+    node = model.graph.node[0]
+    const = [helper.make_node("Constant", [], [n], value=helper.make_tensor(n, TensorProto.INT64, [1], [v]))
+             for n, v in (("st", 0), ("en", 12), ("ax", 3))]
+    body = const + [helper.make_node("Slice", [node.input[0], "st", "en", "ax"], ["out"])]
+    fn = helper.make_function("dcd_deploy", "DCDPointwise", list(node.input), ["out"], body,
+                              [helper.make_opsetid("", 17)], attributes=[a.name for a in node.attribute])
+    if overload:
+        fn.overload = node.overload = "v1"
+    model.functions.append(fn)
+    model.ir_version = 10
+    ov_model = core.read_model(model.SerializeToString(), b"")
+    assert "DCDPointwise" in [op.get_type_name() for op in ov_model.get_ordered_ops()]
+    got = core.compile_model(ov_model, "CPU", {"INFERENCE_PRECISION_HINT": "f32", "INFERENCE_NUM_THREADS": 1})([x])[0]
+    want = reference(x, res, c, pool=1, se=0, attention=0, activation="none")
+    assert np.abs(got - want).max() < 1e-5 * max(1.0, np.abs(want).max())
+
+
+def test_ir_round_trip(core, tmp_path, monkeypatch):
+    # OpExtension: the op serializes to OpenVINO IR with its attributes and reads back
+    monkeypatch.delenv("DCD_DEPLOY_ISA", raising=False)
+    rng = np.random.default_rng(4)
+    x, res, c = make_case(rng, B=2, H=5, W=5, Cin=17, Cout=23, L=4, S=6, pool=2, se=1, attention=1, residual=1)
+    model = core.read_model(make_model(x, res, c, pool=2, se=1, attention=1, activation="relu6", form="latent"), b"")
+    ov.save_model(model, tmp_path / "m.xml", compress_to_fp16=False)  # (the default stores f16 weights)
+    back = core.read_model(tmp_path / "m.xml")
+    node = next(op for op in back.get_ordered_ops() if op.get_type_name() == "DCDPointwise")
+    attrs = node.get_attributes()
+    assert attrs["pool"] == 2 and attrs["se"] == 1 and attrs["activation"] == "relu6" and attrs["form"] == "latent"
+    got = core.compile_model(back, "CPU", {"INFERENCE_PRECISION_HINT": "f32", "INFERENCE_NUM_THREADS": 1})([x, res])[0]
+    want = reference(x, res, c, pool=2, se=1, attention=1, activation="relu6")
+    assert np.abs(got - want).max() < 1e-5 * max(1.0, np.abs(want).max())
+
+
+@pytest.mark.parametrize("form", ["weight", "latent"])
+def test_two_threads(core, monkeypatch, form):
+    # the big GEMMs split their rows over OpenVINO's threads: same result
+    monkeypatch.delenv("DCD_DEPLOY_ISA", raising=False)
+    rng = np.random.default_rng(5)
+    x, res, c = make_case(rng, B=2, H=13, W=11, Cin=23, Cout=40, L=8, S=6, pool=2, se=1, attention=1, residual=1)
+    model = core.read_model(make_model(x, res, c, pool=2, se=1, attention=1, activation="relu", form=form), b"")
+    compiled = core.compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32", "INFERENCE_NUM_THREADS": 2})
+    got = compiled([x, res])[0]
+    want = reference(x, res, c, pool=2, se=1, attention=1, activation="relu")
+    assert np.abs(got - want).max() < 1e-5 * max(1.0, np.abs(want).max())
+
+
+def test_inconsistent_weights_fail_at_read_model(core, monkeypatch):
+    # shape errors surface when the model is read (OpenVINO's CPU plugin would swallow an
+    # exception from evaluate)
+    monkeypatch.delenv("DCD_DEPLOY_ISA", raising=False)
+    rng = np.random.default_rng(6)
+    x, res, c = make_case(rng, B=1, H=3, W=3, Cin=8, Cout=12, L=4, S=4, pool=2, se=0, attention=1, residual=0)
+    c["p"] = c["p"][:, :3]  # (Cout, L - 1)
+    with pytest.raises(Exception, match="p has shape"):
+        core.read_model(make_model(x, res, c, pool=2, se=0, attention=1, activation="none", form="weight"), b"")
