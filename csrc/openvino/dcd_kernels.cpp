@@ -225,13 +225,13 @@ __attribute__((noinline)) void ukernel(const Tile& t) {
 #pragma GCC unroll 16
             for (int i = 0; i < M; ++i)
 #pragma GCC unroll 4
-                for (int v = 0; v < N; ++v) acc[i][v] = acc[i][v] > z ? acc[i][v] : z;
+                for (int v = 0; v < N; ++v) acc[i][v] = acc[i][v] < z ? z : acc[i][v];  // NaN stays NaN, as in PyTorch
             if (t.act == ACT_RELU6) {
                 const vf six = bc(6.f);
 #pragma GCC unroll 16
                 for (int i = 0; i < M; ++i)
 #pragma GCC unroll 4
-                    for (int v = 0; v < N; ++v) acc[i][v] = acc[i][v] < six ? acc[i][v] : six;
+                    for (int v = 0; v < N; ++v) acc[i][v] = acc[i][v] > six ? six : acc[i][v];
             }
         }
     }

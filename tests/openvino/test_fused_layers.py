@@ -198,3 +198,22 @@ def test_zoo_dcd_models_fused_in_openvino(arch, tmp_path):
     report = check_parity(model, path, batch_sizes=(1, 2), n_inputs=2, backends=("openvino",))
     assert report, report.table()
     assert report.max_rel < 1e-3 and all(r.top1_agreement == 1.0 for r in report.rows)
+
+
+@pytest.mark.parametrize("act", ["relu", "relu6"])
+def test_a_nan_input_gives_nan_outputs_as_in_pytorch(act, tmp_path):
+    """The kernel's pooling, products and epilogue keep NaN (max(NaN, 0) is NaN, as torch.relu).
+
+    Through a whole zoo model OpenVINO's own fused activations turn NaN into numbers (its
+    standard-op export does the same), so the layer is checked alone, after a plain conv.
+    """
+    cfg = Layer(c_in=17, c_out=23, latent_dim=None, pool_size=2, gate="se", channel_attention=True,
+                latent_bn=True, residual=False, act=act, side=7, batch=2, strategy="weight", seed=4)
+    model = build(cfg)
+    path = tmp_path / "m.onnx"
+    export_onnx(model, path, input_size=cfg.side, mode="fused", check=False)
+    x = torch.randn(4, 3, cfg.side, cfg.side, generator=torch.Generator().manual_seed(0))
+    x[1, 0, 3, 3] = float("nan")
+    report = check_parity(model, path, batch_sizes=(2,), inputs=x, backends=("openvino",))
+    assert report, report.table()
+    assert all(r.nonfinite > 0 and r.nonfinite_match for r in report.rows)
