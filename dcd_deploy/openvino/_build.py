@@ -176,6 +176,9 @@ def build_extension(*, out_dir: Path | None = None, force: bool = False,
         partial = tmpdir / target.name
         _run([cxx, "-shared", "-o", str(partial), *(str(obj) for obj, _ in jobs), *link_flags])
         os.replace(partial, target)
+    for old in out_dir.glob("libdcd_deploy_openvino-*.so"):
+        if old != target:  # a build of other sources or another openvino release; a process
+            old.unlink(missing_ok=True)  # that has it loaded keeps its mapping
     say(f"built {target}")
     return target
 

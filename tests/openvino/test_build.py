@@ -59,3 +59,12 @@ def test_missing_openvino_is_one_clear_line(tmp_path, monkeypatch):
     monkeypatch.setattr(b.importlib.util, "find_spec", lambda name, *a: None if name == "openvino" else real(name, *a))
     with pytest.raises(ExtensionError, match=r"openvino is not installed: pip install 'dcd-deploy\[openvino\]'"):
         build_extension(out_dir=tmp_path, force=True)
+
+
+def test_a_rebuild_replaces_the_library_of_older_sources(tmp_path):
+    stale = tmp_path / "libdcd_deploy_openvino-2020.1.0-0badc0de.so"
+    stale.write_bytes(b"an older build")
+    other = tmp_path / "unrelated.so"
+    other.write_bytes(b"not ours")
+    built = build_extension(out_dir=tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([built.name, "unrelated.so"])
