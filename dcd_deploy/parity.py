@@ -292,8 +292,9 @@ def _openvino_runner(onnx_path: Path):
         try:
             return next(iter(compiled[c.shape].infer({0: c}).values()))
         except RuntimeError as exc:  # OpenVINO's run-time failures (a kernel refusing its input)
-            first = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), type(exc).__name__)
-            raise DCDDeployError(f"OpenVINO failed running {onnx_path}: {first}") from None
+            from .openvino import openvino_message
+
+            raise DCDDeployError(f"OpenVINO failed running {onnx_path}: {openvino_message(exc)}") from None
 
     return run
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import ctypes
 import importlib.util
+import re
 from pathlib import Path
 
 from ..errors import ExtensionError
@@ -88,8 +89,23 @@ def compile_onnx(onnx_path, *, threads: int = 1, input_shape=None, perf_counters
             "INFERENCE_NUM_THREADS": int(threads), "NUM_STREAMS": 1, "PERFORMANCE_HINT": "LATENCY",
             "INFERENCE_PRECISION_HINT": "f32", "PERF_COUNT": bool(perf_counters)})
     except RuntimeError as exc:  # OpenVINO's errors for files it cannot read or compile
-        first = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), type(exc).__name__)
-        raise DCDDeployError(f"OpenVINO cannot compile {onnx_path}: {first}") from exc
+        raise DCDDeployError(f"OpenVINO cannot compile {onnx_path}: {openvino_message(exc)}") from exc
+
+
+def openvino_message(exc: BaseException) -> str:
+    """The informative line of an OpenVINO exception, with the ONNX node it names.
+
+    OpenVINO's messages stack a line per layer it passed through ("Exception from
+    core.cpp", "While validating node ...") before the reason, then a summary.
+    """
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    if "Summary:" in lines:
+        lines = lines[:lines.index("Summary:")]
+    if not lines:
+        return type(exc).__name__
+    node = re.search(r"While validating ONNX node '<Node\([^)]*\): ([^>]*)>'", str(exc))
+    reason = lines[-1]
+    return f"{reason} (node {node.group(1)})" if node else reason
 
 
 def kernel_isa() -> str:
@@ -128,5 +144,5 @@ def build_extension(**kwargs) -> Path:
     return build(**kwargs)
 
 
-__all__ = ["PROFILE_PHASES", "build_extension", "compile_onnx", "kernel_isa", "kernel_profile", "needs_extension",
+__all__ = ["PROFILE_PHASES", "build_extension", "openvino_message", "compile_onnx", "kernel_isa", "kernel_profile", "needs_extension",
            "openvino_extension"]

@@ -163,6 +163,43 @@ def test_fused_export_without_a_compiler_is_one_error_line_and_writes_nothing(tm
     assert result.exit_code == 0, result.output
 
 
+def _tamper_pool(node):
+    next(a for a in node.attribute if a.name == "pool").i = 5
+
+
+def _tamper_activation(node):
+    next(a for a in node.attribute if a.name == "activation").s = b"gelu"
+
+
+def _tamper_swap(node):
+    node.input[3], node.input[4] = node.input[4], node.input[3]
+
+
+def _tamper_drop(node):
+    del node.input[-1]
+
+
+@pytest.mark.parametrize("tamper, reason", [
+    (_tamper_pool, "pool must be 1 or 2, got 5"),
+    (_tamper_activation, "activation must be none, relu or relu6"),
+    (_tamper_swap, "has shape"),
+    (_tamper_drop, "inputs"),
+])
+def test_a_tampered_fused_node_is_one_error_line_in_openvino(tmp_path, tamper, reason):
+    pytest.importorskip("openvino")
+    good = tmp_path / "f.onnx"
+    assert run(export_main, [MODEL, "--input-size", SIZE, "-o", good, "--mode", "fused", "--no-check"]).exit_code == 0
+    proto = onnx.load(str(good))
+    tamper(next(n for n in proto.graph.node if n.domain == "dcd_deploy"))
+    bad = tmp_path / "bad.onnx"
+    onnx.save(proto, str(bad))
+    result = run(validate_main, [MODEL, bad, "--backend", "openvino"])
+    assert result.exit_code == 1, result.output
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith(f"Error: OpenVINO cannot compile {bad}: ") and reason in line, line
+    assert "(node features." in line
+
+
 def test_export_fixed_batch(tmp_path):
     out = tmp_path / "b.onnx"
     result = run(export_main, [MODEL, "--input-size", SIZE, "-o", out, "--batch", "2"])
