@@ -14,6 +14,10 @@ The hostile files are built cheaply in the test's directory: pickles written opc
 opcode, sparse files made with ``truncate``, small zip bombs. The termination tests
 send SIGTERM/SIGHUP at a deterministic point (a ``sitecustomize`` hook announces it with
 a marker file and waits).
+
+Usage errors that click's range checks raise while parsing (:data:`USAGE_CASES`) hold
+the same contract in process: starting the script adds nothing there (the table keeps
+one usage error of the real script).
 """
 
 from __future__ import annotations
@@ -278,20 +282,6 @@ CASES = [
                                        ("classes-1e7", "num_classes", 10**7, "10000000"),
                                        ("classes-1e12", "num_classes", 10**12, "1000000000000"),
                                        ("dropout-nan", "dropout", float("nan"), "nan"))],
-    # -- size-like options (usage errors: exit 2)
-    Case("input-size-10000", "dcd-export", ("mobilenetv2_035", "--input-size", "10000", "-o", "{d}/o.onnx"),
-         ("--input-size", "1<=x<=1024"), status=2),
-    Case("input-size-2000", "dcd-export", ("mobilenetv2_035", "--input-size", "2000", "-o", "{d}/o.onnx"),
-         ("--input-size", "1<=x<=1024"), status=2),
-    Case("batch-100000", "dcd-export", ("mobilenetv2_035", "--batch", "100000", "-o", "{d}/o.onnx"),
-         ("'dynamic' (a batch of at most 1024)",), status=2),
-    Case("batch-sizes-100000", "dcd-validate", ("{a}/m035.pt", "{d}/m.onnx", "--batch-sizes", "1,100000"),
-         ("positive integers up to 1024",), status=2, make=_onnx_file("m.onnx", [1, 3, 32, 32])),
-    Case("validate-num-inputs-1e8", "dcd-validate", ("{a}/m035.pt", "{d}/m.onnx", "--num-inputs", "100000000"),
-         ("1<=x<=10000",), status=2, make=_onnx_file("m.onnx", [1, 3, 32, 32])),
-    Case("seed-1e17", "dcd-export", ("mobilenetv2_035", "--seed", "100000000000000000", "-o", "{d}/o.onnx"),
-         ("--seed", "0<=x<=4294967295"), status=2),
-    Case("bench-threads-1000", "dcd-bench", ("--threads", "1000", "--quick"), ("--threads", "1<=x<=64"), status=2),
     # -- within every range, but too much memory together
     Case("memory-estimate", "dcd-export", ("mobilenetv2_035", "--input-size", "1024", "--batch", "1024",
                                            "-o", "{d}/o.onnx"), ("would need about", "GiB of memory", "limit")),
@@ -319,6 +309,26 @@ CASES = [
          ("cannot write", "old.onnx", "No space left on device"), make=_files(**{"old.onnx": b"previous model"}),
          env_hook="disk_full"),
     Case("out-of-memory", "dcd-export", ("{a}/m035.pt", *OUT), ("out of memory",), env_hook="oom"),
+]
+
+
+#: click's range checks (exit 2): they fail while parsing the options, before any file is
+#: opened, so they run in process (:func:`test_hostile_usage_error`); the table keeps a
+#: usage error of the real script (``output-trailing-separator``).
+USAGE_CASES = [
+    Case("input-size-10000", "dcd-export", ("mobilenetv2_035", "--input-size", "10000", "-o", "{d}/o.onnx"),
+         ("--input-size", "1<=x<=1024"), status=2),
+    Case("input-size-2000", "dcd-export", ("mobilenetv2_035", "--input-size", "2000", "-o", "{d}/o.onnx"),
+         ("--input-size", "1<=x<=1024"), status=2),
+    Case("batch-100000", "dcd-export", ("mobilenetv2_035", "--batch", "100000", "-o", "{d}/o.onnx"),
+         ("'dynamic' (a batch of at most 1024)",), status=2),
+    Case("batch-sizes-100000", "dcd-validate", ("{a}/m035.pt", "{d}/m.onnx", "--batch-sizes", "1,100000"),
+         ("positive integers up to 1024",), status=2, make=_onnx_file("m.onnx", [1, 3, 32, 32])),
+    Case("validate-num-inputs-1e8", "dcd-validate", ("{a}/m035.pt", "{d}/m.onnx", "--num-inputs", "100000000"),
+         ("1<=x<=10000",), status=2, make=_onnx_file("m.onnx", [1, 3, 32, 32])),
+    Case("seed-1e17", "dcd-export", ("mobilenetv2_035", "--seed", "100000000000000000", "-o", "{d}/o.onnx"),
+         ("--seed", "0<=x<=4294967295"), status=2),
+    Case("bench-threads-1000", "dcd-bench", ("--threads", "1000", "--quick"), ("--threads", "1<=x<=64"), status=2),
 ]
 
 
@@ -387,7 +397,40 @@ def test_hostile_input(runs, case: Case):
 
 def test_every_script_is_covered():
     assert {c.script for c in CASES} == {"dcd-export", "dcd-validate", "dcd-bench"}
-    assert len({c.id for c in CASES}) == len(CASES)
+    assert {c.status for c in CASES} == {1, 2}  # a usage error of the real script too
+    assert len({c.id for c in CASES + USAGE_CASES}) == len(CASES) + len(USAGE_CASES)
+
+
+@pytest.mark.parametrize("case", USAGE_CASES, ids=[c.id for c in USAGE_CASES])
+def test_hostile_usage_error(tmp_path, monkeypatch, assets, case: Case):
+    """The same contract as the table, through click's runner: exit 2, one last Error line."""
+    from click.testing import CliRunner
+
+    from dcd_deploy.cli import bench, export, validate
+
+    main = {"dcd-export": export.main, "dcd-validate": validate.main, "dcd-bench": bench.main}[case.script]
+    d = tmp_path / "case"
+    (d / "cwd").mkdir(parents=True)
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    if case.make:
+        case.make(d, assets)
+    before = _snapshot(d)
+    monkeypatch.chdir(d / "cwd")
+    monkeypatch.setenv("TMPDIR", str(tmp))
+    monkeypatch.setattr("tempfile.tempdir", None)
+    result = CliRunner().invoke(main, [arg.format(d=d, a=assets) for arg in case.args])
+    assert isinstance(result.exception, SystemExit), result.exception
+    assert result.exit_code == case.status == 2, result.output
+    err = result.stderr
+    assert "Traceback" not in err, err
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert lines and lines[-1].startswith("Error: "), err
+    assert sum(ln.startswith("Error:") for ln in lines) == 1, err
+    for needle in case.needles:
+        assert needle in lines[-1], f"{needle!r} not in {lines[-1]!r}"
+    assert _snapshot(d) == before, "a file was created, changed or replaced"
+    assert not list(tmp.glob("dcd-*")), "a temporary directory was left"
 
 
 # -- outputs that are written: through a symlink, keeping the mode, never over the input --
