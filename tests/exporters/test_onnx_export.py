@@ -65,13 +65,40 @@ def input_size(name: str) -> int:
     return zoo_input_size(name, small=96)
 
 
+#: Function mode wraps each dynamic layer kind in a function; one model per block type
+#: covers every kind: MobileNetV2 (1x1 and depthwise), ResNet-10 (k x k basic blocks) for
+#: each dynamic variant, ResNet-50 (1x1 bottleneck DCD layers). Other widths and depths
+#: repeat those functions, and a static model has none (its function export is its
+#: standard one); every model is exported in standard mode.
+FUNCTION_MODE_MODELS = frozenset({
+    "mobilenetv2_035_dcd", "mobilenetv2_035_dyconv", "mobilenetv2_035_condconv",
+    "resnet10_dcd", "resnet10_dyconv", "resnet10_condconv", "resnet50_dcd"})
+
+
 def zoo_cases():
     out = []
     for name in list_models():
         for mode in ("standard", "function"):
+            if mode == "function" and name not in FUNCTION_MODE_MODELS:
+                continue
             slow = name.startswith("resnet50") or name.endswith("_condconv")
             out.append(pytest.param(name, mode, marks=[pytest.mark.slow] if slow else [], id=f"{name}-{mode}"))
     return out
+
+
+def test_function_mode_cases_cover_every_dynamic_layer_kind():
+    """The models exported in function mode hold every kind a zoo model's layers have."""
+    from dcd_deploy.exporters.lowering import to_deploy
+
+    def kinds(name: str) -> set:
+        model = create_model(name)
+        deploy = to_deploy(model, input_size=input_size(name))
+        return {(type(m).__name__, getattr(m, "kind", None), getattr(m, "kernel_size", None), getattr(m, "stride", None))
+                for m in deploy.modules() if type(m).__name__ in ("DeployDCD", "DeployMixture")}
+
+    covered = set().union(*(kinds(n) for n in FUNCTION_MODE_MODELS))
+    everything = set().union(*(kinds(n) for n in list_models() if not n.startswith("resnet50_")))
+    assert everything <= covered, everything - covered
 
 
 #: ``trained(name, size=None, seed=0)``: one pseudo-trained zoo model at a time (cases
