@@ -53,9 +53,3 @@ def test_frontier_and_mode_option_errors(args, code, text):
     assert text in result.output
 
 
-def test_complexity_json_to_stdout_is_an_object():
-    result = CliRunner().invoke(main, ["--complexity", "--json", "-"])
-    assert result.exit_code == 0, result.output
-    data = json.loads(result.stdout)
-    assert data["schema"] == "dcd-bench.complexity/2" and data["version"] and data["records"]
-    assert "Legend:" in result.stderr
