@@ -11,7 +11,9 @@
 #include <openvino/core/op_extension.hpp>
 #include <openvino/core/parallel.hpp>
 #include <openvino/frontend/onnx/extension/conversion.hpp>
+#include <openvino/op/constant.hpp>
 #include <openvino/op/op.hpp>
+#include <openvino/runtime/tensor.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -19,6 +21,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <cstdio>
+#include <initializer_list>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -131,11 +134,25 @@ bool profiling() {
 
 // ----------------------------------------------------------------------------------- the op
 namespace {
+// Where the inputs are. Two forms of the same op:
+// * the contract's (the ONNX node's): x, [residual], fc1, [gate], [scale_w], phi_w, phi_b,
+//   q, q_b, p, w0, bias;
+// * packed (what the ONNX conversion makes when the weights are Constants): x, [residual],
+//   one 1-D f32 Constant holding the ten weight tensors (PackedLayout). OpenVINO's CPU
+//   plugin wraps every input of an extension op in a new ov::Tensor at every call (about
+//   1 us each, 10-12 per node): one weight input instead of ten is most of the op's
+//   per-call overhead.
 struct InputIndex {
-    int x = 0, residual = -1, fc1, gate = -1, scale_w = -1, phi_w, phi_b, q, q_b, p, w0, bias, count;
-    InputIndex(bool res, bool se, bool att) {
+    int x = 0, residual = -1, fc1 = -1, gate = -1, scale_w = -1, phi_w = -1, phi_b = -1, q = -1, q_b = -1, p = -1,
+        w0 = -1, bias = -1, packed = -1, count;
+    InputIndex(bool res, bool se, bool att, bool is_packed) {
         int i = 1;
         if (res) residual = i++;
+        if (is_packed) {
+            packed = i++;
+            count = i;
+            return;
+        }
         fc1 = i++;
         if (se) gate = i++;
         if (att) scale_w = i++;
@@ -147,6 +164,30 @@ struct InputIndex {
         w0 = i++;
         bias = i++;
         count = i;
+    }
+};
+
+// Offsets (floats) of the weight tensors in the packed input: the contract's order, each
+// starting on a 64-byte boundary; absent tensors (gate without se, scale_w without
+// attention) take no room.
+enum PackedPart { PK_FC1, PK_GATE, PK_SCALE_W, PK_PHI_W, PK_PHI_B, PK_Q, PK_Q_B, PK_P, PK_W0, PK_BIAS, PK_COUNT };
+struct PackedLayout {
+    size_t offset[PK_COUNT] = {}, size[PK_COUNT] = {}, total = 0;
+    PackedLayout(size_t cout, size_t cin, size_t S, size_t L, size_t pool, bool se, bool att) {
+        size[PK_FC1] = S * cin * pool * pool;
+        size[PK_GATE] = se ? S * S : 0;
+        size[PK_SCALE_W] = att ? cout * S : 0;
+        size[PK_PHI_W] = L * L * S;
+        size[PK_PHI_B] = L * L;
+        size[PK_Q] = L * cin;
+        size[PK_Q_B] = L;
+        size[PK_P] = cout * L;
+        size[PK_W0] = cout * cin;
+        size[PK_BIAS] = cout;
+        for (int i = 0; i < PK_COUNT; ++i) {
+            offset[i] = total;
+            total += (size[i] + 15) & ~size_t(15);
+        }
     }
 };
 
@@ -169,15 +210,17 @@ public:
     OPENVINO_OP("DCDPointwise", "dcd_deploy");
 
     DCDPointwise() = default;
+    // packed: empty for the contract's inputs, else {Cout, Cin, S, L} of the packed weights.
     DCDPointwise(const ov::OutputVector& args, int64_t pool, int64_t se, int64_t attention, int64_t residual,
-                 std::string activation, std::string form)
+                 std::string activation, std::string form, std::vector<int64_t> packed = {})
         : Op(args),
           m_pool(pool),
           m_se(se),
           m_attention(attention),
           m_residual(residual),
           m_activation(std::move(activation)),
-          m_form(std::move(form)) {
+          m_form(std::move(form)),
+          m_packed(std::move(packed)) {
         constructor_validate_and_infer_types();
     }
 
@@ -188,6 +231,7 @@ public:
         v.on_attribute("residual", m_residual);
         v.on_attribute("activation", m_activation);
         v.on_attribute("form", m_form);
+        v.on_attribute("packed", m_packed);
         return true;
     }
 
@@ -198,24 +242,45 @@ public:
         NODE_VALIDATION_CHECK(this, parse_act(m_activation) >= 0, "activation must be none, relu or relu6, got '",
                               m_activation, "'");
         NODE_VALIDATION_CHECK(this, parse_form(m_form) >= 0, "form must be weight or latent, got '", m_form, "'");
+        NODE_VALIDATION_CHECK(this, m_packed.empty() || m_packed.size() == 4,
+                              "packed must be empty or {Cout, Cin, S, L}");
+        for (int64_t d : m_packed) NODE_VALIDATION_CHECK(this, d > 0, "packed dimensions must be positive");
         std::string isa_error;
         NODE_VALIDATION_CHECK(this, select_kernels(&isa_error) != nullptr, isa_error);
-        const InputIndex I(m_residual, m_se, m_attention);
+        const InputIndex I = index();
         NODE_VALIDATION_CHECK(this, (int)get_input_size() == I.count, "expected ", I.count,
                               " inputs for these attributes, got ", get_input_size());
         for (size_t i = 0; i < get_input_size(); ++i)
             NODE_VALIDATION_CHECK(this, get_input_element_type(i).compatible(ov::element::f32),
                                   "input ", i, " must be f32");
         const auto& xs = get_input_partial_shape(I.x);
-        const auto& ws = get_input_partial_shape(I.w0);
         NODE_VALIDATION_CHECK(this, xs.rank().compatible(4), "x must be (B, H, W, Cin)");
-        NODE_VALIDATION_CHECK(this, ws.rank().compatible(2), "w0 must be (Cout, Cin)");
-        check_constant_shapes(I);
-        ov::Dimension cout = ws.rank().is_static() ? ws[0] : ov::Dimension::dynamic();
+        ov::Dimension cin, cout;
+        if (packed()) {
+            cout = m_packed[0];
+            cin = m_packed[1];
+            const auto& ps = get_input_partial_shape(I.packed);
+            const PackedLayout lay = layout();
+            NODE_VALIDATION_CHECK(this, ps.compatible(ov::PartialShape{(int64_t)lay.total}), "packed weights have shape ",
+                                  ps, ", expected (", lay.total, ")");
+            if (I.residual >= 0 && xs.rank().is_static()) {
+                const auto& rs = get_input_partial_shape(I.residual);
+                NODE_VALIDATION_CHECK(this, rs.compatible(ov::PartialShape{xs[0], xs[1], xs[2], cout}),
+                                      "residual has shape ", rs, ", expected (B, H, W, Cout) = ", xs[0], ", ", xs[1],
+                                      ", ", xs[2], ", ", cout);
+            }
+        } else {
+            const auto& ws = get_input_partial_shape(I.w0);
+            NODE_VALIDATION_CHECK(this, ws.rank().compatible(2), "w0 must be (Cout, Cin)");
+            check_constant_shapes(I);
+            if (ws.rank().is_static()) {
+                cout = ws[0];
+                cin = ws[1];
+            }
+        }
         ov::PartialShape out = ov::PartialShape::dynamic(4);
         if (xs.rank().is_static()) {
-            if (ws.rank().is_static())
-                NODE_VALIDATION_CHECK(this, xs[3].compatible(ws[1]), "x channels ", xs[3], " != w0 columns ", ws[1]);
+            NODE_VALIDATION_CHECK(this, xs[3].compatible(cin), "x channels ", xs[3], " != w0 columns ", cin);
             out = ov::PartialShape{xs[0], xs[1], xs[2], cout};
         } else {
             out[3] = cout;
@@ -272,7 +337,40 @@ public:
     }
 
     std::shared_ptr<ov::Node> clone_with_new_inputs(const ov::OutputVector& args) const override {
-        return std::make_shared<DCDPointwise>(args, m_pool, m_se, m_attention, m_residual, m_activation, m_form);
+        return std::make_shared<DCDPointwise>(args, m_pool, m_se, m_attention, m_residual, m_activation, m_form,
+                                              m_packed);
+    }
+
+    // This op with the ten weight inputs replaced by one packed Constant, or null when they
+    // are not all f32 Constants of known shapes (then the contract's form stays).
+    std::shared_ptr<DCDPointwise> packed_copy() const {
+        if (packed()) return nullptr;
+        const InputIndex I = index();
+        const int idx[PK_COUNT] = {I.fc1, I.gate, I.scale_w, I.phi_w, I.phi_b, I.q, I.q_b, I.p, I.w0, I.bias};
+        std::shared_ptr<ov::op::v0::Constant> c[PK_COUNT];
+        for (int t = 0; t < PK_COUNT; ++t) {
+            if (idx[t] < 0) continue;
+            c[t] = ov::as_type_ptr<ov::op::v0::Constant>(get_input_node_shared_ptr(idx[t]));
+            if (!c[t] || c[t]->get_element_type() != ov::element::f32) return nullptr;
+        }
+        const ov::Shape& w0 = c[PK_W0]->get_shape();
+        const size_t cout = w0[0], cin = w0[1], S = c[PK_FC1]->get_shape()[0], L = c[PK_Q]->get_shape()[0];
+        const PackedLayout lay(cout, cin, S, L, m_pool, m_se, m_attention);
+        ov::Tensor packed(ov::element::f32, ov::Shape{lay.total});
+        float* dst = packed.data<float>();
+        std::fill_n(dst, lay.total, 0.f);
+        for (int t = 0; t < PK_COUNT; ++t) {
+            if (idx[t] < 0) continue;
+            OPENVINO_ASSERT(shape_size(c[t]->get_shape()) == lay.size[t], "DCDPointwise: packing a weight of ",
+                            c[t]->get_shape(), " into ", lay.size[t], " floats");
+            std::memcpy(dst + lay.offset[t], c[t]->get_data_ptr(), lay.size[t] * sizeof(float));
+        }
+        ov::OutputVector args{input_value(I.x)};
+        if (I.residual >= 0) args.push_back(input_value(I.residual));
+        args.push_back(std::make_shared<ov::op::v0::Constant>(packed));
+        return std::make_shared<DCDPointwise>(args, m_pool, m_se, m_attention, m_residual, m_activation, m_form,
+                                              std::vector<int64_t>{(int64_t)cout, (int64_t)cin, (int64_t)S,
+                                                                   (int64_t)L});
     }
 
     bool has_evaluate() const override { return true; }
@@ -295,51 +393,80 @@ public:
             return true;
         }
 
-        const InputIndex I(m_residual, m_se, m_attention);
+        // (no ov::Shape temporaries here: every one is a heap allocation, at every call)
+        const InputIndex I = index();
         OPENVINO_ASSERT((int)inputs.size() == I.count, "DCDPointwise: expected ", I.count, " inputs, got ",
                         inputs.size());
         for (const auto& t : inputs)
             OPENVINO_ASSERT(t.get_element_type() == ov::element::f32, "DCDPointwise: all inputs must be f32");
-        const ov::Shape xs = inputs[I.x].get_shape();
-        const ov::Shape ws = inputs[I.w0].get_shape();
-        OPENVINO_ASSERT(xs.size() == 4 && ws.size() == 2 && xs[3] == ws[1], "DCDPointwise: x ", xs,
-                        " does not fit w0 ", ws);
-        const size_t B = xs[0], H = xs[1], W = xs[2], Cin = xs[3], Cout = ws[0];
-        const size_t PP = m_pool * m_pool;
-        const ov::Shape fs = inputs[I.fc1].get_shape(), qs = inputs[I.q].get_shape();
-        OPENVINO_ASSERT(fs.size() == 2 && fs[1] == Cin * PP, "DCDPointwise: fc1 ", fs, " must be (S, Cin*pool^2)");
-        OPENVINO_ASSERT(qs.size() == 2 && qs[1] == Cin, "DCDPointwise: q ", qs, " must be (L, Cin)");
-        const size_t S = fs[0], L = qs[0];
-        auto expect = [&](int idx, const ov::Shape& s, const char* name) {
-            if (idx < 0) return;
-            OPENVINO_ASSERT(inputs[idx].get_shape() == s, "DCDPointwise: ", name, " has shape ",
-                            inputs[idx].get_shape(), ", expected ", s);
+        const ov::Shape& xs = inputs[I.x].get_shape();
+        OPENVINO_ASSERT(xs.size() == 4, "DCDPointwise: x ", xs, " must be (B, H, W, Cin)");
+        const size_t B = xs[0], H = xs[1], W = xs[2], Cin = xs[3];
+        size_t Cout, S, L;
+        auto is = [&](int idx, std::initializer_list<size_t> want) {
+            const ov::Shape& s = inputs[idx].get_shape();
+            return s.size() == want.size() && std::equal(s.begin(), s.end(), want.begin());
         };
-        expect(I.residual, ov::Shape{B, H, W, Cout}, "residual");
-        expect(I.gate, ov::Shape{S, S}, "gate");
-        expect(I.scale_w, ov::Shape{Cout, S}, "scale_w");
-        expect(I.phi_w, ov::Shape{L * L, S}, "phi_w");
-        expect(I.phi_b, ov::Shape{L * L}, "phi_b");
-        expect(I.q_b, ov::Shape{L}, "q_b");
-        expect(I.p, ov::Shape{Cout, L}, "p");
-        expect(I.bias, ov::Shape{Cout}, "bias");
+        Params p{};
+        if (packed()) {
+            Cout = (size_t)m_packed[0];
+            S = (size_t)m_packed[2];
+            L = (size_t)m_packed[3];
+            OPENVINO_ASSERT(Cin == (size_t)m_packed[1], "DCDPointwise: x ", xs, " does not fit the packed weights' ",
+                            m_packed[1], " input channels");
+            const PackedLayout lay = layout();
+            OPENVINO_ASSERT(is(I.packed, {lay.total}), "DCDPointwise: packed weights have shape ",
+                            inputs[I.packed].get_shape(), ", expected (", lay.total, ")");
+            const float* w = inputs[I.packed].data<const float>();
+            const float** dst[PK_COUNT] = {&p.fc1, &p.gate, &p.scale_w, &p.phi_w, &p.phi_b,
+                                           &p.q,   &p.q_b,  &p.p,       &p.w0,    &p.bias};
+            for (int t = 0; t < PK_COUNT; ++t) *dst[t] = lay.size[t] ? w + lay.offset[t] : nullptr;
+        } else {
+            const ov::Shape& ws = inputs[I.w0].get_shape();
+            OPENVINO_ASSERT(ws.size() == 2 && Cin == ws[1], "DCDPointwise: x ", xs, " does not fit w0 ", ws);
+            Cout = ws[0];
+            const ov::Shape &fs = inputs[I.fc1].get_shape(), &qs = inputs[I.q].get_shape();
+            OPENVINO_ASSERT(fs.size() == 2 && fs[1] == Cin * m_pool * m_pool, "DCDPointwise: fc1 ", fs,
+                            " must be (S, Cin*pool^2)");
+            OPENVINO_ASSERT(qs.size() == 2 && qs[1] == Cin, "DCDPointwise: q ", qs, " must be (L, Cin)");
+            S = fs[0];
+            L = qs[0];
+            auto expect = [&](int idx, std::initializer_list<size_t> want, const char* name) {
+                if (idx < 0) return;
+                OPENVINO_ASSERT(is(idx, want), "DCDPointwise: ", name, " has shape ", inputs[idx].get_shape(),
+                                ", expected ", ov::Shape(want));
+            };
+            expect(I.gate, {S, S}, "gate");
+            expect(I.scale_w, {Cout, S}, "scale_w");
+            expect(I.phi_w, {L * L, S}, "phi_w");
+            expect(I.phi_b, {L * L}, "phi_b");
+            expect(I.q_b, {L}, "q_b");
+            expect(I.p, {Cout, L}, "p");
+            expect(I.bias, {Cout}, "bias");
+            auto f = [&](int idx) -> const float* { return idx < 0 ? nullptr : inputs[idx].data<const float>(); };
+            p.fc1 = f(I.fc1); p.gate = f(I.gate); p.scale_w = f(I.scale_w); p.phi_w = f(I.phi_w);
+            p.phi_b = f(I.phi_b); p.q = f(I.q); p.q_b = f(I.q_b); p.p = f(I.p); p.w0 = f(I.w0); p.bias = f(I.bias);
+        }
+        if (I.residual >= 0)
+            OPENVINO_ASSERT(is(I.residual, {B, H, W, Cout}), "DCDPointwise: residual has shape ",
+                            inputs[I.residual].get_shape(), ", expected (", B, ", ", H, ", ", W, ", ", Cout, ")");
         OPENVINO_ASSERT(B * H * W * std::max(Cin, Cout) < (size_t(1) << 31), "DCDPointwise: tensor too large");
 
-        outputs[0].set_shape(ov::Shape{B, H, W, Cout});
+        // the CPU plugin hands over an output of the inferred shape: set_shape only if not
+        if (!(outputs[0].get_shape().size() == 4 && outputs[0].get_shape()[0] == B &&
+              outputs[0].get_shape()[1] == H && outputs[0].get_shape()[2] == W && outputs[0].get_shape()[3] == Cout))
+            outputs[0].set_shape(ov::Shape{B, H, W, Cout});
         if (B * H * W * Cout == 0) return true;
 
-        Params p{};
         p.B = (int)B; p.H = (int)H; p.W = (int)W; p.Cin = (int)Cin; p.Cout = (int)Cout; p.S = (int)S; p.L = (int)L;
         p.pool = (int)m_pool; p.se = (int)m_se; p.attention = (int)m_attention;
         p.act = parse_act(m_activation); p.form = parse_form(m_form);
-        auto f = [&](int idx) -> const float* { return idx < 0 ? nullptr : inputs[idx].data<const float>(); };
-        p.x = f(I.x); p.residual = f(I.residual);
-        p.fc1 = f(I.fc1); p.gate = f(I.gate); p.scale_w = f(I.scale_w); p.phi_w = f(I.phi_w); p.phi_b = f(I.phi_b);
-        p.q = f(I.q); p.q_b = f(I.q_b); p.p = f(I.p); p.w0 = f(I.w0); p.bias = f(I.bias);
+        p.x = inputs[I.x].data<const float>();
+        p.residual = I.residual >= 0 ? inputs[I.residual].data<const float>() : nullptr;
         p.out = outputs[0].data<float>();
         p.profile = prof;
         p.parallel_rows = parallel_get_max_threads() > 1 ? parallel_rows : nullptr;
-        std::shared_ptr<const std::vector<float>> prepared = prepare(k, p);
+        std::shared_ptr<const std::vector<float>> prepared = prepare(k, p, I);
         p.prepared = prepared->data();
         k->run(&p);
         if (prof) {
@@ -353,25 +480,51 @@ public:
     }
 
 private:
+    bool packed() const { return !m_packed.empty(); }
+    InputIndex index() const { return InputIndex(m_residual, m_se, m_attention, packed()); }
+    PackedLayout layout() const {
+        return PackedLayout(m_packed[0], m_packed[1], m_packed[2], m_packed[3], m_pool, m_se, m_attention);
+    }
+
+    // Whether the weights evaluate reads are this op's own Constant input's memory (the CPU
+    // plugin hands over the Constant's buffer): immutable while the op holds the Constant.
+    bool weights_are_own_constant(const InputIndex& I, const Params& p) const {
+        if (I.packed < 0) return false;
+        const auto* c = ov::as_type<const ov::op::v0::Constant>(get_input_node_ptr(I.packed));
+        return c && c->get_data_ptr() == static_cast<const void*>(p.fc1);
+    }
+
     // The constants rearranged for the kernels (KernelTable::prepare). They are Constants:
-    // prepare once per (tensors, ISA) and keep the result; sampled values guard against a
+    // prepare once per (tensors, ISA) and keep the result. When they are this op's own
+    // Constant's memory, the address is the key; else sampled values guard against a
     // different tensor at the same address.
-    std::shared_ptr<const std::vector<float>> prepare(const KernelTable* k, const Params& p) const {
+    std::shared_ptr<const std::vector<float>> prepare(const KernelTable* k, const Params& p,
+                                                      const InputIndex& I) const {
         const float* src[kCached] = {p.w0, p.q, p.p, p.phi_w, p.scale_w};
+        const int shape[4] = {p.Cout, p.Cin, p.L, p.S};
+        const bool owned = weights_are_own_constant(I, p);
+        if (owned) {
+            std::lock_guard<std::mutex> lock(m_cache_mutex);
+            if (m_cache && m_cache_owned && m_cache_table == k && !std::memcmp(m_cache_shape, shape, sizeof shape) &&
+                !std::memcmp(m_cache_src, src, sizeof src))
+                return m_cache;
+        }
         const size_t n[kCached] = {(size_t)p.Cout * p.Cin, (size_t)p.L * p.Cin, (size_t)p.Cout * p.L,
                                    (size_t)p.L * p.L * p.S, p.scale_w ? (size_t)p.Cout * p.S : 0};
         float probe[kCached][8] = {};
         for (int t = 0; t < kCached; ++t)
             for (int i = 0; n[t] && i < 8; ++i) probe[t][i] = src[t][(n[t] - 1) * i / 7];
-        const int shape[4] = {p.Cout, p.Cin, p.L, p.S};
         std::lock_guard<std::mutex> lock(m_cache_mutex);
         if (m_cache && m_cache_table == k && !std::memcmp(m_cache_shape, shape, sizeof shape) &&
-            !std::memcmp(m_cache_src, src, sizeof src) && !std::memcmp(probe, m_cache_probe, sizeof probe))
+            !std::memcmp(m_cache_src, src, sizeof src) && !std::memcmp(probe, m_cache_probe, sizeof probe)) {
+            m_cache_owned = owned;
             return m_cache;
+        }
         auto v = std::make_shared<std::vector<float>>(k->prepared_size(&p));
         k->prepare(&p, v->data());
         m_cache = v;
         m_cache_table = k;
+        m_cache_owned = owned;
         std::memcpy(m_cache_shape, shape, sizeof shape);
         std::memcpy(m_cache_src, src, sizeof src);
         std::memcpy(m_cache_probe, probe, sizeof probe);
@@ -380,12 +533,14 @@ private:
 
     int64_t m_pool = 1, m_se = 0, m_attention = 0, m_residual = 0;
     std::string m_activation = "none", m_form = "auto";
+    std::vector<int64_t> m_packed;
 
     mutable std::mutex m_cache_mutex;
     mutable std::shared_ptr<const std::vector<float>> m_cache;
     static constexpr int kCached = 5;
     mutable const float* m_cache_src[kCached] = {};
     mutable const KernelTable* m_cache_table = nullptr;
+    mutable bool m_cache_owned = false;
     mutable int m_cache_shape[4] = {};
     mutable float m_cache_probe[kCached][8] = {};
 };
@@ -394,10 +549,12 @@ namespace {
 ov::OutputVector convert_onnx(const ov::frontend::NodeContext& ctx) {
     ov::OutputVector args;
     for (size_t i = 0; i < ctx.get_input_size(); ++i) args.push_back(ctx.get_input((int)i));
+    // the contract's form first: it checks every weight's shape, with the messages naming them
     auto node = std::make_shared<DCDPointwise>(
         args, ctx.get_attribute<int64_t>("pool", 1), ctx.get_attribute<int64_t>("se", 0),
         ctx.get_attribute<int64_t>("attention", 0), ctx.get_attribute<int64_t>("residual", 0),
         ctx.get_attribute<std::string>("activation", "none"), ctx.get_attribute<std::string>("form", "auto"));
+    if (auto packed = node->packed_copy()) return packed->outputs();
     return node->outputs();
 }
 }  // namespace

@@ -319,3 +319,41 @@ def test_inconsistent_weights_fail_at_read_model(core, monkeypatch):
     c["p"] = c["p"][:, :3]  # (Cout, L - 1)
     with pytest.raises(Exception, match="p has shape"):
         core.read_model(make_model(x, res, c, pool=2, se=0, attention=1, activation="none", form="weight"), b"")
+
+
+def test_constant_weights_are_packed_into_one_input(core, monkeypatch):
+    # the ONNX conversion packs the ten weight Constants into one input (the CPU plugin's
+    # per-call cost grows with the op's input count)
+    monkeypatch.delenv("DCD_DEPLOY_ISA", raising=False)
+    rng = np.random.default_rng(7)
+    x, res, c = make_case(rng, B=1, H=4, W=4, Cin=8, Cout=12, L=4, S=4, pool=1, se=1, attention=1, residual=1)
+    model = core.read_model(make_model(x, res, c, pool=1, se=1, attention=1, activation="none", form="weight"), b"")
+    node = next(op for op in model.get_ordered_ops() if op.get_type_name() == "DCDPointwise")
+    assert node.get_input_size() == 3
+    assert list(node.get_attributes()["packed"]) == [12, 8, 4, 4]
+
+
+@pytest.mark.parametrize("form", ["weight", "latent"])
+def test_weights_as_graph_inputs(core, monkeypatch, form):
+    # weights that are not Constants keep the contract's inputs (no packing), and a second
+    # call with other weights at the same place gives the new result (the prepared cache)
+    monkeypatch.delenv("DCD_DEPLOY_ISA", raising=False)
+    rng = np.random.default_rng(8)
+    x, res, c = make_case(rng, B=1, H=5, W=4, Cin=9, Cout=13, L=4, S=5, pool=2, se=1, attention=1, residual=1)
+    proto = onnx.load_from_string(make_model(x, res, c, pool=2, se=1, attention=1, activation="relu", form=form))
+    names = [t.name for t in proto.graph.initializer]
+    for t in proto.graph.initializer:
+        proto.graph.input.append(helper.make_tensor_value_info(t.name, TensorProto.FLOAT, list(t.dims)))
+    del proto.graph.initializer[:]
+    model = core.read_model(proto.SerializeToString(), b"")
+    node = next(op for op in model.get_ordered_ops() if op.get_type_name() == "DCDPointwise")
+    assert node.get_input_size() == 2 + len(names)
+    compiled = core.compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32", "INFERENCE_NUM_THREADS": 1})
+    request = compiled.create_infer_request()
+    for seed in (8, 9):
+        _, _, c2 = make_case(np.random.default_rng(seed), B=1, H=5, W=4, Cin=9, Cout=13, L=4, S=5, pool=2, se=1,
+                             attention=1, residual=1)
+        feeds = {"x": x, "residual": res, **{k: c2[k] for k in names}}
+        got = request.infer(feeds)[0].copy()
+        want = reference(x, res, c2, pool=2, se=1, attention=1, activation="relu")
+        assert np.abs(got - want).max() < 1e-5 * max(1.0, np.abs(want).max())
