@@ -33,7 +33,7 @@ BACKEND_TITLES = {
                    "paper, whose protocol is the mean of single-image runs (mean ms, mean ratio)",
     "torch": "eager PyTorch, training form (BNs unfolded, every DCD layer latent), oneDNN on",
     "torch-deploy": "today's eager PyTorch: the same deploy form, oneDNN on (convs several times faster)",
-    "onnxruntime": "ONNX Runtime: the exported file, graph optimisations on (the fastest)",
+    "onnxruntime": "ONNX Runtime: the exported file, graph optimisations on",
     "openvino": "OpenVINO: the exported file compiled for CPU, fp32",
     "openvino-fused": "OpenVINO with dcd-deploy's fused DCD kernels: the DCD model exported with "
                       "--mode fused (one channels-last DCDPointwise node per 1x1 DCD layer), the static "
