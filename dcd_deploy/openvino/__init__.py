@@ -46,11 +46,23 @@ def openvino_extension() -> Path:
 
 
 def needs_extension(onnx_path) -> bool:
-    """Whether an ONNX file has ``dcd_deploy`` domain nodes (a ``function`` or ``fused`` export)."""
+    """Whether an ONNX file has ``dcd_deploy`` nodes, which only the extension runs.
+
+    Raises:
+        DCDDeployError: the file has ``dcd_deploy`` nodes the extension has no kernel for
+            (a ``--mode function`` export).
+    """
     import onnx
 
+    from ..errors import DCDDeployError
+
     proto = onnx.load(str(onnx_path), load_external_data=False)
-    return any(op.domain == "dcd_deploy" for op in proto.opset_import)
+    ops = {n.op_type for n in proto.graph.node if n.domain == "dcd_deploy"}
+    other = sorted(ops - {"DCDPointwise"})
+    if other:
+        raise DCDDeployError(f"{onnx_path} has dcd_deploy.{other[0]} nodes (a --mode function export), which "
+                             f"OpenVINO cannot run; export with --mode fused or --mode standard for OpenVINO")
+    return bool(ops)
 
 
 def compile_onnx(onnx_path, *, threads: int = 1, input_shape=None, perf_counters: bool = False):

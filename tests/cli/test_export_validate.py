@@ -134,6 +134,16 @@ def test_export_fused_mode_checks_in_openvino_and_validates_there(tmp_path):
     assert data["passed"] is True and {r["backend"] for r in data["rows"]} == {"openvino"}
 
 
+def test_a_function_mode_file_in_openvino_is_one_error_line(tmp_path):
+    pytest.importorskip("openvino")
+    out = tmp_path / "f.onnx"
+    assert run(export_main, [MODEL, "--input-size", SIZE, "-o", out, "--mode", "function", "--no-check"]).exit_code == 0
+    result = run(validate_main, [MODEL, out, "--backend", "openvino"])
+    assert result.exit_code == 1
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith(f"Error: {out} has dcd_deploy.DCD") and "export with --mode fused" in line
+
+
 def test_validate_in_openvino_without_openvino_is_one_error_line(exported, monkeypatch):
     import importlib.util
 
