@@ -63,6 +63,7 @@ def plan(deploy: fx.GraphModule) -> tuple[dict[str, FusedLayer], set[str]]:
 
     The fused node is emitted at its tail (the activation or the add), where the residual
     is computed too: a downsample branch may come after the DCD layer in the trace.
+    Needs the shapes ``ShapeProp`` records (a residual has the layer's output shape).
     """
     modules = dict(deploy.named_modules())
     fused: dict[str, FusedLayer] = {}
@@ -74,7 +75,8 @@ def plan(deploy: fx.GraphModule) -> tuple[dict[str, FusedLayer], set[str]]:
         users = list(tail.users)
         if (len(users) == 1 and users[0].op == "call_function"
                 and users[0].target in (operator.add, torch.add) and len(users[0].args) == 2
-                and all(isinstance(a, fx.Node) for a in users[0].args) and users[0].args.count(node) == 1):
+                and all(isinstance(a, fx.Node) for a in users[0].args) and users[0].args.count(node) == 1
+                and _same_shape(*users[0].args)):  # a broadcast add is not a residual
             add = users[0]
             residual = add.args[1] if add.args[0] is node else add.args[0]
             folded.add(tail.name)
@@ -90,6 +92,11 @@ def plan(deploy: fx.GraphModule) -> tuple[dict[str, FusedLayer], set[str]]:
         folded.discard(tail.name)
         fused[tail.name] = FusedLayer(node, residual, activation)
     return fused, folded
+
+
+def _same_shape(a: fx.Node, b: fx.Node) -> bool:
+    ma, mb = a.meta.get("tensor_meta"), b.meta.get("tensor_meta")
+    return ma is not None and mb is not None and tuple(ma.shape) == tuple(mb.shape)
 
 
 class Layout:

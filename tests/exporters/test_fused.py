@@ -122,6 +122,32 @@ def test_only_pointwise_channel_layers_fuse_the_rest_stays_standard(tmp_path):
     assert report, report.table()
 
 
+class _BroadcastAdd(torch.nn.Module):
+    """A DCD layer plus its input's per-channel mean: an add, but not a residual."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = torch.nn.Conv2d(3, 16, 1)
+        self.dcd = DCDConv2d(16, 16, 1)
+        self.pool = torch.nn.AdaptiveAvgPool2d(1)
+        self.act = torch.nn.ReLU6()
+
+    def forward(self, x):
+        s = self.stem(x)
+        return torch.flatten(self.act(self.dcd(s) + self.pool(s)), 1)
+
+
+def test_a_broadcast_add_is_not_fused_as_a_residual(tmp_path):
+    torch.manual_seed(0)
+    model = _BroadcastAdd().eval()
+    result = export_onnx(model, tmp_path / "m.onnx", input_size=6, mode="fused", check=False)
+    (node,) = [n for n in onnx.load(str(tmp_path / "m.onnx")).graph.node if n.domain == "dcd_deploy"]
+    assert _attrs(node)["residual"] == 0 and _attrs(node)["activation"] == b"none"
+    assert result.op_histogram["Add"] == 1
+    report = check_parity(model, tmp_path / "m.onnx", batch_sizes=(2,), backends=("onnxruntime",))
+    assert report, report.table()
+
+
 class _Flat(torch.nn.Sequential):
     def forward(self, x):
         return torch.flatten(super().forward(x), 1)
