@@ -24,7 +24,7 @@ import importlib.util
 import re
 from pathlib import Path
 
-from ..errors import ExtensionError
+from ..errors import DCDDeployError, ExtensionError
 
 #: Phases of the op's own timers (``DCD_DEPLOY_PROFILE=1``), in the library's order.
 PROFILE_PHASES = ("pool", "branch", "form", "gemm", "total")
@@ -34,7 +34,7 @@ def openvino_extension() -> Path:
     """Path of the extension library for the installed OpenVINO, compiled if missing.
 
     The first call on a machine (or after a source or OpenVINO change) compiles it, a
-    few tens of seconds; later calls return the existing file.
+    about ten seconds; later calls return the existing file.
 
     Raises:
         ExtensionError: openvino is not installed, no C++ compiler, or the build failed
@@ -53,8 +53,6 @@ def needs_extension(onnx_path) -> bool:
             (a ``--mode function`` export).
     """
     import onnx
-
-    from ..errors import DCDDeployError
 
     proto = onnx.load(str(onnx_path), load_external_data=False)
     ops = {n.op_type for n in proto.graph.node if n.domain == "dcd_deploy"}
@@ -87,8 +85,6 @@ def compile_onnx(onnx_path, *, threads: int = 1, input_shape=None, perf_counters
     if importlib.util.find_spec("openvino") is None:
         raise ExtensionError("openvino is not installed: pip install 'dcd-deploy[openvino]'")
     import openvino as ov
-
-    from ..errors import DCDDeployError
 
     core = ov.Core()
     if needs_extension(onnx_path):
