@@ -141,6 +141,22 @@ struct Tile {
 
 // MASK: the last vector of each row holds only rem = ncols - (N-1)*VW valid columns
 // (masked loads of c0 and res, masked store); everything else is full width.
+// acc (M rows x N vectors) += A (M x kn, row stride lda) * B (kn packed rows of N vectors)
+template <int M, int N>
+inline void rank_k(vf (&acc)[M][N], const float* a, long lda, const float* b, long ldb, int kn) {
+    for (int k = 0; k < kn; ++k, b += ldb) {
+        vf bv[N];
+#pragma GCC unroll 4
+        for (int v = 0; v < N; ++v) bv[v] = ld(b + v * VW);
+#pragma GCC unroll 16
+        for (int i = 0; i < M; ++i) {
+            const vf av = bc(a[i * lda + k]);
+#pragma GCC unroll 4
+            for (int v = 0; v < N; ++v) acc[i][v] += av * bv[v];
+        }
+    }
+}
+
 template <int M, int N, bool MASK>
 __attribute__((noinline)) void ukernel(const Tile& t) {
     vf acc[M][N];
@@ -165,22 +181,7 @@ __attribute__((noinline)) void ukernel(const Tile& t) {
 #pragma GCC unroll 4
             for (int v = 0; v < N; ++v) acc[i][v] = vf{};
     }
-    {
-        const float* a = t.a1;
-        const float* b = t.b1;
-        const long lda = t.lda1;
-        for (int k = 0; k < t.k1; ++k, b += t.ldb1) {
-            vf bv[N];
-#pragma GCC unroll 4
-            for (int v = 0; v < N; ++v) bv[v] = ld(b + v * VW);
-#pragma GCC unroll 16
-            for (int i = 0; i < M; ++i) {
-                const vf av = bc(a[i * lda + k]);
-#pragma GCC unroll 4
-                for (int v = 0; v < N; ++v) acc[i][v] += av * bv[v];
-            }
-        }
-    }
+    rank_k<M, N>(acc, t.a1, t.lda1, t.b1, t.ldb1, t.k1);
     if (t.scale1) {
 #pragma GCC unroll 4
         for (int v = 0; v < N; ++v) {
@@ -189,22 +190,7 @@ __attribute__((noinline)) void ukernel(const Tile& t) {
             for (int i = 0; i < M; ++i) acc[i][v] *= s;
         }
     }
-    if (t.k2 > 0) {
-        const float* a = t.a2;
-        const float* b = t.b2;
-        const long lda = t.lda2;
-        for (int k = 0; k < t.k2; ++k, b += t.ldb2) {
-            vf bv[N];
-#pragma GCC unroll 4
-            for (int v = 0; v < N; ++v) bv[v] = ld(b + v * VW);
-#pragma GCC unroll 16
-            for (int i = 0; i < M; ++i) {
-                const vf av = bc(a[i * lda + k]);
-#pragma GCC unroll 4
-                for (int v = 0; v < N; ++v) acc[i][v] += av * bv[v];
-            }
-        }
-    }
+    if (t.k2 > 0) rank_k<M, N>(acc, t.a2, t.lda2, t.b2, t.ldb2, t.k2);  // the latent form's Z columns
     if (t.epi) {
         if (t.bias) {
 #pragma GCC unroll 4
