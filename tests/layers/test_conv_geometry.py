@@ -306,3 +306,47 @@ def test_mixture_geometry_training_and_deploy_form(case):
 def test_mixture_invalid_geometry_raises_value_error(build_layer):
     with pytest.raises(ValueError):
         build_layer()
+
+
+# ----------------------------------------------------------------------------- ONNX emission
+class GeometryNet(nn.Sequential):
+    """Dynamic layers at every geometry in one chain (3 -> 24 channels, 27 -> 7x5 pixels)."""
+
+    def __init__(self):
+        super().__init__(
+            nn.Conv2d(3, 16, 3, 1, 1),
+            DCDConv2d(16, 16, 3, 1, "valid", bias=True, reduction=4),  # the centre tap crops
+            nn.ReLU(),
+            DCDConv2d(16, 16, 3, 2, 2, 2, bias=True, reduction=4, gate="se", latent_bn=True, pool_size=2),
+            nn.BatchNorm2d(16),
+            DCDConv2d(16, 16, 3, 1, "same", 2, 16, True, reduction=4),  # depthwise, dilated
+            DCDConv2d(16, 24, 3, 1, (1, 0), 1, 4, True, reduction=4),  # grouped, block-diagonal residual
+            DCDConv2d(24, 24, (1, 3), 1, (0, 1), bias=True, reduction=4),
+            DCDConv2d(24, 24, 3, 1, 0, 2, joint_fusion=True, latent_dim=3, reduction=4),
+            DCDConv2d(24, 24, 1, padding=1, bias=True, reduction=4),  # a padded 1x1 grows the map
+            DynamicConv2d(24, 24, 3, 1, "valid", 2, bias=True),
+            CondConv2d(24, 24, 2, 1, "same", groups=24, bias=True),  # asymmetric padding
+            DCDConv2d(24, 24, 2, 1, "same", groups=24, bias=True, reduction=4),
+        )
+
+
+@pytest.mark.parametrize("mode", ["standard", "function"])
+def test_onnx_export_at_every_geometry(tmp_path, mode):
+    """The emitted graph (constant-weight Convs with explicit pads and dilations, a Slice
+    for a cropping centre tap) computes the float64 model in ONNX Runtime."""
+    import numpy as np
+    import onnxruntime as ort
+
+    from dcd_deploy import export_onnx
+
+    torch.manual_seed(0)
+    net = randomize(GeometryNet()).float()
+    path = tmp_path / "geometry.onnx"
+    export_onnx(net, path, input_size=27, check=False, simplify=False, mode=mode)
+    x = torch.randn(2, 3, 27, 27)
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    out = session.run(None, {session.get_inputs()[0].name: x.numpy()})[0]
+    with torch.no_grad():
+        ref = net.double()(x.double()).numpy()
+    assert out.shape == ref.shape == (2, 24, 7, 5)
+    assert np.abs(out - ref).max() <= 1e-5 * np.abs(ref).max()
