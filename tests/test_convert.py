@@ -189,6 +189,13 @@ def test_nested_modules_shared_modules_and_a_root_conv():
     assert isinstance(convert(root, kernel_sizes=(3,)), DCDConv2d)
 
 
+def test_a_padding_mode_other_than_zeros_is_skipped_with_its_reason():
+    net = nn.Sequential(nn.Conv2d(16, 16, 3, padding=1, padding_mode="reflect"))
+    converted, report = convert(net, kernel_sizes=(3,), return_report=True)
+    assert report.converted == [] and "padding_mode='reflect'" in report.skipped["0"]
+    assert type(converted[0]) is nn.Conv2d
+
+
 def test_layers_already_dynamic_are_left_alone():
     net = nn.Sequential(DCDConv2d(16, 16), DynamicConv2d(16, 16), nn.Conv2d(16, 16, 1))
     _, report = convert(net, return_report=True)

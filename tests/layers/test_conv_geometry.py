@@ -23,7 +23,7 @@ from torch import nn
 
 from dcd_deploy.exporters._deploy_dcd import DeployDCD
 from dcd_deploy.exporters._deploy_mixture import DeployMixture
-from dcd_deploy.layers import CondConv2d, DCDConv2d, DynamicConv2d
+from dcd_deploy.layers import CondConv2d, DCDConv2d, DCDLinear, DynamicConv2d
 
 BATCH = 3
 EXACT = 1e-12  # float64; relative to the output's scale
@@ -46,6 +46,7 @@ GEOMETRIES = {
     "1x3-kernel": (16, 16, (1, 3), 1, (0, 1), 1, 1, True, {}, 6, 7),
     "3x3-groups2": (16, 24, 3, 1, 1, 1, 2, True, {}, 7, 7),
     "3x3-groups4-valid-stride2": (16, 16, 3, 2, "valid", 1, 4, True, {}, 11, 10),
+    "3x3-channel-multiplier": (8, 16, 3, 1, 1, 1, 8, True, {}, 6, 7),  # groups == in != out: Eq. 6, B = 8
     "dw3-pad1-stride2": (16, 16, 3, 2, 1, 1, 16, True, {}, 9, 8),
     "dw3-valid": (12, 12, 3, 1, "valid", 1, 12, False, {}, 8, 9),
     "dw3-same-dil2": (12, 12, 3, 1, "same", 2, 12, True, {}, 9, 8),
@@ -256,6 +257,19 @@ def test_weight_form_only_where_it_is_one_matmul():
     assert DeployDCD.supports_weight_form(DCDConv2d(16, 16, 1, bias=True))
     assert not DeployDCD.supports_weight_form(DCDConv2d(16, 16, 1, padding=1))  # the map grows
     assert not DeployDCD.supports_weight_form(DCDConv2d(16, 16, 1, groups=2))  # block-diagonal
+
+
+def test_dcd_linear_is_a_drop_in_for_linear():
+    for bias in (True, False):
+        layer = DCDLinear(32, 10, bias).double().eval()  # nn.Linear's positional bias
+        layer.zero_dynamic_heads()
+        linear = nn.Linear(32, 10, bias).double()
+        with torch.no_grad():
+            linear.weight.copy_(layer.cls.weight)
+            if bias:
+                linear.bias.copy_(layer.cls.bias)
+            x = torch.randn(4, 32, dtype=torch.float64)
+            assert rel_err(layer(x), linear(x)) <= EXACT
 
 
 # ----------------------------------------------------------------------------- DY-Conv / CondConv
