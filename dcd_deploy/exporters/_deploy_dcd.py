@@ -272,8 +272,9 @@ class DeployDCD(nn.Module):
         if self.strategy == "weight":
             return self._emit_weight(s, x, y, lam, in_shape)
         c_out, h, w = out_shape[1], out_shape[2], out_shape[3]
-        conv_attrs = dict(kernel_shape=list(self.kernel2), strides=list(self.stride2), pads=list(self.pads),
-                          dilations=list(self.dilation2))
+        conv_attrs = dict(kernel_shape=list(self.kernel2), strides=list(self.stride2), pads=list(self.pads))
+        if self.dilation2 != (1, 1):
+            conv_attrs["dilations"] = list(self.dilation2)
         groups = self.groups
         has_bias = bool(self.bias.abs().max() > 0)
         inputs = [x, s.const("w0", self.w0)]
@@ -288,9 +289,9 @@ class DeployDCD(nn.Module):
         phi = self.emit_phi(s, y)
         if self.kind == "channel":
             nb, lb = self.num_blocks, self.latent_dim // self.num_blocks
+            tap = {"pads": [max(0, v) for v in self.tap_pads]} if any(v > 0 for v in self.tap_pads) else {}
             z = s.op("Conv", [emit_crop(s, x, self.tap_pads), s.const("q", self.q), s.const("q_b", self.q_b)],
-                     kernel_shape=[1, 1], strides=list(self.stride2), pads=[max(0, v) for v in self.tap_pads],
-                     group=nb)  # (B, L, H', W'): the centre tap's 1x1 view
+                     kernel_shape=[1, 1], strides=list(self.stride2), group=nb, **tap)  # (B, L, H', W'): centre tap
             z = s.op("Reshape", [z, s.ints("z_shape", [0, nb, lb, -1])])  # (B, nb, Lb, N)
             phi = s.op("Reshape", [phi, s.ints("phi_shape", [0, nb, lb, lb])])  # (B, nb, Lb, Lb)
             u = s.op("MatMul", [phi, z])  # (B, nb, Lb, N)

@@ -91,8 +91,8 @@ class DeployMixture(nn.Module):
         pi = s.op("Reshape", [pi, s.ints("pi_shape", [0, 1, 1, self.num_kernels])])  # (B, 1, 1, K)
         inputs = [x, s.const("weight", self.weight)] + ([s.const("kbias", self.kbias)] if self.kbias is not None else [])
         stacked = s.op("Conv", inputs, kernel_shape=list(self.weight.shape[-2:]), strides=list(self.stride2),
-                       pads=list(self.pads), dilations=list(self.dilation2),
-                       group=self.groups)  # (B, C_out·K, H', W')
+                       pads=list(self.pads), group=self.groups,
+                       **({"dilations": list(self.dilation2)} if self.dilation2 != (1, 1) else {}))  # (B, C_out·K, H', W')
         stacked = s.op("Reshape", [stacked, s.ints("stack_shape", [0, c_out, self.num_kernels, h * w])])
         out = s.op("MatMul", [pi, stacked])  # (B, C_out, 1, N)
         out = s.op("Reshape", [out, s.ints("out_shape", [0, c_out, h, w])])
