@@ -45,6 +45,11 @@ class MixtureConv2d(nn.Module):
         nn.init.normal_(self.weight, 0.0, math.sqrt(2.0 / fan_out))
         self.pool = nn.AdaptiveAvgPool2d(1)
 
+    def __setstate__(self, state: dict) -> None:
+        # A module pickled before dilation existed had dilation 1.
+        super().__setstate__(state)
+        self.__dict__.setdefault("dilation", 1)
+
     def routing(self, y: torch.Tensor) -> torch.Tensor:
         """π(x) as (B, K) from pooled features (B, C_in)."""
         raise NotImplementedError

@@ -260,6 +260,13 @@ class DCDConv2d(_DCDBase):
             self.register_parameter("bias", None)
         self.reset_parameters()
 
+    def __setstate__(self, state: dict) -> None:
+        # A module pickled before padding, dilation and bias existed had k // 2, 1, none.
+        super().__setstate__(state)
+        if "tap_pads" not in self.__dict__:
+            self.padding, self.dilation, self.tap_pads = self.conv.padding, 1, (0, 0, 0, 0)
+            self._parameters.setdefault("bias", None)
+
     @classmethod
     def from_conv(cls, conv: nn.Conv2d, **options) -> "DCDConv2d":
         """A DCD layer that starts out computing exactly what ``conv`` computes.

@@ -364,3 +364,21 @@ def test_onnx_export_at_every_geometry(tmp_path, mode):
         ref = net.double()(x.double()).numpy()
     assert out.shape == ref.shape == (2, 24, 7, 5)
     assert np.abs(out - ref).max() <= 1e-5 * np.abs(ref).max()
+
+
+def test_a_module_pickled_before_the_geometry_arguments_still_runs():
+    """Whole-module pickles (``torch.save(model)``) of the earlier layers lack the new attributes."""
+    import pickle
+
+    layer = DCDConv2d(16, 16, 3, 2, latent_dim=4).eval()
+    mixture = DynamicConv2d(8, 8, 3).eval()
+    x, x2 = torch.randn(2, 16, 9, 9), torch.randn(2, 8, 7, 7)
+    with torch.no_grad():
+        ref, ref2 = layer(x), mixture(x2)
+    for attr in ("tap_pads", "padding", "dilation"):
+        del layer.__dict__[attr]
+    del layer._parameters["bias"]
+    del mixture.__dict__["dilation"]
+    old, old2 = pickle.loads(pickle.dumps(layer)), pickle.loads(pickle.dumps(mixture))
+    with torch.no_grad():
+        assert torch.equal(old(x), ref) and torch.equal(old2(x2), ref2)
