@@ -1,0 +1,173 @@
+"""The parity report: one row per (runtime, batch size, output), and its verdict."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+DEFAULT_ATOL = 1e-5
+DEFAULT_RTOL = 1e-3
+#: How many times PyTorch's own fp32 error (against float64) the export may be off.
+DEFAULT_K = 10.0
+#: Version of the layout of :meth:`ParityReport.to_dict` (``dcd-validate --json``).
+SCHEMA = "dcd-validate.parity/1"  # fields are only added: readers of /1 still work
+
+
+@dataclass
+class ParityRow:
+    """One (runtime and optimisation level, batch size, output) comparison; errors are
+    against the reference.
+
+    Attributes:
+        optimization: ONNX Runtime's level (``disabled``, ``all``) or ``openvino``.
+        max_abs: max |onnx - reference| over finite values (``err_onnx``).
+        max_rel: ``max_abs / scale``.
+        torch_fp32_abs: max |PyTorch fp32 - reference| (``err_torch``): what fp32
+            achieves on these inputs at all.
+        scale: the reference's max magnitude.
+        tolerance: the bound ``max_abs`` was held to.
+        ill_conditioned: ``err_torch`` alone exceeds ``atol + rtol * scale`` (and the
+            default ``atol``, so a tolerance set to zero does not call every model so).
+        output: the file's output this row compares (its ONNX name).
+        classifier: the output is (N, classes), so top-1 agreement means something.
+    """
+
+    optimization: str
+    batch_size: int
+    n_inputs: int
+    max_abs: float
+    max_rel: float
+    mean_abs: float
+    torch_fp32_abs: float
+    scale: float
+    tolerance: float
+    ill_conditioned: bool
+    top1_agreement: float
+    top1_mismatches: int
+    nonfinite: int
+    nonfinite_match: bool
+    passed: bool
+    backend: str = "onnxruntime"
+    output: str = ""
+    classifier: bool = True
+
+    @property
+    def torch_fp32_rel(self) -> float:
+        return self.torch_fp32_abs / self.scale if self.scale else 0.0
+
+    @property
+    def badness(self) -> float:
+        """How close to (or far past) its tolerance this row is: ``max_abs / tolerance``."""
+        if not self.passed and self.max_abs <= self.tolerance:
+            return float("inf")  # failed on non-finite values or top-1
+        return self.max_abs / self.tolerance if self.tolerance else (0.0 if not self.max_abs else float("inf"))
+
+
+@dataclass
+class ParityReport:
+    """Result of :func:`~dcd_deploy.check_parity`; truthy when every row passed.
+
+    Attributes:
+        input_size: the image input's side (square), ``[H, W]``, or None for a file
+            without an image input.
+        reference: ``float64`` (a float64 copy of the model) or ``float32`` when the model
+            cannot run in float64 (then ``err_torch`` is 0 and the classic bound decides).
+        synthetic_inputs: the inputs were the built-in synthetic ones, not the caller's.
+        outputs: the file's outputs, in order (one row per output per comparison).
+    """
+
+    onnx_path: str
+    input_size: int | list | None
+    atol: float
+    rtol: float
+    rows: list[ParityRow] = field(default_factory=list)
+    k: float = DEFAULT_K
+    reference: str = "float64"
+    synthetic_inputs: bool = True
+    outputs: list[str] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.rows) and all(r.passed for r in self.rows)
+
+    @property
+    def passed(self) -> bool:
+        return bool(self)
+
+    @property
+    def max_abs(self) -> float:
+        return max((r.max_abs for r in self.rows), default=0.0)
+
+    @property
+    def max_rel(self) -> float:
+        return max((r.max_rel for r in self.rows), default=0.0)
+
+    @property
+    def torch_fp32_rel(self) -> float:
+        """PyTorch fp32's worst error against the reference, relative to the output scale."""
+        return max((r.torch_fp32_rel for r in self.rows), default=0.0)
+
+    @property
+    def ill_conditioned(self) -> bool:
+        return any(r.ill_conditioned for r in self.rows)
+
+    @property
+    def worst_output(self) -> str:
+        """The output furthest past (or closest to) its tolerance."""
+        return max(self.rows, key=lambda r: r.badness).output if self.rows else ""
+
+    def conditioning_note(self) -> str:
+        """One sentence on fp32's own accuracy here ('' when it is unremarkable)."""
+        if not self.ill_conditioned:
+            return ""
+        return (f"fp32 itself is ill-conditioned on these inputs (PyTorch fp32 is "
+                f"{self.torch_fp32_rel:.2g} of the output scale off float64)")
+
+    def summary(self) -> str:
+        verdict = "PASS" if self else "FAIL"
+        rows = self.rows
+        several = len(set(r.output for r in rows)) > 1
+        if several:  # the numbers of the worst output, which the summary names
+            worst = self.worst_output
+            rows = [r for r in rows if r.output == worst]
+        max_abs = max((r.max_abs for r in rows), default=0.0)
+        max_rel = max((r.max_rel for r in rows), default=0.0)
+        fp32_rel = max((r.torch_fp32_rel for r in rows), default=0.0)
+        classifier = [r for r in self.rows if r.classifier]
+        top1 = (f", top-1 agreement {min(r.top1_agreement for r in classifier):.0%}" if classifier else "")
+        nonfinite = sum(r.nonfinite for r in self.rows)
+        extra = f", {nonfinite} non-finite values propagated identically" if nonfinite and all(
+            r.nonfinite_match for r in self.rows) else ", non-finite values differ" if nonfinite else ""
+        note = self.conditioning_note()
+        where = f"worst output {worst!r} of {len(self.outputs) or len(set(r.output for r in self.rows))}: " \
+            if several else ""
+        return (f"{verdict}: {where}max abs {max_abs:.3g}, max rel {max_rel:.3g} against {self.reference} "
+                f"(PyTorch fp32: max rel {fp32_rel:.3g}; tolerance max(atol {self.atol:g} + "
+                f"rtol {self.rtol:g}·scale, {self.k:g}·PyTorch fp32 error)){top1}"
+                f"{extra}{'; ' + note if note else ''}")
+
+    def table(self) -> str:
+        """One line per row; errors are against the reference, 'torch fp32' is PyTorch's own."""
+        head = "ORT opt" if all(r.backend == "onnxruntime" for r in self.rows) else "runtime"
+        several = len(set(r.output for r in self.rows)) > 1
+        width = max([6] + [len(r.output) for r in self.rows]) if several else 0
+        out_head = f" {'output':{width}s}" if several else ""
+        lines = [f"{head:8s} {'batch':>5s} {'inputs':>6s}{out_head} {'max abs':>10s} {'max rel':>10s} "
+                 f"{'torch fp32':>10s} {'tolerance':>10s} {'top-1':>6s} {'ok':>4s}"]
+        for r in self.rows:
+            out = f" {r.output:{width}s}" if several else ""
+            top1 = f"{r.top1_agreement:6.0%}" if r.classifier else f"{'-':>6s}"
+            lines.append(f"{r.optimization:8s} {r.batch_size:5d} {r.n_inputs:6d}{out} {r.max_abs:10.3g} "
+                         f"{r.max_rel:10.3g} {r.torch_fp32_abs:10.3g} {r.tolerance:10.3g} "
+                         f"{top1} {'yes' if r.passed else 'NO':>4s}")
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict:
+        """The JSON document of ``dcd-validate --json`` (schema :data:`SCHEMA`)."""
+        from .._version import __version__
+
+        d = {"schema": SCHEMA, "version": __version__, **asdict(self)}
+        d["passed"] = bool(self)
+        d["ill_conditioned"] = self.ill_conditioned
+        d["torch_fp32_rel"] = self.torch_fp32_rel
+        for row, r in zip(d["rows"], self.rows):
+            row["torch_fp32_rel"] = r.torch_fp32_rel
+        return d
