@@ -54,6 +54,8 @@ import torch
 from torch import nn
 
 from ..errors import DCDDeployError
+from ._layerwise import LAYER_RTOL, LAYER_SAMPLES, LayerRecord, LayerRow, compare_layers, read_layers
+from ._layerwise import tensors as layer_tensors
 from ._compare import compare as _compare
 from ._compare import refuse_nonfinite as _refuse_nonfinite
 from ._report import DEFAULT_ATOL, DEFAULT_K, DEFAULT_RTOL, SCHEMA, ParityReport, ParityRow
@@ -66,7 +68,8 @@ REFERENCE_CHUNK = 8
 
 def check_parity(model: nn.Module, onnx_path, *, batch_sizes=(1, 2), n_inputs: int = 8, seed: int = 0,
                  atol: float | None = None, rtol: float | None = None, k: float | None = None,
-                 inputs=None, example_inputs=None, backends=("onnxruntime",)) -> ParityReport:
+                 inputs=None, example_inputs=None, backends=("onnxruntime",), layers: bool = True,
+                 accept_inconclusive: bool = False) -> ParityReport:
     """Compare ``model`` (PyTorch, eval mode) with ``onnx_path`` run by ONNX Runtime (or OpenVINO).
 
     Args:
@@ -89,6 +92,11 @@ def check_parity(model: nn.Module, onnx_path, *, batch_sizes=(1, 2), n_inputs: i
         backends: runtimes to run the file in, of :data:`BACKENDS`: ``onnxruntime``
             (optimisations off and on) and ``openvino`` (CPU plugin, fp32, one thread,
             the fused-kernel extension loaded when the file needs it).
+        layers: also check every layer the file records on its own (see
+            :mod:`._layerwise`); a file without a record is checked end to end only.
+        accept_inconclusive: let an end-to-end comparison without power (PyTorch fp32
+            itself far off float64) pass when no dynamic layer was checked on its own;
+            the verdict then says it was accepted.
 
     Returns:
         A :class:`ParityReport`; it is falsy when any comparison failed.
@@ -123,11 +131,12 @@ def check_parity(model: nn.Module, onnx_path, *, batch_sizes=(1, 2), n_inputs: i
     available = given[0].shape[0]
     report = ParityReport(onnx_path=str(onnx_path), input_size=_image_size(in_specs, given), atol=atol,
                           rtol=rtol, k=k, synthetic_inputs=synthetic, outputs=[s.name for s in out_specs])
+    report.accept_inconclusive = bool(accept_inconclusive)
     model = model.eval()
     fixed_batch = in_specs[0].static(0)
     plans = {b: _used(b, available, n_inputs if synthetic else None, fixed_batch, onnx_path) for b in batch_sizes}
     most = max(plans.values())
-    ref64, report.reference = _reference(model, [x[:most] for x in given])
+    ref_model, ref64, report.reference = _reference(model, [x[:most] for x in given])
     order = None
     for b, used in plans.items():
         chunks = [[x[i:i + b] for x in given] for i in range(0, used, b)]
@@ -145,7 +154,34 @@ def check_parity(model: nn.Module, onnx_path, *, batch_sizes=(1, 2), n_inputs: i
                 row = _compare(ref[o], ref32[o], got, name, b, atol=atol, rtol=rtol, k=k, output=spec.name)
                 row.backend = backend
                 report.rows.append(row)
+    records = read_layers(onnx_path) if layers else None
+    if records:
+        report.layer_record = True
+        samples = _layer_samples([x[:most] for x in given], fixed_batch or max(batch_sizes))
+        if samples:
+            run_layers = _runners(onnx_path, backends, in_specs, out_specs, extra=layer_tensors(records))
+            for (backend, name), runner in run_layers.items():
+                values: dict[str, list[np.ndarray]] = {}
+                for chunk in samples:
+                    got = runner([x.numpy() for x in chunk])[len(out_specs):]
+                    for tensor, value in zip(layer_tensors(records), got):
+                        values.setdefault(tensor, []).append(value)
+                report.layers.extend(compare_layers(records, values, ref64=ref_model, model=model,
+                                                    backend=backend, optimization=name, k=k))
     return report
+
+
+def _layer_samples(inputs: list[torch.Tensor], batch: int) -> list[list[torch.Tensor]]:
+    """Chunks of ``batch`` samples with finite inputs, at most :data:`LAYER_SAMPLES` samples
+    (at least one batch): non-finite values are the end-to-end check's business."""
+    finite = torch.ones(inputs[0].shape[0], dtype=torch.bool)
+    for x in inputs:
+        if x.is_floating_point():
+            finite &= torch.isfinite(x).reshape(x.shape[0], -1).all(1)
+    index = torch.nonzero(finite).flatten()
+    n = min(len(index), max(batch, LAYER_SAMPLES)) // batch * batch
+    index = index[:n]
+    return [[x[index[i:i + batch]] for x in inputs] for i in range(0, n, batch)]
 
 
 def _image_size(specs: list[TensorSpec], given: list[torch.Tensor]):
@@ -172,8 +208,9 @@ def _double(x: torch.Tensor) -> torch.Tensor:
     return x.double() if x.is_floating_point() else x
 
 
-def _reference(model: nn.Module, inputs: list[torch.Tensor]) -> tuple[list[np.ndarray], str]:
-    """The model's flattened outputs in float64 (on a copy), or in float32 where float64 cannot run."""
+def _reference(model: nn.Module, inputs: list[torch.Tensor]) -> tuple[nn.Module, list[np.ndarray], str]:
+    """(reference model, its flattened outputs, precision): a float64 copy of the model, or
+    the model itself in float32 where float64 cannot run."""
     n = inputs[0].shape[0]
     try:
         ref = copy.deepcopy(model).double().eval()
@@ -184,9 +221,10 @@ def _reference(model: nn.Module, inputs: list[torch.Tensor]) -> tuple[list[np.nd
     except (RuntimeError, TypeError, NotImplementedError):  # an op or buffer without float64 support
         with torch.no_grad():
             parts = [flatten_outputs(model(*inputs))]
-        kind = "float32"
-    return [np.concatenate([p[j][1].double().numpy() for p in parts]) for j in range(len(parts[0]))], kind
+        ref, kind = model, "float32"
+    return ref, [np.concatenate([p[j][1].double().numpy() for p in parts]) for j in range(len(parts[0]))], kind
 
 
-__all__ = ["BACKENDS", "DEFAULT_ATOL", "DEFAULT_K", "DEFAULT_RTOL", "LEVELS", "SCHEMA", "ParityReport",
+__all__ = ["BACKENDS", "DEFAULT_ATOL", "DEFAULT_K", "DEFAULT_RTOL", "LAYER_RTOL", "LEVELS", "SCHEMA",
+           "LayerRecord", "LayerRow", "ParityReport",
            "ParityRow", "TensorSpec", "check_parity", "read_signature"]

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from ._layerwise import DYNAMIC_KINDS, KINDS, LayerRow
+
 DEFAULT_ATOL = 1e-5
 DEFAULT_RTOL = 1e-3
 #: How many times PyTorch's own fp32 error (against float64) the export may be off.
@@ -64,7 +66,14 @@ class ParityRow:
 
 @dataclass
 class ParityReport:
-    """Result of :func:`~dcd_deploy.check_parity`; truthy when every row passed.
+    """Result of :func:`~dcd_deploy.check_parity`; truthy when its :attr:`verdict` is PASS.
+
+    The verdict (docs/design.md#parity): FAIL when any layer is out of its bound (the
+    first one in graph order is named) or any end-to-end row fails; else PASS when the
+    end-to-end comparison has power (PyTorch fp32 is within ``atol + rtol * scale`` of
+    float64 on every row), or when it has none but the dynamic layers were checked on
+    their own ("decided layer by layer"); else INCONCLUSIVE, a PASS only with
+    ``accept_inconclusive``.
 
     Attributes:
         input_size: the image input's side (square), ``[H, W]``, or None for a file
@@ -73,6 +82,10 @@ class ParityReport:
             cannot run in float64 (then ``err_torch`` is 0 and the classic bound decides).
         synthetic_inputs: the inputs were the built-in synthetic ones, not the caller's.
         outputs: the file's outputs, in order (one row per output per comparison).
+        layers: the layer-wise rows, runtime by runtime, each in graph order.
+        layer_record: the file records its layers (so they were checked).
+        accept_inconclusive: an end-to-end comparison without power may pass when no
+            dynamic layer was checked on its own.
     """
 
     onnx_path: str
@@ -84,9 +97,52 @@ class ParityReport:
     reference: str = "float64"
     synthetic_inputs: bool = True
     outputs: list[str] = field(default_factory=list)
+    layers: list[LayerRow] = field(default_factory=list)
+    layer_record: bool = False
+    accept_inconclusive: bool = False
 
     def __bool__(self) -> bool:
+        return self.verdict == "PASS"
+
+    @property
+    def end_to_end_passed(self) -> bool:
         return bool(self.rows) and all(r.passed for r in self.rows)
+
+    @property
+    def inconclusive(self) -> bool:
+        """The end-to-end comparison has no power here: PyTorch fp32 itself is off float64
+        by more than the classic bound, so a wrong file could pass it as well as a right one."""
+        return self.ill_conditioned
+
+    @property
+    def first_failing_layer(self) -> LayerRow | None:
+        """The first layer out of bound in graph order (over every runtime checked)."""
+        order = {p: i for i, p in enumerate(dict.fromkeys(r.path for r in self.layers))}
+        bad = [r for r in self.layers if not r.passed]
+        return min(bad, key=lambda r: order[r.path]) if bad else None
+
+    @property
+    def dynamic_layers_checked(self) -> int:
+        return len({r.path for r in self.layers if r.kind in DYNAMIC_KINDS})
+
+    @property
+    def verdict(self) -> str:
+        """``PASS``, ``FAIL`` or ``INCONCLUSIVE`` (see the class docstring)."""
+        if not self.rows or not self.end_to_end_passed or self.first_failing_layer is not None:
+            return "FAIL"
+        if self.inconclusive and not self.dynamic_layers_checked and not self.accept_inconclusive:
+            return "INCONCLUSIVE"
+        return "PASS"
+
+    @property
+    def decided_by(self) -> str:
+        """What the verdict rests on: ``end to end``, ``layers``, ``accepted`` or ``layer`` (a
+        layer FAIL)."""
+        if self.first_failing_layer is not None:
+            return "layer"
+        if not self.inconclusive or not self.end_to_end_passed:
+            return "end to end"
+        return "layers" if self.dynamic_layers_checked else "accepted" if self.accept_inconclusive else "nothing"
 
     @property
     def passed(self) -> bool:
@@ -122,27 +178,75 @@ class ParityReport:
                 f"{self.torch_fp32_rel:.2g} of the output scale off float64)")
 
     def summary(self) -> str:
-        verdict = "PASS" if self else "FAIL"
+        verdict = self.verdict
+        first = self.first_failing_layer
+        if first is not None:
+            where = "" if len({(r.backend, r.optimization) for r in self.layers}) == 1 else \
+                f" in {_runtime(first)}"
+            bad = len({r.path for r in self.layers if not r.passed})
+            return (f"FAIL at {first.path} ({first.label}): max rel {first.max_rel:.2g} > {first.bound_rel:.2g}"
+                    f"{where}{'; ' + first.note if first.note else ''}; {bad} of "
+                    f"{len({r.path for r in self.layers})} layers out of bound; end to end "
+                    f"{'passed' if self.end_to_end_passed else 'failed'}: {self._end_to_end()}")
+        if verdict == "FAIL" or (not self.inconclusive):
+            layers = f"; {self._layers_note()}" if self.layers else ""
+            return f"{verdict}: {self._end_to_end()}{layers}"
+        why = (f"end to end inconclusive, fp32 is {self.torch_fp32_rel:.2g} of scale off float64 on these "
+               f"{'images' if self.input_size is not None else 'inputs'}")
+        if self.decided_by == "layers":
+            return f"PASS (decided layer by layer: {self._layers_note()}; {why})"
+        nothing = ("no dynamic layer was checked on its own" if self.layer_record
+                   else "the file records no layers to check on their own")
+        if verdict == "PASS":
+            return f"PASS (accepted inconclusive: {why}; {nothing})"
+        return (f"INCONCLUSIVE: {why}, and {nothing}; not a PASS: check on inputs from the model's working "
+                f"range, or accept explicitly (--accept-inconclusive)")
+
+    def _end_to_end(self) -> str:
+        """The end-to-end numbers (the worst output's, when there are several)."""
         rows = self.rows
         several = len(set(r.output for r in rows)) > 1
-        if several:  # the numbers of the worst output, which the summary names
+        if several:
             worst = self.worst_output
             rows = [r for r in rows if r.output == worst]
         max_abs = max((r.max_abs for r in rows), default=0.0)
         max_rel = max((r.max_rel for r in rows), default=0.0)
         fp32_rel = max((r.torch_fp32_rel for r in rows), default=0.0)
         classifier = [r for r in self.rows if r.classifier]
-        top1 = (f", top-1 agreement {min(r.top1_agreement for r in classifier):.0%}" if classifier else "")
+        # top-1 is evidence only where the comparison has power
+        top1 = (f", top-1 agreement {min(r.top1_agreement for r in classifier):.0%}"
+                if classifier and not self.inconclusive else "")
         nonfinite = sum(r.nonfinite for r in self.rows)
         extra = f", {nonfinite} non-finite values propagated identically" if nonfinite and all(
             r.nonfinite_match for r in self.rows) else ", non-finite values differ" if nonfinite else ""
         note = self.conditioning_note()
         where = f"worst output {worst!r} of {len(self.outputs) or len(set(r.output for r in self.rows))}: " \
             if several else ""
-        return (f"{verdict}: {where}max abs {max_abs:.3g}, max rel {max_rel:.3g} against {self.reference} "
+        return (f"{where}max abs {max_abs:.3g}, max rel {max_rel:.3g} against {self.reference} "
                 f"(PyTorch fp32: max rel {fp32_rel:.3g}; tolerance max(atol {self.atol:g} + "
                 f"rtol {self.rtol:g}·scale, {self.k:g}·PyTorch fp32 error)){top1}"
                 f"{extra}{'; ' + note if note else ''}")
+
+    def _layers_note(self) -> str:
+        """``33 DCD layers within 2e-6, 20 Conv layers within 1e-6`` (worst relative error per kind)."""
+        parts = []
+        for kind in KINDS:
+            rows = [r for r in self.layers if r.kind == kind]
+            if rows:
+                n = len({r.path for r in rows})
+                parts.append(f"{n} {kind} layer{'s' if n != 1 else ''} within {max(r.max_rel for r in rows):.2g}")
+        return ", ".join(parts) + " of float64 on their own inputs"
+
+    def layer_table(self) -> str:
+        """One line per layer and runtime: graph order, errors relative to the layer's scale."""
+        width = max([5] + [len(r.path) for r in self.layers])
+        lines = [f"{'layer':{width}s} {'kind':22s} {'runtime':12s} {'max rel':>9s} {'bound':>9s} "
+                 f"{'torch fp32':>10s} {'ok':>3s}"]
+        for r in self.layers:
+            lines.append(f"{r.path:{width}s} {r.label:22s} {_runtime(r):12s} {r.max_rel:9.2g} {r.bound_rel:9.2g} "
+                         f"{r.torch_fp32_rel:10.2g} {'yes' if r.passed else 'NO':>3s}"
+                         + (f"  {r.note}" if r.note else ""))
+        return "\n".join(lines)
 
     def table(self) -> str:
         """One line per row; errors are against the reference, 'torch fp32' is PyTorch's own."""
@@ -166,8 +270,19 @@ class ParityReport:
 
         d = {"schema": SCHEMA, "version": __version__, **asdict(self)}
         d["passed"] = bool(self)
+        d["verdict"] = self.verdict
+        d["decided_by"] = self.decided_by
+        d["inconclusive"] = self.inconclusive
+        first = self.first_failing_layer
+        d["first_failing_layer"] = None if first is None else first.path
         d["ill_conditioned"] = self.ill_conditioned
         d["torch_fp32_rel"] = self.torch_fp32_rel
         for row, r in zip(d["rows"], self.rows):
             row["torch_fp32_rel"] = r.torch_fp32_rel
+        for row, r in zip(d["layers"], self.layers):
+            row["bound_rel"] = r.bound_rel
         return d
+
+
+def _runtime(r: LayerRow) -> str:
+    return "openvino" if r.backend == "openvino" else f"ORT {r.optimization}"
