@@ -88,7 +88,7 @@ def export_onnx(model: nn.Module, path, *, input_size: int = 224, batch: int | N
                 opset: int | None = None, simplify: bool = True, mode: str = "standard",
                 check: bool = True, strategy: str = "auto", parity_batch_sizes=(1, 2),
                 parity_inputs: torch.Tensor | None = None,
-                progress: Callable[[str], None] | None = None) -> ExportResult:
+                progress: Callable[[str], None] | None = None, accept_inconclusive: bool = False) -> ExportResult:
     """Export ``model`` to ONNX in deploy form; the file appears only if all succeeded.
 
     Args:
@@ -112,6 +112,8 @@ def export_onnx(model: nn.Module, path, *, input_size: int = 224, batch: int | N
             built-in synthetic images (see :func:`~dcd_deploy.check_parity`).
         progress: called with one line per finished stage (``[lower] 0.4 s``, ``[emit]``,
             ``[simplify]``, ``[write]``, ``[check]``).
+        accept_inconclusive: let the check pass when its end-to-end comparison is
+            inconclusive and no dynamic layer decided it (see :class:`~dcd_deploy.parity.ParityReport`).
 
     Raises:
         ExportError: bad arguments, an unwritable path, or a layer that cannot be lowered.
@@ -160,11 +162,12 @@ def export_onnx(model: nn.Module, path, *, input_size: int = 224, batch: int | N
 
             sizes = (batch,) if batch is not None else tuple(parity_batch_sizes)
             report = check_parity(model, tmp, batch_sizes=sizes, inputs=parity_inputs,
-                                  backends=_parity_backends(mode))
+                                  backends=_parity_backends(mode), accept_inconclusive=accept_inconclusive)
             report.onnx_path = str(path)  # the file the user gets, not its temporary name
             stage("check")
             if not report:
-                raise ParityError(f"parity check failed: {report.summary()}", report)
+                raise ParityError(f"parity check {'inconclusive' if report.verdict == 'INCONCLUSIVE' else 'failed'}: "
+                                  f"{report.summary()}", report)
     hist = Counter(_op_name(n) for n in proto.graph.node)
     return ExportResult(
         path=path, arch=getattr(model, "arch", type(model).__name__), input_size=input_size, batch=batch,

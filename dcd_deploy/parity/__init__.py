@@ -151,7 +151,8 @@ def check_parity(model: nn.Module, onnx_path, *, batch_sizes=(1, 2), n_inputs: i
             outs = [runner([x.numpy() for x in c]) for c in chunks]
             for o, spec in enumerate(out_specs):
                 got = np.concatenate([out[o] for out in outs])
-                row = _compare(ref[o], ref32[o], got, name, b, atol=atol, rtol=rtol, k=k, output=spec.name)
+                row = _compare(ref[o], ref32[o], got, name, b, atol=atol, rtol=rtol, k=k, output=spec.name,
+                               nan_to_number=backend == "openvino")
                 row.backend = backend
                 report.rows.append(row)
     records = read_layers(onnx_path) if layers else None

@@ -31,6 +31,8 @@ class ParityRow:
             default ``atol``, so a tolerance set to zero does not call every model so).
         output: the file's output this row compares (its ONNX name).
         classifier: the output is (N, classes), so top-1 agreement means something.
+        nonfinite_replaced: values PyTorch has as NaN or Inf and the runtime (OpenVINO)
+            turned into numbers; not compared.
     """
 
     optimization: str
@@ -51,6 +53,7 @@ class ParityRow:
     backend: str = "onnxruntime"
     output: str = ""
     classifier: bool = True
+    nonfinite_replaced: int = 0
 
     @property
     def torch_fp32_rel(self) -> float:
@@ -217,8 +220,13 @@ class ParityReport:
         top1 = (f", top-1 agreement {min(r.top1_agreement for r in classifier):.0%}"
                 if classifier and not self.inconclusive else "")
         nonfinite = sum(r.nonfinite for r in self.rows)
+        replaced = sum(r.nonfinite_replaced for r in self.rows)
+        nonfinite -= replaced
         extra = f", {nonfinite} non-finite values propagated identically" if nonfinite and all(
             r.nonfinite_match for r in self.rows) else ", non-finite values differ" if nonfinite else ""
+        if replaced:
+            extra += (f", {replaced} NaN/Inf outputs became numbers in OpenVINO (not compared: its CPU "
+                      f"plugin does not keep NaN)")
         note = self.conditioning_note()
         where = f"worst output {worst!r} of {len(self.outputs) or len(set(r.output for r in self.rows))}: " \
             if several else ""
