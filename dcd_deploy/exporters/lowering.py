@@ -75,6 +75,7 @@ def to_deploy(model: nn.Module, *, strategy: str = "auto", input_size: int = 224
         ShapeProp(gm).propagate(example)
     modules = dict(gm.named_modules())
     strategies: dict[str, str] = {}
+    folded_bn: dict[str, str] = {}  # layer path -> path of the BatchNorm folded into it
 
     def owner(node: fx.Node) -> nn.Module | None:
         return modules.get(node.target) if node.op == "call_module" else None
@@ -100,6 +101,7 @@ def to_deploy(model: nn.Module, *, strategy: str = "auto", input_size: int = 224
             new = _lower_dynamic(prev, mod, src, strategy, strategies)
         _replace(gm, src.target, new)
         modules[src.target] = new
+        folded_bn[str(src.target)] = str(node.target)
         node.replace_all_uses_with(src)
         gm.graph.erase_node(node)
 
@@ -111,6 +113,7 @@ def to_deploy(model: nn.Module, *, strategy: str = "auto", input_size: int = 224
     gm.delete_all_unused_submodules()
     gm.recompile()
     gm.strategies = strategies
+    gm.folded_bn = folded_bn
     gm.input_size = input_size
     return gm.eval()
 

@@ -14,6 +14,7 @@ defined as a model-local function whose body is the same standard ops.
 
 from __future__ import annotations
 
+import json
 import operator
 import time
 from collections import Counter
@@ -87,7 +88,7 @@ def export_onnx(model: nn.Module, path, *, input_size: int = 224, batch: int | N
                 opset: int | None = None, simplify: bool = True, mode: str = "standard",
                 check: bool = True, strategy: str = "auto", parity_batch_sizes=(1, 2),
                 parity_inputs: torch.Tensor | None = None,
-                progress: Callable[[str], None] | None = None) -> ExportResult:
+                progress: Callable[[str], None] | None = None, accept_inconclusive: bool = False) -> ExportResult:
     """Export ``model`` to ONNX in deploy form; the file appears only if all succeeded.
 
     Args:
@@ -111,6 +112,8 @@ def export_onnx(model: nn.Module, path, *, input_size: int = 224, batch: int | N
             built-in synthetic images (see :func:`~dcd_deploy.check_parity`).
         progress: called with one line per finished stage (``[lower] 0.4 s``, ``[emit]``,
             ``[simplify]``, ``[write]``, ``[check]``).
+        accept_inconclusive: let the check pass when its end-to-end comparison is
+            inconclusive and no dynamic layer decided it (see :class:`~dcd_deploy.parity.ParityReport`).
 
     Raises:
         ExportError: bad arguments, an unwritable path, or a layer that cannot be lowered.
@@ -141,7 +144,7 @@ def export_onnx(model: nn.Module, path, *, input_size: int = 224, batch: int | N
     stage("emit")
     simplified = False
     if simplify and mode == "standard":
-        proto, simplified = _simplify(proto)
+        proto, simplified = _relink_layers(proto, *_simplify(proto))
         stage("simplify")
     bad = sorted({n.op_type for n in proto.graph.node if n.domain in ("", "ai.onnx")} - ALLOWED_OPS)
     if bad:  # a lowering bug, not a user error
@@ -159,11 +162,12 @@ def export_onnx(model: nn.Module, path, *, input_size: int = 224, batch: int | N
 
             sizes = (batch,) if batch is not None else tuple(parity_batch_sizes)
             report = check_parity(model, tmp, batch_sizes=sizes, inputs=parity_inputs,
-                                  backends=_parity_backends(mode))
+                                  backends=_parity_backends(mode), accept_inconclusive=accept_inconclusive)
             report.onnx_path = str(path)  # the file the user gets, not its temporary name
             stage("check")
             if not report:
-                raise ParityError(f"parity check failed: {report.summary()}", report)
+                raise ParityError(f"parity check {'inconclusive' if report.verdict == 'INCONCLUSIVE' else 'failed'}: "
+                                  f"{report.summary()}", report)
     hist = Counter(_op_name(n) for n in proto.graph.node)
     return ExportResult(
         path=path, arch=getattr(model, "arch", type(model).__name__), input_size=input_size, batch=batch,
@@ -226,6 +230,7 @@ def build_onnx(deploy: torch.fx.GraphModule, *, input_size: int, batch: int | No
     inputs, outputs = [], []
     fused, folded = _fused.plan(deploy) if mode == "fused" else ({}, set())
     layout = _fused.Layout(g)
+    layers: list[dict] = []
     for node in deploy.graph.nodes:
         if node.name in folded:  # emitted with its fused tail
             continue
@@ -235,6 +240,9 @@ def build_onnx(deploy: torch.fx.GraphModule, *, input_size: int, batch: int | No
             env[node.name] = _fused.emit(
                 g, layout, modules[spec.dcd.target], spec, _path(spec.dcd), env[src.name],
                 env[spec.residual.name] if spec.residual is not None else None, _shape(src))
+            _record_layer(layers, deploy, spec.dcd, modules, layout.nhwc[env[src.name]],
+                          layout.nhwc[env[node.name]], spec=spec,
+                          residual=layout.nhwc[env[spec.residual.name]] if spec.residual is not None else None)
         elif node.op == "placeholder":
             env[node.name] = "input"
             inputs.append(helper.make_tensor_value_info(
@@ -248,6 +256,8 @@ def build_onnx(deploy: torch.fx.GraphModule, *, input_size: int, batch: int | No
             g.nodes.append(helper.make_node("Identity", [env[src.name]], ["logits"], name="output/Identity"))
         else:
             env[node.name] = _emit_node(g, node, modules, env, mode)
+            if node.op == "call_module" and isinstance(node.args[0], torch.fx.Node):
+                _record_layer(layers, deploy, node, modules, env[node.args[0].name], env[node.name])
     graph = helper.make_graph(g.nodes, "dcd_deploy", inputs, outputs, g.initializers)
     imports = [helper.make_opsetid("", opset)]
     if g.functions:
@@ -259,8 +269,55 @@ def build_onnx(deploy: torch.fx.GraphModule, *, input_size: int, batch: int | No
         "arch": arch, "input_size": str(input_size), "batch": str(batch or "dynamic"),
         "dcd_deploy_version": __version__, "mode": mode,
         "strategies": ",".join(f"{k}={v}" for k, v in getattr(deploy, "strategies", {}).items()),
+        LAYERS_KEY: json.dumps(layers),
     })
     return proto
+
+
+#: metadata_props key of the layer record the layer-wise parity check reads
+#: (dcd_deploy/parity/_layerwise.py documents the entries).
+LAYERS_KEY = "dcd_deploy.layers"
+
+
+def _relink_layers(before: onnx.ModelProto, after: onnx.ModelProto, simplified: bool):
+    """Point the layer record at the names onnxsim kept: it folds the final Identity, so
+    the tensor feeding a graph output takes the output's name."""
+    if not simplified:
+        return after, simplified
+    identity = {n.input[0]: n.output[0] for n in before.graph.node if n.op_type == "Identity"}
+    names = {o for n in after.graph.node for o in n.output} | {i.name for i in after.graph.input}
+    props = {p.key: p for p in after.metadata_props}
+    if LAYERS_KEY not in props:
+        return after, simplified
+    layers = json.loads(props[LAYERS_KEY].value)
+    for layer in layers:
+        for key in ("input", "output", "residual"):
+            name = layer[key]
+            while name and name not in names and name in identity:
+                name = identity[name]
+            layer[key] = name
+    props[LAYERS_KEY].value = json.dumps(layers)
+    return after, simplified
+
+
+def _record_layer(layers: list, deploy, node, modules, x: str, y: str, *, spec=None, residual=None) -> None:
+    """Append the layer record of one emitted Conv, Linear or dynamic layer (others: nothing)."""
+    from ._deploy_mixture import DeployMixture
+
+    mod = modules[node.target]
+    if isinstance(mod, DeployDCD):
+        kind, form = "DCD", mod.strategy
+    elif isinstance(mod, DeployMixture):
+        kind, form = ("DYConv" if mod.routing == "softmax" else "CondConv"), None
+    elif isinstance(mod, (nn.Conv2d, nn.Linear)):
+        kind, form = ("Conv" if isinstance(mod, nn.Conv2d) else "Linear"), None
+    else:
+        return
+    path = str(node.target)
+    layers.append({"path": path, "kind": kind, "form": form, "input": x, "output": y,
+                   "bn": getattr(deploy, "folded_bn", {}).get(path), "residual": residual,
+                   "activation": spec.activation if spec is not None else "none",
+                   "layout": "NHWC" if spec is not None else "NCHW"})
 
 
 def _shape(node) -> tuple[int, ...]:
