@@ -115,6 +115,10 @@ def main(model, output, input_size, batch, opset, mode, strategy, no_simplify, n
         if verbose:
             for path, form in result.strategies.items():
                 click.echo(f"           {path}: {form}")
+    if result.mode == "fused":
+        click.echo(f"  fused    {result.fused_summary()}")
+        for path, reason in result.unfused.items():
+            click.echo(f"           {path}: not fused ({reason})")
     if result.parity is not None:
         click.echo(f"  parity   {result.parity.summary()}")
         runtimes = dict.fromkeys(r.backend for r in result.parity.rows)

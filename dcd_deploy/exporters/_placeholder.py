@@ -14,6 +14,8 @@ The op and the ONNX schema are registered on import (a registration, not state).
 
 from __future__ import annotations
 
+import functools
+
 import torch
 from torch import nn
 
@@ -77,6 +79,7 @@ class Placeholder(nn.Module):
         return layer(x, self.path, self.geom)
 
 
+@functools.lru_cache(maxsize=1)
 def onnx_translation():
     """``(op, function)``: the placeholder's translation for torch.onnx's registry.
 

@@ -18,6 +18,7 @@ pinned release); when they are missing or refuse a graph, the public
 from __future__ import annotations
 
 import contextlib
+import functools
 from dataclasses import dataclass
 
 import onnx
@@ -173,8 +174,7 @@ def _fast(model, args, shapes, op, translate) -> onnx.ModelProto:
     except Exception as exc:
         raise _export_error(model, exc) from exc
     try:
-        registry = _registration.ONNXRegistry.from_torchlib()
-        registry.register_op(op, translate)
+        registry = _registry(op, translate)
         with torch.fx.experimental._config.patch(backed_size_oblivious=True):
             gm = ep.graph_module
             _fx_passes.insert_type_promotion_nodes(gm)
@@ -186,15 +186,42 @@ def _fast(model, args, shapes, op, translate) -> onnx.ModelProto:
         raise _Fallback from exc
 
 
+@functools.lru_cache(maxsize=1)
+def _registry(op, translate):
+    """torch.onnx's registry with the placeholder's translation, built once per process:
+    onnxscript re-parses ~500 torchlib functions' sources for each new one (0.5-1 s)."""
+    from torch.onnx._internal.exporter import _registration
+
+    with _quiet_registration():
+        registry = _registration.ONNXRegistry.from_torchlib()
+    registry.register_op(op, translate)
+    return registry
+
+
+@contextlib.contextmanager
+def _quiet_registration():
+    """Silence the registry's warnings about torchvision ops (torchvision is not a dependency)."""
+    import logging
+
+    log = logging.getLogger("torch.onnx._internal.exporter._registration")
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
+
+
 def _public(model, args, shapes, op, translate) -> onnx.ModelProto:
     import warnings
 
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            program = torch.onnx.export(model, args, dynamo=True, custom_translation_table={op: translate},
-                                        dynamic_shapes=shapes, opset_version=NATIVE_OPSET, optimize=True,
-                                        verbose=False, report=False)
+            with _quiet_registration():
+                program = torch.onnx.export(model, args, dynamo=True, custom_translation_table={op: translate},
+                                            dynamic_shapes=shapes, opset_version=NATIVE_OPSET, optimize=True,
+                                            verbose=False, report=False)
     except Exception as exc:
         cause = exc
         while cause.__cause__ is not None and not isinstance(cause, torch._dynamo.exc.UserError):

@@ -178,7 +178,7 @@ def export_onnx(model: nn.Module, path, *, input_size: int | tuple[int, int] = 2
     if dynamic_size:
         _check_dynamic_size(deploy)
     stage("lower")
-    proto, fused = build_onnx(deploy, example_inputs=example, batch=batch, opset=opset, mode=mode,
+    proto, fused = _build(deploy, example_inputs=example, batch=batch, opset=opset, mode=mode,
                               arch=getattr(model, "arch", type(model).__name__), input_size=hw,
                               dynamic_size=dynamic_size, input_names=_input_names(model, example, input_names),
                               output_names=out_names, progress=stage)
@@ -222,14 +222,16 @@ def export_onnx(model: nn.Module, path, *, input_size: int | tuple[int, int] = 2
 
 def build_onnx(deploy: nn.Module, *, example_inputs=None, input_size=224, batch: int | None = None,
                opset: int = DEFAULT_OPSET, mode: str = "standard", arch: str = "model", dynamic_size: bool = False,
-               input_names=None, output_names=None, progress=None):
+               input_names=None, output_names=None) -> onnx.ModelProto:
     """Export a deploy form (:func:`to_deploy`'s result, or any module whose dynamic
-    layers have an ``emit`` method) as an ONNX model (no simplification, no checks).
+    layers have an ``emit`` method) as an ONNX model (no simplification, no checks)."""
+    return _build(deploy, example_inputs=example_inputs, input_size=input_size, batch=batch, opset=opset, mode=mode,
+                  arch=arch, dynamic_size=dynamic_size, input_names=input_names, output_names=output_names)[0]
 
-    Returns:
-        ``(proto, emitted)``: the model and the :class:`~._emit.Emitted` record (layers,
-        fused and unfused DCD layers).
-    """
+
+def _build(deploy: nn.Module, *, example_inputs, input_size, batch, opset, mode, arch, dynamic_size,
+           input_names, output_names, progress=None):
+    """:func:`build_onnx`, also returning the :class:`~._emit.Emitted` record."""
     hw = input_hw(input_size)
     example = example_tuple(example_inputs, hw)
     if input_names is None:
