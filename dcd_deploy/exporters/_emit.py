@@ -199,6 +199,12 @@ def emit_layers(proto: onnx.ModelProto, *, emitters: dict[str, nn.Module], mode:
     del graph.node[:]
     graph.node.extend(_live(g.nodes, graph_outputs))
     graph.initializer.extend(g.initializers)
+    # constants only a folded node read (a fused activation's Clip bounds)
+    read = {t for n in graph.node for t in n.input} | graph_outputs
+    kept_init = [t for t in graph.initializer if t.name in read]
+    if len(kept_init) != len(graph.initializer):
+        del graph.initializer[:]
+        graph.initializer.extend(kept_init)
     # Shapes of replaced tensors no longer hold (fused NHWC names, renamed outputs).
     gone = set(alias)
     kept = [vi for vi in graph.value_info if vi.name not in gone]
