@@ -176,11 +176,18 @@ def emit_layers(proto: onnx.ModelProto, *, emitters: dict[str, nn.Module], mode:
             alias[node.output[0]] = y
             result.layers.append(_record(path, layer, x, y, folded_bn))
             continue
+        perm = _perm(node)
+        if perm == _fused.TO_NHWC and name(node.input[0]) in layout.nhwc:
+            # the model's own NCHW -> NHWC of a fused layer's output: read the NHWC twin
+            alias[node.output[0]] = layout.nhwc[name(node.input[0])]
+            continue
         copy = onnx.NodeProto()
         copy.CopyFrom(node)
         for k, inp in enumerate(copy.input):
             if inp in alias:
                 copy.input[k] = alias[inp]
+        if perm == _fused.TO_NCHW:  # a fused layer reading this reads its NHWC input instead
+            layout.nhwc.setdefault(copy.output[0], copy.input[0])
         scope = _scope(node)
         renamed_scope[len(g.nodes)] = scope
         copy.name = g.unique(f"{scope or 'model'}/{node.op_type}")
@@ -217,6 +224,12 @@ def emit_layers(proto: onnx.ModelProto, *, emitters: dict[str, nn.Module], mode:
     del proto.opset_import[:]
     proto.opset_import.extend(imports)
     return result
+
+
+def _perm(node: onnx.NodeProto) -> list[int] | None:
+    if node.op_type != "Transpose" or node.domain not in _STANDARD:
+        return None
+    return next((list(a.ints) for a in node.attribute if a.name == "perm"), None)
 
 
 def _live(nodes, graph_outputs) -> list:

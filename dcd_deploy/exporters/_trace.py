@@ -100,15 +100,25 @@ def trace_example(example: tuple[torch.Tensor, ...], batch: int | None) -> tuple
 
 
 def untraceable(model: nn.Module, exc: BaseException) -> ExportError:
-    """One line naming what ``torch.export`` could not trace."""
+    """One line naming what ``torch.export`` could not trace, and where in the model's code."""
+    import os
+    import traceback
+
     lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
     first = next((ln for ln in lines if not ln.startswith(("Traceback", "File ", "The above", "For more information",
                                                           "Set TORCH_LOGS", "from user code"))), type(exc).__name__)
-    where = next((ln for ln in lines if ln.startswith("File ") and "site-packages" not in ln), None)
+    first = first.split("  (Size-like symbols")[0]
     if len(first) > 300:
         first = first[:297] + "..."
-    return ExportError(f"cannot export {type(model).__name__}: torch.export cannot trace it: {first}"
-                       + (f" ({where})" if where else ""))
+    torch_dir = os.path.dirname(torch.__file__)
+    ours = os.path.dirname(__file__)
+    frames = [f for f in traceback.extract_tb(exc.__traceback__)
+              if not f.filename.startswith((torch_dir, ours)) and "site-packages" not in f.filename]
+    where = ""
+    if frames:
+        f = frames[-1]
+        where = f" (at {os.path.basename(f.filename)}:{f.lineno} in {f.name}" + (f": {f.line.strip()}" if f.line else "") + ")"
+    return ExportError(f"cannot export {type(model).__name__}: torch.export cannot trace it: {first}{where}")
 
 
 def trace(model: nn.Module, example: tuple[torch.Tensor, ...], *, batch: int | None, dynamic_size: bool,
@@ -168,13 +178,20 @@ def _fast(model, args, shapes, op, translate) -> onnx.ModelProto:
     except ImportError as exc:  # another torch release: the public path
         raise _Fallback from exc
     try:
-        ep = _export(model, args, dynamic_shapes=shapes, strict=False, pre_dispatch=False)
+        from torch.export.exported_program import _override_composite_implicit_decomp
+
+        registry, keep = _registry(op, translate)
+    except (ImportError, AttributeError, TypeError) as exc:
+        raise _Fallback from exc
+    try:
+        # ops the translator writes as one ONNX op (interpolate: Resize) stay whole
+        with _override_composite_implicit_decomp(keep):
+            ep = _export(model, args, dynamic_shapes=shapes, strict=False, pre_dispatch=False)
     except TypeError as exc:  # signature drift
         raise _Fallback from exc
     except Exception as exc:
         raise _export_error(model, exc) from exc
     try:
-        registry = _registry(op, translate)
         with torch.fx.experimental._config.patch(backed_size_oblivious=True):
             gm = ep.graph_module
             _fx_passes.insert_type_promotion_nodes(gm)
@@ -188,14 +205,19 @@ def _fast(model, args, shapes, op, translate) -> onnx.ModelProto:
 
 @functools.lru_cache(maxsize=1)
 def _registry(op, translate):
-    """torch.onnx's registry with the placeholder's translation, built once per process:
-    onnxscript re-parses ~500 torchlib functions' sources for each new one (0.5-1 s)."""
-    from torch.onnx._internal.exporter import _registration
+    """torch.onnx's registry with the placeholder's translation, built once per process
+    (onnxscript re-parses ~500 torchlib functions' sources for each new one: 0.5-1 s), and
+    what the trace does with composite ops: keep those the translator writes whole,
+    decompose the others (what ``torch.onnx.export``'s own decomposition pass decides)."""
+    from torch.export.exported_program import _split_decomp_table_to_cia_and_python_decomp
+    from torch.onnx._internal.exporter import _decomp, _registration
 
     with _quiet_registration():
         registry = _registration.ONNXRegistry.from_torchlib()
     registry.register_op(op, translate)
-    return registry
+    table = _decomp.create_onnx_friendly_decomposition_table(set(_decomp.get_onnx_implemented_overloads(registry)))
+    cia, _ = _split_decomp_table_to_cia_and_python_decomp(table)
+    return registry, cia
 
 
 @contextlib.contextmanager
