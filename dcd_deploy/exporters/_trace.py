@@ -77,8 +77,9 @@ def _dynamic_shapes(example: tuple[torch.Tensor, ...], *, batch: int | None, dyn
         if batch_dim is not None and t.dim() >= 1:
             spec[0] = batch_dim
         if dynamic_size and t.dim() == 4:
-            suffix = "" if i == 0 else f"_{i}"
-            spec[2], spec[3] = Dim(f"height{suffix}", min=1), Dim(f"width{suffix}", min=1)
+            # DYNAMIC, not a named Dim: a network's strides bound the sizes it takes from
+            # below (H / 32 >= 1 ...), which torch.export may then infer instead of refusing
+            spec[2], spec[3] = Dim.DYNAMIC, Dim.DYNAMIC
         specs.append(spec or None)
     return tuple(specs)
 

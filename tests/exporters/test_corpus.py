@@ -193,3 +193,25 @@ def test_untraceable_model_is_one_line_error(tmp_path):
     assert "\n" not in message and "DataDependent" in message and "torch.export" in message
     assert "data-dependent" in message.lower() or "guard" in message.lower()
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("mode", ["standard", "fused"])
+def test_dynamic_size_runs_at_other_sizes(tmp_path, mode):
+    case, net = CORPUS["resnet_like"], model("resnet_like")
+    result = export_onnx(net, tmp_path / "m.onnx", example_inputs=case.inputs(1), dynamic_size=True, mode=mode)
+    assert result and result.dynamic_size
+    dims = onnx.load(str(result.path)).graph.input[0].type.tensor_type.shape.dim
+    assert [d.dim_param or d.dim_value for d in dims] == ["batch", 3, "height", "width"]
+    for hw in ((40, 24), (64, 64), (33, 57)):
+        x = (torch.randn(2, 3, *hw, generator=torch.Generator().manual_seed(hw[0])),)
+        with torch.no_grad():
+            ref = net(*x)
+        (got,) = run_ort(result.path, x)
+        assert np.abs(got - ref.numpy()).max() <= 1e-5 + 1e-3 * float(ref.abs().max())
+
+
+def test_dynamic_size_refused_by_a_layer_names_it(tmp_path):
+    case = CORPUS["nonsquare"]  # its DCD layer "pw" pools 2x2: windows depend on the size
+    with pytest.raises(ExportError, match=r"^pw: .*2x2 adaptive pool needs fixed input sizes"):
+        export_onnx(model("nonsquare"), tmp_path / "m.onnx", example_inputs=case.inputs(1), dynamic_size=True)
+    assert list(tmp_path.iterdir()) == []
