@@ -215,3 +215,17 @@ def test_dynamic_size_refused_by_a_layer_names_it(tmp_path):
     with pytest.raises(ExportError, match=r"^pw: .*2x2 adaptive pool needs fixed input sizes"):
         export_onnx(model("nonsquare"), tmp_path / "m.onnx", example_inputs=case.inputs(1), dynamic_size=True)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_cli_prints_how_many_dcd_layers_are_fused_and_why_not(tmp_path):
+    from click.testing import CliRunner
+
+    from dcd_deploy.cli.export import main
+
+    out = tmp_path / "m.onnx"
+    result = CliRunner().invoke(main, ["mobilenetv2_035_dcd", "--mode", "fused", "--input-size", "64", "--no-check",
+                                       "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    # MobileNetV2: every 1x1 DCD layer fuses; the DCD classifier does not
+    assert "  fused    32 of 33 DCD layers fused" in result.stdout
+    assert "classifier.1: not fused (classifier (DCD linear layer))" in result.stdout
