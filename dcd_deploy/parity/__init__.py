@@ -60,7 +60,8 @@ from ._compare import compare as _compare
 from ._compare import refuse_nonfinite as _refuse_nonfinite
 from ._report import DEFAULT_ATOL, DEFAULT_K, DEFAULT_RTOL, SCHEMA, ParityReport, ParityRow
 from ._runtimes import BACKENDS, LEVELS, runners as _runners
-from ._signature import TensorSpec, as_list, read_signature, flatten_outputs, match_outputs, synthetic_inputs
+from ._signature import TensorSpec, as_list, read_signature
+from ._signature import load as load_onnx, flatten_outputs, match_outputs, synthetic_inputs
 
 #: Inputs per float64 reference batch (bounds the copy's activation memory).
 REFERENCE_CHUNK = 8
@@ -115,7 +116,8 @@ def check_parity(model: nn.Module, onnx_path, *, batch_sizes=(1, 2), n_inputs: i
     unknown = sorted(set(backends) - set(BACKENDS))
     if unknown or not backends:
         raise DCDDeployError(f"unknown parity backend {', '.join(unknown) or '(none)'}; expected {', '.join(BACKENDS)}")
-    in_specs, out_specs = read_signature(onnx_path)
+    proto = load_onnx(onnx_path)
+    in_specs, out_specs = read_signature(onnx_path, proto)
     examples = as_list(example_inputs, in_specs, "example_inputs")
     given = as_list(inputs, in_specs, "inputs")
     run = _runners(onnx_path, backends, in_specs, out_specs)
@@ -155,12 +157,20 @@ def check_parity(model: nn.Module, onnx_path, *, batch_sizes=(1, 2), n_inputs: i
                                nan_to_number=backend == "openvino")
                 row.backend = backend
                 report.rows.append(row)
-    records = read_layers(onnx_path) if layers else None
+    records = read_layers(onnx_path, proto) if layers else None
     if records:
         report.layer_record = True
+        present = {o for n in proto.graph.node for o in n.output} | {i.name for i in proto.graph.input}
+        missing = [r for r in records if any(t and t not in present for t in (r.input, r.output, r.residual))]
+        records = [r for r in records if r not in missing]
+        report.layers.extend(LayerRow(r.path, r.kind, r.form, backends[0], "-", float("inf"), float("inf"), 0.0,
+                                      0.0, 0.0, False, note="the file has no tensor the record names for it")
+                             for r in missing)
         samples = _layer_samples([x[:most] for x in given], fixed_batch or max(batch_sizes))
-        if samples:
-            run_layers = _runners(onnx_path, backends, in_specs, out_specs, extra=layer_tensors(records))
+        if samples and records:
+            run_layers = _runners(onnx_path, backends, in_specs, out_specs, extra=layer_tensors(records),
+                                  proto=proto)
+            fp32_errors: dict[str, float] = {}
             for (backend, name), runner in run_layers.items():
                 values: dict[str, list[np.ndarray]] = {}
                 for chunk in samples:
@@ -168,7 +178,8 @@ def check_parity(model: nn.Module, onnx_path, *, batch_sizes=(1, 2), n_inputs: i
                     for tensor, value in zip(layer_tensors(records), got):
                         values.setdefault(tensor, []).append(value)
                 report.layers.extend(compare_layers(records, values, ref64=ref_model, model=model,
-                                                    backend=backend, optimization=name, k=k))
+                                                    backend=backend, optimization=name, k=k,
+                                                    fp32_errors=fp32_errors))
     return report
 
 

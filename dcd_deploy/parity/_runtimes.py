@@ -31,24 +31,28 @@ Runner = Callable[[list[np.ndarray]], list[np.ndarray]]
 
 
 def runners(onnx_path: Path, backends, inputs: list[TensorSpec], outputs: list[TensorSpec],
-            extra: tuple[str, ...] = ()) -> dict[tuple[str, str], Runner]:
-    """``{(backend, label): run}``; ``run`` returns the file's outputs, then ``extra``."""
+            extra: tuple[str, ...] = (), proto=None) -> dict[tuple[str, str], Runner]:
+    """``{(backend, label): run}``; ``run`` returns the file's outputs, then ``extra``.
+
+    Args:
+        proto: the file's ``ModelProto``, when already read (needed with ``extra``).
+    """
     found = {}
     if "onnxruntime" in backends:
+        model = str(onnx_path) if not extra else _with_outputs(onnx_path, proto, extra)
         for name, level in LEVELS.items():
-            found["onnxruntime", name] = _ort(onnx_path, level, inputs, outputs, extra)
+            found["onnxruntime", name] = _ort(onnx_path, model, level, inputs, outputs, extra)
     if "openvino" in backends:
         found["openvino", "openvino"] = _openvino(onnx_path, inputs, outputs, extra)
     return found
 
 
-def _ort(onnx_path: Path, level: str, inputs, outputs, extra) -> Runner:
+def _ort(onnx_path: Path, model: str | bytes, level: str, inputs, outputs, extra) -> Runner:
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
     opts.graph_optimization_level = getattr(ort.GraphOptimizationLevel, level)
     opts.intra_op_num_threads = opts.inter_op_num_threads = 1
-    model = str(onnx_path) if not extra else _with_outputs(onnx_path, extra)
     try:
         sess = ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
     except Exception as exc:  # ORT raises its own exception types for unreadable files
@@ -61,18 +65,25 @@ def _ort(onnx_path: Path, level: str, inputs, outputs, extra) -> Runner:
     return run
 
 
-def _with_outputs(onnx_path: Path, extra) -> bytes:
-    """The model with ``extra`` tensors appended to its graph outputs, serialised."""
+def _with_outputs(onnx_path: Path, proto, extra) -> bytes:
+    """The model with ``extra`` tensors appended to its graph outputs, serialised (``proto``
+    is left as it was)."""
     import onnx
     from onnx import TensorProto, helper
 
-    proto = onnx.load(str(onnx_path))
+    if any(t.data_location == TensorProto.EXTERNAL for t in proto.graph.initializer):
+        proto = onnx.load(str(onnx_path))  # the weights too: the copy is run from memory
+
+    n = len(proto.graph.output)
     have = {o.name for o in proto.graph.output}
     for name in extra:
         if name not in have:
             proto.graph.output.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, None))
             have.add(name)
-    return proto.SerializeToString()
+    try:
+        return proto.SerializeToString()
+    finally:
+        del proto.graph.output[n:]
 
 
 def _openvino(onnx_path: Path, inputs, outputs, extra) -> Runner:
