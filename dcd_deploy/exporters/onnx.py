@@ -88,7 +88,8 @@ def export_onnx(model: nn.Module, path, *, input_size: int = 224, batch: int | N
                 opset: int | None = None, simplify: bool = True, mode: str = "standard",
                 check: bool = True, strategy: str = "auto", parity_batch_sizes=(1, 2),
                 parity_inputs: torch.Tensor | None = None,
-                progress: Callable[[str], None] | None = None, accept_inconclusive: bool = False) -> ExportResult:
+                progress: Callable[[str], None] | None = None, accept_inconclusive: bool = False,
+                parity_preprocess=None, parity_inputs_description: str | None = None) -> ExportResult:
     """Export ``model`` to ONNX in deploy form; the file appears only if all succeeded.
 
     Args:
@@ -114,6 +115,9 @@ def export_onnx(model: nn.Module, path, *, input_size: int = 224, batch: int | N
             ``[simplify]``, ``[write]``, ``[check]``).
         accept_inconclusive: let the check pass when its end-to-end comparison is
             inconclusive and no dynamic layer decided it (see :class:`~dcd_deploy.parity.ParityReport`).
+        parity_preprocess: the model's preprocessing for the check's built-in images
+            (:class:`~dcd_deploy.preprocess.Preprocess` or a preset name).
+        parity_inputs_description: what ``parity_inputs`` are, for the file's metadata.
 
     Raises:
         ExportError: bad arguments, an unwritable path, or a layer that cannot be lowered.
@@ -150,6 +154,8 @@ def export_onnx(model: nn.Module, path, *, input_size: int = 224, batch: int | N
     if bad:  # a lowering bug, not a user error
         raise AssertionError(f"exported graph contains disallowed ops: {bad}")
 
+    if check:
+        _record_parity_inputs(proto, parity_inputs, parity_inputs_description, parity_preprocess)
     with atomic_output(path, error=ExportError) as tmp:
         onnx.save(proto, tmp)
         # The checker reads the written file: what the user gets, and about 3x faster on big
@@ -162,7 +168,8 @@ def export_onnx(model: nn.Module, path, *, input_size: int = 224, batch: int | N
 
             sizes = (batch,) if batch is not None else tuple(parity_batch_sizes)
             report = check_parity(model, tmp, batch_sizes=sizes, inputs=parity_inputs,
-                                  backends=_parity_backends(mode), accept_inconclusive=accept_inconclusive)
+                                  backends=_parity_backends(mode), accept_inconclusive=accept_inconclusive,
+                                  preprocess=parity_preprocess)
             report.onnx_path = str(path)  # the file the user gets, not its temporary name
             stage("check")
             if not report:
@@ -277,6 +284,18 @@ def build_onnx(deploy: torch.fx.GraphModule, *, input_size: int, batch: int | No
 #: metadata_props key of the layer record the layer-wise parity check reads
 #: (dcd_deploy/parity/_layerwise.py documents the entries).
 LAYERS_KEY = "dcd_deploy.layers"
+
+
+def _record_parity_inputs(proto, inputs, description, preprocess) -> None:
+    """Metadata ``dcd_deploy.parity_inputs``: what the export's parity check ran on."""
+    from ..preprocess import make_preprocess
+
+    if inputs is None:
+        text = f"built-in natural images, preprocessed: {make_preprocess(preprocess).describe()}"
+    else:
+        text = description or f"caller's inputs, {' x '.join(map(str, inputs.shape))}, taken as preprocessed"
+    entry = proto.metadata_props.add()
+    entry.key, entry.value = "dcd_deploy.parity_inputs", text
 
 
 def _relink_layers(before: onnx.ModelProto, after: onnx.ModelProto, simplified: bool):

@@ -54,6 +54,7 @@ import torch
 from torch import nn
 
 from ..errors import DCDDeployError
+from ..preprocess import PRESETS, Preprocess, make_preprocess
 from ._layerwise import LAYER_RTOL, LAYER_SAMPLES, LayerRecord, LayerRow, compare_layers, read_layers
 from ._layerwise import tensors as layer_tensors
 from ._compare import compare as _compare
@@ -70,7 +71,7 @@ REFERENCE_CHUNK = 8
 def check_parity(model: nn.Module, onnx_path, *, batch_sizes=(1, 2), n_inputs: int = 8, seed: int = 0,
                  atol: float | None = None, rtol: float | None = None, k: float | None = None,
                  inputs=None, example_inputs=None, backends=("onnxruntime",), layers: bool = True,
-                 accept_inconclusive: bool = False) -> ParityReport:
+                 accept_inconclusive: bool = False, preprocess: Preprocess | str | None = None) -> ParityReport:
     """Compare ``model`` (PyTorch, eval mode) with ``onnx_path`` run by ONNX Runtime (or OpenVINO).
 
     Args:
@@ -98,6 +99,11 @@ def check_parity(model: nn.Module, onnx_path, *, batch_sizes=(1, 2), n_inputs: i
         accept_inconclusive: let an end-to-end comparison without power (PyTorch fp32
             itself far off float64) pass when no dynamic layer was checked on its own;
             the verdict then says it was accepted.
+        preprocess: how the model's images are made from pixels (a
+            :class:`~dcd_deploy.preprocess.Preprocess` or a preset name of
+            :data:`~dcd_deploy.preprocess.PRESETS`; default ``imagenet``): the built-in
+            images go through it, so a model trained on [0, 255] or BGR inputs is checked
+            on images it knows. ``inputs`` are taken as the model takes them.
 
     Returns:
         A :class:`ParityReport`; it is falsy when any comparison failed.
@@ -122,9 +128,13 @@ def check_parity(model: nn.Module, onnx_path, *, batch_sizes=(1, 2), n_inputs: i
     given = as_list(inputs, in_specs, "inputs")
     run = _runners(onnx_path, backends, in_specs, out_specs)
     synthetic = given is None
+    preprocess = make_preprocess(preprocess)
     if synthetic:
+        from ..models._images import natural_pixels
+
         total = max(-(-n_inputs // b) * b for b in batch_sizes)  # whole batches, rounded up
-        given = synthetic_inputs(in_specs, examples, total, seed=seed)
+        given = synthetic_inputs(in_specs, examples, total, seed=seed,
+                                 images=lambda n, hw, s: preprocess.apply(natural_pixels(n, hw, seed=s)))
     else:
         given = [x.float() if x.is_floating_point() else x for x in given]
         if len({x.shape[0] for x in given}) > 1:
@@ -134,6 +144,7 @@ def check_parity(model: nn.Module, onnx_path, *, batch_sizes=(1, 2), n_inputs: i
     report = ParityReport(onnx_path=str(onnx_path), input_size=_image_size(in_specs, given), atol=atol,
                           rtol=rtol, k=k, synthetic_inputs=synthetic, outputs=[s.name for s in out_specs])
     report.accept_inconclusive = bool(accept_inconclusive)
+    report.preprocess = preprocess.to_dict() if synthetic else None
     model = model.eval()
     fixed_batch = in_specs[0].static(0)
     plans = {b: _used(b, available, n_inputs if synthetic else None, fixed_batch, onnx_path) for b in batch_sizes}
@@ -238,5 +249,5 @@ def _reference(model: nn.Module, inputs: list[torch.Tensor]) -> tuple[nn.Module,
 
 
 __all__ = ["BACKENDS", "DEFAULT_ATOL", "DEFAULT_K", "DEFAULT_RTOL", "LAYER_RTOL", "LEVELS", "SCHEMA",
-           "LayerRecord", "LayerRow", "ParityReport",
+           "LayerRecord", "LayerRow", "PRESETS", "ParityReport", "Preprocess",
            "ParityRow", "TensorSpec", "check_parity", "read_signature"]
