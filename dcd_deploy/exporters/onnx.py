@@ -148,7 +148,7 @@ def export_onnx(model: nn.Module, path, *, input_size: int = 224, batch: int | N
     stage("emit")
     simplified = False
     if simplify and mode == "standard":
-        proto, simplified = _relink_layers(proto, *_simplify(proto))
+        proto, simplified = _simplify_keeping_layers(proto)
         stage("simplify")
     bad = sorted({n.op_type for n in proto.graph.node if n.domain in ("", "ai.onnx")} - ALLOWED_OPS)
     if bad:  # a lowering bug, not a user error
@@ -298,25 +298,39 @@ def _record_parity_inputs(proto, inputs, description, preprocess) -> None:
     entry.key, entry.value = "dcd_deploy.parity_inputs", text
 
 
-def _relink_layers(before: onnx.ModelProto, after: onnx.ModelProto, simplified: bool):
-    """Point the layer record at the names onnxsim kept: it folds the final Identity, so
-    the tensor feeding a graph output takes the output's name."""
-    if not simplified:
-        return after, simplified
-    identity = {n.input[0]: n.output[0] for n in before.graph.node if n.op_type == "Identity"}
-    names = {o for n in after.graph.node for o in n.output} | {i.name for i in after.graph.input}
-    props = {p.key: p for p in after.metadata_props}
+def _simplify_keeping_layers(proto: onnx.ModelProto) -> tuple[onnx.ModelProto, bool]:
+    """onnxsim, keeping every tensor the layer record names: they are graph outputs while
+    it runs (else it may fold a layer's Reshape/Unsqueeze boundary away), removed after.
+    A tensor that only feeds the final Identity takes the graph output's name instead
+    (onnxsim folds that Identity)."""
+    props = {p.key: p for p in proto.metadata_props}
     if LAYERS_KEY not in props:
-        return after, simplified
+        return _simplify(proto)
     layers = json.loads(props[LAYERS_KEY].value)
+    outputs = {o.name for o in proto.graph.output}
+    identity = {n.input[0]: n.output[0] for n in proto.graph.node if n.op_type == "Identity"}
+    keep = [t for t in dict.fromkeys(layer[k] for layer in layers for k in ("input", "output", "residual"))
+            if t and t not in outputs and identity.get(t) not in outputs and t != "input"]
+    n = len(proto.graph.output)
+    try:  # onnxsim needs each output's shape
+        known = {v.name: v for v in onnx.shape_inference.infer_shapes(proto).graph.value_info}
+    except Exception:  # onnx's inference failing is no reason to skip simplification
+        known = {}
+    if not all(t in known for t in keep):
+        return _simplify(proto)  # not all layer tensors keepable: the check reports any it misses
+    work = onnx.ModelProto()
+    work.CopyFrom(proto)
+    work.graph.output.extend(known[t] for t in keep)
+    after, simplified = _simplify(work)
+    if not simplified:
+        return proto, False
+    del after.graph.output[n:]
     for layer in layers:
         for key in ("input", "output", "residual"):
-            name = layer[key]
-            while name and name not in names and name in identity:
-                name = identity[name]
-            layer[key] = name
-    props[LAYERS_KEY].value = json.dumps(layers)
-    return after, simplified
+            if identity.get(layer[key]) in outputs:
+                layer[key] = identity[layer[key]]
+    next(p for p in after.metadata_props if p.key == LAYERS_KEY).value = json.dumps(layers)
+    return after, True
 
 
 def _record_layer(layers: list, deploy, node, modules, x: str, y: str, *, spec=None, residual=None) -> None:
