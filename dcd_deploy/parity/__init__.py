@@ -126,7 +126,17 @@ def check_parity(model: nn.Module, onnx_path, *, batch_sizes=(1, 2), n_inputs: i
     in_specs, out_specs = read_signature(onnx_path, proto)
     examples = as_list(example_inputs, in_specs, "example_inputs")
     given = as_list(inputs, in_specs, "inputs")
+    records = read_layers(onnx_path, proto) if layers else None
+    extra, missing = _layer_tensors(records, proto)
+    # One session per runtime configuration runs both checks where the layers' extra
+    # outputs cannot change what is computed (ORT without optimisations); elsewhere the
+    # end-to-end run keeps the file as it is, since extra outputs stop fusions.
     run = _runners(onnx_path, backends, in_specs, out_specs)
+    run_layers = {}
+    if extra:
+        run_layers = _runners(onnx_path, backends, in_specs, out_specs, extra=extra, proto=proto)
+        if ("onnxruntime", "disabled") in run:
+            run["onnxruntime", "disabled"] = run_layers["onnxruntime", "disabled"]
     synthetic = given is None
     preprocess = make_preprocess(preprocess)
     if synthetic:
@@ -168,30 +178,34 @@ def check_parity(model: nn.Module, onnx_path, *, batch_sizes=(1, 2), n_inputs: i
                                nan_to_number=backend == "openvino")
                 row.backend = backend
                 report.rows.append(row)
-    records = read_layers(onnx_path, proto) if layers else None
     if records:
         report.layer_record = True
-        present = {o for n in proto.graph.node for o in n.output} | {i.name for i in proto.graph.input}
-        missing = [r for r in records if any(t and t not in present for t in (r.input, r.output, r.residual))]
-        records = [r for r in records if r not in missing]
         report.layers.extend(LayerRow(r.path, r.kind, r.form, backends[0], "-", float("inf"), float("inf"), 0.0,
                                       0.0, 0.0, False, note="the file has no tensor the record names for it")
                              for r in missing)
+        records = [r for r in records if r not in missing]
         samples = _layer_samples([x[:most] for x in given], fixed_batch or max(batch_sizes))
         if samples and records:
-            run_layers = _runners(onnx_path, backends, in_specs, out_specs, extra=layer_tensors(records),
-                                  proto=proto)
             fp32_errors: dict[str, float] = {}
             for (backend, name), runner in run_layers.items():
                 values: dict[str, list[np.ndarray]] = {}
                 for chunk in samples:
-                    got = runner([x.numpy() for x in chunk])[len(out_specs):]
-                    for tensor, value in zip(layer_tensors(records), got):
+                    got = runner([x.numpy() for x in chunk], with_extra=True)[len(out_specs):]
+                    for tensor, value in zip(extra, got):
                         values.setdefault(tensor, []).append(value)
                 report.layers.extend(compare_layers(records, values, ref64=ref_model, model=model,
                                                     backend=backend, optimization=name, k=k,
                                                     fp32_errors=fp32_errors))
     return report
+
+
+def _layer_tensors(records, proto) -> tuple[tuple[str, ...], list]:
+    """(tensors the layer check reads, records naming a tensor the file lacks)."""
+    if not records:
+        return (), []
+    present = {o for n in proto.graph.node for o in n.output} | {i.name for i in proto.graph.input}
+    missing = [r for r in records if any(t and t not in present for t in (r.input, r.output, r.residual))]
+    return layer_tensors([r for r in records if r not in missing]), missing
 
 
 def _layer_samples(inputs: list[torch.Tensor], batch: int) -> list[list[torch.Tensor]]:

@@ -26,13 +26,15 @@ its own, like Polygraphy's ``--onnx-outputs mark all`` and "which layer diverges
 
 The bound comes from measurement (``docs/design.md#parity``): over the zoo's DCD,
 DY-Conv and CondConv models, in every mode (standard, function, fused), on ONNX Runtime
-(both levels) and OpenVINO (with the fused kernels), on natural images, white noise and
-[0, 255] inputs, the largest layer error of a correct file was 6e-6 of the layer's
-output scale; :data:`LAYER_RTOL` = 1e-4 leaves a margin of more than 10x, while the
-smallest lowering mistake of the tamper tests (a DCD layer's P off by 1%, a BatchNorm
-folded with eps 1e-3 instead of 1e-5) moves its layer by 5e-4 of scale or more. The
-``k * err_torch`` term (k as end to end) keeps a layer that is itself ill-conditioned
-in fp32 from failing a correct file; no zoo layer needed it.
+(both levels) and OpenVINO (with the fused kernels), the largest layer error of a
+correct file was 4e-6 of the layer's output scale on natural images and 1.5e-5 on white
+noise; :data:`LAYER_RTOL` = 1e-4 leaves a margin of 25x (7x), while the smallest
+lowering mistake of the tamper tests (a DCD layer's P off by 1%, a BatchNorm folded
+with eps 1e-3 instead of 1e-5) moves its layer by 5e-4 of scale or more. On inputs far
+outside the working range (3x white noise, [0, 255] pixels into an ImageNet-normalised
+model) a fused layer reached 5.3e-5 while PyTorch's own fp32 evaluation of the same
+layer was 1.2e-4 off: the ``k * err_torch`` term (k as end to end) keeps such a layer,
+ill-conditioned in fp32 itself, from failing a correct file.
 """
 
 from __future__ import annotations
@@ -200,7 +202,7 @@ def _compare_layer(r: LayerRecord, values, *, ref64: nn.Module, model: nn.Module
     for i, x in enumerate(values[r.input]):
         x = _nchw(x, r.layout)
         res = _nchw(values[r.residual][i], r.layout) if r.residual else None
-        got = _nchw(values[r.output][i], r.layout).astype(np.float64)
+        got = _nchw(values[r.output][i], r.layout)
         with torch.no_grad():
             y64 = _apply(r, ref64, torch.from_numpy(x).double(),
                          None if res is None else torch.from_numpy(res).double()).numpy()
@@ -209,6 +211,12 @@ def _compare_layer(r: LayerRecord, values, *, ref64: nn.Module, model: nn.Module
                 None if res is None else torch.from_numpy(np.ascontiguousarray(res, np.float32))).numpy()
         if y64.shape != got.shape:
             raise ValueError(f"the file's output has shape {got.shape}, the layer's {y64.shape}")
+        if np.isfinite(y64).all() and np.isfinite(got).all():  # the common case: no masks to build
+            max_abs = max(max_abs, float(np.abs(got - y64).max(initial=0.0)))
+            if not known:
+                err_torch = max(err_torch, float(np.abs(y32 - y64).max(initial=0.0)))
+            scale = max(scale, float(np.abs(y64).max(initial=0.0)))
+            continue
         ok = np.isfinite(y64)
         if not np.array_equal(ok, np.isfinite(got)):
             return LayerRow(r.path, r.kind, r.form, "", "", float("inf"), float("inf"), 0.0, 0.0, 0.0, False,

@@ -27,7 +27,8 @@ LEVELS = {"disabled": "ORT_DISABLE_ALL", "all": "ORT_ENABLE_ALL"}
 #: Runtimes :func:`~dcd_deploy.check_parity` can run a file in.
 BACKENDS = ("onnxruntime", "openvino")
 
-Runner = Callable[[list[np.ndarray]], list[np.ndarray]]
+#: ``run(arrays, with_extra=False)``: the file's outputs (then the extra tensors when asked).
+Runner = Callable[..., list[np.ndarray]]
 
 
 def runners(onnx_path: Path, backends, inputs: list[TensorSpec], outputs: list[TensorSpec],
@@ -57,10 +58,11 @@ def _ort(onnx_path: Path, model: str | bytes, level: str, inputs, outputs, extra
         sess = ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
     except Exception as exc:  # ORT raises its own exception types for unreadable files
         raise ExportError(f"ONNX Runtime cannot load {onnx_path}: {str(exc).splitlines()[0]}") from exc
-    names = [s.name for s in outputs] + list(extra)
+    names = [s.name for s in outputs]
 
-    def run(arrays: list[np.ndarray]) -> list[np.ndarray]:
-        return sess.run(names, {s.name: a.astype(s.dtype, copy=False) for s, a in zip(inputs, arrays)})
+    def run(arrays: list[np.ndarray], with_extra: bool = False) -> list[np.ndarray]:
+        return sess.run(names + list(extra) if with_extra else names,
+                        {s.name: a.astype(s.dtype, copy=False) for s, a in zip(inputs, arrays)})
 
     return run
 
@@ -120,7 +122,7 @@ def _openvino(onnx_path: Path, inputs, outputs, extra) -> Runner:
             raise DCDDeployError(f"OpenVINO does not expose {missing[0]!r} of {onnx_path}")
         return c.create_infer_request(), [ports[n] for n in names]
 
-    def run(arrays: list[np.ndarray]) -> list[np.ndarray]:
+    def run(arrays: list[np.ndarray], with_extra: bool = False) -> list[np.ndarray]:
         key = tuple(a.shape for a in arrays)
         if key not in compiled:
             compiled[key] = compile_for(key)
@@ -129,6 +131,6 @@ def _openvino(onnx_path: Path, inputs, outputs, extra) -> Runner:
             result = request.infer({s.name: a.astype(s.dtype, copy=False) for s, a in zip(inputs, arrays)})
         except RuntimeError as exc:  # OpenVINO's run-time failures (a kernel refusing its input)
             raise DCDDeployError(f"OpenVINO failed running {onnx_path}: {openvino_message(exc)}") from None
-        return [np.array(result[p]) for p in ports]
+        return [np.array(result[p]) for p in (ports if with_extra else ports[:len(outputs)])]
 
     return run
