@@ -226,3 +226,24 @@ def test_without_a_layer_record_an_inconclusive_check_is_not_a_pass(tmp_path, re
     assert json.loads((tmp_path / "r.json").read_text())["verdict"] == "INCONCLUSIVE"
     result = run(validate_main, [ckpt, bare, "--batch-sizes", "2", "--accept-inconclusive"])
     assert result.exit_code == 0 and result.output.splitlines()[-1].startswith("PASS (accepted inconclusive: ")
+
+
+# ------------------------------------------------------------------ fused mode, OpenVINO
+@pytest.mark.slow
+def test_fused_layers_are_checked_in_openvino_and_a_tampered_one_is_named(tmp_path):
+    pytest.importorskip("openvino")
+    arch = "mobilenetv2_035_dcd"
+    model = models(arch)
+    good = export_onnx(model, tmp_path / "fused.onnx", input_size=input_size(arch), mode="fused", check=False).path
+    records = json.loads(next(p.value for p in onnx.load(str(good)).metadata_props if p.key == "dcd_deploy.layers"))
+    fused = [r["path"] for r in records if r["layout"] == "NHWC"]
+    assert fused and all(r["kind"] == "DCD" for r in records if r["layout"] == "NHWC")
+    report = check_parity(model, good, backends=("onnxruntime", "openvino"), **CHECK)
+    assert report and report.decided_by == "end to end", report.summary()
+    openvino = {r.path for r in report.layers if r.backend == "openvino"}
+    assert set(fused) <= openvino and len(openvino) == len(records)
+    layer = _tampered(good, "p_1pct", tmp_path / "bad.onnx")
+    assert layer in fused
+    report = check_parity(model, tmp_path / "bad.onnx", backends=("onnxruntime", "openvino"), **CHECK)
+    _assert_fails_at(report, layer)
+    assert {r.backend for r in report.layers if r.path == layer and not r.passed} == {"onnxruntime", "openvino"}
