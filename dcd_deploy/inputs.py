@@ -94,3 +94,80 @@ def _check_size(path: Path, shape: tuple) -> None:
     values = int(np.prod(shape, dtype=np.float64)) if shape else 1
     if values > MAX_VALUES:
         raise UnsupportedInputError(f"inputs file {path} holds {values} values; at most {MAX_VALUES} are checked")
+
+
+def load_images(path: str | os.PathLike, *, input_size: int | tuple[int, int] | None = None,
+                preprocess=None) -> tuple[torch.Tensor, str]:
+    """Read a batch of images for a parity check, in whichever form they were saved.
+
+    * floating-point, (N, 3, H, W) or (N, H, W, 3): taken as the model takes them
+      (already preprocessed); NHWC is transposed;
+    * uint8, either layout: pixels on [0, 255], put through ``preprocess`` (the model's
+      preprocessing, :class:`~dcd_deploy.preprocess.Preprocess`; default ``imagenet``).
+
+    A 4-D array whose axis 1 has 3 entries is NCHW, else one whose last axis has 3 is NHWC.
+
+    Args:
+        path: a ``.npy`` (read without pickle) or ``.pt`` (``weights_only``) file.
+        input_size: the model's input side or (H, W); the images must have it.
+        preprocess: a ``Preprocess``, a preset name, or None (``imagenet``).
+
+    Returns:
+        (float32 (N, 3, H, W) tensor, a description for reports: file, dtype, layout and
+        the preprocessing applied).
+
+    Raises:
+        UnsupportedInputError: a missing or unreadable file, or not a batch of 3-channel
+            images of the model's size.
+    """
+    from .preprocess import make_preprocess
+
+    path = Path(path)
+    if not path.is_file():
+        raise UnsupportedInputError(f"inputs file {path}: no such file" if not path.exists()
+                                    else f"inputs file {path} is not a regular file")
+    if path.suffix.lower() not in SUFFIXES:
+        raise UnsupportedInputError(f"inputs file {path}: expected a .npy or .pt file")
+    data = _read_uint8_npy(path)
+    if data is None:
+        data = _read(path)
+    shape = tuple(data.shape)
+    if data.dtype != torch.uint8 and not data.is_floating_point():
+        raise UnsupportedInputError(f"inputs file {path} holds {data.dtype} values; expected floating-point "
+                                    "(preprocessed) or uint8 (pixel) images")
+    if data.dim() != 4 or 3 not in (shape[1], shape[3]):
+        raise UnsupportedInputError(f"inputs file {path} holds a tensor of shape {shape}; expected N x 3 x H x W "
+                                    "or N x H x W x 3")
+    layout = "NCHW" if shape[1] == 3 else "NHWC"
+    if layout == "NHWC":
+        data = data.permute(0, 3, 1, 2)
+    n, _, h, w = data.shape
+    if n < 1 or h < 1 or w < 1:
+        raise UnsupportedInputError(f"inputs file {path} holds an empty tensor of shape {shape}")
+    if n > MAX_IMAGES:
+        raise UnsupportedInputError(f"inputs file {path} holds {n} images; at most {MAX_IMAGES} are checked")
+    if input_size is not None:
+        want = (input_size, input_size) if isinstance(input_size, int) else tuple(input_size)
+        if (h, w) != want:
+            raise UnsupportedInputError(f"inputs file {path} holds {h}x{w} images, but the model takes "
+                                        f"{want[0]}x{want[1]}")
+    if data.dtype == torch.uint8:
+        pre = make_preprocess(preprocess)
+        images = pre.apply(data.to(torch.float32) / 255.0).contiguous()
+        return images, f"{path} (uint8 {layout} pixels, preprocessed: {pre.describe()})"
+    images = data.to(torch.float32).contiguous()
+    return images, f"{path} ({str(data.dtype).removeprefix('torch.')} {layout}, taken as preprocessed)"
+
+
+def _read_uint8_npy(path: Path) -> torch.Tensor | None:
+    """A ``.npy`` of uint8 pixels, or None for any other file (read by ``_read``)."""
+    if path.suffix.lower() != ".npy":
+        return None
+    try:
+        array = np.load(path, mmap_mode="r", allow_pickle=False)
+    except (ValueError, OSError, EOFError):
+        return None  # _read says what is wrong with it
+    if array.dtype != np.uint8:
+        return None
+    _check_size(path, array.shape)
+    return torch.from_numpy(np.array(array))

@@ -476,3 +476,27 @@ def test_json_names_the_file_written_not_its_temporary_name(tmp_path, exported):
     result = export_onnx(model, tmp_path / "final.onnx", input_size=SIZE)
     assert result.parity.onnx_path == str(tmp_path / "final.onnx")
     assert result.to_dict()["parity"]["onnx_path"] == str(tmp_path / "final.onnx")
+
+
+def test_openvino_nan_turned_into_numbers_is_named_not_refused(exported):
+    """OpenVINO's CPU plugin turns NaN into numbers even in standard-op files: a correct
+    file is not refused for it, and the summary says what was not compared."""
+    pytest.importorskip("openvino")
+    model, path = exported
+    x = synthetic_images(4, SIZE, seed=1)
+    x[1, 0, 3, 3] = float("nan")
+    report = check_parity(model, path, batch_sizes=(2,), inputs=x, backends=("onnxruntime", "openvino"))
+    assert report, report.summary()
+    ov = [r for r in report.rows if r.backend == "openvino"]
+    ort_rows = [r for r in report.rows if r.backend == "onnxruntime"]
+    assert all(r.nonfinite > 0 and r.nonfinite_match and r.nonfinite_replaced == 0 for r in ort_rows)
+    if any(r.nonfinite_replaced for r in ov):  # what this OpenVINO release does
+        assert "NaN/Inf outputs became numbers in OpenVINO (not compared" in report.summary()
+    # a number where PyTorch has one must still match, and NaN where PyTorch has a number fails
+    ref = [[1.0, 2.0], [NAN, NAN]]
+    assert _compare(arr(ref).astype(np.float64), arr(ref), arr([[1.0, 2.0], [5.0, 7.0]]), "openvino", 2,
+                    atol=1e-5, rtol=1e-3, nan_to_number=True).passed
+    assert not _compare(arr(ref).astype(np.float64), arr(ref), arr([[1.0, NAN], [5.0, 7.0]]), "openvino", 2,
+                        atol=1e-5, rtol=1e-3, nan_to_number=True).passed
+    assert not _compare(arr(ref).astype(np.float64), arr(ref), arr([[1.0, 2.0], [5.0, 7.0]]), "all", 2,
+                        atol=1e-5, rtol=1e-3).passed

@@ -12,7 +12,7 @@ from ..errors import ParityError
 from ..checkpoint import resolve_model
 from .._limits import MAX_BATCH, MAX_INPUT_SIZE
 from ._common import OutputPath, accept_inconclusive_option, check_outputs, check_parity_budget, default_output
-from ._common import inputs_option, model_options
+from ._common import inputs_option, make_preprocess_from_options, model_options, preprocess_options
 from ._common import parity_failure, run_cli, write_json_atomic
 
 #: Input side when neither --input-size nor --inputs gives one.
@@ -51,6 +51,7 @@ def _batch(value: str) -> int | None:
 @click.option("--no-simplify", is_flag=True, help="Skip onnxsim.")
 @click.option("--no-check", is_flag=True, help="Skip the parity check against PyTorch.")
 @inputs_option
+@preprocess_options
 @accept_inconclusive_option
 @click.option("--json", "json_path", type=OutputPath(), default=None,
               help="Also write the export report as JSON.")
@@ -61,10 +62,10 @@ def _batch(value: str) -> int | None:
 @model_options
 @run_cli
 def main(model, output, input_size, batch, opset, mode, strategy, no_simplify, no_check, inputs_path,
-         accept_inconclusive, json_path, verbose, quiet, arch, trust_checkpoint, seed):
+         preset, mean, std, scale, bgr, accept_inconclusive, json_path, verbose, quiet, arch, trust_checkpoint, seed):
     """Export MODEL (a checkpoint path or a zoo name) to ONNX in deploy form."""
     from ..exporters import export_onnx
-    from ..inputs import load_inputs
+    from ..inputs import load_images
 
     if quiet and verbose:
         raise click.UsageError("-q/--quiet and -v/--verbose exclude each other")
@@ -73,9 +74,13 @@ def main(model, output, input_size, batch, opset, mode, strategy, no_simplify, n
         output = default_output(model)
     # fail before the slow part, and before anything is written
     check_outputs(outputs=[output, json_path], inputs=[model, inputs_path])
-    inputs = None
+    preprocess = make_preprocess_from_options(preset, mean, std, scale, bgr)
+    inputs, described = None, None
     if inputs_path is not None:
-        inputs = load_inputs(inputs_path, input_size=input_size)
+        inputs, described = load_images(inputs_path, input_size=input_size, preprocess=preprocess)
+        if inputs.shape[2] != inputs.shape[3]:
+            raise click.UsageError(f"--inputs holds {inputs.shape[2]}x{inputs.shape[3]} images; this exporter "
+                                   "takes square inputs")
         input_size = inputs.shape[2]
     input_size = DEFAULT_INPUT_SIZE if input_size is None else input_size
     check_parity_budget(input_size=input_size, batch_sizes=(batch or 2,), n_inputs=8)
@@ -89,7 +94,8 @@ def main(model, output, input_size, batch, opset, mode, strategy, no_simplify, n
             result = export_onnx(net, output, input_size=input_size, batch=batch, opset=opset,
                                  simplify=not no_simplify, mode=mode, check=not no_check, strategy=strategy,
                                  parity_inputs=inputs, progress=progress,
-                                 accept_inconclusive=accept_inconclusive)
+                                 accept_inconclusive=accept_inconclusive, parity_preprocess=preprocess,
+                                 parity_inputs_description=described)
     except ParityError as exc:
         if exc.report is None:  # the model itself is broken (NaN outputs): nothing to tabulate
             raise

@@ -12,7 +12,7 @@ from ..errors import DCDDeployError
 from ..checkpoint import resolve_model
 from .._limits import MAX_BATCH, MAX_INPUTS, read_onnx_input_size
 from ._common import OutputPath, accept_inconclusive_option, check_outputs, check_parity_budget, inputs_option
-from ._common import model_options
+from ._common import make_preprocess_from_options, model_options, preprocess_options
 from ._common import onnxruntime_errors, parity_failure, run_cli, write_json_atomic
 
 
@@ -34,6 +34,7 @@ def _sizes(value: str) -> tuple[int, ...]:
 @click.option("--num-inputs", "n_inputs", type=click.IntRange(1, MAX_INPUTS), default=8, show_default=True,
               help="Synthetic inputs per batch size (without --inputs).")
 @inputs_option
+@preprocess_options
 @click.option("--atol", type=float, default=None, help="Absolute tolerance (default 1e-5).")
 @click.option("--rtol", type=float, default=None, help="Tolerance relative to the output scale (default 1e-3).")
 @click.option("--backend", "backends", type=click.Choice(["onnxruntime", "openvino"]), multiple=True,
@@ -47,10 +48,10 @@ def _sizes(value: str) -> tuple[int, ...]:
               help="Also write the report as JSON.")
 @model_options
 @run_cli
-def main(model, onnx_path, batch_sizes, n_inputs, inputs_path, atol, rtol, backends, show_layers,
-         accept_inconclusive, json_path, arch, trust_checkpoint, seed):
+def main(model, onnx_path, batch_sizes, n_inputs, inputs_path, preset, mean, std, scale, bgr, atol, rtol, backends,
+         show_layers, accept_inconclusive, json_path, arch, trust_checkpoint, seed):
     """Check that ONNX computes what MODEL (checkpoint path or zoo name) computes."""
-    from ..inputs import load_inputs
+    from ..inputs import load_images
     from ..parity import check_parity
 
     if not onnx_path.is_file():
@@ -58,13 +59,16 @@ def main(model, onnx_path, batch_sizes, n_inputs, inputs_path, atol, rtol, backe
     check_outputs(outputs=[json_path], inputs=[model, onnx_path, inputs_path])
     sizes = _sizes(batch_sizes)
     input_size = _onnx_input_size(onnx_path)
-    inputs = None if inputs_path is None else load_inputs(inputs_path, input_size=input_size)
+    preprocess = make_preprocess_from_options(preset, mean, std, scale, bgr)
+    inputs, described = None, None
+    if inputs_path is not None:
+        inputs, described = load_images(inputs_path, input_size=input_size, preprocess=preprocess)
     check_parity_budget(input_size=input_size, batch_sizes=sizes, n_inputs=n_inputs)
     net = resolve_model(model, arch=arch, trust_checkpoint=trust_checkpoint, seed=seed, input_size=input_size)
     with onnxruntime_errors(onnx_path), preparation_threads():
         report = check_parity(net, onnx_path, batch_sizes=sizes, n_inputs=n_inputs, atol=atol, rtol=rtol,
                               inputs=inputs, backends=tuple(dict.fromkeys(backends)) or ("onnxruntime",),
-                              accept_inconclusive=accept_inconclusive)
+                              accept_inconclusive=accept_inconclusive, preprocess=preprocess)
     click.echo(report.table())
     if show_layers:
         click.echo(report.layer_table() if report.layers else
@@ -73,9 +77,14 @@ def main(model, onnx_path, batch_sizes, n_inputs, inputs_path, atol, rtol, backe
     click.echo(report.summary())
     if json_path is not None:
         write_json_atomic(json_path, {**report.to_dict(), "model": model,
-                                      "inputs": None if inputs_path is None else str(inputs_path)})
+                                      "inputs": None if inputs_path is None else str(inputs_path),
+                                      "inputs_description": described or _builtin(preprocess)})
     if not report:
         raise parity_failure(report)
+
+
+def _builtin(preprocess) -> str:
+    return f"built-in natural images, preprocessed: {preprocess.describe()}"
 
 
 def _onnx_input_size(path: Path) -> int:

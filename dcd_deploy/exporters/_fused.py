@@ -19,8 +19,11 @@ fused), ``fc1``, ``gate`` (SE), ``scale_w`` (Λ), ``phi_w``, ``phi_b``, ``q``, `
 ``p``, ``w0``, ``bias``. Attributes: ``pool``, ``se``, ``attention``, ``residual``,
 ``activation``, ``form`` (the cost model's pick; both forms compute the same function).
 
-Other DCD kinds (k x k channel fusion, depthwise, joint, the classifier) stay standard
-ops in this mode: they are not fused yet.
+The epilogue is matched on the exported ONNX graph (:func:`plan`): a same-shape Add
+and then a Relu or Clip(0, 6), each only where the tensor before it feeds nothing else.
+Other DCD kinds (k x k channel fusion, depthwise, joint, strided, several latent blocks,
+the classifier) stay standard ops in this mode: they are not fused yet, and
+:func:`why_not` says why for the export's report.
 """
 
 from __future__ import annotations

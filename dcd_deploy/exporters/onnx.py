@@ -45,7 +45,7 @@ DEFAULT_OPSET = NATIVE_OPSET
 MIN_OPSET = 13  # Unsqueeze/ReduceSum take axes as inputs from 13 on
 MODES = ("standard", "function", "fused")
 #: Version of the layout of :meth:`ExportResult.to_dict` (``dcd-export --json``).
-EXPORT_SCHEMA = "dcd-export.report/2"
+EXPORT_SCHEMA = "dcd-export.report/1"  # fields added since: fused, unfused, input/output names, dynamic_size
 #: metadata_props key of the layer record (read by :mod:`dcd_deploy.parity`).
 LAYERS_KEY = "dcd_deploy.layers"
 #: Ops OUR emission of a dynamic layer may write (docs/design.md#emission); the rest of
@@ -111,7 +111,8 @@ def export_onnx(model: nn.Module, path, *, input_size: int | tuple[int, int] = 2
                 input_names=None, output_names=None, dynamic_size: bool = False, batch: int | None = None,
                 opset: int | None = None, simplify: bool = True, mode: str = "standard",
                 check: bool = True, strategy: str = "auto", parity_batch_sizes=(1, 2), parity_inputs=None,
-                progress: Callable[[str], None] | None = None, accept_inconclusive: bool = False) -> ExportResult:
+                progress: Callable[[str], None] | None = None, accept_inconclusive: bool = False,
+                parity_preprocess=None, parity_inputs_description: str | None = None) -> ExportResult:
     """Export ``model`` to ONNX in deploy form; the file appears only if all succeeded.
 
     Args:
@@ -143,10 +144,13 @@ def export_onnx(model: nn.Module, path, *, input_size: int | tuple[int, int] = 2
         parity_batch_sizes: batch sizes the parity check runs (a fixed ``batch`` overrides).
         parity_inputs: the check's inputs instead of synthetic ones (a tensor, or a tuple
             in input order; see :func:`~dcd_deploy.check_parity`).
-        progress: called with one line per finished stage (``[lower] 0.4 s``, ``[trace]``,
-            ``[emit]``, ``[simplify]``, ``[write]``, ``[check]``).
+        progress: called with one line per finished stage (``[lower] 0.4 s``, ``[emit]`` (the
+            trace included), ``[simplify]``, ``[write]``, ``[check]``).
         accept_inconclusive: let the check pass when its end-to-end comparison is
             inconclusive and no dynamic layer decided it (see :class:`~dcd_deploy.parity.ParityReport`).
+        parity_preprocess: the model's preprocessing for the check's built-in images
+            (:class:`~dcd_deploy.preprocess.Preprocess` or a preset name).
+        parity_inputs_description: what ``parity_inputs`` are, for the file's metadata.
 
     Raises:
         ExportError: bad arguments, an unwritable path, a model torch.export cannot trace
@@ -184,13 +188,12 @@ def export_onnx(model: nn.Module, path, *, input_size: int | tuple[int, int] = 2
                               output_names=out_names, progress=stage)
     simplified = False
     if simplify and mode == "standard":
-        before = proto
-        proto, simplified = _simplify(proto)
-        if simplified:
-            _relink_layers(before, proto)
+        proto, simplified = _simplify_keeping_layers(proto)
         stage("simplify")
     _check_ops(proto, mode)
 
+    if check:
+        _record_parity_inputs(proto, parity_inputs, parity_inputs_description, parity_preprocess)
     with atomic_output(path, error=ExportError) as tmp:
         onnx.save(proto, tmp)
         # The checker reads the written file: what the user gets, and about 3x faster on big
@@ -204,7 +207,8 @@ def export_onnx(model: nn.Module, path, *, input_size: int | tuple[int, int] = 2
             sizes = (batch,) if batch is not None else tuple(parity_batch_sizes)
             report = check_parity(model, tmp, batch_sizes=sizes, inputs=parity_inputs,
                                   example_inputs=example if example_inputs is not None else None,
-                                  backends=_parity_backends(mode), accept_inconclusive=accept_inconclusive)
+                                  backends=_parity_backends(mode), accept_inconclusive=accept_inconclusive,
+                                  preprocess=parity_preprocess)
             report.onnx_path = str(path)  # the file the user gets, not its temporary name
             stage("check")
             if not report:
@@ -240,8 +244,6 @@ def _build(deploy: nn.Module, *, example_inputs, input_size, batch, opset, mode,
         output_names = _output_names(deploy, example, None)
     traced = trace(deploy, example, batch=batch, dynamic_size=dynamic_size, input_names=input_names,
                    output_names=output_names)
-    if progress is not None:
-        progress("trace")
     proto = traced.proto
     modules = dict(deploy.named_modules())
     emitted = emit_layers(proto, emitters=traced.emitters, mode=mode, opset=NATIVE_OPSET, modules=modules,
@@ -395,6 +397,13 @@ def _simplify(proto: onnx.ModelProto) -> tuple[onnx.ModelProto, bool]:
     return (simplified, True) if ok else (proto, False)
 
 
+def _simplify_relinked(proto: onnx.ModelProto) -> tuple[onnx.ModelProto, bool]:
+    after, simplified = _simplify(proto)
+    if simplified:
+        _relink_layers(proto, after)
+    return after, simplified
+
+
 def _relink_layers(before: onnx.ModelProto, after: onnx.ModelProto) -> None:
     """Point the layer records at the tensors onnxsim kept: it folds an Identity, so the
     tensor feeding a graph output takes the output's name; drop a record whose tensor is gone."""
@@ -411,6 +420,54 @@ def _relink_layers(before: onnx.ModelProto, after: onnx.ModelProto) -> None:
                 name = identity[name]
             layer[key] = name
     props[LAYERS_KEY].value = json.dumps(drop_missing(layers, after))
+
+
+def _record_parity_inputs(proto, inputs, description, preprocess) -> None:
+    """Metadata ``dcd_deploy.parity_inputs``: what the export's parity check ran on."""
+    from ..preprocess import make_preprocess
+
+    if inputs is None:
+        text = f"built-in natural images, preprocessed: {make_preprocess(preprocess).describe()}"
+    else:
+        text = description or f"caller's inputs, {' x '.join(map(str, inputs.shape))}, taken as preprocessed"
+    entry = proto.metadata_props.add()
+    entry.key, entry.value = "dcd_deploy.parity_inputs", text
+
+
+def _simplify_keeping_layers(proto: onnx.ModelProto) -> tuple[onnx.ModelProto, bool]:
+    """onnxsim, keeping every tensor the layer record names: they are graph outputs while
+    it runs (else it may fold a layer's Reshape/Unsqueeze boundary away), removed after.
+    A tensor that only feeds the final Identity takes the graph output's name instead
+    (onnxsim folds that Identity)."""
+    props = {p.key: p for p in proto.metadata_props}
+    if LAYERS_KEY not in props:
+        return _simplify(proto)
+    layers = json.loads(props[LAYERS_KEY].value)
+    outputs = {o.name for o in proto.graph.output}
+    graph_inputs = {i.name for i in proto.graph.input}
+    identity = {n.input[0]: n.output[0] for n in proto.graph.node if n.op_type == "Identity"}
+    keep = [t for t in dict.fromkeys(layer[k] for layer in layers for k in ("input", "output", "residual"))
+            if t and t not in outputs and identity.get(t) not in outputs and t not in graph_inputs]
+    n = len(proto.graph.output)
+    try:  # onnxsim needs each output's shape
+        known = {v.name: v for v in onnx.shape_inference.infer_shapes(proto).graph.value_info}
+    except Exception:  # onnx's inference failing is no reason to skip simplification
+        known = {}
+    if not all(t in known for t in keep):
+        return _simplify_relinked(proto)  # not all layer tensors keepable: records of lost ones are dropped
+    work = onnx.ModelProto()
+    work.CopyFrom(proto)
+    work.graph.output.extend(known[t] for t in keep)
+    after, simplified = _simplify(work)
+    if not simplified:
+        return proto, False
+    del after.graph.output[n:]
+    for layer in layers:
+        for key in ("input", "output", "residual"):
+            if identity.get(layer[key]) in outputs:
+                layer[key] = identity[layer[key]]
+    next(p for p in after.metadata_props if p.key == LAYERS_KEY).value = json.dumps(drop_missing(layers, after))
+    return after, True
 
 
 __all__ = ["ALLOWED_OPS", "ExportResult", "build_onnx", "export_onnx", "LAYERS_KEY"]

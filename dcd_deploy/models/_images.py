@@ -37,6 +37,8 @@ CHROMA = 0.6
 def synthetic_images(n: int, size: int | tuple[int, int], *, seed: int = 0, channels: int = 3) -> torch.Tensor:
     """``n`` seeded natural-looking images, ImageNet-normalised, shape (n, channels, H, W).
 
+    :func:`natural_pixels` before normalisation.
+
     Images differ in content (so top-1 classes differ) but all lie in the value range of
     a normalised photograph: about -2.1 to 2.6 per pixel.
 
@@ -48,6 +50,13 @@ def synthetic_images(n: int, size: int | tuple[int, int], *, seed: int = 0, chan
         channels: 3 for RGB (ImageNet normalisation); other counts use mean 0.45 and
             std 0.225 per channel.
     """
+    mean, std = _normalisation(channels)
+    return (natural_pixels(n, size, seed=seed, channels=channels) - mean) / std
+
+
+def natural_pixels(n: int, size: int | tuple[int, int], *, seed: int = 0, channels: int = 3) -> torch.Tensor:
+    """The images of :func:`synthetic_images` as pixels: RGB on [0, 1], not normalised
+    (for a model with other preprocessing, :class:`~dcd_deploy.preprocess.Preprocess`)."""
     h, w = (size, size) if isinstance(size, int) else (int(size[0]), int(size[1]))
     g = torch.Generator().manual_seed(seed)
     img = _upsample(_colours(g, n, channels, COLOUR_GRID), (h, w))
@@ -66,8 +75,7 @@ def synthetic_images(n: int, size: int | tuple[int, int], *, seed: int = 0, chan
     coarse = (max(1, h // TEXTURE_SCALE), max(1, w // TEXTURE_SCALE))
     img = img + TEXTURE_AMPLITUDE * _upsample(torch.randn(n, channels, *coarse, generator=g), (h, w))
     img = img + SENSOR_NOISE * torch.randn(n, channels, h, w, generator=g)
-    mean, std = _normalisation(channels)
-    return (img.clamp(0.0, 1.0) - mean) / std
+    return img.clamp(0.0, 1.0)
 
 
 def _colours(g: torch.Generator, n: int, channels: int, side: int) -> torch.Tensor:

@@ -54,13 +54,15 @@ import torch
 from torch import nn
 
 from ..errors import DCDDeployError
+from ..preprocess import PRESETS, Preprocess, make_preprocess
 from ._layerwise import LAYER_RTOL, LAYER_SAMPLES, LayerRecord, LayerRow, compare_layers, read_layers
 from ._layerwise import tensors as layer_tensors
 from ._compare import compare as _compare
 from ._compare import refuse_nonfinite as _refuse_nonfinite
 from ._report import DEFAULT_ATOL, DEFAULT_K, DEFAULT_RTOL, SCHEMA, ParityReport, ParityRow
 from ._runtimes import BACKENDS, LEVELS, runners as _runners
-from ._signature import TensorSpec, as_list, read_signature, flatten_outputs, match_outputs, synthetic_inputs
+from ._signature import TensorSpec, as_list, read_signature
+from ._signature import load as load_onnx, flatten_outputs, match_outputs, synthetic_inputs
 
 #: Inputs per float64 reference batch (bounds the copy's activation memory).
 REFERENCE_CHUNK = 8
@@ -69,7 +71,7 @@ REFERENCE_CHUNK = 8
 def check_parity(model: nn.Module, onnx_path, *, batch_sizes=(1, 2), n_inputs: int = 8, seed: int = 0,
                  atol: float | None = None, rtol: float | None = None, k: float | None = None,
                  inputs=None, example_inputs=None, backends=("onnxruntime",), layers: bool = True,
-                 accept_inconclusive: bool = False) -> ParityReport:
+                 accept_inconclusive: bool = False, preprocess: Preprocess | str | None = None) -> ParityReport:
     """Compare ``model`` (PyTorch, eval mode) with ``onnx_path`` run by ONNX Runtime (or OpenVINO).
 
     Args:
@@ -97,6 +99,11 @@ def check_parity(model: nn.Module, onnx_path, *, batch_sizes=(1, 2), n_inputs: i
         accept_inconclusive: let an end-to-end comparison without power (PyTorch fp32
             itself far off float64) pass when no dynamic layer was checked on its own;
             the verdict then says it was accepted.
+        preprocess: how the model's images are made from pixels (a
+            :class:`~dcd_deploy.preprocess.Preprocess` or a preset name of
+            :data:`~dcd_deploy.preprocess.PRESETS`; default ``imagenet``): the built-in
+            images go through it, so a model trained on [0, 255] or BGR inputs is checked
+            on images it knows. ``inputs`` are taken as the model takes them.
 
     Returns:
         A :class:`ParityReport`; it is falsy when any comparison failed.
@@ -115,14 +122,29 @@ def check_parity(model: nn.Module, onnx_path, *, batch_sizes=(1, 2), n_inputs: i
     unknown = sorted(set(backends) - set(BACKENDS))
     if unknown or not backends:
         raise DCDDeployError(f"unknown parity backend {', '.join(unknown) or '(none)'}; expected {', '.join(BACKENDS)}")
-    in_specs, out_specs = read_signature(onnx_path)
+    proto = load_onnx(onnx_path)
+    in_specs, out_specs = read_signature(onnx_path, proto)
     examples = as_list(example_inputs, in_specs, "example_inputs")
     given = as_list(inputs, in_specs, "inputs")
+    records = read_layers(onnx_path, proto) if layers else None
+    extra, missing = _layer_tensors(records, proto)
+    # One session per runtime configuration runs both checks where the layers' extra
+    # outputs cannot change what is computed (ORT without optimisations); elsewhere the
+    # end-to-end run keeps the file as it is, since extra outputs stop fusions.
     run = _runners(onnx_path, backends, in_specs, out_specs)
+    run_layers = {}
+    if extra:
+        run_layers = _runners(onnx_path, backends, in_specs, out_specs, extra=extra, proto=proto)
+        if ("onnxruntime", "disabled") in run:
+            run["onnxruntime", "disabled"] = run_layers["onnxruntime", "disabled"]
     synthetic = given is None
+    preprocess = make_preprocess(preprocess)
     if synthetic:
+        from ..models._images import natural_pixels
+
         total = max(-(-n_inputs // b) * b for b in batch_sizes)  # whole batches, rounded up
-        given = synthetic_inputs(in_specs, examples, total, seed=seed)
+        given = synthetic_inputs(in_specs, examples, total, seed=seed,
+                                 images=lambda n, hw, s: preprocess.apply(natural_pixels(n, hw, seed=s)))
     else:
         given = [x.float() if x.is_floating_point() else x for x in given]
         if len({x.shape[0] for x in given}) > 1:
@@ -132,6 +154,7 @@ def check_parity(model: nn.Module, onnx_path, *, batch_sizes=(1, 2), n_inputs: i
     report = ParityReport(onnx_path=str(onnx_path), input_size=_image_size(in_specs, given), atol=atol,
                           rtol=rtol, k=k, synthetic_inputs=synthetic, outputs=[s.name for s in out_specs])
     report.accept_inconclusive = bool(accept_inconclusive)
+    report.preprocess = preprocess.to_dict() if synthetic else None
     model = model.eval()
     fixed_batch = in_specs[0].static(0)
     plans = {b: _used(b, available, n_inputs if synthetic else None, fixed_batch, onnx_path) for b in batch_sizes}
@@ -155,21 +178,34 @@ def check_parity(model: nn.Module, onnx_path, *, batch_sizes=(1, 2), n_inputs: i
                                nan_to_number=backend == "openvino")
                 row.backend = backend
                 report.rows.append(row)
-    records = read_layers(onnx_path) if layers else None
     if records:
         report.layer_record = True
+        report.layers.extend(LayerRow(r.path, r.kind, r.form, backends[0], "-", float("inf"), float("inf"), 0.0,
+                                      0.0, 0.0, False, note="the file has no tensor the record names for it")
+                             for r in missing)
+        records = [r for r in records if r not in missing]
         samples = _layer_samples([x[:most] for x in given], fixed_batch or max(batch_sizes))
-        if samples:
-            run_layers = _runners(onnx_path, backends, in_specs, out_specs, extra=layer_tensors(records))
+        if samples and records:
+            fp32_errors: dict[str, float] = {}
             for (backend, name), runner in run_layers.items():
                 values: dict[str, list[np.ndarray]] = {}
                 for chunk in samples:
-                    got = runner([x.numpy() for x in chunk])[len(out_specs):]
-                    for tensor, value in zip(layer_tensors(records), got):
+                    got = runner([x.numpy() for x in chunk], with_extra=True)[len(out_specs):]
+                    for tensor, value in zip(extra, got):
                         values.setdefault(tensor, []).append(value)
                 report.layers.extend(compare_layers(records, values, ref64=ref_model, model=model,
-                                                    backend=backend, optimization=name, k=k))
+                                                    backend=backend, optimization=name, k=k,
+                                                    fp32_errors=fp32_errors))
     return report
+
+
+def _layer_tensors(records, proto) -> tuple[tuple[str, ...], list]:
+    """(tensors the layer check reads, records naming a tensor the file lacks)."""
+    if not records:
+        return (), []
+    present = {o for n in proto.graph.node for o in n.output} | {i.name for i in proto.graph.input}
+    missing = [r for r in records if any(t and t not in present for t in (r.input, r.output, r.residual))]
+    return layer_tensors([r for r in records if r not in missing]), missing
 
 
 def _layer_samples(inputs: list[torch.Tensor], batch: int) -> list[list[torch.Tensor]]:
@@ -227,5 +263,5 @@ def _reference(model: nn.Module, inputs: list[torch.Tensor]) -> tuple[nn.Module,
 
 
 __all__ = ["BACKENDS", "DEFAULT_ATOL", "DEFAULT_K", "DEFAULT_RTOL", "LAYER_RTOL", "LEVELS", "SCHEMA",
-           "LayerRecord", "LayerRow", "ParityReport",
+           "LayerRecord", "LayerRow", "PRESETS", "ParityReport", "Preprocess",
            "ParityRow", "TensorSpec", "check_parity", "read_signature"]

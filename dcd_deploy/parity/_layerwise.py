@@ -26,13 +26,15 @@ its own, like Polygraphy's ``--onnx-outputs mark all`` and "which layer diverges
 
 The bound comes from measurement (``docs/design.md#parity``): over the zoo's DCD,
 DY-Conv and CondConv models, in every mode (standard, function, fused), on ONNX Runtime
-(both levels) and OpenVINO (with the fused kernels), on natural images, white noise and
-[0, 255] inputs, the largest layer error of a correct file was 6e-6 of the layer's
-output scale; :data:`LAYER_RTOL` = 1e-4 leaves a margin of more than 10x, while the
-smallest lowering mistake of the tamper tests (a DCD layer's P off by 1%, a BatchNorm
-folded with eps 1e-3 instead of 1e-5) moves its layer by 5e-4 of scale or more. The
-``k * err_torch`` term (k as end to end) keeps a layer that is itself ill-conditioned
-in fp32 from failing a correct file; no zoo layer needed it.
+(both levels) and OpenVINO (with the fused kernels), the largest layer error of a
+correct file was 4e-6 of the layer's output scale on natural images and 1.5e-5 on white
+noise; :data:`LAYER_RTOL` = 1e-4 leaves a margin of 25x (7x), while the smallest
+lowering mistake of the tamper tests (a DCD layer's P off by 1%, a BatchNorm folded
+with eps 1e-3 instead of 1e-5) moves its layer by 5e-4 of scale or more. On inputs far
+outside the working range (3x white noise, [0, 255] pixels into an ImageNet-normalised
+model) a fused layer reached 5.3e-5 while PyTorch's own fp32 evaluation of the same
+layer was 1.2e-4 off: the ``k * err_torch`` term (k as end to end) keeps such a layer,
+ill-conditioned in fp32 itself, from failing a correct file.
 """
 
 from __future__ import annotations
@@ -56,8 +58,9 @@ KINDS = DYNAMIC_KINDS + ("Conv", "Linear")
 #: A layer's bound: ``LAYER_ATOL + LAYER_RTOL * scale`` (see the module docstring).
 LAYER_RTOL = 1e-4
 LAYER_ATOL = 1e-7
-#: Samples the layer-wise run uses (whole batches of the largest batch size checked).
-LAYER_SAMPLES = 4
+#: Samples the layer-wise run uses (at least one batch of the largest batch size checked):
+#: a wrong weight moves its layer on any input, and each sample costs a float64 pass.
+LAYER_SAMPLES = 2
 ACTIVATIONS = ("none", "relu", "relu6")
 
 
@@ -121,15 +124,15 @@ class LayerRow:
         return f"{self.kind}, {self.form} form" if self.form else self.kind
 
 
-def read_layers(onnx_path: Path) -> list[LayerRecord] | None:
+def read_layers(onnx_path: Path, proto) -> list[LayerRecord] | None:
     """The file's layer record, or None when it has none (a file from another exporter).
+
+    Args:
+        proto: the file's ``ModelProto``.
 
     Raises:
         DCDDeployError: the record is there but malformed.
     """
-    import onnx
-
-    proto = onnx.load(str(onnx_path), load_external_data=False)
     raw = next((p.value for p in proto.metadata_props if p.key == LAYERS_KEY), None)
     if raw is None:
         return None
@@ -171,12 +174,19 @@ def _apply(record: LayerRecord, model: nn.Module, x: torch.Tensor, residual: tor
 
 
 def compare_layers(records: list[LayerRecord], values: dict[str, list[np.ndarray]], *, ref64: nn.Module,
-                   model: nn.Module, backend: str, optimization: str, k: float) -> list[LayerRow]:
-    """Judge each layer of one run: ``values`` maps a tensor name to its chunks' arrays."""
+                   model: nn.Module, backend: str, optimization: str, k: float,
+                   fp32_errors: dict[str, float] | None = None) -> list[LayerRow]:
+    """Judge each layer of one run: ``values`` maps a tensor name to its chunks' arrays.
+
+    Args:
+        fp32_errors: PyTorch fp32's error per layer (relative to scale), filled by the
+            first run and reused by the next: it describes the layer, not the runtime,
+            and measuring it costs a pass of its own.
+    """
     rows = []
     for r in records:
         try:
-            row = _compare_layer(r, values, ref64=ref64, model=model, k=k)
+            row = _compare_layer(r, values, ref64=ref64, model=model, k=k, fp32_errors=fp32_errors)
         except (RuntimeError, ValueError, AttributeError, KeyError) as exc:  # shapes or paths that do not fit
             row = LayerRow(r.path, r.kind, r.form, "", "", float("inf"), float("inf"), 0.0, 0.0, 0.0, False,
                            note=f"cannot evaluate: {(str(exc).splitlines() or [type(exc).__name__])[0][:160]}")
@@ -185,19 +195,28 @@ def compare_layers(records: list[LayerRecord], values: dict[str, list[np.ndarray
     return rows
 
 
-def _compare_layer(r: LayerRecord, values, *, ref64: nn.Module, model: nn.Module, k: float) -> LayerRow:
+def _compare_layer(r: LayerRecord, values, *, ref64: nn.Module, model: nn.Module, k: float,
+                   fp32_errors: dict[str, float] | None) -> LayerRow:
     max_abs = err_torch = scale = 0.0
+    known = fp32_errors is not None and r.path in fp32_errors
     for i, x in enumerate(values[r.input]):
         x = _nchw(x, r.layout)
         res = _nchw(values[r.residual][i], r.layout) if r.residual else None
-        got = _nchw(values[r.output][i], r.layout).astype(np.float64)
+        got = _nchw(values[r.output][i], r.layout)
         with torch.no_grad():
             y64 = _apply(r, ref64, torch.from_numpy(x).double(),
                          None if res is None else torch.from_numpy(res).double()).numpy()
-            y32 = _apply(r, model, torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32)),
-                         None if res is None else torch.from_numpy(np.ascontiguousarray(res, np.float32))).numpy()
+            y32 = y64 if known else _apply(
+                r, model, torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32)),
+                None if res is None else torch.from_numpy(np.ascontiguousarray(res, np.float32))).numpy()
         if y64.shape != got.shape:
             raise ValueError(f"the file's output has shape {got.shape}, the layer's {y64.shape}")
+        if np.isfinite(y64).all() and np.isfinite(got).all():  # the common case: no masks to build
+            max_abs = max(max_abs, float(np.abs(got - y64).max(initial=0.0)))
+            if not known:
+                err_torch = max(err_torch, float(np.abs(y32 - y64).max(initial=0.0)))
+            scale = max(scale, float(np.abs(y64).max(initial=0.0)))
+            continue
         ok = np.isfinite(y64)
         if not np.array_equal(ok, np.isfinite(got)):
             return LayerRow(r.path, r.kind, r.form, "", "", float("inf"), float("inf"), 0.0, 0.0, 0.0, False,
@@ -206,6 +225,10 @@ def _compare_layer(r: LayerRecord, values, *, ref64: nn.Module, model: nn.Module
             max_abs = max(max_abs, float(np.abs(got[ok] - y64[ok]).max()))
             err_torch = max(err_torch, float(np.abs(y32[ok].astype(np.float64) - y64[ok]).max()))
             scale = max(scale, float(np.abs(y64[ok]).max()))
+    if known:
+        err_torch = fp32_errors[r.path] * scale
+    elif fp32_errors is not None:
+        fp32_errors[r.path] = err_torch / scale if scale else 0.0
     bound = max(LAYER_ATOL + LAYER_RTOL * scale, k * err_torch)
     return LayerRow(r.path, r.kind, r.form, "", "", max_abs, max_abs / scale if scale else 0.0, scale, bound,
                     err_torch / scale if scale else 0.0, max_abs <= bound)

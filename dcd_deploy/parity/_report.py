@@ -89,6 +89,8 @@ class ParityReport:
         layer_record: the file records its layers (so they were checked).
         accept_inconclusive: an end-to-end comparison without power may pass when no
             dynamic layer was checked on its own.
+        preprocess: the preprocessing the built-in images went through
+            (:class:`~dcd_deploy.preprocess.Preprocess` as a dict); None for the caller's inputs.
     """
 
     onnx_path: str
@@ -103,6 +105,7 @@ class ParityReport:
     layers: list[LayerRow] = field(default_factory=list)
     layer_record: bool = False
     accept_inconclusive: bool = False
+    preprocess: dict | None = None
 
     def __bool__(self) -> bool:
         return self.verdict == "PASS"

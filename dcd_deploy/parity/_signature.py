@@ -56,16 +56,30 @@ class TensorSpec:
         return d if isinstance(d, int) else None
 
 
-def read_signature(onnx_path: Path) -> tuple[list[TensorSpec], list[TensorSpec]]:
-    """(inputs, outputs) of the file's main graph, initializers excluded from inputs."""
+def load(onnx_path: Path):
+    """The file's ``ModelProto`` (read once per check: a big model takes a while to parse).
+
+    Raises:
+        ExportError: the file is not ONNX.
+    """
     import onnx
-    from onnx import helper
 
     try:
-        proto = onnx.load(str(onnx_path), load_external_data=False)
+        return onnx.load(str(onnx_path), load_external_data=False)
     except Exception as exc:  # protobuf's and onnx's many types for a damaged file
         raise ExportError(f"cannot read {onnx_path} as ONNX: "
                           f"{(str(exc).splitlines() or [type(exc).__name__])[0]}") from None
+
+
+def read_signature(onnx_path: Path, proto=None) -> tuple[list[TensorSpec], list[TensorSpec]]:
+    """(inputs, outputs) of the file's main graph, initializers excluded from inputs.
+
+    Args:
+        proto: the file's ``ModelProto`` when already read (:func:`load`).
+    """
+    from onnx import helper
+
+    proto = load(onnx_path) if proto is None else proto
     weights = {t.name for t in proto.graph.initializer}
 
     def spec(value) -> TensorSpec:

@@ -380,7 +380,7 @@ def test_failure_on_ill_conditioned_synthetic_inputs_suggests_inputs():
         row = ParityRow("all", 1, 8, 0.5, 0.05, 0.1, 0.2 if ill else 1e-6, 10.0, 0.01, ill, 1.0, 0, 0, True, False)
         return ParityReport("m.onnx", 224, 1e-5, 1e-3, [row], synthetic_inputs=synthetic)
 
-    hint = "check on your own preprocessed images with --inputs FILE"
+    hint = "check on your own images with --inputs FILE"
     assert hint in str(parity_failure(report(True, True)))
     assert "fp32 itself is ill-conditioned" in str(parity_failure(report(True, True)))
     assert hint not in str(parity_failure(report(False, True)))  # they were the user's inputs already
