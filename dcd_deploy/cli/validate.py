@@ -13,6 +13,7 @@ from ..checkpoint import resolve_model
 from .._limits import MAX_BATCH, MAX_INPUTS, read_onnx_input_size
 from ._common import OutputPath, check_outputs, check_parity_budget, inputs_option, model_options
 from ._common import onnxruntime_errors, parity_failure, run_cli, write_json_atomic
+from ._model_arg import MODEL_HELP, model_inputs
 
 
 def _sizes(value: str) -> tuple[int, ...]:
@@ -25,7 +26,7 @@ def _sizes(value: str) -> tuple[int, ...]:
     return sizes
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.command(context_settings={"help_option_names": ["-h", "--help"]}, epilog=MODEL_HELP)
 @click.version_option(__version__, "--version", prog_name="dcd-validate")
 @click.argument("model")
 @click.argument("onnx_path", metavar="ONNX", type=click.Path(path_type=Path))
@@ -43,19 +44,20 @@ def _sizes(value: str) -> tuple[int, ...]:
 @model_options
 @run_cli
 def main(model, onnx_path, batch_sizes, n_inputs, inputs_path, atol, rtol, backends, json_path, arch,
-         trust_checkpoint, seed):
-    """Check that ONNX computes what MODEL (checkpoint path or zoo name) computes."""
+         weights, trust_checkpoint, seed):
+    """Check that ONNX computes what MODEL (a checkpoint, a zoo name or MODULE:FUNCTION) computes."""
     from ..inputs import load_inputs
     from ..parity import check_parity
 
     if not onnx_path.is_file():
         raise DCDDeployError(f"{onnx_path}: no such ONNX file")
-    check_outputs(outputs=[json_path], inputs=[model, onnx_path, inputs_path])
+    check_outputs(outputs=[json_path], inputs=[*model_inputs(model, weights), onnx_path, inputs_path])
     sizes = _sizes(batch_sizes)
     input_size = _onnx_input_size(onnx_path)
     inputs = None if inputs_path is None else load_inputs(inputs_path, input_size=input_size)
     check_parity_budget(input_size=input_size, batch_sizes=sizes, n_inputs=n_inputs)
-    net = resolve_model(model, arch=arch, trust_checkpoint=trust_checkpoint, seed=seed, input_size=input_size)
+    net = resolve_model(model, arch=arch, weights=weights, trust_checkpoint=trust_checkpoint, seed=seed,
+                        input_size=input_size)
     with onnxruntime_errors(onnx_path), preparation_threads():
         report = check_parity(net, onnx_path, batch_sizes=sizes, n_inputs=n_inputs, atol=atol, rtol=rtol,
                               inputs=inputs, backends=tuple(dict.fromkeys(backends)) or ("onnxruntime",))
