@@ -92,14 +92,15 @@ def build_from_factory(spec: str | FactorySpec) -> nn.Module:
     factory = _attribute(module, parsed)
     where = f"{parsed.module}:{parsed.function}"
     if not callable(factory):
-        raise ModelSpecError(f"{where} is a {type(factory).__name__}, not a function that returns the model")
+        raise ModelSpecError(f"{where} is a value of type {type(factory).__name__}, not a function that "
+                             "returns the model")
     _check_no_required_arguments(factory, where)
     try:
         model = _run_user_code(factory, parsed)
     except _UserCodeFailed as exc:
         raise ModelSpecError(f"{where} raised {exc.text}") from None
     if not isinstance(model, nn.Module):
-        raise ModelSpecError(f"{where} returned a {type(model).__name__}, not a torch.nn.Module")
+        raise ModelSpecError(f"{where} returned a value of type {type(model).__name__}, not a torch.nn.Module")
     return model.eval()
 
 
