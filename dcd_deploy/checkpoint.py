@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import pickle
 import re
+import sys
 import warnings
 import zipfile
 from collections.abc import Mapping
@@ -182,12 +183,25 @@ def _read(path: Path, trust: bool):
             raise CheckpointError(f"cannot read {path} (damaged or truncated?): {_first_line(exc)}") from exc
     warnings.warn(f"loading {path} with trust_checkpoint=True: this runs any code stored in the file",
                   UserWarning, stacklevel=3)
+    # A pickled model's classes live in the user's project: importable from where they run
+    # the command, as under `python -m` (console scripts leave the working directory out).
+    cwd = os.getcwd()
+    added = cwd not in sys.path
+    if added:
+        sys.path.append(cwd)
     try:
         if kind == "torchscript":
             return torch.jit.load(str(path), map_location="cpu")
         return torch.load(path, map_location="cpu", weights_only=False)
+    except ModuleNotFoundError as exc:
+        raise CheckpointError(f"cannot read {path}: it pickles objects of module {exc.name!r}, which is not "
+                              "importable here (run from the directory that holds it, or add it to "
+                              "PYTHONPATH)") from exc
     except Exception as exc:
         raise CheckpointError(f"cannot read {path}: {_first_line(exc)}") from exc
+    finally:
+        if added and cwd in sys.path:
+            sys.path.remove(cwd)
 
 
 def _sniff(path: Path) -> str:

@@ -340,15 +340,17 @@ def _build(specs: Sequence[str], *, input_size, seed: int, trust_checkpoint: boo
     archs = {spec: getattr(m, "arch", None) for spec, (m, source, _) in loaded.items() if source == "checkpoint"}
     names: dict[str, str] = {}
     first = pair_models(specs)
+    own = set()  # models of the user's own: a factory's, or a trusted pickled module of no zoo arch
     for e in first:
         model, source, _ = loaded[e.spec]
         if source == "factory" or (source == "checkpoint" and not isinstance(archs.get(e.spec), str)):
-            variant = dynamic_variant(model)  # a model of the user's own pairs under its own name
+            own.add(e.spec)
+            variant = dynamic_variant(model)  # it pairs under its own name
             archs[e.spec] = e.name if variant == "static" else f"{e.name}_{variant}"
         elif source == "onnx":
             archs[e.spec] = f"{e.name}_dcd" if baseline else e.name
     if baseline:
-        dynamic = next(e for e in first)
+        dynamic = first[0]
         key = archs.get(dynamic.spec) or dynamic.name
         base_key, variant = split_kind(key)
         if variant == "static":  # a baseline makes the model the dynamic side of the pair
@@ -357,7 +359,7 @@ def _build(specs: Sequence[str], *, input_size, seed: int, trust_checkpoint: boo
     else:
         for e in first:
             model, source, _ = loaded[e.spec]
-            if source in ("factory", "checkpoint") and archs.get(e.spec, "").startswith(e.name + "_"):
+            if e.spec in own and archs[e.spec] != e.name:  # it has dynamic layers
                 t0 = time.perf_counter()
                 static = f"{e.spec} (static)"
                 loaded[static] = (static_counterpart(model), "static counterpart", time.perf_counter() - t0)

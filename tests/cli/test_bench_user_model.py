@@ -162,3 +162,15 @@ def test_onnx_input_resolves_dynamic_axes(files):
     assert spec.resolve(batch=4, input_size=(64, 64)) == (4, 3, 32, 32)  # fixed axes win
     # the DCD file holds the static one's weights and its dynamic branch's
     assert spec.params > onnx_input(files / "tiny_static.onnx").params > 0
+
+
+def test_a_zoo_checkpoint_keeps_zoo_pairing(tmp_path, monkeypatch):
+    """A checkpoint of a zoo DCD model is not a model of one's own: no to_static partner."""
+    from dcd_deploy import create_model, save_checkpoint
+
+    monkeypatch.chdir(tmp_path)
+    save_checkpoint(create_model("mobilenetv2_035_dcd"), tmp_path / "mobilenetv2_035.pt")
+    result = run(["--models", "mobilenetv2_035.pt", "--input-size", "32", "--backends", "torch", *FAST])
+    assert result.exit_code == 0, result.output
+    assert "to_static" not in result.stderr
+    assert "no static partner mobilenetv2_035 given" in result.stdout
