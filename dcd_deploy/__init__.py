@@ -1,7 +1,8 @@
 """dcd-deploy: take Dynamic Convolution Decomposition networks to the edge.
 
-Public API: build (:func:`create_model`, :func:`list_models`), load and save
-(:func:`load_checkpoint`, :func:`save_checkpoint`), lower and export
+Public API: build (:func:`create_model`, :func:`list_models`), bring in a network of
+one's own (:func:`convert`; :func:`to_static` for its static counterpart), load and
+save (:func:`load_checkpoint`, :func:`save_checkpoint`), lower and export
 (:func:`to_deploy`, :func:`export_onnx`), prove (:func:`check_parity`) and run fused
 kernels in OpenVINO (:func:`openvino_extension`). Export and parity import ONNX Runtime
 lazily; OpenVINO is optional.
@@ -14,8 +15,9 @@ from .errors import DCDDeployError
 from .models import create_model, list_models, pseudo_train
 
 __all__ = [
-    "DCDDeployError", "__version__", "check_parity", "create_model", "export_onnx",
+    "DCDDeployError", "__version__", "check_parity", "convert", "create_model", "export_onnx",
     "list_models", "load_checkpoint", "openvino_extension", "pseudo_train", "save_checkpoint", "to_deploy",
+    "to_static",
 ]
 
 
@@ -37,6 +39,10 @@ def __getattr__(name: str):
         from .parity import check_parity
 
         return check_parity
+    if name in ("convert", "to_static"):
+        from . import conversion
+
+        return getattr(conversion, name)
     if name == "openvino_extension":
         from .openvino import openvino_extension
 

@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..layers._geometry import conv2d, explicit_pads, pad_input
 from ..layers.common import HSIG_RANGE, SEGate
 from ..layers.dcd import DCDConv2d, DCDLinear
 from ._fold import bn_affine
@@ -54,6 +55,21 @@ def prefers_weight_form(*, c_in: int, c_out: int, latent: int, hw: int) -> bool:
     return hw * (c_in + c_out + latent) > c_in * c_out
 
 
+def emit_crop(s, x: str, pads) -> str:
+    """Slice ``x`` by the negative entries of ``pads`` (top, left, bottom, right), if any.
+
+    ONNX Conv pads are non-negative; a centre tap that reads inside the border (a k x k
+    layer with less than the centring padding) crops the input of its 1x1 term instead.
+    """
+    crop = [max(0, -v) for v in pads]
+    if not any(crop):
+        return x
+    top, left, bottom, right = crop
+    ends = [-bottom if bottom else 2 ** 62, -right if right else 2 ** 62]
+    return s.op("Slice", [x, s.ints("crop_starts", [top, left]), s.ints("crop_ends", ends),
+                          s.ints("crop_axes", [2, 3])])
+
+
 class DeployDCD(nn.Module):
     """A DCD layer (conv or linear) lowered to constant weights.
 
@@ -83,6 +99,12 @@ class DeployDCD(nn.Module):
         self.pool_size = 0 if linear else layer.pool_size
         self.stride = 1 if linear else layer.stride
         self.kernel_size = 1 if linear else layer.kernel_size
+        # Geometry as nn.Conv2d has it: pairs, and the padding as (top, left, bottom, right).
+        self.groups = 1 if linear else layer.groups
+        self.kernel2, self.stride2, self.dilation2 = ((1, 1),) * 3 if linear else (
+            layer.conv.kernel_size, layer.conv.stride, layer.conv.dilation)
+        self.pads = (0, 0, 0, 0) if linear else explicit_pads(layer.conv.padding, self.kernel2, self.dilation2)
+        self.tap_pads = (0, 0, 0, 0) if linear else layer.tap_pads
         self.source_type = type(layer).__name__
         s, t = bn_affine(bn, c_out)
 
@@ -101,6 +123,8 @@ class DeployDCD(nn.Module):
         b0 = layer.cls.bias.detach() * s * lam_gain if linear and layer.cls.bias is not None else None
         self.register_buffer("b0", b0)
         bias_out = t.clone()  # added once, after Λ
+        if not linear and layer.bias is not None:
+            bias_out = bias_out + s * layer.bias.detach()  # the conv's bias is not scaled by Λ
 
         for name in ("phi_w", "phi_b", "q", "q_b", "p", "r"):
             self.register_buffer(name, None)
@@ -136,7 +160,8 @@ class DeployDCD(nn.Module):
     @staticmethod
     def supports_weight_form(layer: nn.Module) -> bool:
         return (isinstance(layer, DCDConv2d) and layer.kernel_size == 1 and layer.stride == 1
-                and layer.channel_fusion and layer.num_blocks == 1 and not layer.form.depthwise)
+                and layer.channel_fusion and layer.num_blocks == 1 and not layer.form.depthwise
+                and not any(layer.tap_pads))  # a padded 1x1 conv grows the map: not one MatMul
 
     @staticmethod
     def _dense_or_grouped(mod: nn.Module, linear: bool) -> torch.Tensor:
@@ -177,9 +202,8 @@ class DeployDCD(nn.Module):
             return self._forward_linear(x, y, lam)
         if self.strategy == "weight":
             return self._forward_weight(x, y, lam)
-        pad = self.kernel_size // 2
-        groups = self.w0.shape[0] if self.kind == "depthwise" else 1
-        out = F.conv2d(x, self.w0, None, self.stride, pad, groups=groups)  # (B, C_out, H', W')
+        geometry = (self.stride2, self.pads, self.dilation2)
+        out = conv2d(x, self.w0, None, *geometry, self.groups)  # (B, C_out, H', W')
         if lam is not None:
             out = out * lam.view(b, -1, 1, 1)
         h, w = out.shape[-2:]
@@ -187,18 +211,18 @@ class DeployDCD(nn.Module):
             phi = F.linear(y, self.phi_w, self.phi_b if self.kind == "channel" else None)
             if self.kind == "channel":
                 nb, lb = self.num_blocks, self.latent_dim // self.num_blocks
-                z = F.conv2d(x, self.q, self.q_b, self.stride, groups=nb)  # (B, L, H', W')
+                z = F.conv2d(pad_input(x, self.tap_pads), self.q, self.q_b, self.stride2, groups=nb)  # (B, L, H', W')
                 u = torch.matmul(phi.view(b, nb, lb, lb), z.view(b, nb, lb, h * w))  # (B, nb, Lb, N)
                 out = out + F.conv2d(u.view(b, self.latent_dim, h, w), self.p, None, groups=nb)
             elif self.kind == "depthwise":
                 c, lk = self.c_out, self.latent_dim
-                z = F.conv2d(x, self.r, None, self.stride, pad, groups=c)  # (B, C·L_k, H', W')
+                z = conv2d(x, self.r, None, *geometry, c)  # (B, C·L_k, H', W')
                 m = torch.matmul(self.p, phi.view(b, lk, lk))  # (B, C, L_k)
                 dyn = torch.matmul(m.view(b, c, 1, lk), z.view(b, c, lk, h * w))  # (B, C, 1, N)
                 out = out + dyn.view(b, c, h, w)
             else:
                 lat, lk = self.latent_dim, self.kernel_latent_dim
-                z = F.conv2d(F.conv2d(x, self.q), self.r, None, self.stride, pad, groups=lat)  # (B, L·L_k, H', W')
+                z = conv2d(F.conv2d(x, self.q), self.r, None, *geometry, lat)  # (B, L·L_k, H', W')
                 u = torch.matmul(phi.view(b, lat, lat * lk), z.view(b, lat * lk, h * w))  # (B, L, N)
                 out = out + F.conv2d(u.view(b, lat, h, w), self.p)
         return out + self.bias.view(1, -1, 1, 1)
@@ -248,10 +272,10 @@ class DeployDCD(nn.Module):
         if self.strategy == "weight":
             return self._emit_weight(s, x, y, lam, in_shape)
         c_out, h, w = out_shape[1], out_shape[2], out_shape[3]
-        pad = self.kernel_size // 2
-        k = self.kernel_size
-        conv_attrs = dict(kernel_shape=[k, k], strides=[self.stride] * 2, pads=[pad] * 4)
-        groups = c_out if self.kind == "depthwise" else 1
+        conv_attrs = dict(kernel_shape=list(self.kernel2), strides=list(self.stride2), pads=list(self.pads))
+        if self.dilation2 != (1, 1):
+            conv_attrs["dilations"] = list(self.dilation2)
+        groups = self.groups
         has_bias = bool(self.bias.abs().max() > 0)
         inputs = [x, s.const("w0", self.w0)]
         fused_bias = has_bias and lam is None and not self.channel_fusion
@@ -265,8 +289,9 @@ class DeployDCD(nn.Module):
         phi = self.emit_phi(s, y)
         if self.kind == "channel":
             nb, lb = self.num_blocks, self.latent_dim // self.num_blocks
-            z = s.op("Conv", [x, s.const("q", self.q), s.const("q_b", self.q_b)], kernel_shape=[1, 1],
-                     strides=[self.stride] * 2, group=nb)  # (B, L, H', W')
+            tap = {"pads": [max(0, v) for v in self.tap_pads]} if any(v > 0 for v in self.tap_pads) else {}
+            z = s.op("Conv", [emit_crop(s, x, self.tap_pads), s.const("q", self.q), s.const("q_b", self.q_b)],
+                     kernel_shape=[1, 1], strides=list(self.stride2), group=nb, **tap)  # (B, L, H', W'): centre tap
             z = s.op("Reshape", [z, s.ints("z_shape", [0, nb, lb, -1])])  # (B, nb, Lb, N)
             phi = s.op("Reshape", [phi, s.ints("phi_shape", [0, nb, lb, lb])])  # (B, nb, Lb, Lb)
             u = s.op("MatMul", [phi, z])  # (B, nb, Lb, N)

@@ -15,6 +15,7 @@ from torch import nn
 from ..layers.condconv import CondConv2d
 from ..layers.dyconv import DynamicConv2d
 from ..layers import MixtureConv2d
+from ..layers._geometry import conv2d, explicit_pads, pair
 from ._fold import bn_affine
 
 
@@ -32,6 +33,9 @@ class DeployMixture(nn.Module):
         s, t = bn_affine(bn, c_out)
         self.num_kernels, self.c_out = k, c_out
         self.stride, self.padding, self.groups = layer.stride, layer.padding, layer.groups
+        kernel = tuple(layer.weight.shape[-2:])
+        self.stride2, self.dilation2 = pair(layer.stride, "stride"), pair(layer.dilation, "dilation")
+        self.pads = explicit_pads(layer.padding, kernel, self.dilation2)  # (top, left, bottom, right)
         self.source_type = type(layer).__name__
         w = layer.weight.detach() * s.view(1, -1, 1, 1, 1)  # (K, C_out, C_in/g, k, k)
         self.register_buffer("weight", w.transpose(0, 1).reshape(c_out * k, *w.shape[2:]))  # row o·K + k
@@ -63,7 +67,8 @@ class DeployMixture(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b = x.shape[0]
         pi = self.attention(x)  # (B, K)
-        stacked = F.conv2d(x, self.weight, self.kbias, self.stride, self.padding, groups=self.groups)
+        stacked = conv2d(x, self.weight, self.kbias, self.stride2, self.pads, self.dilation2,
+                         self.groups)  # (B, C_out·K, H', W')
         h, w = stacked.shape[-2:]
         out = torch.matmul(pi.view(b, 1, 1, self.num_kernels),
                            stacked.view(b, self.c_out, self.num_kernels, h * w))  # (B, C_out, 1, N)
@@ -75,7 +80,6 @@ class DeployMixture(nn.Module):
     def emit(self, s, x: str, in_shape, out_shape) -> str:
         """Emit with standard ops (see :meth:`DeployDCD.emit` for the arguments)."""
         c_out, h, w = out_shape[1], out_shape[2], out_shape[3]
-        k = self.weight.shape[-1]
         y = s.op("Flatten", [s.op("GlobalAveragePool", [x])], axis=1)  # (B, C_in); NCHWc-friendly
         z = s.op("Gemm", [y, s.const("fc1_w", self.fc1_w), s.const("fc1_b", self.fc1_b)], transB=1)
         if self.routing == "softmax":
@@ -86,8 +90,9 @@ class DeployMixture(nn.Module):
             pi = s.op("Sigmoid", [z])
         pi = s.op("Reshape", [pi, s.ints("pi_shape", [0, 1, 1, self.num_kernels])])  # (B, 1, 1, K)
         inputs = [x, s.const("weight", self.weight)] + ([s.const("kbias", self.kbias)] if self.kbias is not None else [])
-        stacked = s.op("Conv", inputs, kernel_shape=[k, k], strides=[self.stride] * 2, pads=[self.padding] * 4,
-                       group=self.groups)  # (B, C_out·K, H', W')
+        stacked = s.op("Conv", inputs, kernel_shape=list(self.weight.shape[-2:]), strides=list(self.stride2),
+                       pads=list(self.pads), group=self.groups,
+                       **({"dilations": list(self.dilation2)} if self.dilation2 != (1, 1) else {}))  # (B, C_out·K, H', W')
         stacked = s.op("Reshape", [stacked, s.ints("stack_shape", [0, c_out, self.num_kernels, h * w])])
         out = s.op("MatMul", [pi, stacked])  # (B, C_out, 1, N)
         out = s.op("Reshape", [out, s.ints("out_shape", [0, c_out, h, w])])

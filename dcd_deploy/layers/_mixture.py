@@ -12,26 +12,43 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ._geometry import pair, resolve_padding, square
+
 
 class MixtureConv2d(nn.Module):
     """Base of :class:`DynamicConv2d` and :class:`CondConv2d`.
 
-    ``weight`` is (K, C_out, C_in / groups, k, k); padding is ``k // 2``.
+    ``weight`` is (K, C_out, C_in / groups, k, k). Kernel size, stride, padding,
+    dilation and groups have ``nn.Conv2d``'s meaning (ints when square); padding None is
+    ``dilation·(k // 2)``.
     """
 
-    def __init__(self, in_channels: int, out_channels: int, kernel_size: int, stride: int,
+    def __init__(self, in_channels: int, out_channels: int, kernel_size, stride, padding, dilation,
                  groups: int, num_kernels: int, bias: bool):
         super().__init__()
+        kernel, strides, dilations = (pair(v, n) for v, n in (
+            (kernel_size, "kernel_size"), (stride, "stride"), (dilation, "dilation")))
+        if min(kernel + strides + dilations) < 1 or groups < 1:
+            raise ValueError("kernel_size, stride, dilation and groups must be positive")
+        if in_channels % groups or out_channels % groups:
+            raise ValueError(f"groups={groups} must divide in_channels={in_channels} and out_channels={out_channels}")
+        padding = resolve_padding(padding, kernel, dilations)
+        if padding == "same" and strides != (1, 1):
+            raise ValueError("padding='same' is not supported for strided convolutions (as in nn.Conv2d)")
         self.in_channels, self.out_channels = in_channels, out_channels
-        self.kernel_size, self.stride, self.groups = kernel_size, stride, groups
-        self.padding = kernel_size // 2
+        self.kernel_size, self.stride, self.groups = square(kernel), square(strides), groups
+        self.padding, self.dilation = padding, square(dilations)
         self.num_kernels = num_kernels
-        self.weight = nn.Parameter(
-            torch.empty(num_kernels, out_channels, in_channels // groups, kernel_size, kernel_size))
+        self.weight = nn.Parameter(torch.empty(num_kernels, out_channels, in_channels // groups, *kernel))
         self.bias = nn.Parameter(torch.zeros(num_kernels, out_channels)) if bias else None
-        fan_out = kernel_size * kernel_size * out_channels // groups
+        fan_out = kernel[0] * kernel[1] * out_channels // groups
         nn.init.normal_(self.weight, 0.0, math.sqrt(2.0 / fan_out))
         self.pool = nn.AdaptiveAvgPool2d(1)
+
+    def __setstate__(self, state: dict) -> None:
+        # A module pickled before dilation existed had dilation 1.
+        super().__setstate__(state)
+        self.__dict__.setdefault("dilation", 1)
 
     def routing(self, y: torch.Tensor) -> torch.Tensor:
         """π(x) as (B, K) from pooled features (B, C_in)."""
@@ -40,10 +57,9 @@ class MixtureConv2d(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, c, h, w = x.shape
         pi = self.routing(torch.flatten(self.pool(x), 1))  # (B, K)
-        k = self.kernel_size
         weight = torch.matmul(pi, self.weight.view(self.num_kernels, -1))  # (B, C_out * C_in/g * k * k)
-        weight = weight.view(b * self.out_channels, c // self.groups, k, k)
-        out = F.conv2d(x.reshape(1, b * c, h, w), weight, None, self.stride, self.padding,
+        weight = weight.view(b * self.out_channels, *self.weight.shape[2:])  # (B * C_out, C_in/g, k, k)
+        out = F.conv2d(x.reshape(1, b * c, h, w), weight, None, self.stride, self.padding, self.dilation,
                        groups=b * self.groups)  # (1, B * C_out, H', W')
         out = out.view(b, self.out_channels, out.shape[-2], out.shape[-1])  # (B, C_out, H', W')
         if self.bias is not None:
@@ -52,4 +68,4 @@ class MixtureConv2d(nn.Module):
 
     def extra_repr(self) -> str:
         return (f"{self.in_channels}, {self.out_channels}, k={self.kernel_size}, s={self.stride}, "
-                f"groups={self.groups}, K={self.num_kernels}")
+                f"padding={self.padding}, dilation={self.dilation}, groups={self.groups}, K={self.num_kernels}")

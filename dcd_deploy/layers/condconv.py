@@ -17,16 +17,20 @@ class CondConv2d(MixtureConv2d):
     Args:
         in_channels: C_in.
         out_channels: C_out.
-        kernel_size: k (odd); padding ``k // 2``.
-        stride: stride.
+        kernel_size: k (an int or a pair).
+        stride: stride (an int or a pair).
+        padding: as in ``nn.Conv2d`` (int, pair, ``"same"``, ``"valid"``); None is
+            ``dilation·(k // 2)``.
+        dilation: an int or a pair.
         groups: convolution groups.
         num_kernels: K experts.
         bias: per-expert biases.
     """
 
-    def __init__(self, in_channels: int, out_channels: int, kernel_size: int = 1, stride: int = 1,
-                 groups: int = 1, *, num_kernels: int = 8, bias: bool = False):
-        super().__init__(in_channels, out_channels, kernel_size, stride, groups, num_kernels, bias)
+    def __init__(self, in_channels: int, out_channels: int, kernel_size=1, stride=1, padding=None,
+                 dilation=1, groups: int = 1, *, num_kernels: int = 8, bias: bool = False):
+        super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation, groups,
+                         num_kernels, bias)
         self.route = nn.Linear(in_channels, num_kernels)
 
     def routing(self, y: torch.Tensor) -> torch.Tensor:

@@ -33,6 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ._geometry import centre_tap_pads, explicit_pads, pad_input, pair, resolve_padding, square
 from .common import hsig, make_gate
 
 #: Smallest width of the squeeze FC, as in the authors' code.
@@ -119,62 +120,99 @@ class _DCDBase(nn.Module):
 class DCDConv2d(_DCDBase):
     """A DCD convolution (paper Eq. 5-8; the form follows from the arguments).
 
+    A drop-in for ``nn.Conv2d``: the first eight arguments have its names, order and
+    meaning, and the layer computes the convolution ``y = W(x) * x + b`` with the
+    per-sample kernel ``W(x)`` of Eq. 5-8 (docs/design.md#the-dcd-layer).
+
     Args:
         in_channels: C_in.
         out_channels: C_out.
-        kernel_size: k (odd); padding is ``k // 2``.
-        stride: convolution stride; the 1x1 residual of a k x k layer uses it too.
-        groups: 1 (dense) or ``in_channels == out_channels`` (depthwise, Eq. 7).
-        latent_dim: L (L_k for depthwise). Default: the paper's (Section 3.2, 4.2, 4.3).
+        kernel_size: k, an int or a pair. The k x k channel-fusion form puts its 1x1
+            residual at the centre tap and so needs odd sizes; depthwise (Eq. 7), joint
+            (Eq. 8) and Λ-only layers take any size.
+        stride: an int or a pair; the residual uses it too.
+        padding: an int, a pair, ``"same"`` or ``"valid"`` (``nn.Conv2d``'s meaning; zero
+            padding). None: ``dilation·(k // 2)`` per axis, the paper's ``k // 2``.
+        dilation: an int or a pair.
+        groups: 1 (dense); ``in_channels == out_channels`` with k > 1 (depthwise, Eq. 7);
+            any other g dividing both: ``W0`` is grouped and the dynamic residual is
+            block-diagonal with ``num_blocks`` blocks (Eq. 6, default g), so ``W(x)`` keeps
+            the grouped structure. Joint fusion needs ``groups == 1``.
+        bias: a learnable bias added after the dynamic convolution (not scaled by Λ).
+        latent_dim: L (L_k for depthwise). Default: the paper's (Section 3.2, 4.2, 4.3);
+            with groups g > 1, B times the paper's L for one block's width.
         reduction: r, the first FC's reduction of its input features.
         squeeze: width of the first FC; overrides ``reduction``.
         num_blocks: B diagonal blocks of the dynamic residual (Eq. 6); must divide
-            C_in, C_out and L.
+            C_in, C_out and L, and be a multiple of ``groups``. Default: ``groups`` (1).
         channel_attention: use Λ(x); off gives ``W0 + PΦQᵀ``.
         channel_fusion: use PΦQᵀ; off gives ``ΛW0``.
         joint_fusion: for k > 1, the tensor form of Eq. 8 instead of channel fusion alone.
-        kernel_latent_dim: L_k for ``joint_fusion`` (default ``floor(k²/2)``).
+        kernel_latent_dim: L_k for ``joint_fusion`` (default ``floor(k_h·k_w/2)``).
         pool_size: 1 (global average) or 2 (2x2 adaptive, flattened channel-major).
         gate: activation between the FCs, ``"relu"`` (paper) or ``"se"`` (release).
         latent_bn: the release's ``bn1``/``bn2`` and identity in the latent path.
     """
 
     def __init__(
-        self, in_channels: int, out_channels: int, kernel_size: int = 1, stride: int = 1,
-        groups: int = 1, *, latent_dim: int | None = None, reduction: int = 16,
-        squeeze: int | None = None, num_blocks: int = 1, channel_attention: bool = True,
-        channel_fusion: bool = True, joint_fusion: bool = False,
-        kernel_latent_dim: int | None = None, pool_size: int = 1, gate: str = "relu",
-        latent_bn: bool = False,
+        self, in_channels: int, out_channels: int, kernel_size: int | tuple[int, int] = 1,
+        stride: int | tuple[int, int] = 1, padding: int | tuple[int, int] | str | None = None,
+        dilation: int | tuple[int, int] = 1, groups: int = 1, bias: bool = False, *,
+        latent_dim: int | None = None, reduction: int = 16, squeeze: int | None = None,
+        num_blocks: int | None = None, channel_attention: bool = True, channel_fusion: bool = True,
+        joint_fusion: bool = False, kernel_latent_dim: int | None = None, pool_size: int = 1,
+        gate: str = "relu", latent_bn: bool = False,
     ):
         super().__init__()
-        if kernel_size % 2 == 0:
-            raise ValueError("DCDConv2d needs an odd kernel_size (the residual sits at the centre tap)")
+        kernel, strides, dilations = (pair(v, n) for v, n in (
+            (kernel_size, "kernel_size"), (stride, "stride"), (dilation, "dilation")))
+        if min(kernel + strides + dilations) < 1 or in_channels < 1 or out_channels < 1 or groups < 1:
+            raise ValueError("channels, kernel_size, stride, dilation and groups must be positive")
+        padding = resolve_padding(padding, kernel, dilations)
+        if padding == "same" and strides != (1, 1):
+            raise ValueError("padding='same' is not supported for strided convolutions (as in nn.Conv2d)")
         if pool_size not in (1, 2):
             raise ValueError("pool_size must be 1 or 2")
-        depthwise = groups > 1
-        if depthwise and not (groups == in_channels == out_channels):
-            raise ValueError("grouped DCD is supported only as depthwise (groups == in == out)")
-        if depthwise and kernel_size == 1:
-            raise ValueError("a depthwise DCD layer needs kernel_size > 1")
-        joint = joint_fusion and kernel_size > 1 and not depthwise
-        if (depthwise or joint) and (num_blocks != 1 or latent_bn):
+        if in_channels % groups or out_channels % groups:
+            raise ValueError(f"groups={groups} must divide in_channels={in_channels} and out_channels={out_channels}")
+        big = kernel != (1, 1)
+        depthwise = groups > 1 and groups == in_channels == out_channels
+        if depthwise and not big:
+            raise ValueError("a 1x1 depthwise DCD layer has no kernel to decompose (Eq. 7 needs k > 1); "
+                             "use groups < channels, or nn.Conv2d")
+        joint = joint_fusion and big and not depthwise
+        if joint and groups != 1:
+            raise ValueError("joint fusion (Eq. 8) needs groups == 1")
+        if (depthwise or joint) and (num_blocks not in (None, 1) or latent_bn):
             raise ValueError("num_blocks and latent_bn apply to channel fusion only")
+        channel = not (depthwise or joint)
+        if channel and channel_fusion and (kernel[0] % 2 == 0 or kernel[1] % 2 == 0):
+            raise ValueError("k x k channel fusion puts its 1x1 residual at the centre tap and needs an odd "
+                             f"kernel_size, got {kernel_size!r} (joint_fusion=True or channel_fusion=False "
+                             "take even sizes)")
+        num_blocks = 1 if not channel else (groups if num_blocks is None else num_blocks)
+        if channel and (num_blocks < 1 or num_blocks % groups):
+            raise ValueError(f"num_blocks={num_blocks} must be a multiple of groups={groups}")
         if in_channels % num_blocks or out_channels % num_blocks:
             raise ValueError(f"num_blocks={num_blocks} must divide in and out channels")
         _require_dynamic(channel_attention, channel_fusion)
 
         self.in_channels, self.out_channels = in_channels, out_channels
-        self.kernel_size, self.stride, self.groups = kernel_size, stride, groups
+        # ints when square: the zoo's code, the counters and the exporters read them so
+        self.kernel_size, self.stride, self.dilation = square(kernel), square(strides), square(dilations)
+        self.padding, self.groups = padding, groups
         self.pool_size, self.num_blocks = pool_size, num_blocks
         self.channel_attention, self.channel_fusion = channel_attention, channel_fusion
 
         k_lat = 1
+        k_elems = kernel[0] * kernel[1]
         if depthwise:
-            latent = latent_dim or default_kernel_latent_dim(kernel_size)
+            latent = latent_dim or max(1, k_elems // 2)
         elif joint:
-            k_lat = kernel_latent_dim or default_kernel_latent_dim(kernel_size)
+            k_lat = kernel_latent_dim or max(1, k_elems // 2)
             latent = latent_dim or default_latent_dim(max(1, min(in_channels, out_channels) // k_lat))
+        elif groups > 1:
+            latent = latent_dim or num_blocks * default_latent_dim(min(in_channels, out_channels) // num_blocks)
         else:
             latent = latent_dim or default_latent_dim(min(in_channels, out_channels))
         if latent % num_blocks:
@@ -182,8 +220,10 @@ class DCDConv2d(_DCDBase):
         self.form = DCDForm(depthwise=depthwise, joint=joint, latent_dim=latent, kernel_latent_dim=k_lat)
         self.latent_dim = latent
 
-        pad = kernel_size // 2
-        self.conv = nn.Conv2d(in_channels, out_channels, kernel_size, stride, pad, groups=groups, bias=False)
+        self.conv = nn.Conv2d(in_channels, out_channels, kernel, strides, padding, dilations,
+                              groups=groups, bias=False)
+        #: Padding of the input for the 1x1 residual at the centre tap (negative: a crop).
+        self.tap_pads = centre_tap_pads(explicit_pads(padding, kernel, dilations), kernel, dilations)
         self.pool = nn.AdaptiveAvgPool2d(pool_size)
         pooled = in_channels * pool_size * pool_size
         squeeze = squeeze or max(pooled // reduction, MIN_SQUEEZE)
@@ -193,16 +233,16 @@ class DCDConv2d(_DCDBase):
         self.kernel_r = self.weight_p = None
         if channel_fusion:
             if depthwise:
-                self.kernel_r = nn.Parameter(torch.empty(latent, 1, kernel_size, kernel_size))  # R: (L_k, 1, k, k)
+                self.kernel_r = nn.Parameter(torch.empty(latent, 1, *kernel))  # R: (L_k, 1, k, k)
                 self.weight_p = nn.Parameter(torch.empty(out_channels, latent))  # P: (C, L_k)
                 phi_numel = latent * latent
             elif joint:
                 self.conv_q = nn.Conv2d(in_channels, latent, 1, bias=False)
-                self.kernel_r = nn.Parameter(torch.empty(k_lat, 1, kernel_size, kernel_size))  # R: (L_k, 1, k, k)
+                self.kernel_r = nn.Parameter(torch.empty(k_lat, 1, *kernel))  # R: (L_k, 1, k, k)
                 self.conv_p = nn.Conv2d(latent, out_channels, 1, bias=False)
                 phi_numel = latent * latent * k_lat
             else:
-                self.conv_q = nn.Conv2d(in_channels, latent, 1, stride, groups=num_blocks, bias=False)
+                self.conv_q = nn.Conv2d(in_channels, latent, 1, strides, groups=num_blocks, bias=False)
                 self.conv_p = nn.Conv2d(latent, out_channels, 1, groups=num_blocks, bias=False)
                 phi_numel = latent * latent // num_blocks
                 if latent_bn:
@@ -214,13 +254,55 @@ class DCDConv2d(_DCDBase):
             in_features=pooled, out_channels=out_channels, phi_numel=phi_numel, squeeze=squeeze,
             gate=gate, channel_attention=channel_attention, channel_fusion=channel_fusion,
         )
+        if bias:
+            self.bias = nn.Parameter(torch.empty(out_channels))
+        else:
+            self.register_parameter("bias", None)
         self.reset_parameters()
 
+    def __setstate__(self, state: dict) -> None:
+        # A module pickled before padding, dilation and bias existed had k // 2, 1, none.
+        super().__setstate__(state)
+        if "tap_pads" not in self.__dict__:
+            self.padding, self.dilation, self.tap_pads = self.conv.padding, 1, (0, 0, 0, 0)
+            self._parameters.setdefault("bias", None)
+
+    @classmethod
+    def from_conv(cls, conv: nn.Conv2d, **options) -> "DCDConv2d":
+        """A DCD layer that starts out computing exactly what ``conv`` computes.
+
+        ``W0`` and the bias are copied; the dynamic heads are zeroed so that Λ = hsig(0) = 1
+        and Φ = 0. With the release's latent path (``latent_bn``) the identity
+        ``bn2(Φ z) + z`` survives Φ = 0, so ``P`` starts at zero too (it still learns:
+        its gradient is the latent ``z``). The new layer has ``conv``'s dtype and device.
+
+        Args:
+            conv: a zero-padded ``nn.Conv2d``.
+            **options: the keyword-only options of :class:`DCDConv2d`.
+        """
+        if conv.padding_mode != "zeros":
+            raise ValueError(f"padding_mode={conv.padding_mode!r}: DCD layers pad with zeros only")
+        layer = cls(conv.in_channels, conv.out_channels, conv.kernel_size, conv.stride, conv.padding,
+                    conv.dilation, conv.groups, conv.bias is not None, **options)
+        layer.to(device=conv.weight.device, dtype=conv.weight.dtype)
+        with torch.no_grad():
+            layer.conv.weight.copy_(conv.weight)
+            if conv.bias is not None:
+                layer.bias.copy_(conv.bias)
+            layer.zero_dynamic_heads()
+            if layer.bn2 is not None:
+                nn.init.zeros_(layer.conv_p.weight)
+        return layer.train(conv.training)
+
     def reset_parameters(self) -> None:
-        """Kaiming-style init for the static factors (the release's conv init)."""
+        """Kaiming-style init for the static factors (the release's conv init); the bias
+        as ``nn.Conv2d`` initialises its own."""
         for p in (self.kernel_r, self.weight_p):
             if p is not None:
                 nn.init.normal_(p, 0.0, math.sqrt(2.0 / p[0].numel() / max(1, p.shape[0])))
+        if self.bias is not None:
+            bound = 1.0 / math.sqrt(self.conv.weight[0].numel())
+            nn.init.uniform_(self.bias, -bound, bound)
 
     def pooled_features(self, x: torch.Tensor) -> torch.Tensor:
         """Input of the dynamic branch: (B, C_in * pool²), channel-major."""
@@ -233,37 +315,52 @@ class DCDConv2d(_DCDBase):
         lam = self.attention(y)
         if lam is not None:
             out = out * lam.view(b, -1, 1, 1)  # Λ ⊙ (W0 * x)
-        if not self.channel_fusion:
-            return out
-        h, w = out.shape[-2:]
+        if self.channel_fusion:
+            out = out + self._residual(x, y, b, *out.shape[-2:])
+        if self.bias is not None:
+            out = out + self.bias.view(1, -1, 1, 1)
+        return out
+
+    def _residual(self, x: torch.Tensor, y: torch.Tensor, b: int, h: int, w: int) -> torch.Tensor:
+        """The dynamic residual's output (B, C_out, H', W') for branch features y."""
         phi_flat = self.fc_phi(y)
+        conv = self.conv
         if self.form.depthwise:
             lk = self.latent_dim
             c = self.in_channels
             basis = self.kernel_r.repeat(c, 1, 1, 1)  # (C * L_k, 1, k, k)
-            z = F.conv2d(x, basis, None, self.stride, self.kernel_size // 2, groups=c)
+            z = F.conv2d(x, basis, None, conv.stride, conv.padding, conv.dilation, groups=c)
             z = z.view(b, c, lk, h * w)  # (B, C, L_k, N)
             phi = phi_flat.view(b, 1, lk, lk)  # (B, 1, L_k, L_k)
             u = torch.matmul(phi, z)  # (B, C, L_k, N)
             dyn = (self.weight_p.view(1, c, lk, 1) * u).sum(2)  # (B, C, N)
-            return out + dyn.view(b, c, h, w)
+            return dyn.view(b, c, h, w)
         if self.form.joint:
             lat, lk = self.latent_dim, self.form.kernel_latent_dim
             z = self.conv_q(x)  # (B, L, H, W)
             basis = self.kernel_r.repeat(lat, 1, 1, 1)  # (L * L_k, 1, k, k)
-            z = F.conv2d(z, basis, None, self.stride, self.kernel_size // 2, groups=lat)
+            z = F.conv2d(z, basis, None, conv.stride, conv.padding, conv.dilation, groups=lat)
             phi = phi_flat.view(b, lat, lat * lk)  # (B, L_out, L_in * L_k)
             u = torch.matmul(phi, z.view(b, lat * lk, h * w))  # (B, L, N)
-            return out + self.conv_p(u.view(b, lat, h, w))
-        z = self.conv_q(x)  # (B, L, H', W')
+            return self.conv_p(u.view(b, lat, h, w))
+        z = self.conv_q(pad_input(x, self.tap_pads))  # (B, L, H', W'): the centre tap's 1x1 view
         if self.bn1 is not None:
             z = self.bn1(z)
         u = self._fuse_latent(phi_flat, z.view(b, self.latent_dim, h * w))  # (B, L, N)
-        return out + self.conv_p(u.view(b, self.latent_dim, h, w))
+        return self.conv_p(u.view(b, self.latent_dim, h, w))
 
     def extra_repr(self) -> str:
         kind = "depthwise" if self.form.depthwise else "joint" if self.form.joint else "channel"
-        return (f"{self.in_channels}, {self.out_channels}, k={self.kernel_size}, s={self.stride}, "
+        geometry = f"k={self.kernel_size}, s={self.stride}"
+        if self.padding != tuple(d * (k // 2) for k, d in zip(self.conv.kernel_size, self.conv.dilation)):
+            geometry += f", padding={self.padding}"
+        if self.dilation != 1:
+            geometry += f", dilation={self.dilation}"
+        if self.groups != 1:
+            geometry += f", groups={self.groups}"
+        if self.bias is not None:
+            geometry += ", bias=True"
+        return (f"{self.in_channels}, {self.out_channels}, {geometry}, "
                 f"form={kind}, L={self.latent_dim}, B={self.num_blocks}, pool={self.pool_size}, "
                 f"Λ={self.channel_attention}, Φ={self.channel_fusion}")
 
@@ -271,9 +368,13 @@ class DCDConv2d(_DCDBase):
 class DCDLinear(_DCDBase):
     """The DCD classifier: Eq. 5 at 1x1 resolution (Table 3b "CLS").
 
+    A drop-in for ``nn.Linear`` (same first three arguments). As in the release's
+    classifier, ``out = Λ ⊙ (W0 x + b) + P Φ Qᵀ x``: Λ scales the static bias too.
+
     Args:
         in_features: input features.
         out_features: classes.
+        bias: bias of the static classifier ``cls``.
         latent_dim: L; default the paper's L for ``min(in, out)``.
         reduction: r for the first FC.
         squeeze: explicit first-FC width (the release uses 32).
@@ -282,14 +383,13 @@ class DCDLinear(_DCDBase):
         channel_fusion: use PΦQᵀ.
         gate: ``"relu"`` or ``"se"``.
         latent_bn: the release's ``bn1``/``bn2`` and identity.
-        bias: bias of the static classifier ``cls``.
     """
 
     def __init__(
-        self, in_features: int, out_features: int, *, latent_dim: int | None = None,
+        self, in_features: int, out_features: int, bias: bool = True, *, latent_dim: int | None = None,
         reduction: int = 16, squeeze: int | None = None, num_blocks: int = 1,
         channel_attention: bool = True, channel_fusion: bool = True, gate: str = "relu",
-        latent_bn: bool = False, bias: bool = True,
+        latent_bn: bool = False,
     ):
         super().__init__()
         _require_dynamic(channel_attention, channel_fusion)

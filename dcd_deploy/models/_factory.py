@@ -91,10 +91,10 @@ class LayerSpec:
         if not self.is_dynamic(role):
             return nn.Conv2d(in_ch, out_ch, kernel_size, stride, kernel_size // 2, groups=groups, bias=False)
         if self.kind == "dyconv":
-            return DynamicConv2d(in_ch, out_ch, kernel_size, stride, groups,
+            return DynamicConv2d(in_ch, out_ch, kernel_size, stride, groups=groups,
                                  num_kernels=self.num_kernels or 4)
         if self.kind == "condconv":
-            return CondConv2d(in_ch, out_ch, kernel_size, stride, groups,
+            return CondConv2d(in_ch, out_ch, kernel_size, stride, groups=groups,
                               num_kernels=self.num_kernels or 8)
         kw = dict(channel_attention=self.channel_attention, channel_fusion=self.channel_fusion)
         if groups > 1:  # depthwise (Eq. 7): no release variant exists
@@ -102,7 +102,7 @@ class LayerSpec:
             # and its SE gate (the paper style keeps the plain ReLU branch).
             lk = self._mult(max(1, kernel_size * kernel_size // 2))
             gate = "relu" if self.style == "paper" else "se"
-            return DCDConv2d(in_ch, out_ch, kernel_size, stride, groups, latent_dim=lk,
+            return DCDConv2d(in_ch, out_ch, kernel_size, stride, groups=groups, latent_dim=lk,
                              reduction=self.fc_squeeze, gate=gate, **kw)
         if self.style == "paper" or self.joint_fusion:
             from ..layers import default_latent_dim

@@ -69,13 +69,13 @@ CASES = {
     "dy-1x1": (DynamicConv2d, (16, 24), {}, (7, 7)),
     "dy-3x3-dense-bias": (DynamicConv2d, (8, 12, 3), {"bias": True}, (8, 8)),
     "dy-3x3-stride2-odd": (DynamicConv2d, (8, 12, 3, 2), {"bias": True}, (9, 11)),
-    "dy-dw3": (DynamicConv2d, (12, 12, 3, 1, 12), {}, (7, 7)),
-    "dy-dw5-stride2": (DynamicConv2d, (12, 12, 5, 2, 12), {"bias": True}, (11, 10)),
+    "dy-dw3": (DynamicConv2d, (12, 12, 3, 1), {"groups": 12}, (7, 7)),
+    "dy-dw5-stride2": (DynamicConv2d, (12, 12, 5, 2), {"groups": 12, "bias": True}, (11, 10)),
     "dy-temperature-30": (DynamicConv2d, (16, 16, 3), {"temperature": 30.0}, (6, 6)),
     "cc-1x1": (CondConv2d, (16, 24), {}, (7, 7)),
     "cc-3x3-bias": (CondConv2d, (8, 12, 3), {"bias": True}, (8, 8)),
     "cc-3x3-stride2-odd": (CondConv2d, (8, 12, 3, 2), {"bias": True}, (9, 11)),
-    "cc-dw3-stride2": (CondConv2d, (12, 12, 3, 2, 12), {"bias": True}, (7, 9)),
+    "cc-dw3-stride2": (CondConv2d, (12, 12, 3, 2), {"groups": 12, "bias": True}, (7, 9)),
 }
 
 

@@ -211,10 +211,10 @@ CONV_CASES = {
     "1x1-B4-phi-only": ((32, 48), {"num_blocks": 4, "latent_dim": 8, "channel_attention": False},
                         "channel", (5, 7)),
     # depthwise (Eq. 7)
-    "dw3": ((16, 16, 3, 1, 16), {"reduction": 4}, "depthwise", (7, 7)),
-    "dw3-stride2-odd": ((16, 16, 3, 2, 16), {"reduction": 4}, "depthwise", (9, 7)),
-    "dw5": ((12, 12, 5, 1, 12), {"reduction": 2}, "depthwise", (8, 9)),
-    "dw5-stride2-phi-only": ((12, 12, 5, 2, 12), {"reduction": 2, "channel_attention": False},
+    "dw3": ((16, 16, 3, 1), {"groups": 16, "reduction": 4}, "depthwise", (7, 7)),
+    "dw3-stride2-odd": ((16, 16, 3, 2), {"groups": 16, "reduction": 4}, "depthwise", (9, 7)),
+    "dw5": ((12, 12, 5, 1), {"groups": 12, "reduction": 2}, "depthwise", (8, 9)),
+    "dw5-stride2-phi-only": ((12, 12, 5, 2), {"groups": 12, "reduction": 2, "channel_attention": False},
                              "depthwise", (11, 11)),
     # k x k by channel fusion alone (1x1 residual at the centre tap)
     "3x3-channel": ((16, 24, 3, 1), {"reduction": 4}, "channel", (7, 7)),
@@ -386,11 +386,16 @@ def test_param_count_per_table1_row(attention, fusion):
 
 # ----------------------------------------------------------------------------- invalid configs
 @pytest.mark.parametrize("build", [
-    lambda: DCDConv2d(8, 8, 2),  # even kernel
-    lambda: DCDConv2d(8, 8, 4, groups=8),  # even kernel, depthwise
-    lambda: DCDConv2d(8, 8, 3, groups=2),  # grouped but not depthwise
-    lambda: DCDConv2d(8, 16, 3, groups=8),  # groups == in != out
+    lambda: DCDConv2d(8, 8, 2),  # even kernel with channel fusion (no centre tap)
+    lambda: DCDConv2d(8, 8, (3, 2)),  # even kernel along one axis
+    lambda: DCDConv2d(8, 12, 3, groups=8),  # groups does not divide the outputs
+    lambda: DCDConv2d(8, 8, 3, groups=2, joint_fusion=True),  # joint fusion is dense only
+    lambda: DCDConv2d(12, 12, 1, groups=2, num_blocks=3),  # B not a multiple of groups
     lambda: DCDConv2d(8, 8, 1, groups=8),  # depthwise 1x1
+    lambda: DCDConv2d(8, 8, 3, 2, padding="same"),  # as nn.Conv2d: no strided "same"
+    lambda: DCDConv2d(8, 8, 3, padding="full"),
+    lambda: DCDConv2d(8, 8, 3, padding=-1),
+    lambda: DCDConv2d(8, 8, 3, dilation=0),
     lambda: DCDConv2d(12, 12, num_blocks=5),  # B does not divide channels
     lambda: DCDConv2d(16, 24, latent_dim=6, num_blocks=4),  # B does not divide L
     lambda: DCDConv2d(16, 16, 3, groups=16, num_blocks=2),  # B only for channel fusion
@@ -400,7 +405,8 @@ def test_param_count_per_table1_row(attention, fusion):
     lambda: DCDLinear(16, 16, latent_dim=6, num_blocks=4),
     lambda: DCDConv2d(16, 16, channel_attention=False, channel_fusion=False),  # static: use Conv2d
     lambda: DCDLinear(16, 16, channel_attention=False, channel_fusion=False),
-], ids=["even-k", "even-k-dw", "groups-2", "groups-in-ne-out", "dw-1x1", "B-channels", "B-latent",
+], ids=["even-k", "even-k-pair", "groups-not-dividing", "joint-grouped", "B-not-multiple-of-groups",
+        "dw-1x1", "same-strided", "bad-padding-string", "negative-padding", "zero-dilation", "B-channels", "B-latent",
         "B-depthwise", "pool-3", "bad-gate", "linear-B-channels", "linear-B-latent",
         "both-off", "linear-both-off"])
 def test_invalid_config_raises_value_error(build):
