@@ -50,3 +50,22 @@ def api_size(size: tuple[int, int]) -> int | tuple[int, int]:
 def format_size(size: tuple[int, int]) -> str:
     """``224x224``, ``256x320``."""
     return f"{size[0]}x{size[1]}"
+
+
+def load_sized_inputs(path, size: tuple[int, int] | None):
+    """``--inputs`` images (:func:`dcd_deploy.inputs.load_inputs`), which must be ``size``
+    when it is given.
+
+    Raises:
+        UnsupportedInputError: the file's images are not of ``size`` (or not images).
+    """
+    from ..errors import UnsupportedInputError
+    from ..inputs import load_inputs
+
+    if size is None or size[0] == size[1]:
+        return load_inputs(path, input_size=None if size is None else size[0])
+    inputs = load_inputs(path)
+    if tuple(inputs.shape[2:]) != tuple(size):
+        raise UnsupportedInputError(f"inputs file {path} holds {inputs.shape[2]}x{inputs.shape[3]} images, but "
+                                    f"the model takes {format_size(size)}")
+    return inputs

@@ -8,12 +8,12 @@ import click
 
 from .._threads import preparation_threads
 from .._version import __version__
-from ..errors import ParityError, UnsupportedInputError
+from ..errors import ParityError
 from ..checkpoint import resolve_model
 from .._limits import MAX_BATCH, MAX_INPUT_SIZE
 from ._common import OutputPath, check_outputs, check_parity_budget, default_output, inputs_option, model_options
 from ._common import parity_failure, run_cli, write_json_atomic
-from ._input_size import InputSize, api_size, format_size
+from ._input_size import InputSize, api_size, format_size, load_sized_inputs
 from ._model_arg import MODEL_HELP, model_inputs, model_label, output_stem
 
 #: Input side when neither --input-size nor --inputs gives one.
@@ -68,7 +68,6 @@ def main(model, output, input_size, dynamic_size, batch, opset, mode, strategy, 
          json_path, verbose, quiet, arch, weights, trust_checkpoint, seed):
     """Export MODEL (a checkpoint, a zoo name or MODULE:FUNCTION) to ONNX in deploy form."""
     from ..exporters import export_onnx
-    from ..inputs import load_inputs
 
     if quiet and verbose:
         raise click.UsageError("-q/--quiet and -v/--verbose exclude each other")
@@ -79,7 +78,7 @@ def main(model, output, input_size, dynamic_size, batch, opset, mode, strategy, 
     check_outputs(outputs=[output, json_path], inputs=[*model_inputs(model, weights), inputs_path])
     inputs = None
     if inputs_path is not None:
-        inputs = _load_inputs(load_inputs, inputs_path, input_size)
+        inputs = load_sized_inputs(inputs_path, input_size)
         input_size = tuple(inputs.shape[2:])
     input_size = (DEFAULT_INPUT_SIZE,) * 2 if input_size is None else input_size
     check_parity_budget(input_size=max(input_size), batch_sizes=(batch or 2,), n_inputs=8)
@@ -134,13 +133,3 @@ def _dynamic_size(dynamic_size: bool) -> dict:
     ``input_size``; a default run passes nothing extra)."""
     return {"dynamic_size": True} if dynamic_size else {}
 
-
-def _load_inputs(load_inputs, path, size: tuple[int, int] | None):
-    """``--inputs`` images, which must be ``size`` when --input-size is given too."""
-    if size is None or size[0] == size[1]:
-        return load_inputs(path, input_size=None if size is None else size[0])
-    inputs = load_inputs(path)
-    if tuple(inputs.shape[2:]) != size:
-        raise UnsupportedInputError(f"inputs file {path} holds {inputs.shape[2]}x{inputs.shape[3]} images, but "
-                                    f"--input-size is {format_size(size)}")
-    return inputs

@@ -10,9 +10,10 @@ from .._threads import preparation_threads
 from .._version import __version__
 from ..errors import DCDDeployError
 from ..checkpoint import resolve_model
-from .._limits import MAX_BATCH, MAX_INPUTS, read_onnx_input_size
+from .._limits import MAX_BATCH, MAX_INPUTS, read_onnx_image_size
 from ._common import OutputPath, check_outputs, check_parity_budget, inputs_option, model_options
 from ._common import onnxruntime_errors, parity_failure, run_cli, write_json_atomic
+from ._input_size import load_sized_inputs
 from ._model_arg import MODEL_HELP, model_inputs
 
 
@@ -46,16 +47,15 @@ def _sizes(value: str) -> tuple[int, ...]:
 def main(model, onnx_path, batch_sizes, n_inputs, inputs_path, atol, rtol, backends, json_path, arch,
          weights, trust_checkpoint, seed):
     """Check that ONNX computes what MODEL (a checkpoint, a zoo name or MODULE:FUNCTION) computes."""
-    from ..inputs import load_inputs
     from ..parity import check_parity
 
     if not onnx_path.is_file():
         raise DCDDeployError(f"{onnx_path}: no such ONNX file")
     check_outputs(outputs=[json_path], inputs=[*model_inputs(model, weights), onnx_path, inputs_path])
     sizes = _sizes(batch_sizes)
-    input_size = _onnx_input_size(onnx_path)
-    inputs = None if inputs_path is None else load_inputs(inputs_path, input_size=input_size)
-    check_parity_budget(input_size=input_size, batch_sizes=sizes, n_inputs=n_inputs)
+    input_size = read_onnx_image_size(onnx_path)  # (H, W): a zoo model is pseudo-trained at that size
+    inputs = None if inputs_path is None else load_sized_inputs(inputs_path, input_size)
+    check_parity_budget(input_size=max(input_size), batch_sizes=sizes, n_inputs=n_inputs)
     net = resolve_model(model, arch=arch, weights=weights, trust_checkpoint=trust_checkpoint, seed=seed,
                         input_size=input_size)
     with onnxruntime_errors(onnx_path), preparation_threads():
@@ -69,7 +69,3 @@ def main(model, onnx_path, batch_sizes, n_inputs, inputs_path, atol, rtol, backe
     if not report:
         raise parity_failure(report)
 
-
-def _onnx_input_size(path: Path) -> int:
-    """Input side recorded in the file (so a zoo model is pseudo-trained at that size)."""
-    return read_onnx_input_size(path)
