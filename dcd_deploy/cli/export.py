@@ -92,7 +92,7 @@ def main(model, output, input_size, dynamic_size, batch, opset, mode, strategy, 
         with preparation_threads():  # 3-5 s instead of 25-40 s on a busy 2-core machine
             result = export_onnx(net, output, input_size=api_size(input_size), batch=batch, opset=opset,
                                  simplify=not no_simplify, mode=mode, check=not no_check, strategy=strategy,
-                                 parity_inputs=inputs, progress=progress, **_dynamic_size(dynamic_size))
+                                 parity_inputs=inputs, progress=progress, **_dynamic_size(dynamic_size, input_size))
     except ParityError as exc:
         if exc.report is None:  # the model itself is broken (NaN outputs): nothing to tabulate
             raise
@@ -128,8 +128,13 @@ def main(model, output, input_size, dynamic_size, batch, opset, mode, strategy, 
         click.echo("  parity   not checked (--no-check)")
 
 
-def _dynamic_size(dynamic_size: bool) -> dict:
+def _dynamic_size(dynamic_size: bool, size: tuple[int, int]) -> dict:
     """``dynamic_size=True`` for the exporter, only when asked (the keyword is newer than
-    ``input_size``; a default run passes nothing extra)."""
-    return {"dynamic_size": True} if dynamic_size else {}
+    ``input_size``; a default run passes nothing extra), with the example it traces: a
+    file with symbolic height and width does not say at which size to check it."""
+    if not dynamic_size:
+        return {}
+    import torch
+
+    return {"dynamic_size": True, "example_inputs": (torch.zeros(1, 3, *size),)}
 

@@ -60,7 +60,8 @@ def main(model, onnx_path, batch_sizes, n_inputs, inputs_path, atol, rtol, backe
                         input_size=input_size)
     with onnxruntime_errors(onnx_path), preparation_threads():
         report = check_parity(net, onnx_path, batch_sizes=sizes, n_inputs=n_inputs, atol=atol, rtol=rtol,
-                              inputs=inputs, backends=tuple(dict.fromkeys(backends)) or ("onnxruntime",))
+                              inputs=inputs, **_size_example(onnx_path, input_size),
+                              backends=tuple(dict.fromkeys(backends)) or ("onnxruntime",))
     click.echo(report.table())
     click.echo(report.summary())
     if json_path is not None:
@@ -69,3 +70,16 @@ def main(model, onnx_path, batch_sizes, n_inputs, inputs_path, atol, rtol, backe
     if not report:
         raise parity_failure(report)
 
+
+def _size_example(path: Path, size: tuple[int, int]) -> dict:
+    """For a file with symbolic height and width (``dcd-export --dynamic-size``), the
+    example the check makes its images like: of the size the file's metadata records."""
+    import onnx
+    import torch
+
+    graph = onnx.load(str(path), load_external_data=False).graph
+    weights = {t.name for t in graph.initializer}
+    dims = next(i for i in graph.input if i.name not in weights).type.tensor_type.shape.dim
+    if all(d.HasField("dim_value") for d in dims[2:]):
+        return {}
+    return {"example_inputs": (torch.zeros(1, 3, *size),)}

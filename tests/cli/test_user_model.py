@@ -172,6 +172,8 @@ def test_size_options_reach_the_exporter(in_user_dir, monkeypatch, args, input_s
     assert result.exit_code == 0, result.output
     assert recorded.kwargs["input_size"] == input_size
     assert recorded.kwargs.get("dynamic_size") is dynamic
+    if dynamic:  # the example it traces, so the check knows the size of a file with symbolic sides
+        assert tuple(recorded.kwargs["example_inputs"][0].shape) == (1, 3, *input_size)
     assert f"input {shown}," in result.stdout
 
 
@@ -189,3 +191,28 @@ def test_installed_dcd_export_with_a_factory(user_dir, tmp_path):
     model = onnx.load(str(tmp_path / "mine.onnx"))
     dims = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim[1:]]
     assert dims == [3, 32, 32]
+
+
+# -- end to end with the exporter that takes (H, W) and dynamic sizes (skipped before it) ---
+def _exporter_takes_sizes() -> bool:
+    import inspect
+
+    return "dynamic_size" in inspect.signature(dcd_deploy.exporters.export_onnx).parameters
+
+
+needs_size_exporter = pytest.mark.skipif(not _exporter_takes_sizes(),
+                                         reason="this exporter takes square sizes only (export branch not merged)")
+
+
+@needs_size_exporter
+@pytest.mark.parametrize("extra, dims", [([], [3, 32, 48]), (["--dynamic-size"], [3, None, None])])
+def test_non_square_and_dynamic_export_then_validate(in_user_dir, extra, dims):
+    result = run(export_main, ["tiny.py:build", "--weights", "tiny.pt", "--input-size", "32x48", "-o", "ns.onnx",
+                               *extra])
+    assert result.exit_code == 0, result.output
+    assert re.search(r"parity +PASS", result.stdout)
+    shape = onnx.load("ns.onnx").graph.input[0].type.tensor_type.shape.dim[1:]
+    assert [d.dim_value if d.HasField("dim_value") else None for d in shape] == dims
+    result = run(validate_main, ["tiny.py:build", "ns.onnx", "--weights", "tiny.pt"])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.strip().splitlines()[-1].startswith("PASS")
