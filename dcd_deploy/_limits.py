@@ -17,6 +17,7 @@ copies). A run estimated above :data:`MAX_PEAK_BYTES` is refused: 8 GiB leaves r
 from __future__ import annotations
 
 import math
+import re
 
 from .errors import DCDDeployError, UnsupportedInputError
 
@@ -114,12 +115,29 @@ def check_config(config: dict, *, source: str, error: type[DCDDeployError]) -> d
     return config
 
 
+#: The ``input_size`` metadata: ``224``, ``256x320``, ``[256, 320]`` or ``(256, 320)``.
+_METADATA_SIZE = re.compile(r"\s*[\[(]?\s*([0-9]{1,9})\s*(?:[x,]\s*([0-9]{1,9})\s*)?[\])]?\s*")
+
+
 def read_onnx_input_size(path) -> int:
-    """The square input side of an image-model ONNX file, checked before anything runs it.
+    """The square input side of an image-model ONNX file (:func:`read_onnx_image_size`).
+
+    Raises:
+        UnsupportedInputError: as :func:`read_onnx_image_size`, or the input is not square.
+    """
+    h, w = read_onnx_image_size(path)
+    if h != w:
+        raise UnsupportedInputError(f"{path}: its input is {h}x{w}; only square inputs are supported here")
+    return h
+
+
+def read_onnx_image_size(path) -> tuple[int, int]:
+    """``(H, W)`` of an image-model ONNX file's input, checked before anything runs it.
 
     The file must be a regular file below :data:`MAX_ONNX_BYTES` with one float32 input
-    of shape (N, 3, S, S); ``S`` comes from the ``input_size`` metadata this toolkit
-    writes, else from the input's shape, else 224, and must be in range.
+    of shape (N, 3, H, W); the size comes from the ``input_size`` metadata this toolkit
+    writes (``S``, ``HxW`` or ``[H, W]``), else from the input's shape, else 224 for a
+    dynamic axis, and each side must be in range.
 
     Raises:
         UnsupportedInputError: the file's input does not fit an image model, or its size
@@ -127,7 +145,6 @@ def read_onnx_input_size(path) -> int:
         DCDDeployError: the file is not a regular file, too large, or not ONNX.
     """
     import os
-    import re
     import stat
 
     import onnx
@@ -165,16 +182,18 @@ def read_onnx_input_size(path) -> int:
         shape = "unknown" if not tensor.HasField("shape") else tuple("?" if d is None else d for d in dims)
         raise UnsupportedInputError(f"{path}: its input {inputs[0].name!r} has shape {shape}; an image model "
                                     "takes (N, 3, S, S)")
-    if dims[2] is not None and dims[3] is not None and dims[2] != dims[3]:
-        raise UnsupportedInputError(f"{path}: its input is {dims[2]}x{dims[3]}; only square inputs are supported")
     props = {p.key: p.value for p in proto.metadata_props}
     if "input_size" in props:
-        if not re.fullmatch(r"[0-9]{1,9}", props["input_size"]):
-            raise UnsupportedInputError(f"{path}: its metadata input_size {props['input_size']!r} is not an integer")
-        size = int(props["input_size"])
-        if dims[2] not in (None, size):
-            raise UnsupportedInputError(f"{path}: its metadata input_size {size} disagrees with its input "
-                                        f"shape ({dims[2]})")
+        match = _METADATA_SIZE.fullmatch(props["input_size"])
+        if match is None:
+            raise UnsupportedInputError(f"{path}: its metadata input_size {props['input_size']!r} is not an integer "
+                                        "or HxW")
+        size = (int(match.group(1)), int(match.group(2) or match.group(1)))
+        if any(d not in (None, s) for d, s in zip(dims[2:], size)):
+            raise UnsupportedInputError(f"{path}: its metadata input_size {props['input_size']} disagrees with its "
+                                        f"input shape ({dims[2]}x{dims[3]})")
     else:
-        size = dims[2] or 224
-    return check_input_size_range(size, source=str(path))
+        size = (dims[2] or 224, dims[3] or 224)
+    for side in size:
+        check_input_size_range(side, source=str(path))
+    return size

@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import pickle
 import re
+import sys
 import warnings
 import zipfile
 from collections.abc import Mapping
@@ -87,12 +88,15 @@ def load_checkpoint(path: str | os.PathLike, *, arch: str | None = None, trust_c
         arch: the zoo name (:func:`~dcd_deploy.list_models`) for a file that does not
             record one (a plain state dict); for other files it must agree with theirs.
         trust_checkpoint: allow full unpickling, which runs any code stored in the file,
-            for files that need it (pickled modules, TorchScript archives).
+            for files that need it (pickled modules, TorchScript archives). A trusted
+            pickled ``nn.Module`` of no zoo architecture, with no ``arch`` or
+            ``overrides`` given, is returned as it is: the model itself.
         **overrides: knobs passed to :func:`~dcd_deploy.create_model` (e.g.
             ``num_classes``), replacing those the file records or implies.
 
     Returns:
-        The model, in eval mode, with ``arch`` and ``config`` set.
+        The model, in eval mode, with ``arch`` and ``config`` set (except a trusted
+        pickled module returned as it is).
 
     Raises:
         CheckpointError: the file is missing, unreadable, damaged or not a checkpoint,
@@ -102,7 +106,10 @@ def load_checkpoint(path: str | os.PathLike, *, arch: str | None = None, trust_c
         UnknownModelError: the architecture is unknown.
     """
     path = Path(path)
-    state_dict, file_arch, config, ours = _unpack(_read(path, trust_checkpoint), path)
+    obj = _read(path, trust_checkpoint)
+    if _own_module(obj) and arch is None and not overrides:
+        return obj.eval()  # a trusted pickled model of no zoo architecture: the model itself
+    state_dict, file_arch, config, ours = _unpack(obj, path)
     state_dict = strip_module_prefix(state_dict)
     # A release arch names a family (mobilenetv2_dcd): the variant is inferred from the tensors.
     release = None if ours else file_arch or arch
@@ -116,11 +123,20 @@ def load_checkpoint(path: str | os.PathLike, *, arch: str | None = None, trust_c
     arch = arch or file_arch
     if arch is None:
         raise CheckpointError(f"{path} is a plain state dict that does not name its architecture; "
-                              "pass --arch NAME (arch=...; names from list_models())")
+                              "pass --arch NAME for a zoo architecture (arch=...; names from list_models()), "
+                              "or give your own model as MODULE:FUNCTION (e.g. mynet.py:build) with "
+                              f"--weights {path}")
     model = authors.build_model(arch, **{**config, **overrides})
     # Plain state dicts may come from the authors' code with a zoo name given.
     load_weights(model, state_dict if ours else authors.to_zoo_layout(state_dict))
     return model
+
+
+def _own_module(obj) -> bool:
+    """A pickled ``nn.Module`` (only from a trusted file) that is not a zoo model; not
+    TorchScript, whose program the exporters cannot trace."""
+    return (isinstance(obj, nn.Module) and not isinstance(obj, torch.jit.ScriptModule)
+            and not (isinstance(getattr(obj, "arch", None), str) and isinstance(getattr(obj, "config", None), dict)))
 
 
 def _plain(value, where: str):
@@ -167,12 +183,25 @@ def _read(path: Path, trust: bool):
             raise CheckpointError(f"cannot read {path} (damaged or truncated?): {_first_line(exc)}") from exc
     warnings.warn(f"loading {path} with trust_checkpoint=True: this runs any code stored in the file",
                   UserWarning, stacklevel=3)
+    # A pickled model's classes live in the user's project: importable from where they run
+    # the command, as under `python -m` (console scripts leave the working directory out).
+    cwd = os.getcwd()
+    added = cwd not in sys.path
+    if added:
+        sys.path.append(cwd)
     try:
         if kind == "torchscript":
             return torch.jit.load(str(path), map_location="cpu")
         return torch.load(path, map_location="cpu", weights_only=False)
+    except ModuleNotFoundError as exc:
+        raise CheckpointError(f"cannot read {path}: it pickles objects of module {exc.name!r}, which is not "
+                              "importable here (run from the directory that holds it, or add it to "
+                              "PYTHONPATH)") from exc
     except Exception as exc:
         raise CheckpointError(f"cannot read {path}: {_first_line(exc)}") from exc
+    finally:
+        if added and cwd in sys.path:
+            sys.path.remove(cwd)
 
 
 def _sniff(path: Path) -> str:
@@ -288,43 +317,133 @@ def _arch_conflict(path: Path, found: str, given: str) -> CheckpointError:
                            "leave --arch out or name the matching architecture")
 
 
-def resolve_model(spec: str, *, arch: str | None = None, trust_checkpoint: bool = False,
-                  seed: int | None = 0, input_size: int = 224) -> nn.Module:
-    """A MODEL argument as the commands take it: a checkpoint path or a zoo name.
+def resolve_model(spec: str, *, arch: str | None = None, weights: str | os.PathLike | None = None,
+                  trust_checkpoint: bool = False, seed: int | None = 0,
+                  input_size: int | tuple[int, int] = 224) -> nn.Module:
+    """A MODEL argument as the commands take it: a checkpoint path, a zoo name or ``MODULE:FUNCTION``.
 
     A zoo name gives the model with :func:`~dcd_deploy.models.pseudo_train` weights for
     ``seed`` (deterministic, so export, validate and bench see the same model), or its
     plain initialisation when ``seed`` is None. A plain state dict that names no
     architecture is taken to be the zoo model its file is named after
-    (``mobilenetv2_100_dcd.pt``) when ``arch`` is not given.
+    (``mobilenetv2_100_dcd.pt``) when ``arch`` is not given. ``MODULE:FUNCTION`` (a Python
+    file or importable module, and the function that returns the model:
+    :mod:`dcd_deploy._factory_spec`) runs the user's own code, because they named it.
+
+    Args:
+        spec: the MODEL argument.
+        arch: the zoo architecture of a plain state dict.
+        weights: a checkpoint whose state dict is loaded (strictly, ``module.`` prefixes
+            dropped) into the model a zoo name or ``MODULE:FUNCTION`` builds; read with
+            the same safe loader as any checkpoint.
+        trust_checkpoint: allow files that need full unpickling. A trusted file holding a
+            pickled ``nn.Module`` of no zoo architecture is the model itself.
+        seed: pseudo-training seed of a zoo model (not used with ``weights``).
+        input_size: the side, or ``(H, W)``, the model must take.
 
     Raises:
-        CheckpointError: not a file and not a model name (close names are suggested),
-            or a file that cannot be loaded.
+        CheckpointError: not a file, a zoo name nor ``MODULE:FUNCTION`` (close names are
+            suggested), a file that cannot be loaded, or weights that do not fit.
+        ModelSpecError: ``MODULE:FUNCTION`` cannot be built.
         UnsupportedInputError: the architecture cannot take ``input_size``.
     """
-    from .models import create_model, is_model, pseudo_train
+    from ._factory_spec import build_from_factory, parse_factory_spec
     from ._threads import preparation_threads
-    from .models import check_input_size, closest_models
+    from .errors import UnknownModelError
+    from .models import check_input_size, closest_models, create_model, is_model, pseudo_train
 
+    sides = _sides(input_size)
+    factory = parse_factory_spec(spec)
+    if factory is not None:
+        if arch is not None:
+            raise CheckpointError(f"--arch names a zoo architecture; {spec} builds the model itself (leave --arch out)")
+        with preparation_threads():
+            model = build_from_factory(factory)
+        if weights is not None:
+            load_weights_file(model, weights, trust_checkpoint=trust_checkpoint, label=factory.name)
+        _check_sides(model, sides, check_input_size)
+        return model
     path = Path(spec)
     if path.exists() or not is_model(spec):
         if not path.exists():
             close = closest_models(spec)
             hint = f"; did you mean {', '.join(close)}?" if close else ""
-            raise CheckpointError(f"{spec}: no such file, and not a model name{hint}")
+            raise CheckpointError(f"{spec}: no such file, and not a model name{hint} (a model of your own: "
+                                  "MODULE:FUNCTION, e.g. mynet.py:build)")
+        if path.suffix == ".py":
+            raise CheckpointError(f"{spec} is Python source, not a checkpoint: name the function that returns "
+                                  f"the model, {spec}:FUNCTION (e.g. {spec}:build)")
+        if weights is not None:
+            raise CheckpointError(f"{spec} is a checkpoint already; --weights goes with a zoo name or "
+                                  "MODULE:FUNCTION")
         named = path.name.split(".")[0]
         try:
-            model = load_checkpoint(path, arch=arch, trust_checkpoint=trust_checkpoint)
-        except CheckpointError as exc:
-            if arch is not None or "does not name its architecture" not in str(exc) or not is_model(named):
-                raise
-            model = load_checkpoint(path, arch=named, trust_checkpoint=trust_checkpoint)
-        check_input_size(model, input_size)
+            try:
+                model = load_checkpoint(path, arch=arch, trust_checkpoint=trust_checkpoint)
+            except CheckpointError as exc:
+                if arch is not None or "does not name its architecture" not in str(exc) or not is_model(named):
+                    raise
+                model = load_checkpoint(path, arch=named, trust_checkpoint=trust_checkpoint)
+        except UnknownModelError as exc:
+            raise UnknownModelError(f"{exc}; a model of your own is given as MODULE:FUNCTION (e.g. "
+                                    "mynet.py:build) with --weights FILE") from None
+        _check_sides(model, sides, check_input_size)
         return model
+    if arch not in (None, spec):
+        raise CheckpointError(f"{spec} is a zoo name; --arch {arch} contradicts it (leave --arch out)")
     with preparation_threads():  # see dcd_deploy._threads
+        if weights is not None:
+            model = load_checkpoint(weights, arch=spec, trust_checkpoint=trust_checkpoint)
+            _check_sides(model, sides, check_input_size)
+            return model
         model = create_model(spec)
-        check_input_size(model, input_size)
+        _check_sides(model, sides, check_input_size)
         if seed is not None:
-            pseudo_train(model, seed, input_size=input_size)
+            # BN is calibrated on square images; at a non-square size, of the longer side.
+            pseudo_train(model, seed, input_size=max(sides))
     return model
+
+
+def load_weights_file(model: nn.Module, path: str | os.PathLike, *, trust_checkpoint: bool = False,
+                      label: str | None = None) -> nn.Module:
+    """Load the state dict stored in ``path`` into ``model`` (in place), strictly.
+
+    ``path`` may hold a plain state dict, ``{"state_dict": ...}`` (the authors' release
+    format, this toolkit's format), or, when trusted, a pickled module; it is read as any
+    checkpoint (safe loading, the same checks), and ``module.`` prefixes are dropped.
+
+    Args:
+        model: the model to fill.
+        path: the weights file.
+        trust_checkpoint: allow a file that needs full unpickling.
+        label: the model's name in a mismatch message (default: its class name).
+
+    Returns:
+        ``model``, in eval mode.
+
+    Raises:
+        CheckpointError: the file cannot be read or holds no state dict.
+        UnsafeCheckpointError: the file needs full unpickling and is not trusted.
+        StateDictMismatchError: keys are missing, unexpected or mis-shaped.
+    """
+    path = Path(path)
+    state_dict, _, _, _ = _unpack(_read(path, trust_checkpoint), path)
+    label = label or type(model).__name__
+    try:
+        load_weights(model, strip_module_prefix(state_dict))
+    except StateDictMismatchError as exc:
+        detail = str(exc).partition(": ")[2]
+        raise StateDictMismatchError(f"{path} does not fit {label}: {detail}") from None
+    return model.eval()
+
+
+def _sides(input_size) -> tuple[int, int]:
+    if isinstance(input_size, (tuple, list)):
+        h, w = input_size
+        return int(h), int(w)
+    return int(input_size), int(input_size)
+
+
+def _check_sides(model: nn.Module, sides: tuple[int, int], check) -> None:
+    for side in dict.fromkeys(sides):
+        check(model, side)

@@ -20,6 +20,11 @@ class UnknownModelError(DCDDeployError, KeyError):
         return str(self.args[0]) if self.args else ""
 
 
+class ModelSpecError(DCDDeployError):
+    """A ``MODULE:FUNCTION`` model that cannot be built: a missing file, module or
+    function, or the user's code failing or returning something other than a module."""
+
+
 class CheckpointError(DCDDeployError):
     """A checkpoint file that cannot be read, recognised or trusted."""
 

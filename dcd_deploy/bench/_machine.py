@@ -33,7 +33,7 @@ class MachineInfo:
     threads: int
     torch_interop_threads: int
     batch: int
-    input_size: int
+    input_size: int | list[int]  # a side, or [H, W] when not square
     date: str
     load_avg: list[float] | None  # 1, 5, 15 min load averages when the benchmark started
 

@@ -1,9 +1,14 @@
 """The models a latency benchmark times: naming, static/variant pairing, loading.
 
 A ratio is only meaningful between a dynamic model and its static partner, so every
-model spec (a zoo name or a checkpoint path) gets a name, a pair key and a variant here
-(:func:`pair_models`), before anything is built; :func:`load_model` then builds or loads
-it the same way for every backend.
+model spec (a zoo name, a checkpoint path, ``MODULE:FUNCTION`` or an ONNX file) gets a
+name, a pair key and a variant here (:func:`pair_models`), before anything is built;
+:func:`load_model` then builds or loads it the same way for every backend.
+
+A model of the user's own (``mynet.py:build``) is paired with its static counterpart,
+:func:`dcd_deploy.to_static` of it (:func:`static_counterpart`), unless a baseline is
+given. ONNX files are timed as they are, on the runtime backends only, paired with the
+baseline file (:func:`onnx_input`, :func:`has_dcd_nodes`).
 """
 
 from __future__ import annotations
@@ -47,11 +52,24 @@ def _is_zoo(spec: str) -> bool:
     return is_model(spec) and not Path(spec).exists()
 
 
+def is_onnx_file(spec: str) -> bool:
+    """``spec`` names an ONNX file (by its suffix; whether it exists is checked on loading)."""
+    return spec.lower().endswith(".onnx")
+
+
 def entry_name(spec: str) -> str:
-    """The zoo name, or the file name without its checkpoint suffix (dots inside kept)."""
+    """The zoo name, ``mynet:build`` for ``path/mynet.py:build``, or the file name without
+    its checkpoint (or ``.onnx``) suffix (dots inside kept)."""
+    from .._factory_spec import parse_factory_spec
+
     if _is_zoo(spec):
         return spec
+    factory = parse_factory_spec(spec)
+    if factory is not None:
+        return factory.name
     name = Path(spec).name
+    if is_onnx_file(name) and len(name) > len(".onnx"):
+        return name[:-len(".onnx")]
     for suffix in CHECKPOINT_SUFFIXES:
         if name.lower().endswith(suffix) and len(name) > len(suffix):
             return name[:-len(suffix)]
@@ -66,14 +84,17 @@ def split_kind(arch: str) -> tuple[str, str]:
     return arch, "static"
 
 
-def pair_models(specs: Sequence[str], *, archs: Mapping[str, str | None] | None = None) -> list[ModelEntry]:
+def pair_models(specs: Sequence[str], *, archs: Mapping[str, str | None] | None = None,
+                names: Mapping[str, str] | None = None) -> list[ModelEntry]:
     """Name and pair the models: ``X`` is the static partner of ``X_dcd`` (and ``X_dyconv``...).
 
     A zoo model pairs by its name. A checkpoint pairs by the architecture it holds when
     ``archs`` (spec -> the loaded model's ``arch``) has it, else by its file name; so
     ``mv2_x0.5_official.pth.tar`` holding a ``mobilenetv2_050_dcd`` is the DCD partner of
-    ``mobilenetv2_050``. The result is ordered by pair (first appearance), static first,
-    then the others in the order given.
+    ``mobilenetv2_050``. ``archs`` also pairs the others: a factory by ``NAME_dcd``, a
+    baseline by its partner's key. ``names`` names specs that are not spelled as files or
+    zoo names (a static counterpart). The result is ordered by pair (first appearance),
+    static first, then the others in the order given.
 
     Raises:
         DCDDeployError: no models, the same name twice, or two models of one pair and variant.
@@ -81,10 +102,10 @@ def pair_models(specs: Sequence[str], *, archs: Mapping[str, str | None] | None 
     specs = [s.strip() for s in specs if s and s.strip()]
     if not specs:
         raise DCDDeployError("no models given")
-    archs = archs or {}
+    archs, names = archs or {}, names or {}
     entries, seen, slots = [], set(), {}
     for spec in specs:
-        name = entry_name(spec)
+        name = names.get(spec) or entry_name(spec)
         if name in seen:
             raise DCDDeployError(f"model {name!r} given twice")
         seen.add(name)
@@ -98,14 +119,118 @@ def pair_models(specs: Sequence[str], *, archs: Mapping[str, str | None] | None 
     return sorted(entries, key=lambda e: (order.index(e.model), e.variant != "static"))
 
 
-def load_model(spec: str, *, input_size: int, seed: int = DEFAULT_SEED, trust_checkpoint: bool = False):
-    """A zoo name (pseudo-trained with ``seed``) or a checkpoint path, in eval mode.
+def load_model(spec: str, *, input_size: int | tuple[int, int], seed: int = DEFAULT_SEED,
+               trust_checkpoint: bool = False):
+    """A zoo name (pseudo-trained with ``seed``), a checkpoint path or ``MODULE:FUNCTION``,
+    in eval mode; an ONNX file as its checked path.
 
     Returns:
-        ``(model, source)`` with source ``"zoo"`` or ``"checkpoint"``.
+        ``(model, source)`` with source ``"zoo"``, ``"checkpoint"``, ``"factory"`` or
+        ``"onnx"`` (then ``model`` is the file's :class:`~pathlib.Path`).
     """
+    from .._factory_spec import parse_factory_spec
     from ..checkpoint import resolve_model
 
-    source = "zoo" if _is_zoo(spec) else "checkpoint"
+    if is_onnx_file(spec) and not _is_zoo(spec):
+        onnx_input(spec)  # refuse a file that is no image-model ONNX before anything runs
+        return Path(spec), "onnx"
+    source = "zoo" if _is_zoo(spec) else "factory" if parse_factory_spec(spec) else "checkpoint"
     model = resolve_model(spec, trust_checkpoint=trust_checkpoint, seed=seed, input_size=input_size)
     return model.eval(), source
+
+
+def dynamic_variant(model) -> str:
+    """``dcd``, ``dyconv`` or ``condconv`` after the dynamic layers ``model`` holds (DCD
+    first), else ``static``."""
+    from ..layers import CondConv2d, DCDConv2d, DCDLinear, DynamicConv2d
+
+    kinds = [("dcd", (DCDConv2d, DCDLinear)), ("dyconv", (DynamicConv2d,)), ("condconv", (CondConv2d,))]
+    modules = list(model.modules())
+    for variant, types in kinds:
+        if any(isinstance(m, types) for m in modules):
+            return variant
+    return "static"
+
+
+def static_counterpart(model):
+    """``dcd_deploy.to_static(model)``: every dynamic layer a static conv of its shape.
+
+    Raises:
+        DCDDeployError: this version has no ``to_static`` (give the partner as a baseline).
+    """
+    import dcd_deploy
+
+    try:
+        to_static = dcd_deploy.to_static
+    except AttributeError:
+        raise DCDDeployError("this dcd-deploy has no to_static() to build the static counterpart; give "
+                             "one with --baseline MODEL") from None
+    return to_static(model).eval()
+
+
+@dataclass(frozen=True)
+class OnnxInput:
+    """The one input of an ONNX file a benchmark feeds (None for a dynamic axis)."""
+
+    name: str
+    shape: tuple[int | None, ...]
+    #: The file has fused ``dcd_deploy.DCDPointwise`` nodes (``dcd-export --mode fused``).
+    fused: bool
+    #: Elements of its initializers (the weights).
+    params: int
+
+    def resolve(self, *, batch: int, input_size: tuple[int, int]) -> tuple[int, ...]:
+        """The concrete (N, C, H, W): fixed axes as the file has them, dynamic ones from
+        ``batch`` and ``input_size``."""
+        n, c, h, w = self.shape
+        return (batch if n is None else n, 3 if c is None else c,
+                input_size[0] if h is None else h, input_size[1] if w is None else w)
+
+
+def onnx_input(path: str | Path) -> OnnxInput:
+    """The image input of an ONNX file: one float32 (N, C, H, W) input, each fixed axis
+    within the toolkit's limits.
+
+    Raises:
+        DCDDeployError: not a readable ONNX file (missing, too large, not ONNX), or an
+            input a benchmark cannot feed (several inputs, not float32, not rank 4,
+            sides out of range).
+    """
+    import math
+    import os
+    import stat
+
+    import onnx
+
+    from .._limits import MAX_INPUT_SIZE, MAX_ONNX_BYTES
+
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        raise DCDDeployError(f"{path}: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise DCDDeployError(f"{path} is not a regular file")
+    if st.st_size > MAX_ONNX_BYTES:
+        raise DCDDeployError(f"{path} is {st.st_size / 2**30:.1f} GiB; an ONNX model without external data is "
+                             "at most 2 GiB")
+    try:
+        proto = onnx.load(str(path), load_external_data=False)
+    except Exception as exc:  # protobuf's DecodeError and friends
+        first = (str(exc).splitlines() or [type(exc).__name__])[0]
+        raise DCDDeployError(f"{path} is not an ONNX model: {first}") from None
+    weights = {t.name for t in proto.graph.initializer}
+    inputs = [i for i in proto.graph.input if i.name not in weights]
+    if len(inputs) != 1:
+        raise DCDDeployError(f"{path} has {len(inputs)} inputs; dcd-bench feeds one image input (N, C, H, W)")
+    tensor = inputs[0].type.tensor_type
+    if not inputs[0].type.HasField("tensor_type") or tensor.elem_type != onnx.TensorProto.FLOAT:
+        raise DCDDeployError(f"{path}: its input {inputs[0].name!r} is not float32; dcd-bench feeds float32 images")
+    dims = tuple(d.dim_value if d.HasField("dim_value") else None for d in tensor.shape.dim)
+    if len(dims) != 4:
+        raise DCDDeployError(f"{path}: its input {inputs[0].name!r} has rank {len(dims)}; dcd-bench feeds "
+                             "(N, C, H, W) images")
+    if any(d is not None and not 1 <= d <= MAX_INPUT_SIZE for d in dims[1:]):
+        raise DCDDeployError(f"{path}: its input shape {dims} has a side outside 1-{MAX_INPUT_SIZE}")
+    fused = any(n.domain == "dcd_deploy" and n.op_type == "DCDPointwise" for n in proto.graph.node)
+    params = sum(math.prod(t.dims) for t in proto.graph.initializer)
+    return OnnxInput(inputs[0].name, dims, fused, params)

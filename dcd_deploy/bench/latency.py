@@ -74,7 +74,8 @@ from .._version import __version__
 from ..errors import DCDDeployError
 from . import _stats
 from ._machine import MachineInfo, machine_info
-from ._models import DEFAULT_SEED, ModelEntry, load_model, pair_models
+from ._models import DEFAULT_SEED, ModelEntry, dynamic_variant, is_onnx_file, load_model, onnx_input, pair_models
+from ._models import split_kind, static_counterpart
 from ._runners import openvino_runner, ort_runner, ort_session_options, torch_native_runner, torch_runner
 from ._timing import DEFAULT_BURST_S, measure_interleaved, set_threads
 from .paper import PAPER_LATENCY_MS, PAPER_LATENCY_SETUP
@@ -86,6 +87,8 @@ PAPER_BACKEND = "torch-paper"
 BACKENDS = (PAPER_BACKEND, "torch", "torch-deploy", "onnxruntime", "openvino", "openvino-fused")
 #: Backends that run in OpenVINO (skipped, with a note, when it is not installed).
 OPENVINO_BACKENDS = ("openvino", "openvino-fused")
+#: Backends that run an ONNX file as it is (``--models net.onnx``): the runtimes.
+FILE_BACKENDS = ("onnxruntime", "openvino", "openvino-fused")
 #: The steps of the default table: the paper's conditions, today's eager PyTorch (oneDNN
 #: on, same deploy form), ONNX Runtime, OpenVINO with standard ops, OpenVINO with the
 #: fused DCD kernels (the OpenVINO steps skipped, with a note, when it is not installed).
@@ -231,11 +234,14 @@ def paper_ratio(model: str, variant: str) -> float | None:
 
 # -- the benchmark ------------------------------------------------------------------------
 def _check_backends(backends: Sequence[str], notes: list[str], progress: Progress, *,
-                    threads: int = 1) -> list[str]:
+                    threads: int = 1, files: Sequence[str] = ()) -> list[str]:
     out = []
     for b in backends:
         if b not in BACKENDS:
             raise DCDDeployError(f"unknown backend {b!r}; expected some of {', '.join(BACKENDS)}")
+        if files and b not in FILE_BACKENDS:
+            raise DCDDeployError(f"{b} times a PyTorch model, and {files[0]} is an ONNX file: time files on "
+                                 f"{', '.join(FILE_BACKENDS)}")
         if b == PAPER_BACKEND and threads != 1:
             raise DCDDeployError(f"{PAPER_BACKEND} is the paper's single-thread condition; run it with "
                                  f"--threads 1, not {threads}")
@@ -251,12 +257,18 @@ def _check_backends(backends: Sequence[str], notes: list[str], progress: Progres
     return out
 
 
-def _complexity(model, input_size: int) -> dict:
+def _complexity(model, input_size) -> dict:
     from .complexity import MILLION, count_complexity
 
+    unknown = {"madds_m": None, "madds_form": None, "madds_latent_m": None, "madds_weight_m": None}
+    if isinstance(model, Path):  # an ONNX file: its weights' count only
+        return {"params_m": onnx_input(model).params / MILLION, **unknown}
     params = sum(p.numel() for p in model.parameters()) / MILLION
+    h, w = _hw(input_size)
+    if h != w:  # the counter takes square inputs
+        return {"params_m": params, **unknown}
     try:
-        c = count_complexity(model, input_size=input_size)
+        c = count_complexity(model, input_size=h)
     except (TypeError, DCDDeployError):  # a checkpoint with a layer the counter has no rule for
         return {"params_m": params, "madds_m": None, "madds_form": None,
                 "madds_latent_m": None, "madds_weight_m": None}
@@ -313,24 +325,55 @@ def _check_arguments(*, threads: int, batch: int, input_size: int, timing: dict)
         raise DCDDeployError(f"min time must not be negative, not {timing['min_time']}")
 
 
-def _build(specs: Sequence[str], *, input_size: int, seed: int, trust_checkpoint: bool,
-           progress: Progress) -> tuple[list[ModelEntry], dict[str, Any], dict[str, dict]]:
-    """Load every model, then name and pair them (a checkpoint by the arch it holds)."""
+def _build(specs: Sequence[str], *, input_size, seed: int, trust_checkpoint: bool, progress: Progress,
+           baseline: str | None = None) -> tuple[list[ModelEntry], dict[str, Any], dict[str, dict]]:
+    """Load every model, then name and pair them: a checkpoint by the arch it holds, a
+    factory with its static counterpart (``to_static``) or with ``baseline``, an ONNX
+    file with ``baseline``."""
     specs = [s.strip() for s in specs if s and s.strip()]
-    pair_models(specs)  # names and duplicates checked before anything is loaded
+    pair_models(specs + ([baseline] if baseline else []))  # names and duplicates checked before anything is loaded
     loaded: dict[str, tuple[Any, str, float]] = {}
-    for spec in specs:
+    for spec in specs + ([baseline] if baseline else []):
         t0 = time.perf_counter()
         model, source = load_model(spec, input_size=input_size, seed=seed, trust_checkpoint=trust_checkpoint)
         loaded[spec] = (model, source, time.perf_counter() - t0)
     archs = {spec: getattr(m, "arch", None) for spec, (m, source, _) in loaded.items() if source == "checkpoint"}
-    entries = pair_models(specs, archs=archs)
+    names: dict[str, str] = {}
+    first = pair_models(specs)
+    own = set()  # models of the user's own: a factory's, or a trusted pickled module of no zoo arch
+    for e in first:
+        model, source, _ = loaded[e.spec]
+        if source == "factory" or (source == "checkpoint" and not isinstance(archs.get(e.spec), str)):
+            own.add(e.spec)
+            variant = dynamic_variant(model)  # it pairs under its own name
+            archs[e.spec] = e.name if variant == "static" else f"{e.name}_{variant}"
+        elif source == "onnx":
+            archs[e.spec] = f"{e.name}_dcd" if baseline else e.name
+    if baseline:
+        dynamic = first[0]
+        key = archs.get(dynamic.spec) or dynamic.name
+        base_key, variant = split_kind(key)
+        if variant == "static":  # a baseline makes the model the dynamic side of the pair
+            archs[dynamic.spec] = f"{base_key}_dcd"
+        archs[baseline] = base_key
+    else:
+        for e in first:
+            model, source, _ = loaded[e.spec]
+            if e.spec in own and archs[e.spec] != e.name:  # it has dynamic layers
+                t0 = time.perf_counter()
+                static = f"{e.spec} (static)"
+                loaded[static] = (static_counterpart(model), "static counterpart", time.perf_counter() - t0)
+                archs[static], names[static] = e.name, f"{e.name}.static"
+    all_specs = list(loaded)
+    entries = pair_models(all_specs, archs=archs, names=names)
     built, meta = {}, {}
     for e in entries:
         model, source, seconds = loaded[e.spec]
         built[e.name] = model
         meta[e.name] = {"source": source, **_complexity(model, input_size)}
-        how = f"pseudo-trained (seed {seed})" if source == "zoo" else f"checkpoint of {archs.get(e.spec)}"
+        how = {"zoo": f"pseudo-trained (seed {seed})", "factory": f"built by {e.spec}",
+               "static counterpart": "to_static() of it", "onnx": "ONNX file"}.get(
+            source, f"checkpoint of {archs.get(e.spec)}")
         progress(f"[build] {e.name}: {how}, {meta[e.name]['params_m']:.2f}M params, {seconds:.1f} s")
     return entries, built, meta
 
@@ -346,6 +389,8 @@ class _Prepared:
     def __init__(self, built: Mapping[str, Any], *, x, tmp: str, input_size: int, threads: int,
                  progress: Progress):
         self.built, self.x, self.x_np, self.tmp = built, x, x.numpy().copy(), tmp
+        # the exporter's spelling: the side of a square input, else (H, W)
+        input_size = input_size if isinstance(input_size, int) or input_size[0] != input_size[1] else input_size[0]
         self.input_size, self.threads, self.progress = input_size, threads, progress
         self.runners: dict[tuple[str, str], Callable[[], Any]] = {}
         self.forms: dict[tuple[str, str], dict | None] = {}
@@ -353,7 +398,10 @@ class _Prepared:
         self._deploy: dict[str, Any] = {}
 
     def exported(self, name: str, mode: str = ONNX_EXPORT["mode"]) -> Path:
-        """``name`` exported as ``dcd-export --mode MODE`` would (once per mode)."""
+        """``name`` exported as ``dcd-export --mode MODE`` would (once per mode); an ONNX
+        file given to time is itself."""
+        if isinstance(self.built[name], Path):
+            return self.built[name]
         if (name, mode) not in self._onnx:
             from ..exporters import export_onnx
 
@@ -371,6 +419,8 @@ class _Prepared:
         """The ``openvino-fused`` file: ``mode="fused"`` for a model with DCD layers, else standard."""
         from ..layers.dcd import DCDConv2d
 
+        if isinstance(self.built[name], Path):
+            return self.built[name]
         has_dcd = any(isinstance(m, DCDConv2d) for m in self.built[name].modules())
         return self.exported(name, "fused" if has_dcd else ONNX_EXPORT["mode"])
 
@@ -482,18 +532,20 @@ def run_benchmark(models: Sequence[str] = DEFAULT_MODELS, *, backends: Sequence[
                   min_time: float | None = None, warmup: int | None = None, quick: bool = False,
                   profile: bool = False, profile_runs: int | None = None, seed: int = DEFAULT_SEED,
                   trust_checkpoint: bool = False, burst_s: float | None = None,
-                  progress: Progress | None = None) -> BenchResult:
+                  progress: Progress | None = None, baseline: str | None = None) -> BenchResult:
     """Time ``models`` on ``backends`` and set them beside the paper (module docstring).
 
     Args:
-        models: zoo names or checkpoint paths; ``X`` and ``X_dcd`` are paired (a
-            checkpoint by the architecture it holds).
+        models: zoo names, checkpoint paths, ``MODULE:FUNCTION`` or ONNX files; ``X`` and
+            ``X_dcd`` are paired (a checkpoint by the architecture it holds); a model of
+            the user's own (``mynet.py:build``) with ``to_static`` of it; files are timed
+            as they are, on the runtimes only (:data:`FILE_BACKENDS`).
         backends: some of :data:`BACKENDS`; None: :func:`default_backends` (the paper's
             conditions first with one thread); ``openvino`` is skipped (with a note) when
             not installed; ``torch-paper`` needs one thread.
         threads: threads of every backend.
         batch: images per run (times are per batch).
-        input_size: square input side.
+        input_size: the input's side, or ``(H, W)`` (an ONNX file's fixed axes win).
         runs, min_time, warmup, burst_s, profile_runs: see the module docstring; None
             takes the default, or the ``--quick`` value when ``quick``.
         quick: a few runs only (smoke tests; the numbers mean little).
@@ -502,6 +554,8 @@ def run_benchmark(models: Sequence[str] = DEFAULT_MODELS, *, backends: Sequence[
         seed: pseudo-training seed of zoo models, and the input's seed.
         trust_checkpoint: allow checkpoints that need full unpickling.
         progress: called with one line per step (the CLI prints them on stderr).
+        baseline: the static partner of the one model in ``models`` (a spec of any of
+            its kinds), instead of its zoo partner or ``to_static`` of it.
 
     Raises:
         DCDDeployError: bad arguments, a model that cannot be loaded or exported.
@@ -511,27 +565,36 @@ def run_benchmark(models: Sequence[str] = DEFAULT_MODELS, *, backends: Sequence[
     progress = progress or (lambda _msg: None)
     timing = timing_settings(quick=quick, runs=runs, min_time=min_time, warmup=warmup, burst_s=burst_s,
                              profile_runs=profile_runs)
-    _check_arguments(threads=threads, batch=batch, input_size=input_size, timing=timing)
+    hw = _hw(input_size)
+    _check_arguments(threads=threads, batch=batch, input_size=min(hw), timing=timing)
     notes: list[str] = []
-    pair_models(models)
+    specs = [s.strip() for s in models if s and s.strip()]
+    pair_models(specs + ([baseline] if baseline else []))
+    files = _files(specs, baseline)
+    if baseline and len(specs) != 1:
+        raise DCDDeployError(f"--baseline is the static partner of one model; {len(specs)} models given")
+    if files:
+        backends = _file_backends(files, backends)
     backends = _check_backends(default_backends(threads) if backends is None else backends, notes, progress,
-                               threads=threads)
+                               threads=threads, files=files)
     if PAPER_BACKEND in backends and not paper_conditions_met(batch=batch, input_size=input_size):
-        notes.append(f"{PAPER_BACKEND} at batch {batch}, {input_size}x{input_size}: oneDNN off as in the "
+        notes.append(f"{PAPER_BACKEND} at batch {batch}, {hw[0]}x{hw[1]}: oneDNN off as in the "
                      "paper's conditions, but not the paper's batch 1, 224x224")
     previous_threads = set_threads(threads)
     try:
-        machine = machine_info(threads=threads, batch=batch, input_size=input_size,
+        shape = _file_input_shape(files, batch=batch, input_size=hw) if files else (batch, 3, *hw)
+        hw = shape[2], shape[3]
+        machine = machine_info(threads=threads, batch=batch, input_size=hw[0] if hw[0] == hw[1] else list(hw),
                                with_openvino=bool(set(OPENVINO_BACKENDS) & set(backends)))
-        entries, built, meta = _build(models, input_size=input_size, seed=seed,
-                                      trust_checkpoint=trust_checkpoint, progress=progress)
+        entries, built, meta = _build(specs, input_size=hw, seed=seed, trust_checkpoint=trust_checkpoint,
+                                      progress=progress, baseline=baseline)
         notes += _unpaired_notes(entries)
         progress(f"dcd-bench: {len(entries)} models x {len(backends)} backends, threads {threads}, "
-                 f"batch {batch}, {input_size}x{input_size}; >= {timing['runs']} runs and >= "
+                 f"batch {shape[0]}, {hw[0]}x{hw[1]}; >= {timing['runs']} runs and >= "
                  f"{timing['min_time']:g} s per model and backend, interleaved")
-        x = torch.randn(batch, 3, input_size, input_size, generator=torch.Generator().manual_seed(seed))
+        x = torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
         with tempfile.TemporaryDirectory(prefix="dcd-bench-") as tmp:
-            prep = _Prepared(built, x=x, tmp=tmp, input_size=input_size, threads=threads, progress=progress)
+            prep = _Prepared(built, x=x, tmp=tmp, input_size=hw, threads=threads, progress=progress)
             for backend in backends:
                 for e in entries:
                     prep.add(backend, e.name)
@@ -547,9 +610,54 @@ def run_benchmark(models: Sequence[str] = DEFAULT_MODELS, *, backends: Sequence[
     return BenchResult(machine=machine, settings=settings, records=records, profiles=profiles, notes=notes)
 
 
-def paper_conditions_met(*, batch: int, input_size: int) -> bool:
+def paper_conditions_met(*, batch: int, input_size) -> bool:
     """Whether ``torch-paper`` runs at the paper's batch and input size (its threads are checked apart)."""
-    return batch == PAPER_BATCH and input_size == PAPER_INPUT_SIZE
+    return batch == PAPER_BATCH and _hw(input_size) == (PAPER_INPUT_SIZE, PAPER_INPUT_SIZE)
+
+
+def _hw(input_size) -> tuple[int, int]:
+    """``(H, W)`` of a side or a pair."""
+    if isinstance(input_size, (tuple, list)):
+        return int(input_size[0]), int(input_size[1])
+    return int(input_size), int(input_size)
+
+
+def _files(specs: Sequence[str], baseline: str | None) -> list[str]:
+    """The ONNX files among the models; files and PyTorch models are separate runs."""
+    every = list(specs) + ([baseline] if baseline else [])
+    files = [s for s in every if is_onnx_file(s)]
+    if files and len(files) != len(every):
+        other = next(s for s in every if not is_onnx_file(s))
+        raise DCDDeployError(f"{files[0]} is an ONNX file and {other} a PyTorch model: time ONNX files and "
+                             "PyTorch models in separate runs (a file pairs with --baseline FILE)")
+    return files
+
+
+def _file_backends(files: Sequence[str], backends: Sequence[str] | None) -> list[str]:
+    """The runtimes a run of ONNX files takes: by default ONNX Runtime and OpenVINO, the
+    latter as ``openvino-fused`` when a file has fused nodes; ``openvino-fused`` asked for
+    needs such a file."""
+    fused = [f for f in files if onnx_input(f).fused]
+    if backends is None:
+        return ["onnxruntime", "openvino-fused" if fused else "openvino"]
+    if "openvino-fused" in backends and not fused:
+        raise DCDDeployError(f"openvino-fused times a file with fused dcd_deploy.DCDPointwise nodes (dcd-export "
+                             f"--mode fused), and {files[0]} has none: use openvino")
+    return list(backends)
+
+
+def _file_input_shape(files: Sequence[str], *, batch: int, input_size: tuple[int, int]) -> tuple[int, ...]:
+    """The one input shape every file takes (fixed axes from the files, the others from
+    ``batch`` and ``input_size``)."""
+    from .._limits import check_memory
+
+    shapes = {f: onnx_input(f).resolve(batch=batch, input_size=input_size) for f in files}
+    if len(set(shapes.values())) > 1:
+        listed = ", ".join(f"{f} {s}" for f, s in shapes.items())
+        raise DCDDeployError(f"the files take different inputs ({listed}); a pair is timed on one input")
+    shape = next(iter(shapes.values()))
+    check_memory(input_size=max(shape[2:]), batch=shape[0], what="the benchmark")
+    return shape
 
 
 def _unpaired_notes(entries: Sequence[ModelEntry]) -> list[str]:

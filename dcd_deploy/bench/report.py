@@ -42,6 +42,12 @@ BACKEND_TITLES = {
 
 
 # -- cells --------------------------------------------------------------------------------
+def size_text(input_size) -> str:
+    """``224x224`` for a side, ``256x320`` for an ``[H, W]`` pair (the JSON's ``input_size``)."""
+    h, w = (input_size, input_size) if isinstance(input_size, int) else input_size
+    return f"{h}x{w}"
+
+
 def _num(value: float | None, fmt: str) -> str:
     return _DASH if value is None else format(value, fmt)
 
@@ -101,7 +107,7 @@ def header_lines(result: BenchResult) -> list[str]:
         "are a snapshot)",
         f"CPU {m.cpu}, {m.cores} cores ({m.cpus_usable} usable){_load(m)}; {versions}; dcd-deploy {m.dcd_deploy}",
         f"threads {m.threads} (torch inter-op {m.torch_interop_threads}), batch {m.batch}, input "
-        f"{m.input_size}x{m.input_size}; per model and backend >= {s['runs']} runs and >= "
+        f"{size_text(m.input_size)}; per model and backend >= {s['runs']} runs and >= "
         f"{s['min_time_s']:g} s after {s['warmup']} warm-up runs, models interleaved"
         + (" (--quick: a smoke test, not a measurement)" if s.get("quick") else ""),
     ]
@@ -320,7 +326,7 @@ def to_markdown(result: BenchResult) -> str:
             f"- CPU: {m.cpu}, {m.cores} cores ({m.cpus_usable} usable){_load(m)}",
             f"- torch {m.torch}, onnxruntime {m.onnxruntime or 'not installed'}"
             + (f", openvino {m.openvino}" if m.openvino else "") + f", dcd-deploy {m.dcd_deploy}",
-            f"- threads {m.threads}, batch {m.batch}, input {m.input_size}x{m.input_size}",
+            f"- threads {m.threads}, batch {m.batch}, input {size_text(m.input_size)}",
             f"- per model and backend: >= {result.settings['runs']} runs and >= "
             f"{result.settings['min_time_s']:g} s, {result.settings['warmup']} warm-up runs, interleaved"
             + (" (--quick: not a measurement)" if result.settings.get("quick") else "")]
@@ -429,7 +435,7 @@ def render_plot(result: BenchResult) -> bytes:
     m = result.machine
     quick = result.settings.get("quick")
     fig.suptitle(("--quick: A SMOKE TEST, NOT A MEASUREMENT\n" if quick else "")
-                 + f"dcd-bench: {m.cpu}, {m.threads} thread(s), batch {m.batch}, {m.input_size}x{m.input_size}, "
+                 + f"dcd-bench: {m.cpu}, {m.threads} thread(s), batch {m.batch}, {size_text(m.input_size)}, "
                  f"{m.date[:10]}; paper: {PAPER_LATENCY_SETUP}", fontsize=8, color="red" if quick else "black")
     fig.tight_layout()
     buf = io.BytesIO()

@@ -30,6 +30,7 @@ import click
 from .._atomic import atomic_output, check_distinct, check_output_path
 from .._limits import MAX_SEED, check_memory
 from ..errors import DCDDeployError, ParityError
+from ._model_arg import weights_option
 
 #: Exit status of a command stopped by a user error.
 USER_ERROR_STATUS = 1
@@ -302,7 +303,9 @@ _MAX_MESSAGE = 300
 def model_options(fn):
     """The options every command that reads a MODEL argument shares."""
     fn = click.option("--arch", default=None, metavar="NAME",
-                      help="Architecture of a plain state dict (a name from the zoo).")(fn)
+                      help="Zoo architecture of a plain state dict (a name from the zoo; for a model of "
+                           "your own give MODEL as MODULE:FUNCTION with --weights).")(fn)
+    fn = weights_option(fn)
     fn = click.option("--trust-checkpoint", is_flag=True,
                       help="Allow checkpoints that need full unpickling (runs code from the file).")(fn)
     fn = click.option("--seed", type=click.IntRange(0, MAX_SEED), default=0, show_default=True,

@@ -34,6 +34,8 @@ from .._version import __version__
 from ..errors import DCDDeployError
 from .._limits import MAX_BATCH, MAX_INPUT_SIZE, MAX_SEED, MAX_THREADS, check_memory
 from ._common import OutputPath, check_outputs, run_cli, write_json_atomic
+from ._input_size import InputSize, api_size, format_size
+from ._model_arg import model_inputs
 
 #: Smallest input side every zoo model can take (five stride-2 stages).
 MIN_INPUT_SIZE = 32
@@ -52,8 +54,9 @@ _CONVENTION_ABBREV = {PARAMS_EXCL_CLASSIFIER: "-cls"}
 
 # Options each mode takes (besides --input-size and --json, which all take).
 _MODE_OPTIONS = {
-    "the latency benchmark": ("models", "backends", "batch", "threads", "runs", "min_time", "warmup", "quick",
-                              "profile", "profile_runs", "markdown_path", "plot_path", "seed", "trust_checkpoint"),
+    "the latency benchmark": ("models", "baseline", "backends", "batch", "threads", "runs", "min_time", "warmup",
+                              "quick", "profile", "profile_runs", "markdown_path", "plot_path", "seed",
+                              "trust_checkpoint"),
     "--floor": ("models", "threads", "runs", "min_time", "warmup", "quick", "seed", "trust_checkpoint"),
     "--frontier": ("models", "backends", "threads", "runs", "min_time", "warmup", "quick", "markdown_path",
                    "plot_path", "seed"),
@@ -120,9 +123,15 @@ def format_model_list() -> list[str]:
               help="Time every model of the paper's Table 4 on one backend (default onnxruntime) and "
                    "print it beside the paper's top-1, marking each family's accuracy-latency frontier.")
 @click.option("--models", default=None, metavar="A,B,...",
-              help="Zoo names or checkpoint paths; X and X_dcd are paired as static vs DCD (a checkpoint "
-                   "by the architecture it holds). [default: mobilenetv2_050,mobilenetv2_050_dcd,"
-                   "mobilenetv2_100,mobilenetv2_100_dcd; --frontier: all of Table 4]")
+              help="Zoo names, checkpoint paths, MODULE:FUNCTION (your model: a Python file or module and "
+                   "the function returning it; this runs that code) or ONNX files; X and X_dcd are paired "
+                   "as static vs DCD (a checkpoint by the architecture it holds), your model with "
+                   "dcd_deploy.to_static() of it, a file with --baseline. [default: mobilenetv2_050,"
+                   "mobilenetv2_050_dcd,mobilenetv2_100,mobilenetv2_100_dcd; --frontier: all of Table 4]")
+@click.option("--baseline", default=None, metavar="MODEL",
+              help="The static partner of the one model in --models, of the same kind (an ONNX file for a "
+                   "file: dcd-bench --models net.onnx --baseline net_static.onnx), instead of its zoo "
+                   "partner or to_static() of it.")
 @click.option("--backends", default=None, callback=_backends, metavar="B,...",
               help="Some of torch-paper, torch, torch-deploy, onnxruntime, openvino, openvino-fused (the "
                    "last two if openvino is installed; openvino-fused builds the extension). "
@@ -132,8 +141,10 @@ def format_model_list() -> list[str]:
 @click.option("--threads", type=click.IntRange(1, MAX_THREADS), default=1, show_default=True,
               help="Threads of every backend (torch intra/inter-op, ORT intra = inter).")
 @click.option("--batch", type=click.IntRange(1, MAX_BATCH), default=1, show_default=True, help="Images per run.")
-@click.option("--input-size", type=click.IntRange(MIN_INPUT_SIZE, MAX_INPUT_SIZE), default=DEFAULT_INPUT_SIZE,
-              show_default=True, help="Side of the square input; the paper's figures are for 224.")
+@click.option("--input-size", type=InputSize(MIN_INPUT_SIZE, MAX_INPUT_SIZE), default=str(DEFAULT_INPUT_SIZE),
+              show_default=True, help=f"Input side (224) or height x width (256x320), each {MIN_INPUT_SIZE}-"
+                                      f"{MAX_INPUT_SIZE}; the paper's figures are for 224 (an ONNX file's fixed "
+                                      "axes win). Not square: the latency benchmark only.")
 @click.option("--runs", type=click.IntRange(min=1), default=None,
               help="Minimum timed runs per model and backend. [default: 50, --frontier 20; --quick 5]")
 @click.option("--min-time", type=click.FloatRange(min=0.0), default=None, metavar="SECONDS",
@@ -171,6 +182,9 @@ def main(complexity: bool, floor: bool, frontier: bool, json_path: Path | None, 
         raise click.UsageError(f"{' and '.join(modes)} are separate runs")
     mode = modes[0] if modes else "the latency benchmark"
     _reject_given(mode)
+    if modes and input_size[0] != input_size[1]:
+        raise click.UsageError(f"{mode} takes a square --input-size, not {format_size(input_size)}")
+    input_size = api_size(input_size)
     echo = _Echo(to_stderr=json_path is not None and str(json_path) == "-")
     taken = {k: options[k] for k in _MODE_OPTIONS[mode]}
     if complexity:
@@ -229,7 +243,7 @@ def _check_out_dir(*paths: Path | None, models: str | None = None) -> None:
     for path in files:
         if not path.resolve().parent.is_dir():
             raise DCDDeployError(f"cannot write {path}: no directory {path.parent}")
-    check_outputs(outputs=files, inputs=_csv(models) or ())
+    check_outputs(outputs=files, inputs=[f for spec in _csv(models) or () for f in model_inputs(spec)])
 
 
 def _write_outputs(echo: _Echo, json_path: Path | None, document: dict, files) -> None:
@@ -294,22 +308,25 @@ def run_latency(*, json_path: Path | None, input_size: int, echo: _Echo | None =
                 backends: list[str] | None = None, threads: int = 1, batch: int = 1, runs: int | None = None,
                 min_time: float | None = None, warmup: int | None = None, quick: bool = False,
                 profile: bool = False, profile_runs: int | None = None, markdown_path: Path | None = None,
-                plot_path: Path | None = None, seed: int = 0, trust_checkpoint: bool = False) -> None:
+                plot_path: Path | None = None, seed: int = 0, trust_checkpoint: bool = False,
+                baseline: str | None = None) -> None:
     """Run :func:`~dcd_deploy.bench.latency.run_benchmark`, print its tables, write the files asked for."""
     from ..bench import latency, report
 
     echo = echo or _Echo(to_stderr=False)
-    _check_out_dir(json_path, markdown_path, plot_path, models=models)
-    check_memory(input_size=input_size, batch=batch, what="the benchmark")
+    _check_out_dir(json_path, markdown_path, plot_path, models=",".join(filter(None, [models, baseline])))
+    hw = (input_size, input_size) if isinstance(input_size, int) else tuple(input_size)
+    check_memory(input_size=max(hw), batch=batch, what="the benchmark")
     if plot_path is not None:
         report.require_matplotlib()  # fail before minutes of timing, not after
-    if input_size != PAPER_INPUT_SIZE:
-        echo.progress(f"note: input {input_size}x{input_size}; the paper's times are for "
+    if hw != (PAPER_INPUT_SIZE, PAPER_INPUT_SIZE):
+        echo.progress(f"note: input {format_size(hw)}; the paper's times are for "
                       f"{PAPER_INPUT_SIZE}x{PAPER_INPUT_SIZE}")
     result = latency.run_benchmark(
         _csv(models) or latency.DEFAULT_MODELS, backends=backends, threads=threads, batch=batch,
         input_size=input_size, runs=runs, min_time=min_time, warmup=warmup, quick=quick, profile=profile,
-        profile_runs=profile_runs, seed=seed, trust_checkpoint=trust_checkpoint, progress=echo.progress)
+        profile_runs=profile_runs, seed=seed, trust_checkpoint=trust_checkpoint, progress=echo.progress,
+        baseline=baseline)
     echo("")
     for line in report.format_table(result):
         echo(line)

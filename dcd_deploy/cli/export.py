@@ -14,6 +14,8 @@ from .._limits import MAX_BATCH, MAX_INPUT_SIZE
 from ._common import OutputPath, accept_inconclusive_option, check_outputs, check_parity_budget, default_output
 from ._common import inputs_option, make_preprocess_from_options, model_options, preprocess_options
 from ._common import parity_failure, run_cli, write_json_atomic
+from ._input_size import InputSize, api_size, format_size
+from ._model_arg import MODEL_HELP, model_inputs, model_label, output_stem
 
 #: Input side when neither --input-size nor --inputs gives one.
 DEFAULT_INPUT_SIZE = 224
@@ -31,14 +33,18 @@ def _batch(value: str) -> int | None:
     return batch
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.command(context_settings={"help_option_names": ["-h", "--help"]}, epilog=MODEL_HELP)
 @click.version_option(__version__, "--version", prog_name="dcd-export")
 @click.argument("model")
 @click.option("-o", "--output", type=OutputPath(), default=None,
               help="Output .onnx path (default: MODEL's name with .onnx, in the current directory; "
                    "never MODEL itself). A symlink is written through to its target.")
-@click.option("--input-size", type=click.IntRange(1, MAX_INPUT_SIZE), default=None,
-              help=f"Square input side, 1-{MAX_INPUT_SIZE} (default: that of --inputs, else {DEFAULT_INPUT_SIZE}).")
+@click.option("--input-size", type=InputSize(1, MAX_INPUT_SIZE), default=None,
+              help=f"Input size: one side (224) or height x width (256x320), each 1-{MAX_INPUT_SIZE} "
+                   f"(default: that of --inputs, else {DEFAULT_INPUT_SIZE}).")
+@click.option("--dynamic-size", is_flag=True,
+              help="Dynamic height and width axes in the ONNX file (where every layer allows it; "
+                   "otherwise an error naming the layer that does not).")
 @click.option("--batch", default="dynamic", show_default=True, metavar="N|dynamic",
               help=f"Fixed batch size (1-{MAX_BATCH}), or a dynamic batch axis.")
 @click.option("--opset", type=int, default=None, help="ONNX opset (13-17 and up; default 17).")
@@ -61,9 +67,10 @@ def _batch(value: str) -> int | None:
                    "without the parity table).")
 @model_options
 @run_cli
-def main(model, output, input_size, batch, opset, mode, strategy, no_simplify, no_check, inputs_path,
-         preset, mean, std, scale, bgr, accept_inconclusive, json_path, verbose, quiet, arch, trust_checkpoint, seed):
-    """Export MODEL (a checkpoint path or a zoo name) to ONNX in deploy form."""
+def main(model, output, input_size, dynamic_size, batch, opset, mode, strategy, no_simplify, no_check, inputs_path,
+         preset, mean, std, scale, bgr, accept_inconclusive, json_path, verbose, quiet, arch, weights,
+         trust_checkpoint, seed):
+    """Export MODEL (a checkpoint, a zoo name or MODULE:FUNCTION) to ONNX in deploy form."""
     from ..exporters import export_onnx
     from ..inputs import load_images
 
@@ -71,31 +78,29 @@ def main(model, output, input_size, batch, opset, mode, strategy, no_simplify, n
         raise click.UsageError("-q/--quiet and -v/--verbose exclude each other")
     batch = _batch(batch)
     if output is None:
-        output = default_output(model)
+        output = default_output(output_stem(model))
     # fail before the slow part, and before anything is written
-    check_outputs(outputs=[output, json_path], inputs=[model, inputs_path])
+    check_outputs(outputs=[output, json_path], inputs=[*model_inputs(model, weights), inputs_path])
     preprocess = make_preprocess_from_options(preset, mean, std, scale, bgr)
     inputs, described = None, None
     if inputs_path is not None:
         inputs, described = load_images(inputs_path, input_size=input_size, preprocess=preprocess)
-        if inputs.shape[2] != inputs.shape[3]:
-            raise click.UsageError(f"--inputs holds {inputs.shape[2]}x{inputs.shape[3]} images; this exporter "
-                                   "takes square inputs")
-        input_size = inputs.shape[2]
-    input_size = DEFAULT_INPUT_SIZE if input_size is None else input_size
-    check_parity_budget(input_size=input_size, batch_sizes=(batch or 2,), n_inputs=8)
+        input_size = tuple(inputs.shape[2:])
+    input_size = (DEFAULT_INPUT_SIZE,) * 2 if input_size is None else input_size
+    check_parity_budget(input_size=max(input_size), batch_sizes=(batch or 2,), n_inputs=8)
     progress = None if quiet else click.echo  # on stdout with the report: stderr is for the Error line
     started = time.perf_counter()
-    net = resolve_model(model, arch=arch, trust_checkpoint=trust_checkpoint, seed=seed, input_size=input_size)
+    net = resolve_model(model, arch=arch, weights=weights, trust_checkpoint=trust_checkpoint, seed=seed,
+                        input_size=input_size)
     if progress is not None:
         progress(f"[load] {time.perf_counter() - started:.1f} s")
     try:
         with preparation_threads():  # 3-5 s instead of 25-40 s on a busy 2-core machine
-            result = export_onnx(net, output, input_size=input_size, batch=batch, opset=opset,
+            result = export_onnx(net, output, input_size=api_size(input_size), batch=batch, opset=opset,
                                  simplify=not no_simplify, mode=mode, check=not no_check, strategy=strategy,
                                  parity_inputs=inputs, progress=progress,
                                  accept_inconclusive=accept_inconclusive, parity_preprocess=preprocess,
-                                 parity_inputs_description=described)
+                                 parity_inputs_description=described, **_dynamic_size(dynamic_size, input_size))
     except ParityError as exc:
         if exc.report is None:  # the model itself is broken (NaN outputs): nothing to tabulate
             raise
@@ -111,8 +116,9 @@ def main(model, output, input_size, batch, opset, mode, strategy, no_simplify, n
                                       "parity_inputs": None if inputs_path is None else str(inputs_path)})
     if quiet:
         return
-    click.echo(f"  model    {getattr(net, 'arch', type(net).__name__)}: {params / 1e6:.2f}M params, "
-               f"input {'N' if batch is None else batch}x3x{input_size}x{input_size}, opset {result.opset}, "
+    size = "HxW" if dynamic_size else format_size(input_size)
+    click.echo(f"  model    {model_label(model, net)}: {params / 1e6:.2f}M params, "
+               f"input {'N' if batch is None else batch}x3x{size}, opset {result.opset}, "
                f"mode {mode}{', simplified' if result.simplified else ''}")
     click.echo(f"  graph    {result.num_nodes} nodes: {ops}")
     if forms:
@@ -132,3 +138,15 @@ def main(model, output, input_size, batch, opset, mode, strategy, no_simplify, n
                    + (" (the fused kernels)" if "openvino" in runtimes and result.mode == "fused" else ""))
     else:
         click.echo("  parity   not checked (--no-check)")
+
+
+def _dynamic_size(dynamic_size: bool, size: tuple[int, int]) -> dict:
+    """``dynamic_size=True`` for the exporter, only when asked (the keyword is newer than
+    ``input_size``; a default run passes nothing extra), with the example it traces: a
+    file with symbolic height and width does not say at which size to check it."""
+    if not dynamic_size:
+        return {}
+    import torch
+
+    return {"dynamic_size": True, "example_inputs": (torch.zeros(1, 3, *size),)}
+

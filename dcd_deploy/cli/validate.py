@@ -10,10 +10,11 @@ from .._threads import preparation_threads
 from .._version import __version__
 from ..errors import DCDDeployError
 from ..checkpoint import resolve_model
-from .._limits import MAX_BATCH, MAX_INPUTS, read_onnx_input_size
+from .._limits import MAX_BATCH, MAX_INPUTS, read_onnx_image_size
 from ._common import OutputPath, accept_inconclusive_option, check_outputs, check_parity_budget, inputs_option
 from ._common import make_preprocess_from_options, model_options, preprocess_options
 from ._common import onnxruntime_errors, parity_failure, run_cli, write_json_atomic
+from ._model_arg import MODEL_HELP, model_inputs
 
 
 def _sizes(value: str) -> tuple[int, ...]:
@@ -26,7 +27,7 @@ def _sizes(value: str) -> tuple[int, ...]:
     return sizes
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.command(context_settings={"help_option_names": ["-h", "--help"]}, epilog=MODEL_HELP)
 @click.version_option(__version__, "--version", prog_name="dcd-validate")
 @click.argument("model")
 @click.argument("onnx_path", metavar="ONNX", type=click.Path(path_type=Path))
@@ -49,25 +50,27 @@ def _sizes(value: str) -> tuple[int, ...]:
 @model_options
 @run_cli
 def main(model, onnx_path, batch_sizes, n_inputs, inputs_path, preset, mean, std, scale, bgr, atol, rtol, backends,
-         show_layers, accept_inconclusive, json_path, arch, trust_checkpoint, seed):
-    """Check that ONNX computes what MODEL (checkpoint path or zoo name) computes."""
+         show_layers, accept_inconclusive, json_path, arch, weights, trust_checkpoint, seed):
+    """Check that ONNX computes what MODEL (a checkpoint, a zoo name or MODULE:FUNCTION) computes."""
     from ..inputs import load_images
     from ..parity import check_parity
 
     if not onnx_path.is_file():
         raise DCDDeployError(f"{onnx_path}: no such ONNX file")
-    check_outputs(outputs=[json_path], inputs=[model, onnx_path, inputs_path])
+    check_outputs(outputs=[json_path], inputs=[*model_inputs(model, weights), onnx_path, inputs_path])
     sizes = _sizes(batch_sizes)
-    input_size = _onnx_input_size(onnx_path)
+    input_size = read_onnx_image_size(onnx_path)  # (H, W): a zoo model is pseudo-trained at that size
     preprocess = make_preprocess_from_options(preset, mean, std, scale, bgr)
     inputs, described = None, None
     if inputs_path is not None:
         inputs, described = load_images(inputs_path, input_size=input_size, preprocess=preprocess)
-    check_parity_budget(input_size=input_size, batch_sizes=sizes, n_inputs=n_inputs)
-    net = resolve_model(model, arch=arch, trust_checkpoint=trust_checkpoint, seed=seed, input_size=input_size)
+    check_parity_budget(input_size=max(input_size), batch_sizes=sizes, n_inputs=n_inputs)
+    net = resolve_model(model, arch=arch, weights=weights, trust_checkpoint=trust_checkpoint, seed=seed,
+                        input_size=input_size)
     with onnxruntime_errors(onnx_path), preparation_threads():
         report = check_parity(net, onnx_path, batch_sizes=sizes, n_inputs=n_inputs, atol=atol, rtol=rtol,
-                              inputs=inputs, backends=tuple(dict.fromkeys(backends)) or ("onnxruntime",),
+                              inputs=inputs, **_size_example(onnx_path, input_size),
+                              backends=tuple(dict.fromkeys(backends)) or ("onnxruntime",),
                               accept_inconclusive=accept_inconclusive, preprocess=preprocess)
     click.echo(report.table())
     if show_layers:
@@ -87,6 +90,15 @@ def _builtin(preprocess) -> str:
     return f"built-in natural images, preprocessed: {preprocess.describe()}"
 
 
-def _onnx_input_size(path: Path) -> int:
-    """Input side recorded in the file (so a zoo model is pseudo-trained at that size)."""
-    return read_onnx_input_size(path)
+def _size_example(path: Path, size: tuple[int, int]) -> dict:
+    """For a file with symbolic height and width (``dcd-export --dynamic-size``), the
+    example the check makes its images like: of the size the file's metadata records."""
+    import onnx
+    import torch
+
+    graph = onnx.load(str(path), load_external_data=False).graph
+    weights = {t.name for t in graph.initializer}
+    dims = next(i for i in graph.input if i.name not in weights).type.tensor_type.shape.dim
+    if all(d.HasField("dim_value") for d in dims[2:]):
+        return {}
+    return {"example_inputs": (torch.zeros(1, 3, *size),)}

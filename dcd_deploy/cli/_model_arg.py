@@ -1,0 +1,54 @@
+"""The MODEL argument on the command line: a checkpoint, a zoo name or ``MODULE:FUNCTION``.
+
+What the commands need to know about it besides the model itself
+(:func:`dcd_deploy.checkpoint.resolve_model` builds that): the files it reads (so no
+output overwrites them), a name for the default output file and a label for the report.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from .._factory_spec import parse_factory_spec
+
+#: How MODEL is described in every command's --help.
+MODEL_HELP = ("MODEL is a checkpoint path, a zoo name (dcd-bench --list-models) or MODULE:FUNCTION: a Python "
+              "file (mynet.py) or importable module (pkg.nets) and the function that returns your nn.Module "
+              "(mynet.py:build), with --weights FILE for its state dict. MODULE:FUNCTION imports and runs "
+              "that code (your own, because you named it); checkpoints never run code.")
+
+
+def weights_option(fn):
+    """``--weights FILE``: a state dict for the model MODULE:FUNCTION (or a zoo name) builds."""
+    return click.option("--weights", type=click.Path(dir_okay=False, path_type=Path), default=None, metavar="FILE",
+                        help="State dict (or checkpoint) loaded into the model that MODULE:FUNCTION or a zoo "
+                             "name builds: read weights-only like any checkpoint, strictly, 'module.' "
+                             "prefixes dropped.")(fn)
+
+
+def model_inputs(model: str, weights: Path | None = None) -> list:
+    """The files MODEL (and ``--weights``) reads: outputs must not be any of them."""
+    factory = parse_factory_spec(model)
+    files = [Path(factory.module)] if factory is not None and factory.is_file else [model]
+    return files + ([weights] if weights is not None else [])
+
+
+def output_stem(model: str) -> str:
+    """What the default output is named after: the factory's file or module, else MODEL."""
+    factory = parse_factory_spec(model)
+    if factory is None:
+        return model
+    return Path(factory.module).stem if factory.is_file else factory.module.rpartition(".")[2]
+
+
+def model_label(model: str, net) -> str:
+    """The report's name for the model: its zoo arch, else ``mynet:build (Net)``, else its class."""
+    arch = getattr(net, "arch", None)
+    if isinstance(arch, str):
+        return arch
+    factory = parse_factory_spec(model)
+    if factory is not None:
+        return f"{factory.name} ({type(net).__name__})"
+    return type(net).__name__

@@ -1,0 +1,218 @@
+"""The commands with a model of the user's own (MODULE:FUNCTION, --weights), --input-size HxW
+and --dynamic-size: in-process with CliRunner, and the installed dcd-export once.
+
+Oracles: the parity check of the real export (ONNX Runtime against float64 PyTorch);
+the keywords the exporter receives (a stand-in exporter records them); click's usage
+errors (status 2) for bad sizes, one ``Error:`` line and status 1 for the rest.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import onnx
+import pytest
+import torch
+from click.testing import CliRunner
+
+import dcd_deploy.exporters
+from _user_net import write_factory
+from dcd_deploy.cli._input_size import InputSize
+from dcd_deploy.cli.export import main as export_main
+from dcd_deploy.cli.validate import main as validate_main
+
+SIZE = "32"
+
+
+def run(cmd, args):
+    return CliRunner().invoke(cmd, [str(a) for a in args])
+
+
+def one_error_line(result, pattern: str, status: int = 1) -> None:
+    assert result.exit_code == status, result.output
+    lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("Error: "), result.stderr
+    assert re.search(pattern, lines[0]), lines[0]
+    assert "Traceback" not in result.output
+
+
+@pytest.fixture(scope="module")
+def user_dir(tmp_path_factory):
+    """tiny.py and its trained-looking weights tiny.pt (other values than build() gives)."""
+    d = tmp_path_factory.mktemp("user")
+    path = write_factory(d)
+    cwd = os.getcwd()
+    os.chdir(d)
+    try:
+        from dcd_deploy._factory_spec import build_from_factory
+
+        model = build_from_factory("tiny.py:build")
+    finally:
+        os.chdir(cwd)
+    with torch.no_grad():
+        g = torch.Generator().manual_seed(3)
+        for p in model.parameters():
+            p.add_(0.2 * torch.randn(p.shape, generator=g))
+    torch.save(model.state_dict(), d / "tiny.pt")
+    return d, path
+
+
+@pytest.fixture
+def in_user_dir(user_dir, monkeypatch):
+    monkeypatch.chdir(user_dir[0])
+    return user_dir[0]
+
+
+@pytest.fixture(scope="module")
+def exported(user_dir):
+    d, _ = user_dir
+    cwd = os.getcwd()
+    os.chdir(d)
+    try:
+        result = run(export_main, ["tiny.py:build", "--weights", "tiny.pt", "--input-size", SIZE])
+    finally:
+        os.chdir(cwd)
+    return result, d / "tiny.onnx"
+
+
+def test_export_a_factory_with_weights(exported):
+    result, out = exported
+    assert result.exit_code == 0, result.output
+    assert out.is_file() and f"wrote {out.name}" in result.stdout  # named after the file: tiny.onnx
+    assert re.search(r"model +tiny:build \(TinyNet\): [\d.]+M params, input Nx3x32x32", result.stdout)
+    assert re.search(r"parity +PASS", result.stdout)
+    assert re.search(r"DCD +1 layers", result.stdout)
+
+
+def test_validate_a_factory(exported, in_user_dir):
+    _, out = exported
+    result = run(validate_main, ["tiny.py:build", out, "--weights", "tiny.pt"])
+    assert result.exit_code == 0, result.output
+    assert "PASS" in result.stdout
+    # the weights matter: without them the model computes something else
+    result = run(validate_main, ["tiny.py:build", out])
+    one_error_line(result, r"parity check failed: FAIL")
+
+
+@pytest.mark.parametrize("args, pattern", [
+    (["nope.py:build"], r"nope\.py: no such file"),
+    (["tiny.py:buidl"], r"tiny\.py has no function 'buidl'; did you mean build\?"),
+    (["tiny.py"], r"tiny\.py is Python source.*tiny\.py:FUNCTION"),
+    (["tiny.pt"], r"plain state dict .*MODULE:FUNCTION .*--weights tiny\.pt"),
+    (["tiny.pt", "--arch", "TinyNet"], r"unknown model 'TinyNet'.*MODULE:FUNCTION"),
+    (["tiny.py:build", "--arch", "mobilenetv2_035"], r"--arch names a zoo architecture"),
+    (["tiny.py:build", "--weights", "missing.pt"], r"missing\.pt"),
+    (["tiny.py:build", "--weights", "wrong.pt"], r"wrong\.pt does not fit tiny:build: 1 mis-shaped \(head\.bias"),
+    (["broken.py:build"], r"importing broken\.py failed: SyntaxError in broken\.py, line 2"),
+    (["raises.py:build"], r"raises\.py:build raised ValueError: no such width \(at raises\.py, line 2\)"),
+    (["raises.py:make"], r"raises\.py:make returned a value of type str, not a torch\.nn\.Module"),
+])
+def test_every_error_is_one_line(in_user_dir, args, pattern):
+    d = in_user_dir
+    (d / "broken.py").write_text("import torch\ndef build(:\n")
+    (d / "raises.py").write_text("def build():\n    raise ValueError('no such width')\ndef make():\n    return 'x'\n")
+    torch.save({"head.bias": torch.zeros(3)} | {k: v for k, v in torch.load("tiny.pt").items() if k != "head.bias"},
+               d / "wrong.pt")
+    result = run(export_main, args + ["--input-size", SIZE, "-o", "never.onnx"])
+    one_error_line(result, pattern)
+    assert not (d / "never.onnx").exists()
+
+
+def test_output_must_not_be_the_factory_file(in_user_dir):
+    result = run(export_main, ["tiny.py:build", "-o", "tiny.py"])
+    one_error_line(result, r"same file as the input tiny\.py")
+
+
+# -- --input-size HxW, --dynamic-size ------------------------------------------------------
+@pytest.mark.parametrize("text, size", [("224", (224, 224)), ("256x320", (256, 320)), ("256X320", (256, 320)),
+                                        ("64,48", (64, 48)), (" 32 x 16 ", (32, 16))])
+def test_input_size_parses(text, size):
+    assert InputSize(1, 1024).convert(text, None, None) == size
+
+
+@pytest.mark.parametrize("value, message", [
+    ("0x5", "each side must be in the range 1<=x<=1024"), ("axb", "is not a size"), ("2000x5", "1<=x<=1024"),
+    ("5x", "is not a size"), ("x5", "is not a size"), ("5x5x5", "is not a size"), ("-3", "is not a size"),
+])
+def test_bad_input_size_is_a_usage_error(value, message):
+    result = run(export_main, ["tiny.py:build", "--input-size", value])
+    assert result.exit_code == 2 and message in result.stderr, result.output
+
+
+class _Recorded:
+    """A stand-in exporter: records its keywords, returns what the command prints."""
+
+    def __init__(self):
+        self.kwargs = None
+
+    def __call__(self, model, path, **kwargs):
+        self.kwargs = kwargs
+        Path(path).write_bytes(b"stand-in")
+        return SimpleNamespace(path=str(path), size_bytes=8, op_histogram={"Conv": 1}, strategies={}, opset=17,
+                               simplified=False, parity=None, mode=kwargs["mode"], num_nodes=1,
+                               to_dict=lambda: {})
+
+
+@pytest.mark.parametrize("args, input_size, dynamic, shown", [
+    (["--input-size", "256x320"], (256, 320), None, "Nx3x256x320"),
+    (["--input-size", "48"], 48, None, "Nx3x48x48"),
+    (["--input-size", "48x48"], 48, None, "Nx3x48x48"),
+    (["--input-size", "40x56", "--dynamic-size"], (40, 56), True, "Nx3xHxW"),
+])
+def test_size_options_reach_the_exporter(in_user_dir, monkeypatch, args, input_size, dynamic, shown):
+    recorded = _Recorded()
+    monkeypatch.setattr(dcd_deploy.exporters, "export_onnx", recorded)
+    result = run(export_main, ["tiny.py:build", "--no-check", "-o", "s.onnx", *args])
+    assert result.exit_code == 0, result.output
+    assert recorded.kwargs["input_size"] == input_size
+    assert recorded.kwargs.get("dynamic_size") is dynamic
+    if dynamic:  # the example it traces, so the check knows the size of a file with symbolic sides
+        assert tuple(recorded.kwargs["example_inputs"][0].shape) == (1, 3, *input_size)
+    assert f"input {shown}," in result.stdout
+
+
+# -- the installed script ------------------------------------------------------------------
+def test_installed_dcd_export_with_a_factory(user_dir, tmp_path):
+    script = shutil.which("dcd-export", path=str(Path(sys.executable).parent))
+    assert script, "dcd-export is not installed beside this Python"
+    write_factory(tmp_path, "mine")
+    shutil.copy(user_dir[0] / "tiny.pt", tmp_path / "mine.pt")
+    proc = subprocess.run([script, "mine.py:build", "--weights", "mine.pt", "--input-size", SIZE, "-q"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("wrote mine.onnx")
+    model = onnx.load(str(tmp_path / "mine.onnx"))
+    dims = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim[1:]]
+    assert dims == [3, 32, 32]
+
+
+# -- end to end with the exporter that takes (H, W) and dynamic sizes (skipped before it) ---
+def _exporter_takes_sizes() -> bool:
+    import inspect
+
+    return "dynamic_size" in inspect.signature(dcd_deploy.exporters.export_onnx).parameters
+
+
+needs_size_exporter = pytest.mark.skipif(not _exporter_takes_sizes(),
+                                         reason="this exporter takes square sizes only (export branch not merged)")
+
+
+@needs_size_exporter
+@pytest.mark.parametrize("extra, dims", [([], [3, 32, 48]), (["--dynamic-size"], [3, None, None])])
+def test_non_square_and_dynamic_export_then_validate(in_user_dir, extra, dims):
+    result = run(export_main, ["tiny.py:build", "--weights", "tiny.pt", "--input-size", "32x48", "-o", "ns.onnx",
+                               *extra])
+    assert result.exit_code == 0, result.output
+    assert re.search(r"parity +PASS", result.stdout)
+    shape = onnx.load("ns.onnx").graph.input[0].type.tensor_type.shape.dim[1:]
+    assert [d.dim_value if d.HasField("dim_value") else None for d in shape] == dims
+    result = run(validate_main, ["tiny.py:build", "ns.onnx", "--weights", "tiny.pt"])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.strip().splitlines()[-1].startswith("PASS")
