@@ -16,7 +16,7 @@ a subprocess and asks its self-check entry point (``dcd_deploy_ov_selfcheck``, w
 returns the build's hash) before installing it with its SHA-256 beside it, and every
 later call compares that hash before the library is handed to OpenVINO; a junk,
 truncated or foreign file is rebuilt, never loaded. Builders of one folder take turns
-(an ``fcntl`` lock on ``.lock``); compilers run in their own process groups, killed on
+(an ``fcntl`` lock on the folder); compilers run in their own process groups, killed on
 an error, a signal or after ``DCD_DEPLOY_BUILD_TIMEOUT`` seconds; temporary folders of
 builders that died are removed by the next build.
 """
@@ -312,12 +312,12 @@ def _self_check(lib: Path, build_id: str, *, deadline: float) -> None:
 
 @contextlib.contextmanager
 def _locked(out_dir: Path):
-    """One builder at a time per folder (fcntl lock, released if the process dies)."""
-    path = out_dir / ".lock"
+    """One builder at a time per folder: an ``fcntl`` lock on the folder itself (no lock
+    file to leave behind; released when the process dies)."""
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        fd = os.open(out_dir, os.O_RDONLY | os.O_DIRECTORY)
     except OSError as exc:
-        raise ExtensionError(f"cannot write in {out_dir}: {exc.strerror or exc}") from None
+        raise ExtensionError(f"cannot open {out_dir}: {exc.strerror or exc}") from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
