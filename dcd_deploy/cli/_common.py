@@ -227,9 +227,12 @@ def write_json_atomic(path: str | os.PathLike, data: Any) -> None:
     """
     with atomic_output(path) as tmp:
         try:
-            with open(tmp, "w", encoding="utf-8") as fh:
-                json.dump(data, fh, indent=2, ensure_ascii=False)
-                fh.write("\n")
+            try:
+                text = json.dumps(data, indent=2, ensure_ascii=False).encode("utf-8")
+            except UnicodeEncodeError:  # a file name that is not UTF-8: \udcxx escapes
+                text = json.dumps(data, indent=2, ensure_ascii=True).encode("ascii")
+            with open(tmp, "wb") as fh:
+                fh.write(text + b"\n")
         except OSError as exc:
             raise DCDDeployError(f"cannot write {path}: {exc.strerror or exc}") from None
 
