@@ -5,8 +5,12 @@
 // * evaluate() picks an ISA-specific kernel table at every call (env DCD_DEPLOY_ISA) and
 //   runs it on the whole batch; the two big GEMMs split their rows over the threads of
 //   OpenVINO's TBB arena (INFERENCE_NUM_THREADS), the rest runs on the calling thread;
-// * C entry points for tests and profiling: dcd_deploy_ov_isa, dcd_deploy_ov_profile,
-//   dcd_deploy_ov_profile_reset.
+// * every size read from a file is checked (PackedLayout::make) before it is used, and
+//   failures the CPU plugin would swallow are recorded (record_failure);
+// * C entry points for tests, profiling and the builder: dcd_deploy_ov_isa,
+//   dcd_deploy_ov_profile, dcd_deploy_ov_profile_reset, dcd_deploy_ov_error_count,
+//   dcd_deploy_ov_last_error, dcd_deploy_ov_set_quiet, dcd_deploy_ov_selfcheck,
+//   dcd_deploy_ov_build_id.
 #include <openvino/core/extension.hpp>
 #include <openvino/core/op_extension.hpp>
 #include <openvino/core/parallel.hpp>
