@@ -143,7 +143,7 @@ def _check_pt_bytes(path: Path) -> None:
                     pkl = next((n for n in zf.namelist() if n.endswith("data.pkl")), None)
                     if pkl is not None:
                         scan_pickle(path, file_size=size, member=zf.read(pkl))
-            elif size:
+            elif fh.seek(0) == 0 and fh.read(1) == b"\x80":  # a pickle (torch's legacy format); anything else torch refuses
                 scan_pickle(path, file_size=size, count=5)
     except CheckpointError as exc:
         raise UnsupportedInputError(f"inputs file {exc}") from None

@@ -752,6 +752,16 @@ def test_inputs_bomb_is_refused_by_the_api_before_inflating(tmp_path):
     assert load_inputs(tmp_path / "small.pt").shape == (4, 3, 64, 64)
 
 
+def test_legacy_pickled_inputs_are_scanned_too(tmp_path):
+    from dcd_deploy.inputs import load_inputs
+
+    torch.save(torch.ones(1, 3, 8, 8), tmp_path / "ok.pt", _use_new_zipfile_serialization=False)
+    assert load_inputs(tmp_path / "ok.pt").shape == (1, 3, 8, 8)
+    (tmp_path / "deep.pt").write_bytes(_deep_tuple_key(1_000_000))
+    with pytest.raises(DCDDeployError, match="inputs file .*deep.pt is not a plausible checkpoint.*100 levels deep"):
+        load_inputs(tmp_path / "deep.pt")
+
+
 @pytest.mark.parametrize("header, message", [
     ("(1, 3, 32, -32)", "has a negative dimension"),
     ("(99999999999999999999, 3, 32, 32)", "at most 67108864 are checked"),

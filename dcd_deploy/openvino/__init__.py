@@ -152,6 +152,9 @@ class _CheckedModel:
     def create_infer_request(self):
         return _CheckedRequest(self._compiled.create_infer_request(), self._lib, self._path)
 
+    def __call__(self, *args, **kwargs):
+        return _checked(self._compiled, self._lib, self._path, *args, **kwargs)
+
     def __getattr__(self, name):
         return getattr(self._compiled, name)
 
@@ -161,15 +164,19 @@ class _CheckedRequest:
         self._request, self._lib, self._path = request, lib, path
 
     def infer(self, *args, **kwargs):
-        before = self._lib.dcd_deploy_ov_error_count()
-        result = self._request.infer(*args, **kwargs)
-        if self._lib.dcd_deploy_ov_error_count() != before:
-            raise DCDDeployError(f"OpenVINO's fused DCD op failed running {self._path} (its output is not a "
-                                 f"result): {_clip(last_kernel_error())}")
-        return result
+        return _checked(self._request.infer, self._lib, self._path, *args, **kwargs)
 
     def __getattr__(self, name):
         return getattr(self._request, name)
+
+
+def _checked(run, lib: ctypes.CDLL, path, *args, **kwargs):
+    before = lib.dcd_deploy_ov_error_count()
+    result = run(*args, **kwargs)
+    if lib.dcd_deploy_ov_error_count() != before:
+        raise DCDDeployError(f"OpenVINO's fused DCD op failed running {path} (its output is not a result): "
+                             f"{_clip(last_kernel_error())}")
+    return result
 
 
 def last_kernel_error() -> str:
