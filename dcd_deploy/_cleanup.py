@@ -23,6 +23,34 @@ from typing import Iterator
 _lock = threading.Lock()
 _paths: dict[str, None] = {}
 _groups: dict[int, None] = {}
+_critical = 0
+_pending: list[int] = []
+
+
+@contextlib.contextmanager
+def critical() -> Iterator[None]:
+    """A section a terminating signal must not interrupt (starting a compiler and
+    registering its process group: a signal in between would orphan it). The CLI's
+    handler defers a signal that arrives inside (:func:`deferring`); it is raised again
+    when the section ends."""
+    global _critical
+    _critical += 1
+    try:
+        yield
+    finally:
+        _critical -= 1
+        if not _critical and _pending:
+            signum = _pending[0]
+            _pending.clear()
+            signal.raise_signal(signum)
+
+
+def deferring(signum: int) -> bool:
+    """Called by a signal handler: True (and the signal is kept) inside :func:`critical`."""
+    if _critical:
+        _pending.append(signum)
+        return True
+    return False
 
 
 def register_path(path: str | os.PathLike) -> None:

@@ -104,6 +104,8 @@ class Terminated(BaseException):
 
 
 def _raise_terminated(signum, frame):
+    if _cleanup.deferring(signum):  # raised again when the critical section ends
+        return
     # A second signal must not interrupt the clean-up the first one started.
     for sig in TERMINATING_SIGNALS:
         signal.signal(sig, signal.SIG_IGN)

@@ -224,14 +224,14 @@ class _Jobs:
     def _start(self, cmd: list[str]) -> None:
         log = self.logs / f"job{self.started}.log"
         self.started += 1
-        with open(log, "wb") as out:
+        with open(log, "wb") as out, _cleanup.critical():  # no signal between the start and the record
             try:
                 proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                         start_new_session=True)
             except OSError as exc:
                 raise ExtensionError(f"cannot run the C++ compiler {cmd[0]}: {exc.strerror or exc}") from None
-        _cleanup.register_group(proc.pid)
-        self.running.append((proc, log, cmd))
+            _cleanup.register_group(proc.pid)
+            self.running.append((proc, log, cmd))
 
 
 def _sha256(path: Path) -> str:
@@ -289,10 +289,11 @@ def _self_check(lib: Path, build_id: str, *, deadline: float) -> None:
         ExtensionError: it does not load, crashes, or is not this build of the op.
     """
     want = f"{hex(SELF_CHECK_MAGIC)} {build_id}"
-    proc = subprocess.Popen([sys.executable, "-c", _SELF_CHECK, str(lib)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, start_new_session=True,
-                            env={**os.environ, "OMP_NUM_THREADS": "1"})
-    _cleanup.register_group(proc.pid)
+    with _cleanup.critical():
+        proc = subprocess.Popen([sys.executable, "-c", _SELF_CHECK, str(lib)], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, start_new_session=True,
+                                env={**os.environ, "OMP_NUM_THREADS": "1"})
+        _cleanup.register_group(proc.pid)
     try:
         out, err = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
     except subprocess.TimeoutExpired:
