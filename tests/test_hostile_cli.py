@@ -15,6 +15,11 @@ opcode, sparse files made with ``truncate``, small zip bombs. The termination te
 send SIGTERM/SIGHUP at a deterministic point (a ``sitecustomize`` hook announces it with
 a marker file and waits).
 
+Round 3 (issue #21) adds ``--inputs`` files (a deflate bomb built without deflating, a
+lying ``.npy`` header, sparse and meta tensors), an openvino that fails to import, long
+and non-UTF-8 output names, warnings and over-long messages, and SIGTERM while ONNX
+Runtime is inside a ``Loop`` of 10^15 iterations (helpers in ``tests/_hostile.py``).
+
 Usage errors that click's range checks raise while parsing (:data:`USAGE_CASES`) hold
 the same contract in process: starting the script adds nothing there (the table keeps
 one usage error of the real script).

@@ -695,24 +695,6 @@ DCD_EXPORT const char* dcd_deploy_ov_isa() {
     }
 }
 
-// Fills out[0..n) with pool, branch, form, gemm, total (seconds) and the number of evaluate
-// calls (as a double), in that order; returns how many values were written.
-DCD_EXPORT int dcd_deploy_ov_profile(double* out, int n) {
-    std::lock_guard<std::mutex> lock(dcd::g_prof_mutex);
-    double v[dcd::PH_COUNT + 2];
-    for (int i = 0; i <= dcd::PH_COUNT; ++i) v[i] = dcd::g_prof[i];
-    v[dcd::PH_COUNT + 1] = dcd::g_prof_calls;
-    int w = 0;
-    for (; w < n && w < dcd::PH_COUNT + 2; ++w) out[w] = v[w];
-    return w;
-}
-
-DCD_EXPORT void dcd_deploy_ov_profile_reset() {
-    std::lock_guard<std::mutex> lock(dcd::g_prof_mutex);
-    for (double& d : dcd::g_prof) d = 0;
-    dcd::g_prof_calls = 0;
-}
-
 // The failures of evaluate since the library was loaded (each one left its output NaN).
 DCD_EXPORT unsigned long long dcd_deploy_ov_error_count() {
     std::lock_guard<std::mutex> lock(dcd::g_err_mutex);
@@ -759,6 +741,24 @@ DCD_EXPORT unsigned dcd_deploy_ov_selfcheck() {
     } catch (...) {
         return 0;
     }
+}
+
+// Fills out[0..n) with pool, branch, form, gemm, total (seconds) and the number of evaluate
+// calls (as a double), in that order; returns how many values were written.
+DCD_EXPORT int dcd_deploy_ov_profile(double* out, int n) {
+    std::lock_guard<std::mutex> lock(dcd::g_prof_mutex);
+    double v[dcd::PH_COUNT + 2];
+    for (int i = 0; i <= dcd::PH_COUNT; ++i) v[i] = dcd::g_prof[i];
+    v[dcd::PH_COUNT + 1] = dcd::g_prof_calls;
+    int w = 0;
+    for (; w < n && w < dcd::PH_COUNT + 2; ++w) out[w] = v[w];
+    return w;
+}
+
+DCD_EXPORT void dcd_deploy_ov_profile_reset() {
+    std::lock_guard<std::mutex> lock(dcd::g_prof_mutex);
+    for (double& d : dcd::g_prof) d = 0;
+    dcd::g_prof_calls = 0;
 }
 
 OPENVINO_CREATE_EXTENSIONS(std::vector<ov::Extension::Ptr>(
