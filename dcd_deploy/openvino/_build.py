@@ -55,6 +55,7 @@ SELF_CHECK_MAGIC = 0x44434431
 #: Longest compiler line quoted in an error.
 MAX_LINE = 300
 _TMP_PREFIX = ".dcd-ovext-"
+_GROUPS_FILE = "process-groups"
 #: Compiler and linker messages that are the machine's state, not the sources'.
 _ENVIRONMENT_REASONS = ("No space left on device", "Disk quota exceeded", "File too large",
                         "Read-only file system", "virtual memory exhausted", "Cannot allocate memory")
@@ -232,6 +233,8 @@ class _Jobs:
                 raise ExtensionError(f"cannot run the C++ compiler {cmd[0]}: {exc.strerror or exc}") from None
             _cleanup.register_group(proc.pid)
             self.running.append((proc, log, cmd))
+        with open(self.logs / _GROUPS_FILE, "a") as fh:  # for the next build, if this process is SIGKILLed
+            fh.write(f"{proc.pid}\n")
 
 
 def _sha256(path: Path) -> str:
@@ -344,7 +347,35 @@ def _remove_stale(out_dir: Path) -> None:
                     continue  # an older version's folder, maybe in use
             except OSError:
                 continue
+        _kill_orphans(tmp)
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _kill_orphans(tmp: Path) -> None:
+    """Kill the compiler groups a dead builder left running (it recorded them in ``tmp``).
+
+    A group is killed only if one of its processes still names ``tmp`` on its command
+    line (a process id reused since is left alone). Linux only (``/proc``).
+    """
+    try:
+        pgids = {int(v) for v in (tmp / _GROUPS_FILE).read_text().split()}
+    except (OSError, ValueError):
+        return
+    needle = os.fsencode(tmp)
+    try:
+        pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
+    except OSError:
+        return
+    for pid in pids:
+        try:
+            pgid = os.getpgid(pid)
+            if pgid in pgids:
+                with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                    if needle in fh.read():
+                        _cleanup.kill_group(pgid)
+                        pgids.discard(pgid)
+        except OSError:
+            continue
 
 
 def build_extension(*, out_dir: Path | None = None, force: bool = False,

@@ -265,3 +265,33 @@ def test_checkouts_sharing_the_cache_keep_their_own_folders(tmp_path, monkeypatc
         assert d.parent == tmp_path / "home" / ".cache" / "dcd-deploy"
         dirs.add(d)
     assert len(dirs) == 2
+
+
+def test_compilers_of_a_builder_killed_by_sigkill_are_stopped_by_the_next_build(tmp_path, good, monkeypatch):
+    """SIGKILL cannot be handled: the next build removes the folder and kills the compiler
+    groups it recorded there."""
+    out = tmp_path / "out"
+    env = {**os.environ, "CXX": str(_script(tmp_path / "hang", HANG.format(d=tmp_path))),
+           "DCD_DEPLOY_EXTENSION_DIR": str(out)}
+    proc = subprocess.Popen([sys.executable, "-m", "dcd_deploy.openvino._build", "--force"], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while len(_pids(tmp_path)) < 4 and time.monotonic() < deadline:  # both compilers and their children
+        time.sleep(0.1)
+    proc.kill()
+    proc.wait()
+    orphans = _pids(tmp_path)
+    assert _alive(orphans) and _leftovers(out)
+    monkeypatch.setenv("CXX", str(copying_compiler(tmp_path, good)))
+    build_extension(out_dir=out)
+    deadline = time.monotonic() + 60
+    while _alive(orphans) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _alive(orphans) == [] and _leftovers(out) == []
+
+
+def _pids(d: Path) -> list[int]:
+    try:
+        return [int(p) for p in (d / "pids").read_text().split()]
+    except (OSError, ValueError):
+        return []
