@@ -23,6 +23,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -325,3 +326,47 @@ def test_sigterm_ends_an_endless_openvino_inference(tmp_path):
                                                       "nothing written")
     assert "Traceback" not in result.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["hook", "inside", "loop.onnx"]
+
+
+HANGING_COMPILER = """#!/bin/sh
+echo $$ >> "{d}/pids"
+sleep 1000 &
+echo $! >> "{d}/pids"
+wait
+"""
+
+
+def test_sigterm_during_a_fused_export_with_a_hanging_compiler(tmp_path):
+    """`CXX` that hangs: dcd-export --mode fused used to outlive SIGTERM (the pool waited for
+    the compiler) and SIGKILL left a .tmp, a .dcd-ovext-* folder and orphan compilers."""
+    cxx = tmp_path / "cxx"
+    cxx.write_text(HANGING_COMPILER.format(d=tmp_path))
+    cxx.chmod(0o755)
+    ext, out = tmp_path / "ext", tmp_path / "out"
+    ext.mkdir()
+    out.mkdir()
+    env = {**os.environ, "CXX": str(cxx), "DCD_DEPLOY_EXTENSION_DIR": str(ext), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen([str(BIN / "dcd-export"), "mobilenetv2_035_dcd", "--mode", "fused", "-o",
+                             str(out / "m.onnx"), "--input-size", str(SIZE), "--no-simplify"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=cap_memory)
+    try:
+        deadline = time.monotonic() + TIMEOUT
+        while not (tmp_path / "pids").exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert (tmp_path / "pids").exists(), proc.communicate()[1] if proc.poll() is not None else "no compiler"
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)  # a hang fails here
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert err.strip().splitlines()[-1] == "Error: stopped by SIGTERM; temporary files removed, nothing written"
+    assert list(out.iterdir()) == [] and list(ext.iterdir()) == []
+    pids = [int(p) for p in (tmp_path / "pids").read_text().split()]
+    for pid in pids:  # the compilers and their children are gone (or zombies of init)
+        try:
+            with open(f"/proc/{pid}/stat") as fh:
+                assert fh.read().split(")")[-1].split()[0] == "Z", f"compiler process {pid} still runs"
+        except FileNotFoundError:
+            pass
