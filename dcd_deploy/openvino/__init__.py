@@ -108,10 +108,17 @@ def compile_onnx(onnx_path, *, threads: int = 1, input_shape=None, perf_counters
             None keeps the file's.
         perf_counters: OpenVINO's per-layer performance counters on (``PERF_COUNT``).
 
+    Returns:
+        OpenVINO's ``CompiledModel``; for a file with ``dcd_deploy`` nodes, a thin wrapper
+        of it whose ``create_infer_request().infer(...)`` and ``__call__`` raise
+        :class:`DCDDeployError` when a fused op failed during that inference (OpenVINO's
+        CPU plugin swallows such failures; see :func:`last_kernel_error`). Every other
+        attribute is the ``CompiledModel``'s (or the ``InferRequest``'s).
+
     Raises:
-        ExtensionError: openvino is missing, or the file needs the extension and it
-            cannot be built.
-        DCDDeployError: OpenVINO cannot read or compile the file.
+        ExtensionError: openvino is missing or fails to import, or the file needs the
+            extension and it cannot be built or loaded.
+        DCDDeployError: OpenVINO cannot read or compile the file (ONNX or IR ``.xml``).
     """
     ov = import_openvino()
     core = ov.Core()
