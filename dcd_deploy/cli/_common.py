@@ -9,8 +9,11 @@ never sees half a file.
 The same contract covers what the user's environment does to a run: SIGTERM and SIGHUP
 (``timeout``, a closed terminal, a CI runner giving up) unwind like Ctrl-C, so every
 temporary file and directory is removed and an existing output stays as it was, then
-the command prints one line and exits with 128 + the signal number. Running out of
-memory or disk space is one line and status 1, not a traceback.
+the command prints one line and exits with 128 + the signal number; when the main
+thread is inside a native call that does not return (an endless inference), a watchdog
+thread does the clean-up and exits :data:`SIGNAL_GRACE_S` seconds after the signal.
+Running out of memory or disk space is one line and status 1, not a traceback; Python
+warnings are shown after a command succeeds and dropped when it fails.
 """
 
 from __future__ import annotations
