@@ -62,7 +62,6 @@ Method (docs/design.md#measurement):
 from __future__ import annotations
 
 import importlib.util
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -70,6 +69,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from .._cleanup import temporary_directory
 from .._version import __version__
 from ..errors import DCDDeployError
 from . import _stats
@@ -593,7 +593,7 @@ def run_benchmark(models: Sequence[str] = DEFAULT_MODELS, *, backends: Sequence[
                  f"batch {shape[0]}, {hw[0]}x{hw[1]}; >= {timing['runs']} runs and >= "
                  f"{timing['min_time']:g} s per model and backend, interleaved")
         x = torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
-        with tempfile.TemporaryDirectory(prefix="dcd-bench-") as tmp:
+        with temporary_directory(prefix="dcd-bench-") as tmp:  # removed even on an abrupt exit
             prep = _Prepared(built, x=x, tmp=tmp, input_size=hw, threads=threads, progress=progress)
             for backend in backends:
                 for e in entries:
