@@ -14,6 +14,9 @@
 // (zero-padded past `rows`).
 #include "dcd_kernels.hpp"
 
+#if (defined(DCD_ISA_AVX512) || defined(DCD_ISA_AVX2)) && !defined(__x86_64__)
+#error "DCD_ISA_AVX512 / DCD_ISA_AVX2 kernels are x86-64 only; build the portable kernels (no DCD_ISA_*) for this CPU"
+#endif
 #if defined(DCD_ISA_AVX512) || defined(DCD_ISA_AVX2)
 #include <immintrin.h>  // masked loads/stores only (static inline intrinsics)
 #endif

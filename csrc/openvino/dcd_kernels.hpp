@@ -8,6 +8,12 @@
 
 #include <stddef.h>
 
+// The x86 kernels (and the op's x86 CPU-feature checks) exist on x86-64 only: a build for
+// another CPU (aarch64) that is given DCD_WITH_X86 still compiles the portable kernels alone.
+#if defined(DCD_WITH_X86) && !defined(__x86_64__)
+#undef DCD_WITH_X86
+#endif
+
 namespace dcd {
 
 enum Act { ACT_NONE = 0, ACT_RELU = 1, ACT_RELU6 = 2 };
