@@ -16,6 +16,7 @@
 #include <openvino/runtime/tensor.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <limits>
 #include <cstdlib>
@@ -107,6 +108,8 @@ const KernelTable* select_kernels(std::string* err) {
 // -------------------------------------------------------------------------------- threads
 // Row ranges over the threads of the TBB arena OpenVINO runs the inference in
 // (INFERENCE_NUM_THREADS); with one thread, the caller does all rows itself.
+std::atomic<long> g_split_calls{0};  // row ranges handed to ov::parallel_for (dcd_deploy_ov_split_calls)
+
 void parallel_rows(int m, int grain, void (*body)(void*, int, int), void* ctx) {
     const int nthr = parallel_get_max_threads();
     const int tiles = (m + grain - 1) / grain;
@@ -115,6 +118,7 @@ void parallel_rows(int m, int grain, void (*body)(void*, int, int), void* ctx) {
         body(ctx, 0, m);
         return;
     }
+    g_split_calls.fetch_add(1, std::memory_order_relaxed);
     ov::parallel_for(chunks, [&](int i) {
         const int t0 = (int)((long)tiles * i / chunks), t1 = (int)((long)tiles * (i + 1) / chunks);
         body(ctx, t0 * grain, std::min(m, t1 * grain));
@@ -588,6 +592,12 @@ DCD_EXPORT void dcd_deploy_ov_profile_reset() {
     std::lock_guard<std::mutex> lock(dcd::g_prof_mutex);
     for (double& d : dcd::g_prof) d = 0;
     dcd::g_prof_calls = 0;
+}
+
+// How many GEMMs were split over more than one thread since the last reset (reset = 1):
+// whether evaluate sees OpenVINO's INFERENCE_NUM_THREADS, for tests and benchmarks.
+DCD_EXPORT long dcd_deploy_ov_split_calls(int reset) {
+    return reset ? dcd::g_split_calls.exchange(0) : dcd::g_split_calls.load();
 }
 
 OPENVINO_CREATE_EXTENSIONS(std::vector<ov::Extension::Ptr>(

@@ -252,6 +252,24 @@ def test_two_threads(core, monkeypatch, form):
     assert np.abs(got - want).max() < 1e-5 * max(1.0, np.abs(want).max())
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_the_gemms_split_over_openvinos_threads(core, lib, monkeypatch, threads):
+    # evaluate sees INFERENCE_NUM_THREADS (the CPU plugin runs the op inside its TBB arena):
+    # with 2 threads each GEMM's rows are handed to ov::parallel_for, with 1 never
+    monkeypatch.delenv("DCD_DEPLOY_ISA", raising=False)
+    lib.dcd_deploy_ov_split_calls.restype = ctypes.c_long
+    lib.dcd_deploy_ov_split_calls.argtypes = [ctypes.c_int]
+    rng = np.random.default_rng(10)
+    x, res, c = make_case(rng, B=1, H=16, W=16, Cin=24, Cout=40, L=8, S=6, pool=1, se=0, attention=1, residual=0)
+    model = core.read_model(make_model(x, res, c, pool=1, se=0, attention=1, activation="none", form="latent"), b"")
+    compiled = core.compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32", "INFERENCE_NUM_THREADS": threads})
+    lib.dcd_deploy_ov_split_calls(1)
+    for _ in range(3):
+        compiled([x])
+    # the latent form has two GEMMs over the 256 pixels (Z, then the output)
+    assert lib.dcd_deploy_ov_split_calls(1) == (6 if threads == 2 else 0)
+
+
 def test_inconsistent_weights_fail_at_read_model(core, monkeypatch):
     # shape errors surface when the model is read (OpenVINO's CPU plugin would swallow an
     # exception from evaluate)
