@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import secrets
 import stat
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterable, Iterator
 
+from . import _cleanup
 from .errors import DCDDeployError
 
 _KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"),
@@ -128,11 +130,12 @@ def atomic_output(path: str | os.PathLike, *, error: type[DCDDeployError] = DCDD
     """
     path = Path(path)
     target = write_target(path, error=error)
-    tmp = target.with_name(f".{target.name}.{secrets.token_hex(4)}.tmp")
+    tmp = temporary_name(target)
     try:
         os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
     except OSError as exc:
         raise error(f"cannot write {path}: {exc.strerror or exc}") from None
+    _cleanup.register_path(tmp)
     try:
         try:
             yield tmp
@@ -141,6 +144,9 @@ def atomic_output(path: str | os.PathLike, *, error: type[DCDDeployError] = DCDD
                 raise
             raise error(f"cannot write {path}: {exc.strerror or exc} (nothing written; the previous file, "
                         "if any, is intact)") from None
+        except DCDDeployError as exc:
+            _name_the_output(exc, tmp, path)
+            raise
         # Checked again: the path may have changed while the output was being made.
         if write_target(path, error=error) != target:
             raise error(f"output path {path} changed while it was being written; nothing written")
@@ -158,3 +164,28 @@ def atomic_output(path: str | os.PathLike, *, error: type[DCDDeployError] = DCDD
         os.replace(tmp, target)
     finally:
         tmp.unlink(missing_ok=True)
+        _cleanup.unregister_path(tmp)
+
+
+#: The part of the output's name kept in its temporary name (NAME_MAX is 255 bytes: a
+#: 250-character output name must still get a temporary one).
+_TMP_STEM = 40
+
+
+def temporary_name(target: Path) -> Path:
+    """A new hidden name beside ``target``: ``.<start of its name>.<8 hex>.tmp``.
+
+    Only ASCII letters, digits, ``-``, ``_`` and ``.`` of the name are kept, at most
+    :data:`_TMP_STEM` of them: whatever reads the temporary file (``onnx.checker``
+    takes only UTF-8 paths) sees a plain name, and it is never longer than the target's
+    directory allows.
+    """
+    stem = re.sub(r"[^A-Za-z0-9._-]", "", target.name)[:_TMP_STEM] or "out"
+    return target.with_name(f".{stem}.{secrets.token_hex(4)}.tmp")
+
+
+def _name_the_output(exc: DCDDeployError, tmp: Path, path: Path) -> None:
+    """A message naming the hidden temporary file names the output instead."""
+    if exc.args and isinstance(exc.args[0], str) and tmp.name in exc.args[0]:
+        text = exc.args[0].replace(str(tmp), str(path)).replace(tmp.name, path.name)
+        exc.args = (text, *exc.args[1:])

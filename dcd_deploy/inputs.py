@@ -70,6 +70,7 @@ def _read(path: Path) -> torch.Tensor:
         with open(path, "rb") as fh:
             if fh.read(len(NPY_MAGIC)) != NPY_MAGIC:
                 raise UnsupportedInputError(f"inputs file {path} is not a NumPy .npy file")
+        _check_npy_header(path)
         try:  # memory-mapped: the shape is checked before anything is read into memory
             array = np.load(path, mmap_mode="r", allow_pickle=False)
         except (ValueError, OSError, EOFError) as exc:
@@ -79,6 +80,7 @@ def _read(path: Path) -> torch.Tensor:
         if array.dtype.kind != "f":
             raise UnsupportedInputError(f"inputs file {path} holds {array.dtype} values; expected floating-point images")
         return torch.from_numpy(np.array(array, dtype=np.float32))
+    _check_pt_bytes(path)
     try:
         data = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # torch.load raises many types for foreign or damaged files
@@ -86,6 +88,7 @@ def _read(path: Path) -> torch.Tensor:
                                     f"{(str(exc).splitlines() or [type(exc).__name__])[0]}") from None
     if not isinstance(data, torch.Tensor):
         raise UnsupportedInputError(f"inputs file {path} holds a {type(data).__name__}, not one tensor")
+    _check_dense(path, data)
     _check_size(path, tuple(data.shape))
     return data.detach().cpu()
 
@@ -94,3 +97,67 @@ def _check_size(path: Path, shape: tuple) -> None:
     values = int(np.prod(shape, dtype=np.float64)) if shape else 1
     if values > MAX_VALUES:
         raise UnsupportedInputError(f"inputs file {path} holds {values} values; at most {MAX_VALUES} are checked")
+
+
+# -- limits: every size in the file is checked before anything is inflated or allocated --
+
+def _check_npy_header(path: Path) -> None:
+    """The .npy header's shape, read before NumPy maps the file: non-negative integers,
+    at most :data:`MAX_VALUES` values, and no more than the file holds."""
+    try:
+        with open(path, "rb") as fh:
+            version = np.lib.format.read_magic(fh)
+            read = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+            if version not in read:
+                raise ValueError(f"unsupported .npy version {version}")
+            shape, _, dtype = read[version](fh, max_header_size=10_000)
+            offset = fh.tell()
+    except (ValueError, OSError, EOFError, OverflowError, SyntaxError, TypeError) as exc:
+        raise UnsupportedInputError(f"inputs file {path} is not a readable NumPy .npy file: "
+                                    f"{(str(exc).splitlines() or [type(exc).__name__])[0][:200]}") from None
+    if any(not isinstance(d, int) or d < 0 for d in shape):
+        raise UnsupportedInputError(f"inputs file {path}: its header's shape {str(shape)[:100]} has a negative "
+                                    "dimension; the file is damaged")
+    _check_size(path, shape)
+    need = offset + int(np.prod(shape, dtype=np.float64)) * dtype.itemsize
+    if need > path.stat().st_size:
+        raise UnsupportedInputError(f"inputs file {path} is truncated: its header's shape {shape} needs {need} bytes, "
+                                    f"the file has {path.stat().st_size}")
+
+
+def _check_pt_bytes(path: Path) -> None:
+    """The checkpoint loader's limits (:mod:`dcd_deploy._safe_pickle`) for a .pt input:
+    no zip member inflating far beyond what is stored (a 9 MB file of 2.4e9 deflated
+    zeros), no pickle nesting too deep or asking for more than the file holds."""
+    import zipfile
+
+    from ._safe_pickle import check_regular_file, check_zip, scan_pickle
+    from .errors import CheckpointError
+
+    try:
+        size = check_regular_file(path).st_size
+        with open(path, "rb") as fh:
+            if zipfile.is_zipfile(fh):
+                with zipfile.ZipFile(fh) as zf:
+                    check_zip(zf, path=path, file_size=size)
+                    pkl = next((n for n in zf.namelist() if n.endswith("data.pkl")), None)
+                    if pkl is not None:
+                        scan_pickle(path, file_size=size, member=zf.read(pkl))
+            elif fh.seek(0) == 0 and fh.read(1) == b"\x80":  # a pickle (torch's legacy format); anything else torch refuses
+                scan_pickle(path, file_size=size, count=5)
+    except CheckpointError as exc:
+        raise UnsupportedInputError(f"inputs file {exc}") from None
+    except (OSError, zipfile.BadZipFile, EOFError, NotImplementedError) as exc:
+        raise UnsupportedInputError(f"cannot read inputs file {path}: "
+                                    f"{(str(exc).splitlines() or [type(exc).__name__])[0][:200]}") from None
+
+
+def _check_dense(path: Path, data: torch.Tensor) -> None:
+    """A plain tensor in memory: not sparse (a layout the model never takes), not on the
+    meta device (no values)."""
+    if data.layout != torch.strided:
+        layout = str(data.layout).replace("torch.", "")
+        raise UnsupportedInputError(f"inputs file {path} holds a {layout} tensor; expected a dense tensor of images")
+    if data.device.type != "cpu":
+        raise UnsupportedInputError(f"inputs file {path} holds a tensor on device {data.device.type}, without "
+                                    "values; expected images")

@@ -42,6 +42,8 @@ import torch
 from dcd_deploy import create_model, export_onnx, save_checkpoint
 from dcd_deploy.errors import DCDDeployError, ExportError
 
+from _hostile import inputs_bomb, sigterm_inside_inference
+
 BIN = Path(sys.executable).parent
 SIZE = 32
 MEMORY_CAP = 4 << 30  # the issue's cap: every case must end cleanly under it
@@ -145,7 +147,27 @@ def assets(tmp_path_factory) -> Path:
     for name, text in (("disk_full", DISK_FULL_HOOK), ("oom", MEMORY_HOOK)):
         (a / name).mkdir()
         (a / name / "sitecustomize.py").write_text(text)
+    (a / "broken_openvino" / "openvino").mkdir(parents=True)
+    (a / "broken_openvino" / "openvino" / "__init__.py").write_text(BROKEN_OPENVINO)
     return a
+
+
+# An openvino that fails to import, as one with a missing shared library does.
+BROKEN_OPENVINO = """\
+raise ImportError("libopenvino.so.2641: cannot open shared object file: No such file or directory")
+"""
+
+
+def _npy_with_shape(name: str, shape: str):
+    """A float32 .npy whose header claims ``shape`` (e.g. a negative dimension)."""
+    def make(d: Path, a: Path) -> None:
+        import numpy as np
+
+        np.save(d / name, np.zeros((1, 3, SIZE, SIZE), np.float32))
+        data = (d / name).read_bytes()
+        (d / name).write_bytes(data.replace(f"(1, 3, {SIZE}, {SIZE})".encode(), shape.encode().ljust(
+            len(f"(1, 3, {SIZE}, {SIZE})"))))
+    return make
 
 
 # -- the table ----------------------------------------------------------------------------
@@ -309,6 +331,23 @@ CASES = [
          ("cannot write", "old.onnx", "No space left on device"), make=_files(**{"old.onnx": b"previous model"}),
          env_hook="disk_full"),
     Case("out-of-memory", "dcd-export", ("{a}/m035.pt", *OUT), ("out of memory",), env_hook="oom"),
+    # -- round 3 (issue #21): --inputs files, an openvino that fails to import
+    Case("inputs-deflate-bomb", "dcd-validate", (*VALIDATE, "--inputs", "{d}/bomb.pt"),
+         ("inputs file", "bomb.pt: zip member archive/data/0 inflates from", "to 2400190464 bytes", "more than 100x"),
+         make=_both(_onnx_file("m.onnx", [1, 3, SIZE, SIZE], props={"input_size": str(SIZE)}),
+                    lambda d, a: inputs_bomb(d / "bomb.pt"))),
+    Case("inputs-npy-negative-dimension", "dcd-validate", (*VALIDATE, "--inputs", "{d}/x.npy"),
+         ("x.npy: its header's shape (-1, 3, 32, 32) has a negative dimension",),
+         make=_both(_onnx_file("m.onnx", [1, 3, SIZE, SIZE], props={"input_size": str(SIZE)}),
+                    _npy_with_shape("x.npy", f"(-1, 3, {SIZE}, {SIZE})"))),
+    *[Case(f"openvino-fails-to-import-{script[4:]}", script, args, ("openvino is installed but fails to import",
+                                                                     "libopenvino.so.2641", "pip install"),
+           make=_onnx_file("m.onnx", ["N", 3, SIZE, SIZE], props={"input_size": str(SIZE)}),
+           env_hook="broken_openvino", progress_before_error=script == "dcd-bench")
+      for script, args in (("dcd-validate", (*VALIDATE, "--backend", "openvino")),
+                           ("dcd-export", ("mobilenetv2_035_dcd", "--mode", "fused", *OUT)),
+                           ("dcd-bench", ("--quick", "--models", "mobilenetv2_035", "--backends", "openvino",
+                                          "--input-size", str(SIZE))))],
 ]
 
 
@@ -683,3 +722,168 @@ def test_zip_members_may_not_inflate_far_beyond_the_file(tmp_path):
             zf.writestr(f"archive/data/{i}", os.urandom(20_000) + bytes(1_000_000))
     with pytest.raises(CheckpointError, match="more than 4x the file"):
         load_checkpoint(path, arch="mobilenetv2_035")
+
+
+# -- round 3 (issue #21): more of the same in process ------------------------------------------------
+
+@pytest.mark.parametrize("make, message", [
+    (lambda: torch.zeros(3, 3).to_sparse(), "holds a sparse_coo tensor"),
+    (lambda: torch.zeros(1, 3, SIZE, SIZE).to_sparse_csr() if False else torch.zeros(2, 3).to_sparse_csr(),
+     "holds a sparse_csr tensor"),
+    (lambda: torch.zeros(1, 3, SIZE, SIZE, device="meta"), "holds a tensor on device meta"),
+], ids=["sparse-coo", "sparse-csr", "meta"])
+def test_inputs_that_are_not_dense_tensors(tmp_path, make, message):
+    from dcd_deploy.inputs import load_inputs
+
+    torch.save(make(), tmp_path / "x.pt")
+    with pytest.raises(DCDDeployError, match=message):
+        load_inputs(tmp_path / "x.pt")
+
+
+def test_inputs_bomb_is_refused_by_the_api_before_inflating(tmp_path):
+    from dcd_deploy.inputs import load_inputs
+
+    inputs_bomb(tmp_path / "bomb.pt")
+    assert (tmp_path / "bomb.pt").stat().st_size < 3 << 20
+    with pytest.raises(DCDDeployError, match="inflates from .* to 2400190464 bytes"):
+        load_inputs(tmp_path / "bomb.pt")
+    # the same construction, 1 MiB of zeros, is a valid input file: the refusal is the size
+    inputs_bomb(tmp_path / "small.pt", n_chunks=1)
+    assert load_inputs(tmp_path / "small.pt").shape == (4, 3, 64, 64)
+
+
+def test_legacy_pickled_inputs_are_scanned_too(tmp_path):
+    from dcd_deploy.inputs import load_inputs
+
+    torch.save(torch.ones(1, 3, 8, 8), tmp_path / "ok.pt", _use_new_zipfile_serialization=False)
+    assert load_inputs(tmp_path / "ok.pt").shape == (1, 3, 8, 8)
+    (tmp_path / "deep.pt").write_bytes(_deep_tuple_key(1_000_000))
+    with pytest.raises(DCDDeployError, match="inputs file .*deep.pt is not a plausible checkpoint.*100 levels deep"):
+        load_inputs(tmp_path / "deep.pt")
+
+
+@pytest.mark.parametrize("header, message", [
+    ("(1, 3, 32, -32)", "has a negative dimension"),
+    ("(99999999999999999999, 3, 32, 32)", "at most 67108864 are checked"),
+    ("(4, 3, 32, 32)", "is truncated"),
+])
+def test_npy_headers_that_lie(tmp_path, header, message):
+    from dcd_deploy.inputs import load_inputs
+
+    _npy_with_shape("x.npy", header)(tmp_path, tmp_path)
+    with pytest.raises(DCDDeployError, match=message):
+        load_inputs(tmp_path / "x.npy")
+
+
+def test_a_250_character_output_name_works(tmp_path, monkeypatch):
+    from dcd_deploy.cli import export
+
+    monkeypatch.chdir(tmp_path)
+    name = "m" * 245 + ".onnx"
+    code, _ = _invoke_ok(export.main, ["mobilenetv2_035", "-o", name, "--input-size", SIZE, "--no-simplify"])
+    assert code == 0
+    assert [p.name for p in tmp_path.iterdir()] == [name]
+
+
+def test_a_non_utf8_output_name_works(tmp_path):
+    """onnx.checker takes only UTF-8 paths: the temporary file's name is plain ASCII (a real
+    run: click's runner cannot print such a name)."""
+    out = tmp_path / "out"
+    out.mkdir()
+    result = subprocess.run([str(BIN / "dcd-export"), "mobilenetv2_035", "-o", b"\xff\xfe-model.onnx",
+                             "--input-size", str(SIZE), "--no-simplify", "--json", b"\xfa.json"], cwd=out,
+                            capture_output=True, timeout=TIMEOUT, preexec_fn=_cap_memory)
+    assert result.returncode == 0, result.stderr.decode(errors="replace")
+    assert sorted(os.listdir(os.fsencode(out))) == [b"\xfa.json", b"\xff\xfe-model.onnx"]
+
+
+def _invoke_ok(main, args):
+    from click.testing import CliRunner
+
+    result = CliRunner().invoke(main, [str(a) for a in args])
+    assert result.exit_code == 0, (result.output, result.exception)
+    return result.exit_code, result.output
+
+
+def test_temporary_names_are_short_and_plain(tmp_path):
+    from dcd_deploy._atomic import temporary_name
+
+    for name in ("m" * 250, "\udcff\udcfe.onnx", "a b\u00e9.onnx", "...", ""):
+        tmp = temporary_name(tmp_path / (name or "x"))
+        assert tmp.parent == tmp_path and tmp.name.isascii() and len(tmp.name) <= 60
+        assert tmp.name.startswith(".") and tmp.name.endswith(".tmp")
+
+
+def test_warnings_show_after_success_and_never_before_an_error(capsys):
+    import warnings
+
+    import click
+
+    from dcd_deploy.cli._common import run_cli
+
+    @run_cli
+    def fails():
+        warnings.warn("numpy said something", RuntimeWarning)
+        raise DCDDeployError("the reason")
+
+    @run_cli
+    def works():
+        warnings.warn("torch said something", UserWarning)
+        click.echo("done")
+
+    with pytest.raises(SystemExit) as exit_:
+        fails()
+    assert exit_.value.code == 1
+    assert capsys.readouterr().err.strip().splitlines() == ["Error: the reason"]
+    with pytest.warns(UserWarning, match="torch said something"):
+        works()
+
+
+def test_an_error_line_is_capped(capsys):
+    from dcd_deploy.cli._common import MAX_ERROR_LINE, run_cli
+
+    @run_cli
+    def fails():
+        raise DCDDeployError("x" * (1 << 20))
+
+    with pytest.raises(SystemExit):
+        fails()
+    line = capsys.readouterr().err.strip()
+    assert line.startswith("Error: xxx") and line.endswith("...") and len(line) == len("Error: ") + MAX_ERROR_LINE
+
+
+def test_sigterm_ends_an_endless_onnxruntime_inference(tmp_path):
+    """A Loop of 10^15 iterations: ONNX Runtime never returns to Python, where signal
+    handlers run; the watchdog cleans up and exits within its grace period."""
+    result = sigterm_inside_inference(tmp_path, "onnxruntime")
+    assert result.returncode == 128 + signal.SIGTERM, result.stderr
+    assert result.stderr.strip().splitlines()[-1] == ("Error: stopped by SIGTERM; temporary files removed, "
+                                                      "nothing written")
+    assert "Traceback" not in result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["hook", "inside", "loop.onnx"]
+
+
+def test_an_abrupt_exit_removes_the_registered_temporaries(tmp_path):
+    """What the watchdog runs before exiting: registered files and folders go, process
+    groups are killed."""
+    from dcd_deploy import _cleanup
+    from dcd_deploy._atomic import atomic_output
+
+    with atomic_output(tmp_path / "out.onnx") as tmp:  # registers its temporary file
+        assert str(tmp) in _cleanup._paths
+    assert str(tmp) not in _cleanup._paths
+    proc = subprocess.Popen(["sleep", "1000"], start_new_session=True)
+    _cleanup.register_group(proc.pid)
+    folder, half = tmp_path / "dcd-bench-x", tmp_path / ".out.onnx.0123abcd.tmp"
+    (folder / "sub").mkdir(parents=True)
+    half.write_bytes(b"half")
+    try:
+        _cleanup.register_path(folder)
+        _cleanup.register_path(half)
+        _cleanup.emergency_cleanup()
+        assert proc.wait(timeout=60) == -signal.SIGKILL
+    finally:
+        _cleanup.unregister_group(proc.pid)
+        _cleanup.unregister_path(folder)
+        _cleanup.unregister_path(half)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.onnx"]

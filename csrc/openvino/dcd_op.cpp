@@ -5,8 +5,12 @@
 // * evaluate() picks an ISA-specific kernel table at every call (env DCD_DEPLOY_ISA) and
 //   runs it on the whole batch; the two big GEMMs split their rows over the threads of
 //   OpenVINO's TBB arena (INFERENCE_NUM_THREADS), the rest runs on the calling thread;
-// * C entry points for tests and profiling: dcd_deploy_ov_isa, dcd_deploy_ov_profile,
-//   dcd_deploy_ov_profile_reset.
+// * every size read from a file is checked (PackedLayout::make) before it is used, and
+//   failures the CPU plugin would swallow are recorded (record_failure);
+// * C entry points for tests, profiling and the builder: dcd_deploy_ov_isa,
+//   dcd_deploy_ov_profile, dcd_deploy_ov_profile_reset, dcd_deploy_ov_error_count,
+//   dcd_deploy_ov_last_error, dcd_deploy_ov_set_quiet, dcd_deploy_ov_selfcheck,
+//   dcd_deploy_ov_build_id.
 #include <openvino/core/extension.hpp>
 #include <openvino/core/op_extension.hpp>
 #include <openvino/core/parallel.hpp>
@@ -26,6 +30,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <cstdint>
 #include <vector>
 
 #include "dcd_kernels.hpp"
@@ -171,29 +176,110 @@ struct InputIndex {
     }
 };
 
+// Every size the op reads from a file (the packed attribute, the weights' shapes) is
+// untrusted: a tampered IR claimed S and L of 1.8e17 and 3.4e10, whose products wrapped
+// around 2^64 to the real weights' size. Each dimension is bounded, and every product the
+// kernels index with (int arithmetic there) is computed with overflow checks and kept
+// below 2^31 elements.
+constexpr uint64_t kMaxDim = 1 << 16;                     // channels, S, L
+constexpr uint64_t kMaxElems = (uint64_t(1) << 31) - 1;  // any tensor, product or total
+
+// *out = a * b, false if it overflows or exceeds kMaxElems.
+bool mul_ok(uint64_t a, uint64_t b, uint64_t* out) {
+    return !__builtin_mul_overflow(a, b, out) && *out <= kMaxElems;
+}
+
 // Offsets (floats) of the weight tensors in the packed input: the contract's order, each
 // starting on a 64-byte boundary; absent tensors (gate without se, scale_w without
-// attention) take no room.
+// attention) take no room. make() checks the dimensions first.
 enum PackedPart { PK_FC1, PK_GATE, PK_SCALE_W, PK_PHI_W, PK_PHI_B, PK_Q, PK_Q_B, PK_P, PK_W0, PK_BIAS, PK_COUNT };
 struct PackedLayout {
     size_t offset[PK_COUNT] = {}, size[PK_COUNT] = {}, total = 0;
-    PackedLayout(size_t cout, size_t cin, size_t S, size_t L, size_t pool, bool se, bool att) {
-        size[PK_FC1] = S * cin * pool * pool;
-        size[PK_GATE] = se ? S * S : 0;
-        size[PK_SCALE_W] = att ? cout * S : 0;
-        size[PK_PHI_W] = L * L * S;
-        size[PK_PHI_B] = L * L;
-        size[PK_Q] = L * cin;
-        size[PK_Q_B] = L;
-        size[PK_P] = cout * L;
-        size[PK_W0] = cout * cin;
-        size[PK_BIAS] = cout;
+
+    // Fills *out and returns "" for dimensions in range; else returns why they are not (a
+    // dimension outside 1..kMaxDim, or a product the kernels cannot index).
+    static std::string make(uint64_t cout, uint64_t cin, uint64_t S, uint64_t L, uint64_t pool, bool se,
+                            bool att, PackedLayout* out) {
+        const uint64_t dims[4] = {cout, cin, S, L};
+        const char* names[4] = {"Cout", "Cin", "S", "L"};
+        for (int i = 0; i < 4; ++i)
+            if (dims[i] < 1 || dims[i] > kMaxDim)
+                return std::string(names[i]) + " = " + std::to_string(dims[i]) + " is outside 1-" +
+                       std::to_string(kMaxDim);
+        if (pool != 1 && pool != 2) return "pool must be 1 or 2";
+        PackedLayout lay;
+        uint64_t t, ll;
+        bool ok = mul_ok(S, cin, &t) && mul_ok(t, pool * pool, &t);
+        lay.size[PK_FC1] = t;
+        ok = ok && mul_ok(S, S, &t);
+        lay.size[PK_GATE] = se ? t : 0;
+        ok = ok && mul_ok(cout, S, &t);
+        lay.size[PK_SCALE_W] = att ? t : 0;
+        ok = ok && mul_ok(L, L, &ll) && mul_ok(ll, S, &t);
+        lay.size[PK_PHI_W] = t;
+        lay.size[PK_PHI_B] = ll;
+        ok = ok && mul_ok(L, cin, &t);
+        lay.size[PK_Q] = t;
+        lay.size[PK_Q_B] = L;
+        ok = ok && mul_ok(cout, L, &t);
+        lay.size[PK_P] = t;
+        ok = ok && mul_ok(cout, cin, &t);
+        lay.size[PK_W0] = t;
+        lay.size[PK_BIAS] = cout;
+        // the kernels' prepared panels: K = Cin + L columns of up to 64 padded rows
+        ok = ok && mul_ok(cout + 64, cin + L, &t) && mul_ok(L + 64, cin + L, &t);
+        if (!ok)
+            return "the weights' sizes (Cout " + std::to_string(cout) + ", Cin " + std::to_string(cin) + ", S " +
+                   std::to_string(S) + ", L " + std::to_string(L) + ") exceed 2^31 values";
         for (int i = 0; i < PK_COUNT; ++i) {
-            offset[i] = total;
-            total += (size[i] + 15) & ~size_t(15);
+            lay.offset[i] = lay.total;
+            lay.total += (lay.size[i] + 15) & ~size_t(15);
+            if (lay.total > kMaxElems) return "the packed weights exceed 2^31 values";
         }
+        *out = lay;
+        return "";
     }
 };
+
+// At most this many characters of a value read from a file in a message (a 1 MB
+// attribute must not become a 1 MB error line).
+std::string clip(const std::string& s, size_t n = 60) {
+    return s.size() <= n ? s : s.substr(0, n) + "...";
+}
+
+// The last failure of an evaluate (the CPU plugin swallows them): read through the C
+// entry points by the Python side after each inference.
+std::mutex g_err_mutex;
+std::string g_err;
+unsigned long long g_err_count = 0;
+bool g_quiet = false;
+
+// The last line of an OpenVINO check's message (the reason, without the node dump).
+std::string reason_of(const std::string& what) {
+    size_t end = what.find_last_not_of("\n ");
+    if (end == std::string::npos) return what;
+    size_t start = what.rfind('\n', end);
+    return clip(what.substr(start == std::string::npos ? 0 : start + 1, end + 1 - (start == std::string::npos ? 0 : start + 1)), 300);
+}
+
+void record_validation_failure(const std::string& what) {
+    std::lock_guard<std::mutex> lock(g_err_mutex);
+    g_err = reason_of(what);
+    ++g_err_count;
+}
+
+void record_failure(ov::TensorVector& outputs, const std::string& what) {
+    // OpenVINO's CPU plugin ignores a failing evaluate of an extension op (an exception or
+    // false), and an exception thrown through it left the plugin unusable (a later crash):
+    // make the output unusable (NaN) and record why.
+    for (auto& o : outputs)
+        if (o.get_element_type() == ov::element::f32 && o.get_size())
+            std::fill_n(o.data<float>(), o.get_size(), std::numeric_limits<float>::quiet_NaN());
+    std::lock_guard<std::mutex> lock(g_err_mutex);
+    g_err = reason_of(what);
+    ++g_err_count;
+    if (!g_quiet) std::fprintf(stderr, "DCDPointwise: %s (output set to NaN)\n", what.c_str());
+}
 
 int parse_act(const std::string& a) {
     if (a == "none") return ACT_NONE;
@@ -240,15 +326,34 @@ public:
     }
 
     void validate_and_infer_types() override {
+        try {
+            validate_checked();
+        } catch (const std::exception& e) {
+            // Thrown at read_model/compile_model, this reaches the caller. But the CPU plugin
+            // also re-infers shapes while it runs a model, and there it swallows the failure
+            // and skips evaluate (the output keeps whatever memory held): record it, so that
+            // dcd_deploy_ov_error_count tells the caller the inference failed.
+            record_validation_failure(e.what());
+            throw;
+        }
+    }
+
+    void validate_checked() {
         NODE_VALIDATION_CHECK(this, m_pool == 1 || m_pool == 2, "pool must be 1 or 2, got ", m_pool);
         NODE_VALIDATION_CHECK(this, (m_se | 1) == 1 && (m_attention | 1) == 1 && (m_residual | 1) == 1,
                               "se, attention and residual must be 0 or 1");
         NODE_VALIDATION_CHECK(this, parse_act(m_activation) >= 0, "activation must be none, relu or relu6, got '",
-                              m_activation, "'");
-        NODE_VALIDATION_CHECK(this, parse_form(m_form) >= 0, "form must be weight or latent, got '", m_form, "'");
+                              clip(m_activation), "'");
+        NODE_VALIDATION_CHECK(this, parse_form(m_form) >= 0, "form must be weight or latent, got '", clip(m_form),
+                              "'");
         NODE_VALIDATION_CHECK(this, m_packed.empty() || m_packed.size() == 4,
-                              "packed must be empty or {Cout, Cin, S, L}");
+                              "packed must be empty or {Cout, Cin, S, L}, got ", m_packed.size(), " values");
         for (int64_t d : m_packed) NODE_VALIDATION_CHECK(this, d > 0, "packed dimensions must be positive");
+        PackedLayout lay;
+        if (packed()) {
+            const std::string bad = layout(&lay);
+            NODE_VALIDATION_CHECK(this, bad.empty(), "packed: ", bad);
+        }
         std::string isa_error;
         NODE_VALIDATION_CHECK(this, select_kernels(&isa_error) != nullptr, isa_error);
         const InputIndex I = index();
@@ -264,7 +369,6 @@ public:
             cout = m_packed[0];
             cin = m_packed[1];
             const auto& ps = get_input_partial_shape(I.packed);
-            const PackedLayout lay = layout();
             NODE_VALIDATION_CHECK(this, ps.compatible(ov::PartialShape{(int64_t)lay.total}), "packed weights have shape ",
                                   ps, ", expected (", lay.total, ")");
             if (I.residual >= 0 && xs.rank().is_static()) {
@@ -315,6 +419,9 @@ public:
         const auto& xs = shape(I.x);
         const ov::Shape w0 = shape(I.w0).to_shape(), fc1 = shape(I.fc1).to_shape(), q = shape(I.q).to_shape();
         const size_t cout = w0[0], cin = w0[1], S = fc1[0], L = q[0];
+        PackedLayout lay;
+        const std::string bad = PackedLayout::make(cout, cin, S, L, m_pool, m_se, m_attention, &lay);
+        NODE_VALIDATION_CHECK(this, bad.empty(), bad);
         if (xs.rank().is_static() && xs[3].is_static())
             NODE_VALIDATION_CHECK(this, xs[3].get_length() == (int64_t)cin, "x has ", xs[3], " channels, w0 ", cin,
                                   " columns");
@@ -359,7 +466,8 @@ public:
         }
         const ov::Shape& w0 = c[PK_W0]->get_shape();
         const size_t cout = w0[0], cin = w0[1], S = c[PK_FC1]->get_shape()[0], L = c[PK_Q]->get_shape()[0];
-        const PackedLayout lay(cout, cin, S, L, m_pool, m_se, m_attention);
+        PackedLayout lay;
+        if (!PackedLayout::make(cout, cin, S, L, m_pool, m_se, m_attention, &lay).empty()) return nullptr;
         ov::Tensor packed(ov::element::f32, ov::Shape{lay.total});
         float* dst = packed.data<float>();
         std::fill_n(dst, lay.total, 0.f);
@@ -380,20 +488,25 @@ public:
     bool has_evaluate() const override { return true; }
 
     bool evaluate(ov::TensorVector& outputs, const ov::TensorVector& inputs) const override {
+        try {
+            return evaluate_checked(outputs, inputs);
+        } catch (const std::exception& e) {
+            record_failure(outputs, e.what());
+        } catch (...) {
+            record_failure(outputs, "unknown failure");
+        }
+        return true;
+    }
+
+    bool evaluate_checked(ov::TensorVector& outputs, const ov::TensorVector& inputs) const {
         const bool prof = profiling();
         const double t0 = prof ? now_seconds() : 0.0;
         std::string err;
         const KernelTable* k = select_kernels(&err);
         if (!k) {
             // The ISA was valid when the model was read (validate_and_infer_types checks it, so
-            // read_model/compile_model fail loudly) and DCD_DEPLOY_ISA changed since. OpenVINO's
-            // CPU plugin ignores a failing evaluate of an extension op (an exception or false),
-            // and an exception thrown through it left the plugin unusable (a later crash): make
-            // the output unusable (NaN) and say why on stderr instead.
-            for (auto& o : outputs)
-                if (o.get_element_type() == ov::element::f32 && o.get_size())
-                    std::fill_n(o.data<float>(), o.get_size(), std::numeric_limits<float>::quiet_NaN());
-            std::fprintf(stderr, "DCDPointwise: %s (output set to NaN)\n", err.c_str());
+            // read_model/compile_model fail loudly) and DCD_DEPLOY_ISA changed since.
+            record_failure(outputs, err);
             return true;
         }
 
@@ -412,13 +525,16 @@ public:
             return s.size() == want.size() && std::equal(s.begin(), s.end(), want.begin());
         };
         Params p{};
+        PackedLayout lay;
         if (packed()) {
+            // checked again here: this is where the sizes become pointers
+            const std::string bad = layout(&lay);
+            OPENVINO_ASSERT(bad.empty(), "DCDPointwise: packed: ", bad);
             Cout = (size_t)m_packed[0];
             S = (size_t)m_packed[2];
             L = (size_t)m_packed[3];
             OPENVINO_ASSERT(Cin == (size_t)m_packed[1], "DCDPointwise: x ", xs, " does not fit the packed weights' ",
                             m_packed[1], " input channels");
-            const PackedLayout lay = layout();
             OPENVINO_ASSERT(is(I.packed, {lay.total}), "DCDPointwise: packed weights have shape ",
                             inputs[I.packed].get_shape(), ", expected (", lay.total, ")");
             const float* w = inputs[I.packed].data<const float>();
@@ -435,6 +551,8 @@ public:
             OPENVINO_ASSERT(qs.size() == 2 && qs[1] == Cin, "DCDPointwise: q ", qs, " must be (L, Cin)");
             S = fs[0];
             L = qs[0];
+            const std::string bad = PackedLayout::make(Cout, Cin, S, L, m_pool, m_se, m_attention, &lay);
+            OPENVINO_ASSERT(bad.empty(), "DCDPointwise: ", bad);
             auto expect = [&](int idx, std::initializer_list<size_t> want, const char* name) {
                 if (idx < 0) return;
                 OPENVINO_ASSERT(is(idx, want), "DCDPointwise: ", name, " has shape ", inputs[idx].get_shape(),
@@ -454,13 +572,16 @@ public:
         if (I.residual >= 0)
             OPENVINO_ASSERT(is(I.residual, {B, H, W, Cout}), "DCDPointwise: residual has shape ",
                             inputs[I.residual].get_shape(), ", expected (", B, ", ", H, ", ", W, ", ", Cout, ")");
-        OPENVINO_ASSERT(B * H * W * std::max(Cin, Cout) < (size_t(1) << 31), "DCDPointwise: tensor too large");
+        uint64_t pixels, values;
+        OPENVINO_ASSERT(mul_ok(B, H, &pixels) && mul_ok(pixels, W, &pixels) &&
+                            mul_ok(pixels, std::max(Cin, Cout), &values),
+                        "DCDPointwise: tensor too large");
 
         // the CPU plugin hands over an output of the inferred shape: set_shape only if not
         if (!(outputs[0].get_shape().size() == 4 && outputs[0].get_shape()[0] == B &&
               outputs[0].get_shape()[1] == H && outputs[0].get_shape()[2] == W && outputs[0].get_shape()[3] == Cout))
             outputs[0].set_shape(ov::Shape{B, H, W, Cout});
-        if (B * H * W * Cout == 0) return true;
+        if (pixels == 0) return true;
 
         p.B = (int)B; p.H = (int)H; p.W = (int)W; p.Cin = (int)Cin; p.Cout = (int)Cout; p.S = (int)S; p.L = (int)L;
         p.pool = (int)m_pool; p.se = (int)m_se; p.attention = (int)m_attention;
@@ -486,8 +607,10 @@ public:
 private:
     bool packed() const { return !m_packed.empty(); }
     InputIndex index() const { return InputIndex(m_residual, m_se, m_attention, packed()); }
-    PackedLayout layout() const {
-        return PackedLayout(m_packed[0], m_packed[1], m_packed[2], m_packed[3], m_pool, m_se, m_attention);
+    // The packed weights' layout from the attribute; "" or why it is out of range.
+    std::string layout(PackedLayout* lay) const {
+        return PackedLayout::make(m_packed[0], m_packed[1], m_packed[2], m_packed[3], m_pool, m_se, m_attention,
+                                  lay);
     }
 
     // Whether the weights evaluate reads are this op's own Constant input's memory (the CPU
@@ -598,6 +721,54 @@ DCD_EXPORT void dcd_deploy_ov_profile_reset() {
 // whether evaluate sees OpenVINO's INFERENCE_NUM_THREADS, for tests and benchmarks.
 DCD_EXPORT long dcd_deploy_ov_split_calls(int reset) {
     return reset ? dcd::g_split_calls.exchange(0) : dcd::g_split_calls.load();
+}
+
+// The failures of evaluate since the library was loaded (each one left its output NaN).
+DCD_EXPORT unsigned long long dcd_deploy_ov_error_count() {
+    std::lock_guard<std::mutex> lock(dcd::g_err_mutex);
+    return dcd::g_err_count;
+}
+
+// Copies the last failure's message (NUL-terminated, truncated to n - 1 bytes) into out;
+// returns the message's full length.
+DCD_EXPORT int dcd_deploy_ov_last_error(char* out, int n) {
+    std::lock_guard<std::mutex> lock(dcd::g_err_mutex);
+    if (out && n > 0) {
+        const size_t w = std::min(dcd::g_err.size(), (size_t)n - 1);
+        std::memcpy(out, dcd::g_err.data(), w);
+        out[w] = '\0';
+    }
+    return (int)std::min(dcd::g_err.size(), (size_t)INT32_MAX);
+}
+
+// quiet != 0: a failing evaluate only records its message (the caller reads it with
+// dcd_deploy_ov_last_error) instead of also printing it on stderr.
+DCD_EXPORT void dcd_deploy_ov_set_quiet(int quiet) {
+    std::lock_guard<std::mutex> lock(dcd::g_err_mutex);
+    dcd::g_quiet = quiet != 0;
+}
+
+#ifndef DCD_BUILD_ID
+#define DCD_BUILD_ID "unknown"
+#endif
+// The build's identity (the hash of the sources and flags it was compiled from): the
+// builder loads a fresh library in a subprocess and compares it before caching it.
+DCD_EXPORT const char* dcd_deploy_ov_build_id() { return DCD_BUILD_ID; }
+
+// 0x44434431 ("DCD1") when the op's own checks work in this library: a layout in range is
+// accepted and the tampered IR's sizes (whose products wrap around 2^64) are refused.
+DCD_EXPORT unsigned dcd_deploy_ov_selfcheck() {
+    try {
+        dcd::PackedLayout lay;
+        if (!dcd::PackedLayout::make(48, 8, 4, 4, 1, true, true, &lay).empty() || lay.total == 0) return 0;
+        if (dcd::PackedLayout::make(48, 8, 177372507123220484ull, 34359738372ull, 1, true, true, &lay).empty())
+            return 0;
+        std::string err;
+        if (!dcd::select_kernels(&err) && err.empty()) return 0;
+        return 0x44434431u;
+    } catch (...) {
+        return 0;
+    }
 }
 
 OPENVINO_CREATE_EXTENSIONS(std::vector<ov::Extension::Ptr>(

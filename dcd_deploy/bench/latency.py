@@ -62,7 +62,6 @@ Method (docs/design.md#measurement):
 from __future__ import annotations
 
 import importlib.util
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -70,6 +69,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from .._cleanup import temporary_directory
 from .._version import __version__
 from ..errors import DCDDeployError
 from . import _stats
@@ -530,7 +530,7 @@ def run_benchmark(models: Sequence[str] = DEFAULT_MODELS, *, backends: Sequence[
                  f"batch {batch}, {input_size}x{input_size}; >= {timing['runs']} runs and >= "
                  f"{timing['min_time']:g} s per model and backend, interleaved")
         x = torch.randn(batch, 3, input_size, input_size, generator=torch.Generator().manual_seed(seed))
-        with tempfile.TemporaryDirectory(prefix="dcd-bench-") as tmp:
+        with temporary_directory(prefix="dcd-bench-") as tmp:  # removed even on an abrupt exit
             prep = _Prepared(built, x=x, tmp=tmp, input_size=input_size, threads=threads, progress=progress)
             for backend in backends:
                 for e in entries:

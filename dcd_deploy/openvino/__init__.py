@@ -28,6 +28,8 @@ from ..errors import DCDDeployError, ExtensionError
 
 #: Phases of the op's own timers (``DCD_DEPLOY_PROFILE=1``), in the library's order.
 PROFILE_PHASES = ("pool", "branch", "form", "gemm", "total")
+#: Longest text of OpenVINO's (or a file's) quoted in an error line.
+MAX_MESSAGE = 300
 
 
 def openvino_extension() -> Path:
@@ -46,21 +48,50 @@ def openvino_extension() -> Path:
 
 
 def needs_extension(onnx_path) -> bool:
-    """Whether an ONNX file has ``dcd_deploy`` nodes, which only the extension runs.
+    """Whether an ONNX file (or an OpenVINO IR ``.xml``) has ``dcd_deploy`` nodes, which
+    only the extension runs.
 
     Raises:
         DCDDeployError: the file has ``dcd_deploy`` nodes the extension has no kernel for
-            (a ``--mode function`` export).
+            (a ``--mode function`` export), or is neither ONNX nor IR.
     """
     import onnx
 
-    proto = onnx.load(str(onnx_path), load_external_data=False)
+    if str(onnx_path).lower().endswith(".xml"):  # OpenVINO IR: the op's opset is named in the XML
+        try:
+            with open(onnx_path, "rb") as fh:
+                return b'version="dcd_deploy"' in fh.read()
+        except OSError as exc:
+            raise DCDDeployError(f"cannot read {onnx_path}: {exc.strerror or exc}") from None
+    try:
+        proto = onnx.load(str(onnx_path), load_external_data=False)
+    except Exception as exc:  # protobuf's DecodeError and friends
+        text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise DCDDeployError(f"{onnx_path} is not an ONNX model: {_clip(text)}") from None
     ops = {n.op_type for n in proto.graph.node if n.domain == "dcd_deploy"}
     other = sorted(ops - {"DCDPointwise"})
     if other:
-        raise DCDDeployError(f"{onnx_path} has dcd_deploy.{other[0]} nodes (a --mode function export), which "
-                             f"OpenVINO cannot run; export with --mode fused or --mode standard for OpenVINO")
+        raise DCDDeployError(f"{onnx_path} has dcd_deploy.{_clip(other[0], 60)} nodes (a --mode function export), "
+                             "which OpenVINO cannot run; export with --mode fused or --mode standard for OpenVINO")
     return bool(ops)
+
+
+def import_openvino():
+    """``import openvino``, or one line saying why it cannot be used.
+
+    Raises:
+        ExtensionError: openvino is not installed, or is installed but fails to import
+            (a broken or mismatched install: a missing shared library, an ABI error).
+    """
+    if importlib.util.find_spec("openvino") is None:
+        raise ExtensionError("openvino is not installed: pip install 'dcd-deploy[openvino]'")
+    try:
+        import openvino as ov
+    except Exception as exc:  # ImportError, OSError from a missing .so, and the like
+        text = " ".join(str(exc).split()) or type(exc).__name__
+        raise ExtensionError(f"openvino is installed but fails to import ({type(exc).__name__}: {_clip(text)}); "
+                             "reinstall it: pip install --force-reinstall 'dcd-deploy[openvino]'") from None
+    return ov
 
 
 def compile_onnx(onnx_path, *, threads: int = 1, input_shape=None, perf_counters: bool = False):
@@ -82,22 +113,82 @@ def compile_onnx(onnx_path, *, threads: int = 1, input_shape=None, perf_counters
             cannot be built.
         DCDDeployError: OpenVINO cannot read or compile the file.
     """
-    if importlib.util.find_spec("openvino") is None:
-        raise ExtensionError("openvino is not installed: pip install 'dcd-deploy[openvino]'")
-    import openvino as ov
-
+    ov = import_openvino()
     core = ov.Core()
+    lib = None
     if needs_extension(onnx_path):
-        core.add_extension(str(openvino_extension()))
+        path = openvino_extension()
+        try:
+            core.add_extension(str(path))
+        except RuntimeError as exc:
+            raise ExtensionError(f"OpenVINO cannot load the extension {path}: {openvino_message(exc)}") from None
+        lib = _library()
+        lib.dcd_deploy_ov_set_quiet(1)  # its failures are raised by _CheckedRequest instead
     try:
         model = core.read_model(str(onnx_path))
         if input_shape is not None:
             model.reshape(list(input_shape))
-        return core.compile_model(model, "CPU", {
+        compiled = core.compile_model(model, "CPU", {
             "INFERENCE_NUM_THREADS": int(threads), "NUM_STREAMS": 1, "PERFORMANCE_HINT": "LATENCY",
             "INFERENCE_PRECISION_HINT": "f32", "PERF_COUNT": bool(perf_counters)})
     except RuntimeError as exc:  # OpenVINO's errors for files it cannot read or compile
-        raise DCDDeployError(f"OpenVINO cannot compile {onnx_path}: {openvino_message(exc)}") from exc
+        raise DCDDeployError(f"OpenVINO cannot compile {onnx_path}: {openvino_message(exc)}") from None
+    return compiled if lib is None else _CheckedModel(compiled, lib, onnx_path)
+
+
+class _CheckedModel:
+    """A compiled model whose infer requests raise when a fused op failed.
+
+    OpenVINO's CPU plugin swallows whatever an extension's ``evaluate`` reports (an
+    exception or ``false``), so the op catches its own failures, fills its output with
+    NaN and records the reason in the library (``dcd_deploy_ov_error_count``,
+    ``dcd_deploy_ov_last_error``); the request compares the count around each inference.
+    Everything else is the OpenVINO object's.
+    """
+
+    def __init__(self, compiled, lib: ctypes.CDLL, path):
+        self._compiled, self._lib, self._path = compiled, lib, path
+
+    def create_infer_request(self):
+        return _CheckedRequest(self._compiled.create_infer_request(), self._lib, self._path)
+
+    def __call__(self, *args, **kwargs):
+        return _checked(self._compiled, self._lib, self._path, *args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._compiled, name)
+
+
+class _CheckedRequest:
+    def __init__(self, request, lib: ctypes.CDLL, path):
+        self._request, self._lib, self._path = request, lib, path
+
+    def infer(self, *args, **kwargs):
+        return _checked(self._request.infer, self._lib, self._path, *args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._request, name)
+
+
+def _checked(run, lib: ctypes.CDLL, path, *args, **kwargs):
+    before = lib.dcd_deploy_ov_error_count()
+    result = run(*args, **kwargs)
+    if lib.dcd_deploy_ov_error_count() != before:
+        raise DCDDeployError(f"OpenVINO's fused DCD op failed running {path} (its output is not a result): "
+                             f"{_clip(last_kernel_error())}")
+    return result
+
+
+def last_kernel_error() -> str:
+    """The message of the fused op's last failure in this process ("" if none)."""
+    lib = _library()
+    buf = ctypes.create_string_buffer(1024)
+    lib.dcd_deploy_ov_last_error(buf, len(buf))
+    return buf.value.decode(errors="replace")
+
+
+def _clip(text: str, n: int = MAX_MESSAGE) -> str:
+    return text if len(text) <= n else text[:n - 3] + "..."
 
 
 def openvino_message(exc: BaseException) -> str:
@@ -112,8 +203,8 @@ def openvino_message(exc: BaseException) -> str:
     if not lines:
         return type(exc).__name__
     node = re.search(r"While validating ONNX node '<Node\([^)]*\): ([^>]*)>'", str(exc))
-    reason = lines[-1]
-    return f"{reason} (node {node.group(1)})" if node else reason
+    reason = _clip(lines[-1])
+    return f"{reason} (node {_clip(node.group(1), 100)})" if node else reason
 
 
 def kernel_isa() -> str:
@@ -142,7 +233,11 @@ def kernel_profile(*, reset: bool = False) -> dict[str, float]:
 
 def _library() -> ctypes.CDLL:
     # dlopen of the path OpenVINO loaded returns the same handle: counters are shared
-    return ctypes.CDLL(str(openvino_extension()))
+    lib = ctypes.CDLL(str(openvino_extension()))
+    lib.dcd_deploy_ov_error_count.restype = ctypes.c_ulonglong
+    lib.dcd_deploy_ov_last_error.argtypes = [ctypes.c_char_p, ctypes.c_int]
+    lib.dcd_deploy_ov_set_quiet.argtypes = [ctypes.c_int]
+    return lib
 
 
 def build_extension(**kwargs) -> Path:
@@ -152,5 +247,5 @@ def build_extension(**kwargs) -> Path:
     return build(**kwargs)
 
 
-__all__ = ["PROFILE_PHASES", "build_extension", "openvino_message", "compile_onnx", "kernel_isa", "kernel_profile", "needs_extension",
-           "openvino_extension"]
+__all__ = ["PROFILE_PHASES", "build_extension", "compile_onnx", "import_openvino", "kernel_isa", "kernel_profile",
+           "last_kernel_error", "needs_extension", "openvino_extension", "openvino_message"]

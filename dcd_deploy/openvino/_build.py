@@ -10,26 +10,54 @@ openvino change gives a new file and an unchanged one is reused without compilin
 The kernels are compiled three times (AVX-512, AVX2+FMA, baseline) and picked at run time
 (env ``DCD_DEPLOY_ISA``), so one library runs on any x86-64 CPU; on other machines only the
 portable kernels are built. ``python -m dcd_deploy.openvino._build`` builds and prints the path.
+
+A cached library is trusted by content, not by name: the build loads the new library in
+a subprocess and asks its self-check entry point (``dcd_deploy_ov_selfcheck``, which also
+returns the build's hash) before installing it with its SHA-256 beside it, and every
+later call compares that hash before the library is handed to OpenVINO; a junk,
+truncated or foreign file is rebuilt, never loaded. Builders of one folder take turns
+(an ``fcntl`` lock on the folder); compilers run in their own process groups, killed on
+an error, a signal or after ``DCD_DEPLOY_BUILD_TIMEOUT`` seconds; temporary folders of
+builders that died are removed by the next build.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import importlib.metadata
 import importlib.util
 import os
 import platform
+import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
-from concurrent.futures import ThreadPoolExecutor
+import time
 from pathlib import Path
 from typing import Callable
 
+from .. import _cleanup
 from ..errors import ExtensionError
 
-__all__ = ["build_extension", "source_dir"]
+__all__ = ["DEFAULT_TIMEOUT", "DIR_ENV", "TIMEOUT_ENV", "build_extension", "source_dir"]
+
+#: Environment variable naming the folder of the built library (default: see build_extension).
+DIR_ENV = "DCD_DEPLOY_EXTENSION_DIR"
+#: Environment variable bounding a whole build (compiles, link, self-check), in seconds.
+TIMEOUT_ENV = "DCD_DEPLOY_BUILD_TIMEOUT"
+DEFAULT_TIMEOUT = 900.0
+#: What the library's ``dcd_deploy_ov_selfcheck()`` answers ("DCD1").
+SELF_CHECK_MAGIC = 0x44434431
+#: Longest compiler line quoted in an error.
+MAX_LINE = 300
+_TMP_PREFIX = ".dcd-ovext-"
+#: Compiler and linker messages that are the machine's state, not the sources'.
+_ENVIRONMENT_REASONS = ("No space left on device", "Disk quota exceeded", "File too large",
+                        "Read-only file system", "virtual memory exhausted", "Cannot allocate memory")
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
 _SOURCES = ("dcd_op.cpp", "dcd_kernels.cpp", "dcd_kernels.hpp")
@@ -90,6 +118,9 @@ def _find_openvino() -> tuple[str, Path, Path, list[Path]]:
 
 
 def _default_out_dir() -> Path:
+    env = os.environ.get(DIR_ENV)
+    if env:
+        return Path(env)
     here = _PACKAGE_DIR / "_build"
     try:
         here.mkdir(exist_ok=True)
@@ -97,43 +128,242 @@ def _default_out_dir() -> Path:
             return here
     except OSError:
         pass
-    return Path.home() / ".cache" / "dcd-deploy"
+    # One folder per checkout: two checkouts sharing the fallback must not delete each
+    # other's library (each removes only older builds of its own folder).
+    key = hashlib.sha256(str(source_dir().resolve()).encode()).hexdigest()[:12]
+    return Path.home() / ".cache" / "dcd-deploy" / key
 
 
 def _is_x86() -> bool:
     return platform.machine().lower() in ("x86_64", "amd64", "i686", "i386")
 
 
+def _clip(text: str, n: int = MAX_LINE) -> str:
+    return text if len(text) <= n else text[:n - 3] + "..."
+
+
 def _first_error_line(output: str) -> str:
+    """The line of a compiler's output that says what went wrong.
+
+    The machine's state first: a full disk makes the linker say "No space left on
+    device" a line before the "ld returned 1 exit status" every link failure ends with.
+    """
     lines = [ln.strip() for ln in output.splitlines() if ln.strip()]
     for ln in lines:
+        if any(reason in ln for reason in _ENVIRONMENT_REASONS):
+            return _clip(ln)
+    for ln in lines:
         if "error" in ln.lower():
-            return ln
-    return lines[0] if lines else "(no compiler output)"
+            return _clip(ln)
+    return _clip(lines[0]) if lines else "(no compiler output)"
 
 
-def _run(cmd: list[str]) -> None:
+def _build_timeout() -> float:
+    text = os.environ.get(TIMEOUT_ENV, "")
+    if not text:
+        return DEFAULT_TIMEOUT
     try:
-        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < 1e7:
+        raise ExtensionError(f"{TIMEOUT_ENV}={_clip(text, 40)} is not a number of seconds (e.g. 600)")
+    return value
+
+
+class _Jobs:
+    """Compiler commands run at most ``limit`` at a time, each in its own process group.
+
+    Polled from the calling (main) thread, so a signal handler runs while the compilers
+    do; leaving the ``with`` block, however (an error, a timeout, SIGTERM), kills every
+    group still running: a compiler that hangs, and its children, end with the build.
+    """
+
+    def __init__(self, *, limit: int, deadline: float, timeout: float, logs: Path):
+        self.limit, self.deadline, self.timeout, self.logs = limit, deadline, timeout, logs
+        self.running: list[tuple[subprocess.Popen, Path, list[str]]] = []
+        self.started = 0
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        for proc, _, _ in self.running:
+            self._end(proc)
+        self.running.clear()
+
+    @staticmethod
+    def _end(proc: subprocess.Popen) -> None:
+        _cleanup.kill_group(proc.pid)  # children a finished compiler left behind, too
+        proc.wait()
+        _cleanup.unregister_group(proc.pid)
+
+    def run(self, cmds: list[list[str]]) -> None:
+        """Run every command; the first failure or the deadline raises ExtensionError."""
+        pending = list(cmds)
+        while pending or self.running:
+            while pending and len(self.running) < self.limit:
+                self._start(pending.pop(0))
+            for entry in list(self.running):
+                proc, log, cmd = entry
+                if proc.poll() is None:
+                    continue
+                self.running.remove(entry)
+                self._end(proc)
+                if proc.returncode != 0:
+                    output = log.read_text(errors="replace")
+                    status = (f"killed by {signal.Signals(-proc.returncode).name}" if proc.returncode < 0
+                              else f"exit {proc.returncode}")
+                    raise ExtensionError(f"compiling the OpenVINO extension failed: {_first_error_line(output)} "
+                                         f"({status}; command: {_clip(' '.join(cmd))})")
+            if time.monotonic() > self.deadline:
+                raise ExtensionError(f"compiling the OpenVINO extension took more than {self.timeout:g} s; "
+                                     f"stopped (a hanging compiler? {TIMEOUT_ENV} sets the limit)")
+            time.sleep(0.05)
+
+    def _start(self, cmd: list[str]) -> None:
+        log = self.logs / f"job{self.started}.log"
+        self.started += 1
+        with open(log, "wb") as out:
+            try:
+                proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                        start_new_session=True)
+            except OSError as exc:
+                raise ExtensionError(f"cannot run the C++ compiler {cmd[0]}: {exc.strerror or exc}") from None
+        _cleanup.register_group(proc.pid)
+        self.running.append((proc, log, cmd))
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _sidecar(lib: Path) -> Path:
+    return lib.with_name(lib.name + ".sha256")
+
+
+_verified: dict[str, tuple] = {}
+
+
+def _is_verified(lib: Path) -> bool:
+    """Whether ``lib`` is the file its build recorded (its sidecar's SHA-256).
+
+    A library is mapped, not read: a truncated one (a full disk, a copy cut short) kills
+    the process with SIGBUS when OpenVINO loads it. So nothing is loaded unverified.
+    """
+    try:
+        st = lib.stat()
+        recorded = _sidecar(lib).read_text().split()
+    except (OSError, UnicodeDecodeError):
+        return False
+    key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    if _verified.get(str(lib)) == key:
+        return True
+    try:
+        ok = bool(recorded) and recorded[0] == _sha256(lib)
+    except OSError:
+        return False
+    if ok:
+        _verified[str(lib)] = key
+    return ok
+
+
+# Loads the library with ctypes only (no openvino import: fast) and prints its answers.
+_SELF_CHECK = """\
+import ctypes, sys
+lib = ctypes.CDLL(sys.argv[1])
+lib.dcd_deploy_ov_selfcheck.restype = ctypes.c_uint
+lib.dcd_deploy_ov_build_id.restype = ctypes.c_char_p
+print(hex(lib.dcd_deploy_ov_selfcheck()), lib.dcd_deploy_ov_build_id().decode())
+"""
+
+
+def _self_check(lib: Path, build_id: str, *, deadline: float) -> None:
+    """Load ``lib`` in a subprocess (a broken library may crash its loader) and ask the op.
+
+    Raises:
+        ExtensionError: it does not load, crashes, or is not this build of the op.
+    """
+    want = f"{hex(SELF_CHECK_MAGIC)} {build_id}"
+    proc = subprocess.Popen([sys.executable, "-c", _SELF_CHECK, str(lib)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, start_new_session=True,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    _cleanup.register_group(proc.pid)
+    try:
+        out, err = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        raise ExtensionError("the compiled OpenVINO extension did not answer its self-check in time; "
+                             "not installed") from None
+    finally:
+        _cleanup.kill_group(proc.pid)
+        proc.wait()
+        _cleanup.unregister_group(proc.pid)
+    if proc.returncode != 0 or out.decode(errors="replace").strip() != want:
+        why = (f"killed by {signal.Signals(-proc.returncode).name}" if proc.returncode < 0 else
+               _first_error_line(err.decode(errors="replace")) if proc.returncode else
+               f"it answered {_clip(out.decode(errors='replace').strip(), 80)!r}")
+        raise ExtensionError(f"the compiled OpenVINO extension fails its self-check ({why}); not installed: "
+                             "check the C++ compiler (CXX)")
+
+
+@contextlib.contextmanager
+def _locked(out_dir: Path):
+    """One builder at a time per folder: an ``fcntl`` lock on the folder itself (no lock
+    file to leave behind; released when the process dies)."""
+    try:
+        fd = os.open(out_dir, os.O_RDONLY | os.O_DIRECTORY)
     except OSError as exc:
-        raise ExtensionError(f"cannot run the C++ compiler {cmd[0]}: {exc.strerror or exc}") from None
-    if proc.returncode != 0:
-        raise ExtensionError(f"compiling the OpenVINO extension failed: {_first_error_line(proc.stdout)} "
-                             f"(command: {' '.join(cmd)})")
+        raise ExtensionError(f"cannot open {out_dir}: {exc.strerror or exc}") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _remove_stale(out_dir: Path) -> None:
+    """Temporary folders of builders that died (SIGKILL, power loss); called under the lock."""
+    for tmp in out_dir.glob(f"{_TMP_PREFIX}*"):
+        match = re.fullmatch(re.escape(_TMP_PREFIX) + r"(\d+)-.*", tmp.name)
+        if match and int(match.group(1)) != os.getpid():
+            try:
+                os.kill(int(match.group(1)), 0)
+                continue  # its builder is alive (a builder of an older version, without the lock)
+            except ProcessLookupError:
+                pass
+            except PermissionError:
+                continue
+        elif match is None:
+            try:
+                if time.time() - tmp.stat().st_mtime < 3600:
+                    continue  # an older version's folder, maybe in use
+            except OSError:
+                continue
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def build_extension(*, out_dir: Path | None = None, force: bool = False,
                     progress: Callable[[str], None] | None = None) -> Path:
     """Build (or reuse) the extension library and return its path.
 
+    Only a library that loaded in a subprocess and answered the op's self-check is
+    installed, with its SHA-256 beside it (``<name>.so.sha256``); one whose hash does not
+    match (truncated, replaced) is rebuilt, never loaded.
+
     Args:
-        out_dir: where to put the library; default ``dcd_deploy/openvino/_build/`` if
-            writable, else ``~/.cache/dcd-deploy/``.
+        out_dir: where to put the library; default ``$DCD_DEPLOY_EXTENSION_DIR`` if set,
+            else ``dcd_deploy/openvino/_build/`` if writable, else
+            ``~/.cache/dcd-deploy/<hash of this checkout's path>/``.
         force: compile even when the library for these sources and flags exists.
         progress: called with one line of text per step (e.g. ``print``).
 
     Raises:
-        ExtensionError: no compiler, no openvino, missing sources or a failed compile.
+        ExtensionError: no compiler, no openvino, missing sources, a failed or timed-out
+            compile (:data:`TIMEOUT_ENV`), or a library that fails its self-check.
     """
     say = progress or (lambda _msg: None)
     version, include, libs, link = _find_openvino()
@@ -152,46 +382,89 @@ def build_extension(*, out_dir: Path | None = None, force: bool = False,
     for name in _SOURCES:
         digest.update(name.encode() + b"\0" + (src / name).read_bytes() + b"\0")
     digest.update(repr((_COMMON_FLAGS, _KERNEL_FLAGS, kernels, op_flags, link_flags, version)).encode())
+    build_id = digest.hexdigest()[:16]
     out_dir = Path(out_dir) if out_dir is not None else _default_out_dir()
-    target = out_dir / f"libdcd_deploy_openvino-{version}-{digest.hexdigest()[:8]}.so"
-    if target.is_file() and not force:
+    target = out_dir / f"libdcd_deploy_openvino-{version}-{build_id[:8]}.so"
+    if not force and _is_verified(target):
         return target
 
+    timeout = _build_timeout()
+    deadline = time.monotonic() + timeout
     cxx = _find_compiler()
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise ExtensionError(f"cannot create {out_dir}: {exc.strerror or exc}") from None
-    with tempfile.TemporaryDirectory(prefix=".dcd-ovext-", dir=out_dir) as tmp:
-        tmpdir = Path(tmp)
-        base = [cxx, *_COMMON_FLAGS, f"-I{src}", f"-I{include}"]
-        jobs = [(tmpdir / "dcd_op.o", [*base, *op_flags, "-c", str(src / "dcd_op.cpp")])]
-        for obj, flags in kernels:
-            jobs.append((tmpdir / f"{obj}.o", [*base, *_KERNEL_FLAGS, *flags, "-c", str(src / "dcd_kernels.cpp")]))
-        say(f"compiling the OpenVINO extension ({len(jobs)} objects, {cxx}) ...")
-        cmds = [[*cmd, "-o", str(obj)] for obj, cmd in jobs]
-        with ThreadPoolExecutor(max_workers=min(_MAX_JOBS, os.cpu_count() or 1)) as pool:
-            for fut in [pool.submit(_run, cmd) for cmd in cmds]:
-                fut.result()  # the first failure raises
-        partial = tmpdir / target.name
-        _run([cxx, "-shared", "-o", str(partial), *(str(obj) for obj, _ in jobs), *link_flags])
-        os.replace(partial, target)
-    for old in out_dir.glob("libdcd_deploy_openvino-*.so"):
-        if old != target:  # a build of other sources or another openvino release; a process
-            old.unlink(missing_ok=True)  # that has it loaded keeps its mapping
+    with _locked(out_dir):
+        if not force and _is_verified(target):  # another process built it while we waited
+            return target
+        _remove_stale(out_dir)
+        try:
+            _build_locked(target, cxx=cxx, src=src, include=include, kernels=kernels, op_flags=op_flags,
+                          link_flags=link_flags, build_id=build_id, deadline=deadline, timeout=timeout, say=say)
+        except OSError as exc:  # our own writes: a full disk, a folder made read-only meanwhile
+            raise ExtensionError(f"cannot install the OpenVINO extension in {out_dir}: "
+                                 f"{exc.strerror or exc}") from None
+        for old in out_dir.glob("libdcd_deploy_openvino-*.so*"):
+            if old not in (target, _sidecar(target)):  # an older build of this checkout; a process
+                old.unlink(missing_ok=True)  # that has it loaded keeps its mapping
     say(f"built {target}")
     return target
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    force = "--force" in args
+def _build_locked(target: Path, *, cxx: str, src: Path, include: Path, kernels, op_flags, link_flags,
+                  build_id: str, deadline: float, timeout: float, say: Callable[[str], None]) -> None:
+    tmpdir = Path(tempfile.mkdtemp(prefix=f"{_TMP_PREFIX}{os.getpid()}-", dir=target.parent))
+    _cleanup.register_path(tmpdir)
     try:
-        path = build_extension(force=force, progress=lambda m: print(m, file=sys.stderr))
-    except ExtensionError as exc:
-        print(f"Error: {exc}", file=sys.stderr)
-        return 1
-    print(path)
+        base = [cxx, *_COMMON_FLAGS, f"-I{src}", f"-I{include}"]
+        jobs = [(tmpdir / "dcd_op.o", [*base, *op_flags, f'-DDCD_BUILD_ID="{build_id}"', "-c",
+                                      str(src / "dcd_op.cpp")])]
+        for obj, flags in kernels:
+            jobs.append((tmpdir / f"{obj}.o", [*base, *_KERNEL_FLAGS, *flags, "-c", str(src / "dcd_kernels.cpp")]))
+        say(f"compiling the OpenVINO extension ({len(jobs)} objects, {cxx}) ...")
+        partial = tmpdir / target.name
+        with _Jobs(limit=min(_MAX_JOBS, os.cpu_count() or 1), deadline=deadline, timeout=timeout,
+                   logs=tmpdir) as runner:
+            runner.run([[*cmd, "-o", str(obj)] for obj, cmd in jobs])
+            _expect_output([obj for obj, _ in jobs], cxx)
+            runner.run([[cxx, "-shared", "-o", str(partial), *(str(obj) for obj, _ in jobs), *link_flags]])
+        _expect_output([partial], cxx)
+        _self_check(partial, build_id, deadline=deadline)
+        sidecar = tmpdir / "sha256"
+        sidecar.write_text(f"{_sha256(partial)}  {target.name}\n")
+        os.replace(partial, target)
+        os.replace(sidecar, _sidecar(target))  # last: a library without it is never loaded
+    finally:
+        shutil.rmtree(tmpdir, ignore_errors=True)
+        _cleanup.unregister_path(tmpdir)
+
+
+def _expect_output(paths: list[Path], cxx: str) -> None:
+    for p in paths:
+        if not p.is_file() or p.stat().st_size == 0:
+            what = "an empty" if p.is_file() else "no"
+            raise ExtensionError(f"the C++ compiler {cxx} reported success but wrote {what} {p.name}; check CXX")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m dcd_deploy.openvino._build [--force]``: build, print the path.
+
+    The commands' error contract (``cli._common.run_cli``): one ``Error:`` line, and
+    SIGTERM (``timeout``) kills the compilers and removes the temporary folder.
+    """
+    from ..cli._common import run_cli
+
+    args = sys.argv[1:] if argv is None else argv
+
+    @run_cli
+    def build() -> None:
+        print(build_extension(force="--force" in args, progress=lambda m: print(m, file=sys.stderr)))
+
+    try:
+        build()
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else 1
     return 0
 
 

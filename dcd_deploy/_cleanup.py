@@ -1,0 +1,80 @@
+"""What a command must remove if it is stopped where Python cannot unwind.
+
+A command stopped by SIGTERM normally unwinds like Ctrl-C: every ``finally`` runs and
+removes its temporary files (``cli._common.run_cli``). But a signal is handled only
+when the main thread runs Python code, and an inference inside ONNX Runtime or OpenVINO
+(a ``Loop`` of 10^15 iterations) may never return to it. Then the command's watchdog
+(``cli._common``) exits the process itself, after :func:`emergency_cleanup`: the
+temporary files and directories registered here are removed and the compiler process
+groups registered here are killed. Registration is cheap; everything that creates a
+temporary file or starts a compiler registers it for its lifetime.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import tempfile
+import threading
+from typing import Iterator
+
+_lock = threading.Lock()
+_paths: dict[str, None] = {}
+_groups: dict[int, None] = {}
+
+
+def register_path(path: str | os.PathLike) -> None:
+    """Remove ``path`` (a file or directory tree) if the process must exit abruptly."""
+    with _lock:
+        _paths[os.fspath(path)] = None
+
+
+def unregister_path(path: str | os.PathLike) -> None:
+    with _lock:
+        _paths.pop(os.fspath(path), None)
+
+
+def register_group(pgid: int) -> None:
+    """Kill process group ``pgid`` (a compiler started in its own session) on an abrupt exit."""
+    with _lock:
+        _groups[pgid] = None
+
+
+def unregister_group(pgid: int) -> None:
+    with _lock:
+        _groups.pop(pgid, None)
+
+
+def kill_group(pgid: int) -> None:
+    """SIGKILL every process of group ``pgid``; nothing if it is gone."""
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def emergency_cleanup() -> None:
+    """Kill the registered process groups and remove the registered paths (best effort)."""
+    with _lock:
+        groups, paths = list(_groups), list(_paths)
+    for pgid in groups:
+        kill_group(pgid)
+    for p in paths:
+        if os.path.isdir(p) and not os.path.islink(p):
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                os.unlink(p)
+
+
+@contextlib.contextmanager
+def temporary_directory(prefix: str) -> Iterator[str]:
+    """``tempfile.TemporaryDirectory(prefix=prefix)`` that an abrupt exit removes too."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        register_path(tmp)
+        try:
+            yield tmp
+        finally:
+            unregister_path(tmp)
