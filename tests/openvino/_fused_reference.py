@@ -1,4 +1,4 @@
-"""The DCDPointwise op contract (docs/design.md "Fused op") in float64 numpy, and random
+"""The DCDPointwise and DCDConvEpilogue op contracts (docs/design.md "Fused op") in float64 numpy, and random
 cases for it: the oracle of the kernel tests, in OpenVINO (test_kernel.py) and in the
 stand-alone driver under qemu (test_aarch64.py). Needs numpy only."""
 
@@ -19,37 +19,90 @@ def adaptive_bins(n):
     return [(i * n // 2, -(-((i + 1) * n) // 2)) for i in range(2)]
 
 
+def _pooled(xb, pool):
+    H, W, Cin = xb.shape
+    if pool == 1:
+        return xb.mean(axis=(0, 1))
+    pooled = np.zeros(Cin * 4)
+    for i, (r0, r1) in enumerate(adaptive_bins(H)):
+        for j, (c0, c1) in enumerate(adaptive_bins(W)):
+            pooled[np.arange(Cin) * 4 + i * 2 + j] = xb[r0:r1, c0:c1].mean(axis=(0, 1))
+    return pooled
+
+
+def _branch(xb, c, *, pool, se, attention):
+    """Λ (C_out) and Φ' (L x L) of one sample (H, W, C_in), float64."""
+    L = c["q"].shape[0]
+    y = c["fc1"] @ _pooled(xb, pool)
+    y = y * hsig(c["gate"] @ y) if se else np.maximum(y, 0)
+    lam = hsig(c["scale_w"] @ y) if attention else np.ones(c["p"].shape[0])
+    phi = (c["phi_w"] @ y + c["phi_b"]).reshape(L, L)
+    return lam, phi
+
+
+def _act(out, activation):
+    if activation == "relu":
+        return np.maximum(out, 0)
+    if activation == "relu6":
+        return np.clip(out, 0, 6)
+    return out
+
+
 def reference(x, res, c, *, pool, se, attention, activation):
     """float64 numpy implementation of the op contract, straight from the spec."""
     x = x.astype(np.float64)
     c = {k: v.astype(np.float64) for k, v in c.items()}
     B, H, W, Cin = x.shape
-    L = c["q"].shape[0]
     outs = []
     for b in range(B):
         xb = x[b]
-        if pool == 1:
-            pooled = xb.mean(axis=(0, 1))
-        else:
-            pooled = np.zeros(Cin * 4)
-            for i, (r0, r1) in enumerate(adaptive_bins(H)):
-                for j, (c0, c1) in enumerate(adaptive_bins(W)):
-                    pooled[np.arange(Cin) * 4 + i * 2 + j] = xb[r0:r1, c0:c1].mean(axis=(0, 1))
-        y = c["fc1"] @ pooled
-        y = y * hsig(c["gate"] @ y) if se else np.maximum(y, 0)
-        lam = hsig(c["scale_w"] @ y) if attention else np.ones(c["w0"].shape[0])
-        phi = (c["phi_w"] @ y + c["phi_b"]).reshape(L, L)
+        lam, phi = _branch(xb, c, pool=pool, se=se, attention=attention)
         xf = xb.reshape(-1, Cin)
         z = xf @ c["q"].T + c["q_b"]
         out = lam * (xf @ c["w0"].T) + (z @ phi.T) @ c["p"].T + c["bias"]
         out = out.reshape(H, W, -1)
         if res is not None:
             out = out + res[b]
-        if activation == "relu":
-            out = np.maximum(out, 0)
-        elif activation == "relu6":
-            out = np.clip(out, 0, 6)
-        outs.append(out)
+        outs.append(_act(out, activation))
+    return np.stack(outs)
+
+
+# --------------------------------------------------------------------- DCDConvEpilogue
+#: DCDConvEpilogue's weight inputs after conv, x and [residual]: DCDPointwise's without w0.
+EPILOGUE_WEIGHT_ORDER = tuple(k for k in WEIGHT_ORDER if k != "w0")
+
+
+def conv_nhwc(x, w, *, stride, pad):
+    """float64 cross-correlation of x (B, H, W, C_in) with w (C_out, C_in, k, k), zero
+    padding `pad` on every side: (B, Ho, Wo, C_out), written out tap by tap."""
+    x = np.pad(x.astype(np.float64), ((0, 0), (pad, pad), (pad, pad), (0, 0)))
+    w = w.astype(np.float64)
+    B, Hp, Wp, _ = x.shape
+    k = w.shape[2]
+    Ho, Wo = (Hp - k) // stride + 1, (Wp - k) // stride + 1
+    out = np.zeros((B, Ho, Wo, w.shape[0]))
+    for i in range(k):
+        for j in range(k):
+            patch = x[:, i:i + stride * (Ho - 1) + 1:stride, j:j + stride * (Wo - 1) + 1:stride, :]
+            out += patch @ w[:, :, i, j].T
+    return out
+
+
+def epilogue_reference(x, conv, res, c, *, pool, se, attention, activation, stride, offset):
+    """float64 DCDConvEpilogue: act(Λ ⊙ conv + P Φ' (Q x_s + q_b) + bias + residual), with
+    x_s = x at rows/columns i * stride + offset and the branch pooling all of x."""
+    x = x.astype(np.float64)
+    c = {k: v.astype(np.float64) for k, v in c.items()}
+    B, Ho, Wo, _ = conv.shape
+    outs = []
+    for b in range(B):
+        lam, phi = _branch(x[b], c, pool=pool, se=se, attention=attention)
+        xs = x[b, offset:offset + stride * (Ho - 1) + 1:stride, offset:offset + stride * (Wo - 1) + 1:stride]
+        z = xs @ c["q"].T + c["q_b"]
+        out = lam * conv[b].astype(np.float64) + (z @ phi.T) @ c["p"].T + c["bias"]
+        if res is not None:
+            out = out + res[b]
+        outs.append(_act(out, activation))
     return np.stack(outs)
 
 
