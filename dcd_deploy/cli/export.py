@@ -11,7 +11,8 @@ from .._version import __version__
 from ..errors import ParityError
 from ..checkpoint import resolve_model
 from .._limits import MAX_BATCH, MAX_INPUT_SIZE
-from ._common import OutputPath, check_outputs, check_parity_budget, default_output, inputs_option, model_options
+from ._common import OutputPath, accept_inconclusive_option, check_outputs, check_parity_budget, default_output
+from ._common import inputs_option, model_options
 from ._common import parity_failure, run_cli, write_json_atomic
 
 #: Input side when neither --input-size nor --inputs gives one.
@@ -50,6 +51,7 @@ def _batch(value: str) -> int | None:
 @click.option("--no-simplify", is_flag=True, help="Skip onnxsim.")
 @click.option("--no-check", is_flag=True, help="Skip the parity check against PyTorch.")
 @inputs_option
+@accept_inconclusive_option
 @click.option("--json", "json_path", type=OutputPath(), default=None,
               help="Also write the export report as JSON.")
 @click.option("-v", "--verbose", is_flag=True, help="List the form chosen for every DCD layer.")
@@ -59,7 +61,7 @@ def _batch(value: str) -> int | None:
 @model_options
 @run_cli
 def main(model, output, input_size, batch, opset, mode, strategy, no_simplify, no_check, inputs_path,
-         json_path, verbose, quiet, arch, trust_checkpoint, seed):
+         accept_inconclusive, json_path, verbose, quiet, arch, trust_checkpoint, seed):
     """Export MODEL (a checkpoint path or a zoo name) to ONNX in deploy form."""
     from ..exporters import export_onnx
     from ..inputs import load_inputs
@@ -86,7 +88,8 @@ def main(model, output, input_size, batch, opset, mode, strategy, no_simplify, n
         with preparation_threads():  # 3-5 s instead of 25-40 s on a busy 2-core machine
             result = export_onnx(net, output, input_size=input_size, batch=batch, opset=opset,
                                  simplify=not no_simplify, mode=mode, check=not no_check, strategy=strategy,
-                                 parity_inputs=inputs, progress=progress)
+                                 parity_inputs=inputs, progress=progress,
+                                 accept_inconclusive=accept_inconclusive)
     except ParityError as exc:
         if exc.report is None:  # the model itself is broken (NaN outputs): nothing to tabulate
             raise
@@ -112,6 +115,10 @@ def main(model, output, input_size, batch, opset, mode, strategy, no_simplify, n
         if verbose:
             for path, form in result.strategies.items():
                 click.echo(f"           {path}: {form}")
+    if result.mode == "fused":
+        click.echo(f"  fused    {result.fused_summary()}")
+        for path, reason in result.unfused.items():
+            click.echo(f"           {path}: not fused ({reason})")
     if result.parity is not None:
         click.echo(f"  parity   {result.parity.summary()}")
         runtimes = dict.fromkeys(r.backend for r in result.parity.rows)

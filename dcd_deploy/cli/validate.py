@@ -11,7 +11,8 @@ from .._version import __version__
 from ..errors import DCDDeployError
 from ..checkpoint import resolve_model
 from .._limits import MAX_BATCH, MAX_INPUTS, read_onnx_input_size
-from ._common import OutputPath, check_outputs, check_parity_budget, inputs_option, model_options
+from ._common import OutputPath, accept_inconclusive_option, check_outputs, check_parity_budget, inputs_option
+from ._common import model_options
 from ._common import onnxruntime_errors, parity_failure, run_cli, write_json_atomic
 
 
@@ -38,12 +39,16 @@ def _sizes(value: str) -> tuple[int, ...]:
 @click.option("--backend", "backends", type=click.Choice(["onnxruntime", "openvino"]), multiple=True,
               help="Runtime to check in (repeatable; default onnxruntime). 'openvino': the CPU plugin, "
                    "fp32, with the fused-kernel extension loaded for a --mode fused file.")
+@click.option("--layers", "show_layers", is_flag=True,
+              help="Print the layer-wise table: every layer the file records, checked on its own input "
+                   "against float64 (the JSON report always has it).")
+@accept_inconclusive_option
 @click.option("--json", "json_path", type=OutputPath(), default=None,
               help="Also write the report as JSON.")
 @model_options
 @run_cli
-def main(model, onnx_path, batch_sizes, n_inputs, inputs_path, atol, rtol, backends, json_path, arch,
-         trust_checkpoint, seed):
+def main(model, onnx_path, batch_sizes, n_inputs, inputs_path, atol, rtol, backends, show_layers,
+         accept_inconclusive, json_path, arch, trust_checkpoint, seed):
     """Check that ONNX computes what MODEL (checkpoint path or zoo name) computes."""
     from ..inputs import load_inputs
     from ..parity import check_parity
@@ -58,8 +63,13 @@ def main(model, onnx_path, batch_sizes, n_inputs, inputs_path, atol, rtol, backe
     net = resolve_model(model, arch=arch, trust_checkpoint=trust_checkpoint, seed=seed, input_size=input_size)
     with onnxruntime_errors(onnx_path), preparation_threads():
         report = check_parity(net, onnx_path, batch_sizes=sizes, n_inputs=n_inputs, atol=atol, rtol=rtol,
-                              inputs=inputs, backends=tuple(dict.fromkeys(backends)) or ("onnxruntime",))
+                              inputs=inputs, backends=tuple(dict.fromkeys(backends)) or ("onnxruntime",),
+                              accept_inconclusive=accept_inconclusive)
     click.echo(report.table())
+    if show_layers:
+        click.echo(report.layer_table() if report.layers else
+                   "(no layer-wise check: the file records no layers)" if not report.layer_record else
+                   "(no layer-wise check: no sample with finite inputs)")
     click.echo(report.summary())
     if json_path is not None:
         write_json_atomic(json_path, {**report.to_dict(), "model": model,

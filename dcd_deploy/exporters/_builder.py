@@ -71,6 +71,14 @@ class Scope:
         """A small int64 vector (shapes, axes)."""
         return self.const(hint, np.asarray(values, dtype=np.int64), np.int64)
 
+    def nchw(self, hint: str, lead: list[int], h, w, like: str) -> str:
+        """Reshape target ``[*lead, h, w]``: a constant when the sizes are known, else
+        ``lead`` joined to the height and width of ``like`` (read with Shape at run time)."""
+        if isinstance(h, int) and isinstance(w, int):
+            return self.ints(hint, [*lead, h, w])
+        hw = self.op("Slice", [self.op("Shape", [like]), self.ints(f"{hint}_from", [2]), self.ints(f"{hint}_to", [4])])
+        return self.op("Concat", [self.ints(hint, lead), hw], axis=0)
+
     def op(self, op_type: str, inputs: list[str], *, domain: str = "", **attrs) -> str:
         name = self.graph.unique(f"{self.path}/{op_type}")
         out = name + ":0"

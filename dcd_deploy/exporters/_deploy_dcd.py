@@ -248,6 +248,7 @@ class DeployDCD(nn.Module):
         if self.strategy == "weight":
             return self._emit_weight(s, x, y, lam, in_shape)
         c_out, h, w = out_shape[1], out_shape[2], out_shape[3]
+        hw = h * w if isinstance(h, int) and isinstance(w, int) else -1  # -1: symbolic sizes
         pad = self.kernel_size // 2
         k = self.kernel_size
         conv_attrs = dict(kernel_shape=[k, k], strides=[self.stride] * 2, pads=[pad] * 4)
@@ -270,27 +271,27 @@ class DeployDCD(nn.Module):
             z = s.op("Reshape", [z, s.ints("z_shape", [0, nb, lb, -1])])  # (B, nb, Lb, N)
             phi = s.op("Reshape", [phi, s.ints("phi_shape", [0, nb, lb, lb])])  # (B, nb, Lb, Lb)
             u = s.op("MatMul", [phi, z])  # (B, nb, Lb, N)
-            u = s.op("Reshape", [u, s.ints("u_shape", [0, self.latent_dim, h, w])])  # (B, L, H', W')
+            u = s.op("Reshape", [u, s.nchw("u_shape", [0, self.latent_dim], h, w, out)])  # (B, L, H', W')
             dyn = s.op("Conv", [u, s.const("p", self.p), s.const("bias", self.bias)], kernel_shape=[1, 1],
                        group=nb)  # (B, C_out, H', W')
             return s.op("Add", [dyn, out])
         if self.kind == "depthwise":
             lk = self.latent_dim
             z = s.op("Conv", [x, s.const("r", self.r)], group=c_out, **conv_attrs)  # (B, C·L_k, H', W')
-            z = s.op("Reshape", [z, s.ints("z_shape", [0, c_out, lk, h * w])])  # (B, C, L_k, N)
+            z = s.op("Reshape", [z, s.ints("z_shape", [0, c_out, lk, hw])])  # (B, C, L_k, N)
             phi = s.op("Reshape", [phi, s.ints("phi_shape", [0, lk, lk])])  # (B, L_k, L_k)
             m = s.op("MatMul", [s.const("p", self.p), phi])  # (B, C, L_k)
             m = s.op("Unsqueeze", [m, s.ints("axes2", [2])])  # (B, C, 1, L_k)
             dyn = s.op("MatMul", [m, z])  # (B, C, 1, N)
-            dyn = s.op("Reshape", [dyn, s.ints("out_shape", [0, c_out, h, w])])
+            dyn = s.op("Reshape", [dyn, s.nchw("out_shape", [0, c_out], h, w, out)])
         else:  # joint
             lat, lk = self.latent_dim, self.kernel_latent_dim
             z = s.op("Conv", [x, s.const("q", self.q)], kernel_shape=[1, 1])  # (B, L, H, W)
             z = s.op("Conv", [z, s.const("r", self.r)], group=lat, **conv_attrs)  # (B, L·L_k, H', W')
-            z = s.op("Reshape", [z, s.ints("z_shape", [0, lat * lk, h * w])])  # (B, L·L_k, N)
+            z = s.op("Reshape", [z, s.ints("z_shape", [0, lat * lk, hw])])  # (B, L·L_k, N)
             phi = s.op("Reshape", [phi, s.ints("phi_shape", [0, lat, lat * lk])])  # (B, L, L·L_k)
             u = s.op("MatMul", [phi, z])  # (B, L, N)
-            u = s.op("Reshape", [u, s.ints("u_shape", [0, lat, h, w])])
+            u = s.op("Reshape", [u, s.nchw("u_shape", [0, lat], h, w, out)])
             dyn = s.op("Conv", [u, s.const("p", self.p)], kernel_shape=[1, 1])
         out = s.op("Add", [dyn, out])
         return s.op("Add", [out, s.const("bias", self.bias.view(-1, 1, 1))]) if has_bias else out
@@ -352,12 +353,13 @@ class DeployDCD(nn.Module):
     def _emit_weight(self, s, x, y, lam, in_shape) -> str:
         c_in, h, w = in_shape[1], in_shape[2], in_shape[3]
         weight, pphi = self.emit_weight(s, lam, self.emit_phi(s, y))
-        xf = s.op("Reshape", [x, s.ints("x_shape", [0, c_in, h * w])])  # (B, C_in, N)
+        hw = h * w if isinstance(h, int) and isinstance(w, int) else -1  # -1: symbolic sizes
+        xf = s.op("Reshape", [x, s.ints("x_shape", [0, c_in, hw])])  # (B, C_in, N)
         out = s.op("MatMul", [weight, xf])  # (B, C_out, N)
         bias = s.op("MatMul", [pphi, s.const("q_b", self.q_b.view(-1, 1))])  # (B, C_out, 1)
         bias = s.op("Add", [bias, s.const("bias", self.bias.view(-1, 1))])
         out = s.op("Add", [out, bias])
-        return s.op("Reshape", [out, s.ints("out_shape", [0, self.c_out, h, w])])
+        return s.op("Reshape", [out, s.nchw("out_shape", [0, self.c_out], h, w, x)])
 
     def _emit_linear(self, s, x, y, lam) -> str:
         inputs = [x, s.const("w0", self.w0)] + ([s.const("b0", self.b0)] if self.b0 is not None else [])

@@ -75,6 +75,7 @@ class DeployMixture(nn.Module):
     def emit(self, s, x: str, in_shape, out_shape) -> str:
         """Emit with standard ops (see :meth:`DeployDCD.emit` for the arguments)."""
         c_out, h, w = out_shape[1], out_shape[2], out_shape[3]
+        hw = h * w if isinstance(h, int) and isinstance(w, int) else -1  # -1: symbolic sizes
         k = self.weight.shape[-1]
         y = s.op("Flatten", [s.op("GlobalAveragePool", [x])], axis=1)  # (B, C_in); NCHWc-friendly
         z = s.op("Gemm", [y, s.const("fc1_w", self.fc1_w), s.const("fc1_b", self.fc1_b)], transB=1)
@@ -88,9 +89,9 @@ class DeployMixture(nn.Module):
         inputs = [x, s.const("weight", self.weight)] + ([s.const("kbias", self.kbias)] if self.kbias is not None else [])
         stacked = s.op("Conv", inputs, kernel_shape=[k, k], strides=[self.stride] * 2, pads=[self.padding] * 4,
                        group=self.groups)  # (B, C_out·K, H', W')
-        stacked = s.op("Reshape", [stacked, s.ints("stack_shape", [0, c_out, self.num_kernels, h * w])])
-        out = s.op("MatMul", [pi, stacked])  # (B, C_out, 1, N)
-        out = s.op("Reshape", [out, s.ints("out_shape", [0, c_out, h, w])])
+        flat = s.op("Reshape", [stacked, s.ints("stack_shape", [0, c_out, self.num_kernels, hw])])
+        out = s.op("MatMul", [pi, flat])  # (B, C_out, 1, N)
+        out = s.op("Reshape", [out, s.nchw("out_shape", [0, c_out], h, w, stacked)])
         if bool(self.bias.abs().max() > 0):
             out = s.op("Add", [out, s.const("bias", self.bias.view(-1, 1, 1))])
         return out

@@ -25,11 +25,9 @@ ops in this mode: they are not fused yet.
 
 from __future__ import annotations
 
-import operator
 from dataclasses import dataclass
 
-import torch
-from torch import fx, nn
+from torch import nn
 
 from ._builder import FunctionScope, GraphBuilder
 from ._deploy_dcd import DeployDCD
@@ -38,65 +36,115 @@ from ._deploy_dcd import DeployDCD
 OP_TYPE = "DCDPointwise"
 #: NCHW -> NHWC and back.
 TO_NHWC, TO_NCHW = [0, 2, 3, 1], [0, 3, 1, 2]
-#: Activation modules fused as the epilogue, by the ``activation`` attribute they set.
-ACTIVATIONS = {nn.ReLU: "relu", nn.ReLU6: "relu6"}
 
 
 @dataclass(frozen=True)
 class FusedLayer:
-    """One fused node: the DCD layer, the tensor added to it, the activation after."""
+    """One fused node: the placeholder it replaces, the tensor added, the activation after.
 
-    dcd: fx.Node
-    residual: fx.Node | None
+    ``tail`` is the index of the last graph node folded in (the placeholder itself, the
+    residual Add or the activation); the fused node is emitted there, where the residual
+    is computed too (a downsample branch may come after the DCD layer in the graph).
+    """
+
+    node: int
+    residual: str | None
     activation: str  # "none", "relu" or "relu6"
+    tail: int
+    folded: tuple[int, ...] = ()
 
 
 def fusable(layer: nn.Module) -> bool:
     """A 1x1, stride-1 channel-fusion DCD layer with one latent block: the fused op's kind."""
-    return (isinstance(layer, DeployDCD) and layer.kind == "channel" and layer.kernel_size == 1
-            and layer.stride == 1 and layer.num_blocks == 1 and layer.channel_fusion
-            and layer.pool_size in (1, 2))
+    return isinstance(layer, DeployDCD) and why_not(layer) is None
 
 
-def plan(deploy: fx.GraphModule) -> tuple[dict[str, FusedLayer], set[str]]:
-    """Which nodes fuse: ``{tail node name: FusedLayer}`` and the names folded into a tail.
+def why_not(layer: nn.Module) -> str | None:
+    """Why a deploy-form DCD layer is not fused (None when it is fusable)."""
+    if not isinstance(layer, DeployDCD):
+        return "not a DCD layer"
+    if layer.kind == "linear":
+        return "classifier (DCD linear layer)"
+    if layer.kind == "depthwise":
+        return "depthwise"
+    if layer.kind == "joint":
+        return "joint fusion"
+    if layer.kernel_size != 1:
+        k = layer.kernel_size
+        return f"{k}x{k} kernel"
+    if layer.stride != 1:
+        return f"stride {layer.stride}"
+    if not layer.channel_fusion:
+        return "no channel fusion"
+    if layer.num_blocks != 1:
+        return f"{layer.num_blocks} latent blocks"
+    if layer.pool_size not in (1, 2):
+        return f"pool {layer.pool_size}"
+    for name in ("padding", "dilation"):
+        v = getattr(layer, name, None)
+        if v not in (None, 0, 1, (0, 0), (1, 1), [0, 0], [1, 1]) and not (name == "padding" and v in ("same", "valid")):
+            return f"{name} {v}"
+    return None
 
-    The fused node is emitted at its tail (the activation or the add), where the residual
-    is computed too: a downsample branch may come after the DCD layer in the trace.
-    Needs the shapes ``ShapeProp`` records (a residual has the layer's output shape).
+
+def plan(nodes, layers: dict[int, nn.Module], consumers, shape_of, const_of, graph_outputs) -> dict[int, FusedLayer]:
+    """Which placeholders fuse, and what with: ``{placeholder index: FusedLayer}``.
+
+    Args:
+        nodes: the exported graph's nodes, in order.
+        layers: placeholder node index -> its fusable deploy layer.
+        consumers: tensor name -> indices of the nodes reading it.
+        shape_of: tensor name -> shape tuple (None entries symbolic) or None.
+        const_of: tensor name -> constant value (numpy) or None.
+        graph_outputs: names of the graph's outputs (never folded away).
     """
-    modules = dict(deploy.named_modules())
-    fused: dict[str, FusedLayer] = {}
-    folded: set[str] = set()
-    for node in deploy.graph.nodes:
-        if node.op != "call_module" or not fusable(modules[node.target]):
-            continue
-        tail, residual = node, None
-        users = list(tail.users)
-        if (len(users) == 1 and users[0].op == "call_function"
-                and users[0].target in (operator.add, torch.add) and len(users[0].args) == 2
-                and all(isinstance(a, fx.Node) for a in users[0].args) and users[0].args.count(node) == 1
-                and _same_shape(*users[0].args)):  # a broadcast add is not a residual
-            add = users[0]
-            residual = add.args[1] if add.args[0] is node else add.args[0]
-            folded.add(tail.name)
-            tail = add
+    out: dict[int, FusedLayer] = {}
+    taken: set[int] = set()
+
+    def only_consumer(name: str):
+        users = consumers.get(name, [])
+        if len(users) != 1 or name in graph_outputs or users[0] in taken:
+            return None
+        return users[0]
+
+    for index, layer in layers.items():
+        tail, residual, folded = index, None, []
+        y = nodes[index].output[0]
+        user = only_consumer(y)
+        if user is not None and nodes[user].op_type == "Add" and nodes[user].domain in ("", "ai.onnx"):
+            add = nodes[user]
+            other = [i for i in add.input if i != y]
+            if len(add.input) == 2 and len(other) == 1 and _same_shape(shape_of(y), shape_of(other[0])):
+                residual = other[0]  # a broadcast add is not a residual
+                tail = user
+                folded.append(user)
         activation = "none"
-        users = list(tail.users)
-        if len(users) == 1 and users[0].op == "call_module":
-            act = ACTIVATIONS.get(type(modules[users[0].target]))
+        user = only_consumer(nodes[tail].output[0])
+        if user is not None:
+            act = _activation(nodes[user], const_of)
             if act is not None:
-                activation = act
-                folded.add(tail.name)
-                tail = users[0]
-        folded.discard(tail.name)
-        fused[tail.name] = FusedLayer(node, residual, activation)
-    return fused, folded
+                activation, tail = act, user
+                folded.append(user)
+        taken.update(folded)
+        out[index] = FusedLayer(index, residual, activation, tail, tuple(folded))
+    return out
 
 
-def _same_shape(a: fx.Node, b: fx.Node) -> bool:
-    ma, mb = a.meta.get("tensor_meta"), b.meta.get("tensor_meta")
-    return ma is not None and mb is not None and tuple(ma.shape) == tuple(mb.shape)
+def _same_shape(a, b) -> bool:
+    """Equal shapes, every dim known (an int, or the same symbolic name)."""
+    return a is not None and a == b and None not in a
+
+
+def _activation(node, const_of) -> str | None:
+    if node.domain not in ("", "ai.onnx"):
+        return None
+    if node.op_type == "Relu":
+        return "relu"
+    if node.op_type == "Clip" and len(node.input) == 3:
+        lo, hi = (const_of(n) for n in node.input[1:])
+        if lo is not None and hi is not None and lo.size == 1 and hi.size == 1 and float(lo) == 0.0 and float(hi) == 6.0:
+            return "relu6"
+    return None
 
 
 class Layout:
@@ -117,16 +165,16 @@ class Layout:
         return out
 
 
-def emit(g: GraphBuilder, layout: Layout, layer: DeployDCD, spec: FusedLayer, path: str,
+def emit(g: GraphBuilder, layout: Layout, layer: DeployDCD, activation: str, path: str,
          x: str, residual: str | None, in_shape) -> str:
     """Emit one fused node (NCHW in and out); returns the output name."""
     fs = FunctionScope(g, path, layout.to_nhwc(x, path))
     if residual is not None:
         fs.input("residual", layout.to_nhwc(residual, path))
     w = _weights(fs, layer)
-    out = _body(fs, layer, w, in_shape, residual=residual is not None, activation=spec.activation)
+    out = _body(fs, layer, w, in_shape, residual=residual is not None, activation=activation)
     attrs = dict(pool=layer.pool_size, se=int(layer.se), attention=int(layer.scale_w is not None),
-                 residual=int(residual is not None), activation=spec.activation, form=layer.strategy)
+                 residual=int(residual is not None), activation=activation, form=layer.strategy)
     y = fs.finish(out, kind=f"DCDPointwise{layer.strategy.capitalize()}", op_type=OP_TYPE, attrs=attrs)
     return layout.to_nchw(y, path)
 

@@ -1,20 +1,24 @@
-"""ONNX export of the deploy form: a small graph of standard ops, parity-checked.
+"""ONNX export of any model with dynamic layers: PyTorch's exporter plus our layers.
 
-The deploy module (:func:`~dcd_deploy.exporters.to_deploy`) is traced with torch.fx
-and each node is emitted directly as ONNX, so the graph holds exactly the ops chosen
-here: no TorchScript round trip, no BatchNorm, no per-sample kernels inside a Conv, no
-batch baked into a Reshape (shapes use 0 = "copy the batch").
+1. :func:`~dcd_deploy.exporters.to_deploy` lowers the model: dynamic layers to
+   :class:`DeployDCD` / :class:`DeployMixture` (cost model, BNs folded), BNs after
+   convolutions folded too.
+2. ``torch.export`` traces it with each dynamic layer as one placeholder op and
+   ``torch.onnx``'s translator writes every other op (:mod:`._trace`): whatever standard
+   op the model uses (activations, pools, cat, interpolate, LayerNorm, several inputs,
+   tuple or dict outputs) is PyTorch's business.
+3. Each placeholder is replaced by our emission (:mod:`._emit`): standard ops
+   (``mode="standard"``, then onnxsim), one ``dcd_deploy`` function node per DCD layer
+   (``mode="function"``), or channels-last ``DCDPointwise`` nodes with their residual
+   and activation (``mode="fused"``, :mod:`._fused`).
 
-``mode="function"`` wraps every DCD layer in one node of domain ``dcd_deploy``
-defined as a model-local function whose body is the same standard ops.
-``mode="fused"`` writes what a fused kernel runs: one channels-last
-``dcd_deploy.DCDPointwise`` node per 1x1 DCD layer with its residual add and activation
-(:mod:`~dcd_deploy.exporters._fused`), also with a standard-op body.
+No per-sample weight reaches a Conv and the batch axis stays symbolic (unless fixed):
+every Reshape our emission writes copies the batch (``0``).
 """
 
 from __future__ import annotations
 
-import operator
+import json
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -23,25 +27,29 @@ from typing import Callable
 
 import onnx
 import torch
-from onnx import TensorProto, helper
+from onnx import helper
 from torch import nn
-from torch.fx.passes.shape_prop import ShapeProp
+from torch.utils import _pytree as pytree
 
 from .._version import __version__
 from .._atomic import atomic_output, check_output_path
 from ..errors import ExportError, ParityError
-from . import _fused
-from ._builder import DOMAIN, DOMAIN_VERSION, FunctionScope, GraphBuilder, Scope
-from ._deploy_dcd import STRATEGIES, DeployDCD, adaptive_windows
-from ._fold import bn_affine
-from .lowering import to_deploy
+from ._builder import DOMAIN
+from ._deploy_dcd import STRATEGIES, DeployDCD
+from ._emit import drop_missing, emit_layers
+from ._placeholder import DOMAIN as PLACEHOLDER_DOMAIN
+from ._trace import NATIVE_OPSET, trace
+from .lowering import example_tuple, input_hw, to_deploy
 
-DEFAULT_OPSET = 17
+DEFAULT_OPSET = NATIVE_OPSET
 MIN_OPSET = 13  # Unsqueeze/ReduceSum take axes as inputs from 13 on
 MODES = ("standard", "function", "fused")
 #: Version of the layout of :meth:`ExportResult.to_dict` (``dcd-export --json``).
-EXPORT_SCHEMA = "dcd-export.report/1"
-#: Ops an exported graph may contain (docs/design.md#deploy-form).
+EXPORT_SCHEMA = "dcd-export.report/2"
+#: metadata_props key of the layer record (read by :mod:`dcd_deploy.parity`).
+LAYERS_KEY = "dcd_deploy.layers"
+#: Ops OUR emission of a dynamic layer may write (docs/design.md#emission); the rest of
+#: the graph is torch.onnx's, held to the standard domain only.
 ALLOWED_OPS = frozenset({
     "Conv", "Gemm", "MatMul", "Mul", "Add", "Sub", "Div", "Relu", "Clip", "HardSigmoid", "Sigmoid",
     "Softmax", "AveragePool", "GlobalAveragePool", "ReduceMean", "ReduceSum", "MaxPool", "Reshape",
@@ -55,11 +63,16 @@ class ExportResult:
     """What :func:`export_onnx` wrote.
 
     Truthy when the file was written and parity (if checked) passed.
+
+    Attributes:
+        input_size: the traced input's (H, W) side: an int when square.
+        fused: DCD layers written as ``DCDPointwise`` nodes (fused mode).
+        unfused: DCD layer path -> why it is not fused (fused mode).
     """
 
     path: Path
     arch: str
-    input_size: int
+    input_size: int | tuple[int, int]
     batch: int | None
     opset: int
     mode: str
@@ -69,35 +82,56 @@ class ExportResult:
     seconds: float
     simplified: bool
     strategies: dict[str, str] = field(default_factory=dict)
+    fused: list[str] = field(default_factory=list)
+    unfused: dict[str, str] = field(default_factory=dict)
+    input_names: list[str] = field(default_factory=list)
+    output_names: list[str] = field(default_factory=list)
+    dynamic_size: bool = False
     parity: object | None = None  # ParityReport
 
     def __bool__(self) -> bool:
         return self.parity is None or bool(self.parity)
+
+    def fused_summary(self) -> str:
+        """``N of M DCD layers fused`` (fused mode)."""
+        return f"{len(self.fused)} of {len(self.fused) + len(self.unfused)} DCD layers fused"
 
     def to_dict(self) -> dict:
         """The JSON document of ``dcd-export --json`` (schema :data:`EXPORT_SCHEMA`)."""
         d = {"schema": EXPORT_SCHEMA, "version": __version__}
         d.update((k, v) for k, v in self.__dict__.items() if k != "parity")
         d["path"] = d["onnx_path"] = str(self.path)
+        if isinstance(self.input_size, tuple):
+            d["input_size"] = list(self.input_size)
         d["parity"] = self.parity.to_dict() if self.parity is not None else None
         return d
 
 
-def export_onnx(model: nn.Module, path, *, input_size: int = 224, batch: int | None = None,
+def export_onnx(model: nn.Module, path, *, input_size: int | tuple[int, int] = 224, example_inputs=None,
+                input_names=None, output_names=None, dynamic_size: bool = False, batch: int | None = None,
                 opset: int | None = None, simplify: bool = True, mode: str = "standard",
-                check: bool = True, strategy: str = "auto", parity_batch_sizes=(1, 2),
-                parity_inputs: torch.Tensor | None = None,
-                progress: Callable[[str], None] | None = None) -> ExportResult:
+                check: bool = True, strategy: str = "auto", parity_batch_sizes=(1, 2), parity_inputs=None,
+                progress: Callable[[str], None] | None = None, accept_inconclusive: bool = False) -> ExportResult:
     """Export ``model`` to ONNX in deploy form; the file appears only if all succeeded.
 
     Args:
-        model: a zoo model or checkpoint-loaded model (not modified).
+        model: any module with this package's dynamic layers (not modified), traceable by
+            ``torch.export``.
         path: output ``.onnx`` path; its directory must exist.
-        input_size: square input side.
+        input_size: side or ``(H, W)`` of the default example image.
+        example_inputs: a tensor or tuple of tensors passed positionally to ``forward``
+            (default one zero (1, 3, H, W) image); axis 0 of each is the batch.
+        input_names: ONNX input names (default ``input`` for one input, else the
+            ``forward`` argument names).
+        output_names: ONNX output names (default ``logits`` for a tensor, ``output_0``..
+            for a tuple or list, the keys of a dict).
+        dynamic_size: make height and width symbolic too (4-D inputs); an
+            :class:`ExportError` names the layer that needs fixed sizes.
         batch: fixed batch size, or None for a dynamic batch axis.
-        opset: default-domain opset, 13 up to the installed onnx's newest (default 17).
+        opset: default-domain opset, 13 up to the installed onnx's newest (default 18,
+            what torch.onnx writes).
         simplify: run onnxsim on the graph and keep its result if its own numeric check
-            passes (standard mode; onnxsim would inline the functions of function mode).
+            passes (standard mode; onnxsim would inline the functions of the other modes).
         mode: ``standard``, ``function`` (one ``dcd_deploy`` node per DCD layer) or
             ``fused`` (channels-last ``DCDPointwise`` nodes for a fused kernel, e.g.
             :func:`dcd_deploy.openvino_extension`; not simplified either).
@@ -107,45 +141,55 @@ def export_onnx(model: nn.Module, path, *, input_size: int = 224, batch: int | N
             with the fused kernels.
         strategy: DCD layer form, ``latent``, ``weight`` or ``auto``.
         parity_batch_sizes: batch sizes the parity check runs (a fixed ``batch`` overrides).
-        parity_inputs: the check's inputs, (N, 3, input_size, input_size), instead of the
-            built-in synthetic images (see :func:`~dcd_deploy.check_parity`).
-        progress: called with one line per finished stage (``[lower] 0.4 s``, ``[emit]``,
-            ``[simplify]``, ``[write]``, ``[check]``).
+        parity_inputs: the check's inputs instead of synthetic ones (a tensor, or a tuple
+            in input order; see :func:`~dcd_deploy.check_parity`).
+        progress: called with one line per finished stage (``[lower] 0.4 s``, ``[trace]``,
+            ``[emit]``, ``[simplify]``, ``[write]``, ``[check]``).
+        accept_inconclusive: let the check pass when its end-to-end comparison is
+            inconclusive and no dynamic layer decided it (see :class:`~dcd_deploy.parity.ParityReport`).
 
     Raises:
-        ExportError: bad arguments, an unwritable path, or a layer that cannot be lowered.
+        ExportError: bad arguments, an unwritable path, a model torch.export cannot trace
+            (one line naming the construct), or a layer that cannot be lowered.
         ParityError: ONNX Runtime disagrees with PyTorch beyond tolerance, or
             (:class:`~dcd_deploy.errors.NonFiniteOutputError`) the model itself outputs
             NaN or Inf on finite inputs.
     """
     start = time.perf_counter()
-    opset = DEFAULT_OPSET if opset is None else int(opset)
-    if not MIN_OPSET <= opset <= onnx.defs.onnx_opset_version():
+    opset = DEFAULT_OPSET if opset is None else opset
+    if isinstance(opset, bool) or not isinstance(opset, int) or not MIN_OPSET <= opset <= onnx.defs.onnx_opset_version():
         raise ExportError(f"opset {opset} is not supported; use {MIN_OPSET}-{onnx.defs.onnx_opset_version()}")
     if mode not in MODES:
         raise ExportError(f"unknown mode {mode!r}; expected one of {', '.join(MODES)}")
     if strategy not in STRATEGIES:
         raise ExportError(f"unknown strategy {strategy!r}; expected one of {', '.join(STRATEGIES)}")
-    if not isinstance(input_size, int) or input_size < 1:
-        raise ExportError(f"input size must be a positive integer, not {input_size!r}")
-    if batch is not None and (not isinstance(batch, int) or batch < 1):
+    hw = input_hw(input_size)
+    if batch is not None and (isinstance(batch, bool) or not isinstance(batch, int) or batch < 1):
         raise ExportError(f"batch must be a positive integer or None (dynamic), not {batch!r}")
+    example = example_tuple(example_inputs, hw)
+    if example_inputs is not None:
+        hw = _image_hw(example) or hw
     path = Path(path)
     check_output_path(path, error=ExportError)
 
     stage = _Stages(progress)
-    deploy = to_deploy(model, strategy=strategy, input_size=input_size)
+    deploy = to_deploy(model, strategy=strategy, input_size=hw, example_inputs=example)
+    out_names = _output_names(deploy, example, output_names)
+    if dynamic_size:
+        _check_dynamic_size(deploy)
     stage("lower")
-    proto = build_onnx(deploy, input_size=input_size, batch=batch, opset=opset, mode=mode,
-                       arch=getattr(model, "arch", type(model).__name__))
-    stage("emit")
+    proto, fused = _build(deploy, example_inputs=example, batch=batch, opset=opset, mode=mode,
+                              arch=getattr(model, "arch", type(model).__name__), input_size=hw,
+                              dynamic_size=dynamic_size, input_names=_input_names(model, example, input_names),
+                              output_names=out_names, progress=stage)
     simplified = False
     if simplify and mode == "standard":
+        before = proto
         proto, simplified = _simplify(proto)
+        if simplified:
+            _relink_layers(before, proto)
         stage("simplify")
-    bad = sorted({n.op_type for n in proto.graph.node if n.domain in ("", "ai.onnx")} - ALLOWED_OPS)
-    if bad:  # a lowering bug, not a user error
-        raise AssertionError(f"exported graph contains disallowed ops: {bad}")
+    _check_ops(proto, mode)
 
     with atomic_output(path, error=ExportError) as tmp:
         onnx.save(proto, tmp)
@@ -159,17 +203,153 @@ def export_onnx(model: nn.Module, path, *, input_size: int = 224, batch: int | N
 
             sizes = (batch,) if batch is not None else tuple(parity_batch_sizes)
             report = check_parity(model, tmp, batch_sizes=sizes, inputs=parity_inputs,
-                                  backends=_parity_backends(mode))
+                                  example_inputs=example if example_inputs is not None else None,
+                                  backends=_parity_backends(mode), accept_inconclusive=accept_inconclusive)
             report.onnx_path = str(path)  # the file the user gets, not its temporary name
             stage("check")
             if not report:
-                raise ParityError(f"parity check failed: {report.summary()}", report)
+                raise ParityError(f"parity check {'inconclusive' if report.verdict == 'INCONCLUSIVE' else 'failed'}: "
+                                  f"{report.summary()}", report)
     hist = Counter(_op_name(n) for n in proto.graph.node)
     return ExportResult(
-        path=path, arch=getattr(model, "arch", type(model).__name__), input_size=input_size, batch=batch,
-        opset=opset, mode=mode, num_nodes=len(proto.graph.node), op_histogram=dict(hist.most_common()),
+        path=path, arch=getattr(model, "arch", type(model).__name__), input_size=hw[0] if hw[0] == hw[1] else hw,
+        batch=batch, opset=opset, mode=mode, num_nodes=len(proto.graph.node), op_histogram=dict(hist.most_common()),
         size_bytes=path.stat().st_size, seconds=time.perf_counter() - start, simplified=simplified,
-        strategies=dict(getattr(deploy, "strategies", {})), parity=report)
+        strategies=dict(getattr(deploy, "strategies", {})), fused=fused.fused, unfused=fused.unfused,
+        input_names=[i.name for i in proto.graph.input], output_names=[o.name for o in proto.graph.output],
+        dynamic_size=dynamic_size, parity=report)
+
+
+def build_onnx(deploy: nn.Module, *, example_inputs=None, input_size=224, batch: int | None = None,
+               opset: int = DEFAULT_OPSET, mode: str = "standard", arch: str = "model", dynamic_size: bool = False,
+               input_names=None, output_names=None) -> onnx.ModelProto:
+    """Export a deploy form (:func:`to_deploy`'s result, or any module whose dynamic
+    layers have an ``emit`` method) as an ONNX model (no simplification, no checks)."""
+    return _build(deploy, example_inputs=example_inputs, input_size=input_size, batch=batch, opset=opset, mode=mode,
+                  arch=arch, dynamic_size=dynamic_size, input_names=input_names, output_names=output_names)[0]
+
+
+def _build(deploy: nn.Module, *, example_inputs, input_size, batch, opset, mode, arch, dynamic_size,
+           input_names, output_names, progress=None):
+    """:func:`build_onnx`, also returning the :class:`~._emit.Emitted` record."""
+    hw = input_hw(input_size)
+    example = example_tuple(example_inputs, hw)
+    if input_names is None:
+        input_names = _input_names(deploy, example, None)
+    if output_names is None:
+        output_names = _output_names(deploy, example, None)
+    traced = trace(deploy, example, batch=batch, dynamic_size=dynamic_size, input_names=input_names,
+                   output_names=output_names)
+    if progress is not None:
+        progress("trace")
+    proto = traced.proto
+    modules = dict(deploy.named_modules())
+    emitted = emit_layers(proto, emitters=traced.emitters, mode=mode, opset=NATIVE_OPSET, modules=modules,
+                          folded_bn=getattr(deploy, "folded_bn", {}))
+    if opset != NATIVE_OPSET:
+        proto = _convert_opset(proto, opset)
+    proto.ir_version = min(proto.ir_version, 10)  # readable by ONNX Runtime releases of the last years
+    proto.producer_name, proto.producer_version = "dcd-deploy", __version__
+    size = str(hw[0]) if hw[0] == hw[1] else f"{hw[0]}x{hw[1]}"
+    helper.set_model_props(proto, {
+        "arch": arch, "input_size": size, "batch": str(batch or "dynamic"),
+        "dynamic_size": "true" if dynamic_size else "false",
+        "dcd_deploy_version": __version__, "mode": mode,
+        "strategies": ",".join(f"{k}={v}" for k, v in getattr(deploy, "strategies", {}).items()),
+        LAYERS_KEY: json.dumps(emitted.layers),
+    })
+    if progress is not None:
+        progress("emit")
+    return proto, emitted
+
+
+def _image_hw(example) -> tuple[int, int] | None:
+    first = example[0]
+    return (int(first.shape[2]), int(first.shape[3])) if first.dim() == 4 else None
+
+
+def _input_names(model: nn.Module, example, given) -> list[str]:
+    if given is not None:
+        names = [given] if isinstance(given, str) else list(given)
+        if len(names) != len(example) or len(set(names)) != len(names):
+            raise ExportError(f"input_names needs {len(example)} distinct names, got {names}")
+        return names
+    if len(example) == 1:
+        return ["input"]
+    import inspect
+
+    try:
+        params = [p.name for p in inspect.signature(model.forward).parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    except (TypeError, ValueError):
+        params = []
+    return params[:len(example)] if len(params) >= len(example) else [f"input_{i}" for i in range(len(example))]
+
+
+def _output_names(deploy: nn.Module, example, given) -> list[str]:
+    with torch.no_grad():
+        out = deploy(*example)
+    leaves, spec = pytree.tree_flatten(out)
+    if not leaves or not all(isinstance(t, torch.Tensor) for t in leaves):
+        raise ExportError("the model's outputs must be tensors (a tensor, or a tuple, list or dict of them)")
+    if given is not None:
+        names = [given] if isinstance(given, str) else list(given)
+        if len(names) != len(leaves) or len(set(names)) != len(names):
+            raise ExportError(f"output_names needs {len(leaves)} distinct names, got {names}")
+        return names
+    if isinstance(out, torch.Tensor):
+        return ["logits"]
+    paths = [p for p, _ in pytree.tree_flatten_with_path(out)[0]]
+    names = []
+    for i, keys in enumerate(paths):
+        parts = []
+        for k in keys:
+            v = getattr(k, "key", getattr(k, "idx", getattr(k, "name", None)))
+            parts.append(str(v))
+        names.append(".".join(parts) if isinstance(out, dict) else "output_" + "_".join(parts))
+    if len(set(names)) != len(names):
+        names = [f"output_{i}" for i in range(len(leaves))]
+    return names
+
+
+def _check_dynamic_size(deploy: nn.Module) -> None:
+    """Refuse ``dynamic_size`` when one of our layers needs fixed spatial sizes."""
+    for path, m in deploy.named_modules():
+        if isinstance(m, DeployDCD) and m.kind != "linear" and m.pool_size != 1:
+            raise ExportError(f"{path}: a DCD layer with a {m.pool_size}x{m.pool_size} adaptive pool needs fixed "
+                              "input sizes (its pooling windows depend on them): export without dynamic_size")
+
+
+def _check_ops(proto: onnx.ModelProto, mode: str) -> None:
+    """Our emission only allowed ops; the rest standard-domain (plus ``dcd_deploy`` calls)."""
+    for node in proto.graph.node:
+        if node.domain == PLACEHOLDER_DOMAIN:
+            raise AssertionError(f"placeholder left in the graph: {node.name}")
+        if node.domain not in ("", "ai.onnx") and not (mode != "standard" and node.domain == DOMAIN):
+            raise ExportError(f"the exported graph has a {node.domain}.{node.op_type} node ({node.name}): "
+                              "only standard ONNX ops can be written")
+    for fn in proto.functions:
+        bad = sorted({n.op_type for n in fn.node if n.domain in ("", "ai.onnx")} - ALLOWED_OPS)
+        if bad:
+            raise AssertionError(f"function {fn.name} contains disallowed ops: {bad}")
+    emitted_prefixes = tuple(e["path"] + "/" for e in json.loads(
+        next((p.value for p in proto.metadata_props if p.key == LAYERS_KEY), "[]")) if e["kind"] not in ("Conv", "Linear"))
+    if emitted_prefixes:
+        bad = sorted({n.op_type for n in proto.graph.node if n.domain in ("", "ai.onnx")
+                      and n.name.startswith(emitted_prefixes) and n.op_type not in ALLOWED_OPS})
+        if bad:  # a lowering bug, not a user error
+            raise AssertionError(f"our emission wrote disallowed ops: {bad}")
+
+
+def _convert_opset(proto: onnx.ModelProto, opset: int) -> onnx.ModelProto:
+    try:
+        from onnx import version_converter
+
+        converted = version_converter.convert_version(proto, opset)
+    except Exception as exc:
+        raise ExportError(f"cannot write opset {opset}: {str(exc).splitlines()[0] if str(exc) else exc}; "
+                          f"use opset {NATIVE_OPSET}") from exc
+    return converted
 
 
 def _parity_backends(mode: str) -> tuple[str, ...]:
@@ -215,150 +395,22 @@ def _simplify(proto: onnx.ModelProto) -> tuple[onnx.ModelProto, bool]:
     return (simplified, True) if ok else (proto, False)
 
 
-def build_onnx(deploy: torch.fx.GraphModule, *, input_size: int, batch: int | None, opset: int,
-               mode: str, arch: str = "model") -> onnx.ModelProto:
-    """Emit a deploy-form GraphModule as an ONNX model (no simplification, no checks)."""
-    with torch.no_grad():
-        ShapeProp(deploy).propagate(torch.zeros(1, 3, input_size, input_size))
-    g = GraphBuilder(opset)
-    modules = dict(deploy.named_modules())
-    env: dict[str, str] = {}
-    inputs, outputs = [], []
-    fused, folded = _fused.plan(deploy) if mode == "fused" else ({}, set())
-    layout = _fused.Layout(g)
-    for node in deploy.graph.nodes:
-        if node.name in folded:  # emitted with its fused tail
-            continue
-        if node.name in fused:
-            spec = fused[node.name]
-            src = spec.dcd.args[0]
-            env[node.name] = _fused.emit(
-                g, layout, modules[spec.dcd.target], spec, _path(spec.dcd), env[src.name],
-                env[spec.residual.name] if spec.residual is not None else None, _shape(src))
-        elif node.op == "placeholder":
-            env[node.name] = "input"
-            inputs.append(helper.make_tensor_value_info(
-                "input", TensorProto.FLOAT, [batch or "batch", 3, input_size, input_size]))
-        elif node.op == "output":
-            src = node.args[0]
-            if not isinstance(src, torch.fx.Node):
-                raise ExportError("models with several outputs are not supported")
-            n_out = src.meta["tensor_meta"].shape[1:]
-            outputs.append(helper.make_tensor_value_info("logits", TensorProto.FLOAT, [batch or "batch", *n_out]))
-            g.nodes.append(helper.make_node("Identity", [env[src.name]], ["logits"], name="output/Identity"))
-        else:
-            env[node.name] = _emit_node(g, node, modules, env, mode)
-    graph = helper.make_graph(g.nodes, "dcd_deploy", inputs, outputs, g.initializers)
-    imports = [helper.make_opsetid("", opset)]
-    if g.functions:
-        imports.append(helper.make_opsetid(DOMAIN, DOMAIN_VERSION))
-    proto = helper.make_model(graph, opset_imports=imports, producer_name="dcd-deploy",
-                              producer_version=__version__, functions=list(g.functions.values()))
-    proto.ir_version = min(proto.ir_version, 10)  # readable by ONNX Runtime releases of the last years
-    helper.set_model_props(proto, {
-        "arch": arch, "input_size": str(input_size), "batch": str(batch or "dynamic"),
-        "dcd_deploy_version": __version__, "mode": mode,
-        "strategies": ",".join(f"{k}={v}" for k, v in getattr(deploy, "strategies", {}).items()),
-    })
-    return proto
+def _relink_layers(before: onnx.ModelProto, after: onnx.ModelProto) -> None:
+    """Point the layer records at the tensors onnxsim kept: it folds an Identity, so the
+    tensor feeding a graph output takes the output's name; drop a record whose tensor is gone."""
+    props = {p.key: p for p in after.metadata_props}
+    if LAYERS_KEY not in props:
+        return
+    identity = {n.input[0]: n.output[0] for n in before.graph.node if n.op_type == "Identity"}
+    names = {o for n in after.graph.node for o in n.output} | {i.name for i in after.graph.input}
+    layers = json.loads(props[LAYERS_KEY].value)
+    for layer in layers:
+        for key in ("input", "output", "residual"):
+            name = layer[key]
+            while name and name not in names and name in identity:
+                name = identity[name]
+            layer[key] = name
+    props[LAYERS_KEY].value = json.dumps(drop_missing(layers, after))
 
 
-def _shape(node) -> tuple[int, ...]:
-    meta = node.meta.get("tensor_meta") if isinstance(node, torch.fx.Node) else None
-    if meta is None:
-        raise ExportError(f"no shape known for {node}")
-    return tuple(meta.shape)
-
-
-def _path(node: torch.fx.Node) -> str:
-    if node.op == "call_module":
-        return str(node.target)
-    stack = node.meta.get("nn_module_stack")
-    return next(reversed(stack.values()))[0] if stack else node.name
-
-
-def _emit_node(g: GraphBuilder, node: torch.fx.Node, modules, env, mode: str) -> str:
-    args = [env[a.name] if isinstance(a, torch.fx.Node) else a for a in node.args]
-    s = g.scope(_path(node))
-    if node.op == "call_module":
-        mod = modules[node.target]
-        in_shape, out_shape = _shape(node.args[0]), _shape(node)
-        if mode == "function" and isinstance(mod, DeployDCD):
-            fs = FunctionScope(g, s.path, args[0])
-            out = mod.emit(fs, "x", in_shape, out_shape)
-            return fs.finish(out, kind=f"DCD{mod.kind.capitalize()}{mod.strategy.capitalize()}")
-        if callable(getattr(mod, "emit", None)):  # deploy layers (and bench variants) emit themselves
-            return mod.emit(s, args[0], in_shape, out_shape)
-        return _emit_module(s, mod, args[0], in_shape, out_shape, node.target)
-    if node.op == "call_function" and node.target in (operator.add, torch.add) and len(args) == 2:
-        return s.op("Add", args)
-    if node.op == "call_function" and node.target is operator.mul and len(args) == 2:
-        return s.op("Mul", args)
-    if node.op == "call_function" and node.target is torch.relu:
-        return s.op("Relu", args)
-    if (node.op == "call_function" and node.target is torch.flatten) or (
-            node.op == "call_method" and node.target == "flatten"):
-        start = args[1] if len(args) > 1 else node.kwargs.get("start_dim", 0)
-        end = args[2] if len(args) > 2 else node.kwargs.get("end_dim", -1)
-        if end != -1 or start < 1:
-            raise ExportError(f"{s.path}: flatten({start}, {end}) cannot be exported")
-        return s.op("Flatten", [args[0]], axis=int(start))
-    if node.op == "call_method" and node.target == "unsqueeze":
-        return s.op("Unsqueeze", [args[0], s.ints("axes", [args[1]])])
-    what = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", node.target)
-    raise ExportError(f"cannot export operation {what!r} ({node.op}) in {s.path}")
-
-
-def _emit_module(s: Scope, mod: nn.Module, x: str, in_shape, out_shape, path: str) -> str:
-    if isinstance(mod, nn.Conv2d):
-        if mod.padding_mode != "zeros" or isinstance(mod.padding, str):
-            raise ExportError(f"{path}: Conv2d padding {mod.padding!r}/{mod.padding_mode} is not supported")
-        inputs = [x, s.const("weight", mod.weight)] + ([s.const("bias", mod.bias)] if mod.bias is not None else [])
-        ph, pw = mod.padding
-        return s.op("Conv", inputs, kernel_shape=list(mod.kernel_size), strides=list(mod.stride),
-                    pads=[ph, pw, ph, pw], dilations=list(mod.dilation), group=mod.groups)
-    if isinstance(mod, nn.Linear):
-        inputs = [x, s.const("weight", mod.weight)] + ([s.const("bias", mod.bias)] if mod.bias is not None else [])
-        return s.op("Gemm", inputs, transB=1)
-    if isinstance(mod, nn.ReLU):
-        return s.op("Relu", [x])
-    if isinstance(mod, nn.ReLU6):
-        return s.op("Clip", [x, s.const("min", 0.0), s.const("max", 6.0)])
-    if isinstance(mod, nn.Hardsigmoid):
-        return s.op("HardSigmoid", [x], alpha=1.0 / 6.0, beta=0.5)
-    if isinstance(mod, nn.Sigmoid):
-        return s.op("Sigmoid", [x])
-    if isinstance(mod, (nn.Identity, nn.Dropout)):
-        return x
-    if isinstance(mod, (nn.BatchNorm1d, nn.BatchNorm2d)):  # one that had no conv to fold into
-        scale, shift = bn_affine(mod, mod.num_features)
-        shape = (-1,) + (1,) * (len(in_shape) - 2)
-        return s.op("Add", [s.op("Mul", [x, s.const("scale", scale.view(shape))]), s.const("shift", shift.view(shape))])
-    if isinstance(mod, nn.MaxPool2d):
-        k, st, p = (_pair(v) for v in (mod.kernel_size, mod.stride, mod.padding))
-        if _pair(mod.dilation) != (1, 1):
-            raise ExportError(f"{path}: dilated MaxPool2d is not supported")
-        return s.op("MaxPool", [x], kernel_shape=list(k), strides=list(st), pads=[*p, *p],
-                    ceil_mode=int(mod.ceil_mode))
-    if isinstance(mod, nn.AvgPool2d):
-        k, st, p = (_pair(v) for v in (mod.kernel_size, mod.stride or mod.kernel_size, mod.padding))
-        if mod.divisor_override:
-            raise ExportError(f"{path}: AvgPool2d divisor_override is not supported")
-        return s.op("AveragePool", [x], kernel_shape=list(k), strides=list(st), pads=[*p, *p],
-                    ceil_mode=int(mod.ceil_mode), count_include_pad=int(mod.count_include_pad))
-    if isinstance(mod, nn.AdaptiveAvgPool2d):
-        oh, ow = out_shape[2], out_shape[3]
-        if (oh, ow) == (1, 1):
-            return s.op("GlobalAveragePool", [x])
-        wins = [adaptive_windows(n, o) for n, o in ((in_shape[2], oh), (in_shape[3], ow))]
-        if None in wins:
-            raise ExportError(f"{path}: adaptive pool {in_shape[2:]} -> {(oh, ow)} has uneven windows")
-        return s.op("AveragePool", [x], kernel_shape=[w[0] for w in wins], strides=[w[1] for w in wins])
-    raise ExportError(f"cannot lower layer {path} of type {type(mod).__name__}")
-
-
-def _pair(v) -> tuple[int, int]:
-    return tuple(v) if isinstance(v, (tuple, list)) else (v, v)
-
-
-__all__ = ["ALLOWED_OPS", "ExportResult", "build_onnx", "export_onnx"]
+__all__ = ["ALLOWED_OPS", "ExportResult", "build_onnx", "export_onnx", "LAYERS_KEY"]

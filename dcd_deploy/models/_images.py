@@ -34,36 +34,38 @@ SENSOR_NOISE = 0.02
 CHROMA = 0.6
 
 
-def synthetic_images(n: int, size: int, *, seed: int = 0, channels: int = 3) -> torch.Tensor:
-    """``n`` seeded natural-looking images, ImageNet-normalised, shape (n, channels, size, size).
+def synthetic_images(n: int, size: int | tuple[int, int], *, seed: int = 0, channels: int = 3) -> torch.Tensor:
+    """``n`` seeded natural-looking images, ImageNet-normalised, shape (n, channels, H, W).
 
     Images differ in content (so top-1 classes differ) but all lie in the value range of
     a normalised photograph: about -2.1 to 2.6 per pixel.
 
     Args:
         n: number of images.
-        size: side in pixels (any positive size; 1 gives one colour per image).
+        size: side in pixels, or ``(H, W)`` (any positive sizes; 1 gives one colour per
+            image). A square size draws exactly what ``(size, size)`` draws.
         seed: everything drawn depends on this seed only.
         channels: 3 for RGB (ImageNet normalisation); other counts use mean 0.45 and
             std 0.225 per channel.
     """
+    h, w = (size, size) if isinstance(size, int) else (int(size[0]), int(size[1]))
     g = torch.Generator().manual_seed(seed)
-    img = _upsample(_colours(g, n, channels, COLOUR_GRID), size)
-    coords = (torch.arange(size, dtype=torch.float32) + 0.5) / size
-    yy, xx = coords.view(1, size, 1), coords.view(1, 1, size)
+    img = _upsample(_colours(g, n, channels, COLOUR_GRID), (h, w))
+    yy = ((torch.arange(h, dtype=torch.float32) + 0.5) / h).view(1, h, 1)
+    xx = ((torch.arange(w, dtype=torch.float32) + 0.5) / w).view(1, 1, w)
     for _ in range(OBJECTS):
         cx, cy, radius = (torch.rand(3, n, 1, 1, generator=g) * torch.tensor([1.0, 1.0, 0.3]).view(3, 1, 1, 1)
                           ).unbind(0)
         radius = radius + 0.05
-        disc = (xx - cx) ** 2 + (yy - cy) ** 2 < radius ** 2                    # (n, S, S)
-        box = ((xx - cx).abs() < radius) & ((yy - cy).abs() < 0.6 * radius)    # (n, S, S)
+        disc = (xx - cx) ** 2 + (yy - cy) ** 2 < radius ** 2                    # (n, H, W)
+        box = ((xx - cx).abs() < radius) & ((yy - cy).abs() < 0.6 * radius)    # (n, H, W)
         is_disc = torch.rand(n, 1, 1, generator=g) < 0.5
-        mask = torch.where(is_disc, disc, box).unsqueeze(1)                      # (n, 1, S, S)
+        mask = torch.where(is_disc, disc, box).unsqueeze(1)                      # (n, 1, H, W)
         colour = _colours(g, n, channels, 1)
         img = torch.where(mask, colour.expand_as(img), img)
-    coarse = max(1, size // TEXTURE_SCALE)
-    img = img + TEXTURE_AMPLITUDE * _upsample(torch.randn(n, channels, coarse, coarse, generator=g), size)
-    img = img + SENSOR_NOISE * torch.randn(n, channels, size, size, generator=g)
+    coarse = (max(1, h // TEXTURE_SCALE), max(1, w // TEXTURE_SCALE))
+    img = img + TEXTURE_AMPLITUDE * _upsample(torch.randn(n, channels, *coarse, generator=g), (h, w))
+    img = img + SENSOR_NOISE * torch.randn(n, channels, h, w, generator=g)
     mean, std = _normalisation(channels)
     return (img.clamp(0.0, 1.0) - mean) / std
 
@@ -75,8 +77,8 @@ def _colours(g: torch.Generator, n: int, channels: int, side: int) -> torch.Tens
     return brightness + chroma
 
 
-def _upsample(x: torch.Tensor, size: int) -> torch.Tensor:
-    return F.interpolate(x, size=(size, size), mode="bilinear", align_corners=False)
+def _upsample(x: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
+    return F.interpolate(x, size=size, mode="bilinear", align_corners=False)
 
 
 def _normalisation(channels: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -1,0 +1,292 @@
+"""Our emission in PyTorch's graph: each placeholder node becomes its layer's ONNX.
+
+``torch.onnx`` wrote every standard op; each dynamic layer is one placeholder node
+(:mod:`._placeholder`) carrying its module path. :func:`emit_layers` walks the graph
+once, copies its nodes (renamed ``<module path>/<OpType>`` after the exporter's scope
+metadata, so a node names the layer it came from) and in place of each placeholder
+writes the layer's own emission:
+
+* ``standard``: the deploy layer's standard ops (:meth:`DeployDCD.emit`,
+  :meth:`DeployMixture.emit`);
+* ``function``: each DCD layer as one ``dcd_deploy`` node, a model-local function;
+* ``fused``: each fusable DCD layer as one channels-last ``DCDPointwise`` node with the
+  residual Add and the Relu / Clip(0, 6) that follow it in the graph as its epilogue
+  (:mod:`._fused`); other DCD layers as in ``standard``, each with the reason.
+
+It also writes the layer record (``dcd_deploy.layers``) the layer-wise parity check
+reads: one entry per layer emitted here, and per Conv2d / Linear module of the model
+found through the exporter's scope metadata.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+
+import onnx
+from onnx import helper, numpy_helper
+from torch import nn
+
+from . import _fused
+from ._builder import DOMAIN, DOMAIN_VERSION, FunctionScope, GraphBuilder
+from ._deploy_dcd import DeployDCD
+from ._deploy_mixture import DeployMixture
+from ._placeholder import DOMAIN as PLACEHOLDER_DOMAIN
+
+_STANDARD = ("", "ai.onnx")
+
+
+@dataclass
+class Emitted:
+    """What :func:`emit_layers` did besides rewriting the graph."""
+
+    layers: list[dict] = field(default_factory=list)
+    #: DCD layers written as ``DCDPointwise`` nodes (fused mode).
+    fused: list[str] = field(default_factory=list)
+    #: DCD layer path -> why it stayed standard ops (fused mode).
+    unfused: dict[str, str] = field(default_factory=dict)
+
+
+def _shape(vi: onnx.ValueInfoProto):
+    t = vi.type.tensor_type
+    if not vi.type.HasField("tensor_type") or not t.HasField("shape"):
+        return None
+    return tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in t.shape.dim)
+
+
+def _scope(node: onnx.NodeProto) -> str | None:
+    """The innermost module path the exporter recorded for a node, or None."""
+    for p in node.metadata_props:
+        if p.key == "pkg.torch.onnx.name_scopes":
+            try:
+                scopes = ast.literal_eval(p.value)
+            except (ValueError, SyntaxError):
+                return None
+            return scopes[-2] if len(scopes) >= 2 else ""
+    return None
+
+
+def _kind(module: nn.Module) -> tuple[str, str | None]:
+    if isinstance(module, DeployDCD):
+        return "DCD", module.strategy
+    if isinstance(module, DeployMixture):
+        return ("DYConv" if module.routing == "softmax" else "CondConv"), None
+    inner = getattr(module, "layer", None)  # a wrapper (the floor variants) emits for it
+    return _kind(inner) if inner is not None else ("DCD", None)
+
+
+def emit_layers(proto: onnx.ModelProto, *, emitters: dict[str, nn.Module], mode: str, opset: int,
+                modules: dict[str, nn.Module], folded_bn: dict[str, str]) -> Emitted:
+    """Replace every placeholder of ``proto`` (in place) by its layer's emission.
+
+    Args:
+        proto: the exported model; its placeholders carry a ``path`` attribute.
+        emitters: module path -> the deploy layer (anything with ``emit``).
+        mode: ``standard``, ``function`` or ``fused``.
+        opset: the default-domain opset of ``proto``.
+        modules: the deploy model's modules by path (for the Conv / Linear records).
+        folded_bn: layer path -> the BatchNorm folded into it.
+    """
+    graph = proto.graph
+    nodes = list(graph.node)
+    shapes = {vi.name: _shape(vi) for vi in list(graph.value_info) + list(graph.input) + list(graph.output)}
+    consts = {t.name: t for t in graph.initializer}
+    for n in nodes:
+        if n.op_type == "Constant" and n.domain in _STANDARD and n.attribute and n.attribute[0].name == "value":
+            consts[n.output[0]] = n.attribute[0].t
+    consumers: dict[str, list[int]] = {}
+    for i, n in enumerate(nodes):
+        for name in n.input:
+            consumers.setdefault(name, []).append(i)
+    graph_outputs = {o.name for o in graph.output}
+
+    def const_of(name: str):
+        t = consts.get(name)
+        return None if t is None else numpy_helper.to_array(t)
+
+    g = GraphBuilder(opset)
+    g._names.update(n.name for n in nodes)
+    g._names.update(o for n in nodes for o in n.output)
+    g._names.update(i for n in nodes for i in n.input)
+    g._names.update(consts)
+    g._names.update(i.name for i in graph.input)
+
+    placeholders: dict[int, str] = {}
+    for i, n in enumerate(nodes):
+        if n.domain == PLACEHOLDER_DOMAIN:
+            path = next(a.s.decode() for a in n.attribute if a.name == "path")
+            if path not in emitters:
+                raise AssertionError(f"placeholder for unknown layer {path!r}")
+            placeholders[i] = path
+
+    result = Emitted()
+    plan: dict[int, _fused.FusedLayer] = {}
+    if mode == "fused":
+        fusable = {}
+        for i, path in placeholders.items():
+            layer = emitters[path]
+            if not isinstance(layer, DeployDCD):
+                continue
+            reason = _fused.why_not(layer)
+            if reason is None:
+                fusable[i] = layer
+            else:
+                result.unfused[path] = reason
+        plan = _fused.plan(nodes, fusable, consumers, shapes.get, const_of, graph_outputs)
+    tails = {spec.tail: spec for spec in plan.values()}
+    skipped = {j for spec in plan.values() for j in (spec.node, *spec.folded) if j != spec.tail}
+
+    alias: dict[str, str] = {}
+    layout = _fused.Layout(g)
+    renamed_scope: dict[int, str | None] = {}
+
+    def name(t: str) -> str:
+        return alias.get(t, t)
+
+    for i, node in enumerate(nodes):
+        if i in skipped:
+            continue
+        if i in tails:
+            spec = tails[i]
+            ph = nodes[spec.node]
+            path = placeholders[spec.node]
+            layer = emitters[path]
+            x = name(ph.input[0])
+            residual = name(spec.residual) if spec.residual is not None else None
+            y = _fused.emit(g, layout, layer, spec.activation, path, x, residual, shapes.get(ph.input[0]))
+            alias[node.output[0]] = y
+            result.fused.append(path)
+            result.layers.append(_record(path, layer, layout.nhwc[x], layout.nhwc[y], folded_bn, layout="NHWC",
+                                         residual=layout.nhwc[residual] if residual is not None else None,
+                                         activation=spec.activation))
+            continue
+        if i in placeholders:
+            path = placeholders[i]
+            layer = emitters[path]
+            x = name(node.input[0])
+            in_shape, out_shape = shapes.get(node.input[0]), shapes.get(node.output[0])
+            if in_shape is None or out_shape is None:
+                raise AssertionError(f"no shape known around {path}")
+            if mode == "function" and isinstance(layer, DeployDCD):
+                fs = FunctionScope(g, path, x)
+                out = layer.emit(fs, "x", in_shape, out_shape)
+                y = fs.finish(out, kind=f"DCD{layer.kind.capitalize()}{layer.strategy.capitalize()}")
+            else:
+                y = layer.emit(g.scope(path), x, in_shape, out_shape)
+            alias[node.output[0]] = y
+            result.layers.append(_record(path, layer, x, y, folded_bn))
+            continue
+        perm = _perm(node)
+        if perm == _fused.TO_NHWC and name(node.input[0]) in layout.nhwc:
+            # the model's own NCHW -> NHWC of a fused layer's output: read the NHWC twin
+            alias[node.output[0]] = layout.nhwc[name(node.input[0])]
+            continue
+        copy = onnx.NodeProto()
+        copy.CopyFrom(node)
+        for k, inp in enumerate(copy.input):
+            if inp in alias:
+                copy.input[k] = alias[inp]
+        if perm == _fused.TO_NCHW:  # a fused layer reading this reads its NHWC input instead
+            layout.nhwc.setdefault(copy.output[0], copy.input[0])
+        scope = _scope(node)
+        renamed_scope[len(g.nodes)] = scope
+        copy.name = g.unique(f"{scope or 'model'}/{node.op_type}")
+        keep = [p for p in copy.metadata_props if p.key == "namespace"]
+        del copy.metadata_props[:]
+        copy.metadata_props.extend(keep)
+        g.nodes.append(copy)
+
+    # A graph output a layer produced keeps its name (an Identity from our tensor).
+    for out in graph.output:
+        if out.name in alias:
+            g.nodes.append(helper.make_node("Identity", [alias[out.name]], [out.name],
+                                            name=g.unique(f"output/{out.name}")))
+    result.layers = _with_static_layers(result.layers, g.nodes, renamed_scope, modules, folded_bn,
+                                        consts, graph_outputs)
+    del graph.node[:]
+    graph.node.extend(_live(g.nodes, graph_outputs))
+    graph.initializer.extend(g.initializers)
+    # constants only a folded node read (a fused activation's Clip bounds)
+    read = {t for n in graph.node for t in n.input} | graph_outputs
+    kept_init = [t for t in graph.initializer if t.name in read]
+    if len(kept_init) != len(graph.initializer):
+        del graph.initializer[:]
+        graph.initializer.extend(kept_init)
+    # Shapes of replaced tensors no longer hold (fused NHWC names, renamed outputs).
+    gone = set(alias)
+    kept = [vi for vi in graph.value_info if vi.name not in gone]
+    del graph.value_info[:]
+    graph.value_info.extend(kept)
+    imports = [o for o in proto.opset_import if o.domain != PLACEHOLDER_DOMAIN]
+    if g.functions:
+        imports.append(helper.make_opsetid(DOMAIN, DOMAIN_VERSION))
+        proto.functions.extend(g.functions.values())
+    del proto.opset_import[:]
+    proto.opset_import.extend(imports)
+    return result
+
+
+def _perm(node: onnx.NodeProto) -> list[int] | None:
+    if node.op_type != "Transpose" or node.domain not in _STANDARD:
+        return None
+    return next((list(a.ints) for a in node.attribute if a.name == "perm"), None)
+
+
+def _live(nodes, graph_outputs) -> list:
+    """``nodes`` without those whose outputs nothing reads (a fused layer's NCHW copy that
+    only a following fused layer would have read, in its NHWC form)."""
+    used = set(graph_outputs)
+    keep = []
+    for n in reversed(nodes):
+        if n.domain in _STANDARD and n.op_type == "Transpose" and not any(o in used for o in n.output):
+            continue
+        used.update(n.input)
+        keep.append(n)
+    return keep[::-1]
+
+
+def _record(path: str, layer: nn.Module, x: str, y: str, folded_bn: dict[str, str], *, layout: str = "NCHW",
+            residual: str | None = None, activation: str = "none") -> dict:
+    kind, form = _kind(layer)
+    return {"path": path, "kind": kind, "form": form, "input": x, "output": y, "bn": folded_bn.get(path),
+            "residual": residual, "activation": activation, "layout": layout}
+
+
+def _with_static_layers(layers: list[dict], nodes, scopes: dict[int, str | None], modules, folded_bn,
+                        consts, graph_outputs) -> list[dict]:
+    """Add the Conv2d / Linear records: a module's nodes with one input and one output outside."""
+    groups: dict[str, list[int]] = {}
+    for i, scope in scopes.items():
+        if scope and isinstance(modules.get(scope), (nn.Conv2d, nn.Linear)):
+            groups.setdefault(scope, []).append(i)
+    if not groups:
+        return layers
+    consumers: dict[str, set[int]] = {}
+    for i, n in enumerate(nodes):
+        for t in n.input:
+            consumers.setdefault(t, set()).add(i)
+    constant_outputs = {n.output[0] for n in nodes if n.op_type == "Constant"}
+    position = {}
+    for path, members in groups.items():
+        inside = set(members)
+        produced = {o for i in members for o in nodes[i].output}
+        ins = list(dict.fromkeys(t for i in members for t in nodes[i].input
+                                 if t and t not in produced and t not in consts and t not in constant_outputs))
+        outs = [t for t in produced if t in graph_outputs or consumers.get(t, set()) - inside]
+        if len(ins) != 1 or len(outs) != 1:
+            continue
+        kind = "Conv" if isinstance(modules[path], nn.Conv2d) else "Linear"
+        position[path] = max(members)
+        layers.append({"path": path, "kind": kind, "form": None, "input": ins[0], "output": outs[0],
+                       "bn": folded_bn.get(path), "residual": None, "activation": "none", "layout": "NCHW"})
+    # graph order: our layers by their output's producer, static ones by their last node
+    producer = {o: i for i, n in enumerate(nodes) for o in n.output}
+    return sorted(layers, key=lambda e: position.get(e["path"], producer.get(e["output"], -1))
+                  if e["kind"] in ("Conv", "Linear") else producer.get(e["output"], -1))
+
+
+def drop_missing(layers: list[dict], proto: onnx.ModelProto) -> list[dict]:
+    """The records whose tensors all exist in ``proto`` (onnxsim may fold some away)."""
+    names = {o for n in proto.graph.node for o in n.output} | {i.name for i in proto.graph.input}
+    return [e for e in layers if all(e[k] is None or e[k] in names for k in ("input", "output", "residual"))]
+

@@ -1,0 +1,286 @@
+"""The trace: ``torch.export`` and ``torch.onnx``'s translation, dynamic layers as placeholders.
+
+Every layer with an ``emit`` method (the deploy layers) is swapped for a
+:class:`~._placeholder.Placeholder` for the duration of the trace, the module is
+traced by ``torch.export`` (non-strict: any Python the model runs eagerly, control
+flow on shapes included) with a symbolic batch axis (and height and width when asked),
+and the exported program is translated to ONNX by ``torch.onnx``'s translator
+(onnxscript's torchlib) and optimised by onnxscript's optimizer.
+
+Speed: ``torch.onnx.export(..., dynamo=True)`` traces the training IR and then decomposes
+it, which re-traces the whole graph (MobileNetV2 x1.0: 1.5 s + 2.5 s on the benchmark
+VM). Tracing straight to the ATen IR the translator reads (``pre_dispatch=False``) takes
+one pass (1.5 s). That entry point and the translator's are private in torch 2.13 (the
+pinned release); when they are missing or refuse a graph, the public
+``torch.onnx.export`` is used instead, which gives the same graph more slowly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from dataclasses import dataclass
+
+import onnx
+import torch
+from torch import nn
+
+from ..errors import ExportError
+from ._placeholder import Placeholder, geometry, onnx_translation
+
+#: The default-domain opset torch.onnx's translator writes.
+NATIVE_OPSET = 18
+
+
+@dataclass
+class Traced:
+    proto: onnx.ModelProto
+    #: module path -> the deploy layer a placeholder stands for
+    emitters: dict[str, nn.Module]
+    fast_path: bool
+
+
+def emitters_of(model: nn.Module) -> dict[str, nn.Module]:
+    """Outermost modules with an ``emit`` method, by path."""
+    out: dict[str, nn.Module] = {}
+    for path, m in model.named_modules():
+        if any(path.startswith(p + ".") for p in out):
+            continue
+        if path and callable(getattr(m, "emit", None)):
+            out[path] = m
+    return out
+
+
+@contextlib.contextmanager
+def _placeholders(model: nn.Module, emitters: dict[str, nn.Module]):
+    """Swap each emitter for its placeholder; restore the modules afterwards."""
+    swapped = []
+    try:
+        for path, m in emitters.items():
+            parent, _, name = path.rpartition(".")
+            owner = model.get_submodule(parent) if parent else model
+            setattr(owner, name, Placeholder(path, geometry(m)))
+            swapped.append((owner, name, m))
+        yield
+    finally:
+        for owner, name, m in reversed(swapped):
+            setattr(owner, name, m)
+
+
+def _dynamic_shapes(example: tuple[torch.Tensor, ...], *, batch: int | None, dynamic_size: bool):
+    from torch.export import Dim
+
+    batch_dim = Dim("batch", min=1) if batch is None else None
+    specs = []
+    for i, t in enumerate(example):
+        spec = {}
+        if batch_dim is not None and t.dim() >= 1:
+            spec[0] = batch_dim
+        if dynamic_size and t.dim() == 4:
+            # DYNAMIC, not a named Dim: a network's strides bound the sizes it takes from
+            # below (H / 32 >= 1 ...), which torch.export may then infer instead of refusing
+            spec[2], spec[3] = Dim.DYNAMIC, Dim.DYNAMIC
+        specs.append(spec or None)
+    return tuple(specs)
+
+
+def trace_example(example: tuple[torch.Tensor, ...], batch: int | None) -> tuple[torch.Tensor, ...]:
+    """The example at the batch traced: fixed ``batch``, else 2 (a batch of 1 would be
+    specialised to a constant by the tracer)."""
+    n = batch or 2
+    out = []
+    for t in example:
+        if t.dim() == 0:
+            out.append(t)
+        elif t.shape[0] == n:
+            out.append(t)
+        else:
+            reps = -(-n // t.shape[0])
+            out.append(t.repeat(reps, *([1] * (t.dim() - 1)))[:n])
+    return tuple(out)
+
+
+def untraceable(model: nn.Module, exc: BaseException) -> ExportError:
+    """One line naming what ``torch.export`` could not trace, and where in the model's code."""
+    import os
+    import traceback
+
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    first = next((ln for ln in lines if not ln.startswith(("Traceback", "File ", "The above", "For more information",
+                                                          "Set TORCH_LOGS", "from user code"))), type(exc).__name__)
+    first = first.split("  (Size-like symbols")[0]
+    if len(first) > 300:
+        first = first[:297] + "..."
+    torch_dir = os.path.dirname(torch.__file__)
+    ours = os.path.dirname(__file__)
+    frames = [f for f in traceback.extract_tb(exc.__traceback__)
+              if not f.filename.startswith((torch_dir, ours)) and "site-packages" not in f.filename]
+    where = ""
+    if frames:
+        f = frames[-1]
+        where = f" (at {os.path.basename(f.filename)}:{f.lineno} in {f.name}" + (f": {f.line.strip()}" if f.line else "") + ")"
+    return ExportError(f"cannot export {type(model).__name__}: torch.export cannot trace it: {first}{where}")
+
+
+def trace(model: nn.Module, example: tuple[torch.Tensor, ...], *, batch: int | None, dynamic_size: bool,
+          input_names: list[str] | None, output_names: list[str] | None) -> Traced:
+    """Trace ``model`` (a deploy form) and translate it to ONNX with placeholders.
+
+    Raises:
+        ExportError: the model cannot be traced (the message is torch.export's first line).
+    """
+    emitters = emitters_of(model)
+    args = trace_example(example, batch)
+    shapes = _dynamic_shapes(args, batch=batch, dynamic_size=dynamic_size)
+    op, translate = onnx_translation()
+    with _placeholders(model, emitters), _no_stack_traces():
+        try:
+            proto, fast = _fast(model, args, shapes, op, translate), True
+        except _Fallback:
+            proto, fast = _public(model, args, shapes, op, translate), False
+    _rename_values(proto, input_names, output_names)
+    return Traced(proto, emitters, fast)
+
+
+@contextlib.contextmanager
+def _no_stack_traces():
+    """Skip recording a Python stack per traced node (a third of the trace's time)."""
+    config = torch.fx.config
+    before = getattr(config, "do_not_emit_stack_traces", None)
+    if before is not None:
+        config.do_not_emit_stack_traces = True
+    try:
+        yield
+    finally:
+        if before is not None:
+            config.do_not_emit_stack_traces = before
+
+
+class _Fallback(Exception):
+    """The private fast path is unavailable or refused the graph."""
+
+
+def _export_error(model, exc):
+    from torch._dynamo.exc import UserError
+
+    if isinstance(exc, ExportError):
+        return exc
+    if isinstance(exc, UserError) and "specialized" in str(exc):
+        return ExportError(f"cannot export {type(model).__name__} with the requested dynamic axes: "
+                           + next((ln.strip() for ln in str(exc).splitlines() if ln.strip().startswith("-")),
+                                  str(exc).splitlines()[0]).lstrip("- "))
+    return untraceable(model, exc)
+
+
+def _fast(model, args, shapes, op, translate) -> onnx.ModelProto:
+    try:
+        from torch.export._trace import _export
+        from torch.onnx._internal.exporter import _core, _fx_passes, _registration
+    except ImportError as exc:  # another torch release: the public path
+        raise _Fallback from exc
+    try:
+        from torch.export.exported_program import _override_composite_implicit_decomp
+
+        registry, keep = _registry(op, translate)
+    except (ImportError, AttributeError, TypeError) as exc:
+        raise _Fallback from exc
+    try:
+        # ops the translator writes as one ONNX op (interpolate: Resize) stay whole
+        with _override_composite_implicit_decomp(keep):
+            ep = _export(model, args, dynamic_shapes=shapes, strict=False, pre_dispatch=False)
+    except TypeError as exc:  # signature drift
+        raise _Fallback from exc
+    except Exception as exc:
+        raise _export_error(model, exc) from exc
+    try:
+        with torch.fx.experimental._config.patch(backed_size_oblivious=True):
+            gm = ep.graph_module
+            _fx_passes.insert_type_promotion_nodes(gm)
+            ep._graph_module = _fx_passes.remove_assertion_nodes(gm)
+        program = _core._exported_program_to_onnx_program(ep, registry=registry)
+        program.optimize()
+        return program.model_proto
+    except Exception as exc:  # an op the translator needs decomposed: the public path decomposes
+        raise _Fallback from exc
+
+
+@functools.lru_cache(maxsize=1)
+def _registry(op, translate):
+    """torch.onnx's registry with the placeholder's translation, built once per process
+    (onnxscript re-parses ~500 torchlib functions' sources for each new one: 0.5-1 s), and
+    what the trace does with composite ops: keep those the translator writes whole,
+    decompose the others (what ``torch.onnx.export``'s own decomposition pass decides)."""
+    from torch.export.exported_program import _split_decomp_table_to_cia_and_python_decomp
+    from torch.onnx._internal.exporter import _decomp, _registration
+
+    with _quiet_registration():
+        registry = _registration.ONNXRegistry.from_torchlib()
+    registry.register_op(op, translate)
+    table = _decomp.create_onnx_friendly_decomposition_table(set(_decomp.get_onnx_implemented_overloads(registry)))
+    cia, _ = _split_decomp_table_to_cia_and_python_decomp(table)
+    return registry, cia
+
+
+@contextlib.contextmanager
+def _quiet_registration():
+    """Silence the registry's warnings about torchvision ops (torchvision is not a dependency)."""
+    import logging
+
+    log = logging.getLogger("torch.onnx._internal.exporter._registration")
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
+
+
+def _public(model, args, shapes, op, translate) -> onnx.ModelProto:
+    import warnings
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with _quiet_registration():
+                program = torch.onnx.export(model, args, dynamo=True, custom_translation_table={op: translate},
+                                            dynamic_shapes=shapes, opset_version=NATIVE_OPSET, optimize=True,
+                                            verbose=False, report=False)
+    except Exception as exc:
+        cause = exc
+        while cause.__cause__ is not None and not isinstance(cause, torch._dynamo.exc.UserError):
+            cause = cause.__cause__
+        raise _export_error(model, cause) from exc
+    return program.model_proto
+
+
+def _rename_values(proto: onnx.ModelProto, input_names, output_names) -> None:
+    """Graph inputs and outputs by the names asked for; symbolic dims ``batch``, ``height``, ``width``."""
+    rename = {}
+    for vi, new in zip(proto.graph.input, input_names or []):
+        rename[vi.name] = new
+    for vi, new in zip(proto.graph.output, output_names or []):
+        rename[vi.name] = new
+    rename = {k: v for k, v in rename.items() if k != v}
+    if rename:
+        for n in proto.graph.node:
+            for i, t in enumerate(n.input):
+                if t in rename:
+                    n.input[i] = rename[t]
+            for i, t in enumerate(n.output):
+                if t in rename:
+                    n.output[i] = rename[t]
+        for vi in list(proto.graph.input) + list(proto.graph.output) + list(proto.graph.value_info):
+            if vi.name in rename:
+                vi.name = rename[vi.name]
+    dims = {}
+    for k, vi in enumerate(proto.graph.input):
+        shape = vi.type.tensor_type.shape.dim
+        suffix = "" if k == 0 else f"_{k}"
+        for axis, label in ((0, "batch"), (2, "height" + suffix), (3, "width" + suffix)):
+            if axis < len(shape) and shape[axis].dim_param and shape[axis].dim_param not in dims:
+                dims[shape[axis].dim_param] = "batch" if axis == 0 else label
+    if dims:
+        for vi in list(proto.graph.input) + list(proto.graph.output) + list(proto.graph.value_info):
+            for d in vi.type.tensor_type.shape.dim:
+                if d.dim_param in dims:
+                    d.dim_param = dims[d.dim_param]

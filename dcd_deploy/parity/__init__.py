@@ -1,0 +1,231 @@
+"""Parity: does the ONNX file compute what the PyTorch model computes?
+
+The reference is the original model (training form, eval mode), never the deploy form,
+so the check covers lowering, folding and emission together. ONNX Runtime runs the
+file twice, with graph optimisations disabled and fully enabled (its rewrites and
+layout changes are part of what ships). With ``backends=("openvino",)`` (or both),
+OpenVINO's CPU plugin runs it once more, with this toolkit's fused kernels loaded when
+the file has ``dcd_deploy`` nodes (:mod:`dcd_deploy.openvino`); the verdict rules are
+the same for every runtime.
+
+The verdict is conditioning-aware. fp32 arithmetic is only as good as the model and its
+inputs let it be: a network fed far outside its working range amplifies rounding until
+PyTorch's own fp32 result is percent away from the exact one, and then fp32 against fp32
+says nothing about the export. So the original model is also evaluated in float64 (a
+copy; the user's model is not touched), and both fp32 computations are measured
+against that reference:
+
+* ``err_torch = max |torch_fp32 - ref64|``: how well fp32 can do here at all;
+* ``err_onnx = max |onnx - ref64|``: how well the export does;
+* a comparison passes when ``err_onnx <= max(atol + rtol * scale, k * err_torch)`` with
+  ``scale = max |ref64|`` over the batch and ``k =`` :data:`DEFAULT_K`.
+
+The first bound is the classic one: folding BNs and reassociating sums across ~50 layers
+moves a well-conditioned fp32 result by 1e-6..1e-4 of the output scale, ``rtol = 1e-3``
+leaves a 10x margin, and a lowering mistake shows at 1e-2 or more. The second lets the
+export be as good as PyTorch itself where fp32 is ill-conditioned: two fp32 evaluations
+of the same function in different orders land at comparable distances from the exact
+result. Measured over the zoo's DCD, DY-Conv and CondConv models on natural, noise and
+5x-scaled inputs, ``err_onnx / err_torch`` stayed within 0.6-2.5 for DCD exports and
+reached 8 for DY-Conv, whose deploy form sums K separately convolved kernels (larger
+intermediate terms than mixing the kernels first); so ``k = 10``. It only matters where
+``err_torch`` exceeds a tenth of the classic bound; a wrong weight, which moves the
+function itself, lands orders of magnitude further out on inputs where fp32 is
+well-conditioned. When ``err_torch`` alone exceeds the classic bound the report says so:
+fp32 itself is ill-conditioned on those inputs, and a verdict on inputs from the model's
+working range (``inputs=``, ``--inputs FILE``) is the one to trust.
+
+Every output of the file is compared on its own (a classifier's logits, a feature map,
+each tensor of a tuple or dict output; :mod:`._signature` says how inputs and outputs
+are matched), and the summary names the worst one. Top-1 disagreements with the
+reference count only for (N, classes) outputs, and only where its top-2 margin exceeds
+the tolerance. Non-finite outputs for non-finite inputs pass when ONNX Runtime has them in
+the same places as PyTorch; a non-finite output for a finite input means the model
+itself is broken (:class:`NonFiniteOutputError`), whatever the export does.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from ..errors import DCDDeployError
+from ._layerwise import LAYER_RTOL, LAYER_SAMPLES, LayerRecord, LayerRow, compare_layers, read_layers
+from ._layerwise import tensors as layer_tensors
+from ._compare import compare as _compare
+from ._compare import refuse_nonfinite as _refuse_nonfinite
+from ._report import DEFAULT_ATOL, DEFAULT_K, DEFAULT_RTOL, SCHEMA, ParityReport, ParityRow
+from ._runtimes import BACKENDS, LEVELS, runners as _runners
+from ._signature import TensorSpec, as_list, read_signature, flatten_outputs, match_outputs, synthetic_inputs
+
+#: Inputs per float64 reference batch (bounds the copy's activation memory).
+REFERENCE_CHUNK = 8
+
+
+def check_parity(model: nn.Module, onnx_path, *, batch_sizes=(1, 2), n_inputs: int = 8, seed: int = 0,
+                 atol: float | None = None, rtol: float | None = None, k: float | None = None,
+                 inputs=None, example_inputs=None, backends=("onnxruntime",), layers: bool = True,
+                 accept_inconclusive: bool = False) -> ParityReport:
+    """Compare ``model`` (PyTorch, eval mode) with ``onnx_path`` run by ONNX Runtime (or OpenVINO).
+
+    Args:
+        model: the original model (not modified; a float64 copy serves as reference).
+        onnx_path: an ONNX file exported from it.
+        batch_sizes: batch sizes to run (each must fit the file's batch axis).
+        n_inputs: synthetic inputs per batch size (rounded up to whole batches).
+        seed: seed of the synthetic inputs.
+        atol: absolute tolerance (default :data:`DEFAULT_ATOL`).
+        rtol: tolerance relative to the output scale (default :data:`DEFAULT_RTOL`).
+        k: how many times PyTorch's own fp32 error the export may reach (default
+            :data:`DEFAULT_K`).
+        inputs: explicit inputs instead of synthetic ones, all used in whole batches of
+            each size: a tensor for a one-input file (e.g. (N, 3, H, W) images), else a
+            tuple in the file's input order or a dict by ONNX input name; axis 0 is the
+            batch of every tensor.
+        example_inputs: a tuple of tensors as the export traced with (any batch): the
+            shapes and dtypes of synthetic data for inputs that are not images, and the
+            image size where the file's is symbolic.
+        backends: runtimes to run the file in, of :data:`BACKENDS`: ``onnxruntime``
+            (optimisations off and on) and ``openvino`` (CPU plugin, fp32, one thread,
+            the fused-kernel extension loaded when the file needs it).
+        layers: also check every layer the file records on its own (see
+            :mod:`._layerwise`); a file without a record is checked end to end only.
+        accept_inconclusive: let an end-to-end comparison without power (PyTorch fp32
+            itself far off float64) pass when no dynamic layer was checked on its own;
+            the verdict then says it was accepted.
+
+    Returns:
+        A :class:`ParityReport`; it is falsy when any comparison failed.
+
+    Raises:
+        NonFiniteOutputError: the PyTorch model outputs NaN or Inf for a finite input.
+        ExportError: ONNX Runtime cannot load the file.
+        ExtensionError: OpenVINO or its extension is missing.
+        DCDDeployError: the inputs do not fit the file (count, rank, batch, spatial size),
+            the model's outputs do not match the file's, or OpenVINO cannot compile it.
+    """
+    atol = DEFAULT_ATOL if atol is None else float(atol)
+    rtol = DEFAULT_RTOL if rtol is None else float(rtol)
+    k = DEFAULT_K if k is None else float(k)
+    onnx_path = Path(onnx_path)
+    unknown = sorted(set(backends) - set(BACKENDS))
+    if unknown or not backends:
+        raise DCDDeployError(f"unknown parity backend {', '.join(unknown) or '(none)'}; expected {', '.join(BACKENDS)}")
+    in_specs, out_specs = read_signature(onnx_path)
+    examples = as_list(example_inputs, in_specs, "example_inputs")
+    given = as_list(inputs, in_specs, "inputs")
+    run = _runners(onnx_path, backends, in_specs, out_specs)
+    synthetic = given is None
+    if synthetic:
+        total = max(-(-n_inputs // b) * b for b in batch_sizes)  # whole batches, rounded up
+        given = synthetic_inputs(in_specs, examples, total, seed=seed)
+    else:
+        given = [x.float() if x.is_floating_point() else x for x in given]
+        if len({x.shape[0] for x in given}) > 1:
+            raise DCDDeployError(f"inputs: every tensor needs the same batch (axis 0), got "
+                                 f"{', '.join(str(x.shape[0]) for x in given)}")
+    available = given[0].shape[0]
+    report = ParityReport(onnx_path=str(onnx_path), input_size=_image_size(in_specs, given), atol=atol,
+                          rtol=rtol, k=k, synthetic_inputs=synthetic, outputs=[s.name for s in out_specs])
+    report.accept_inconclusive = bool(accept_inconclusive)
+    model = model.eval()
+    fixed_batch = in_specs[0].static(0)
+    plans = {b: _used(b, available, n_inputs if synthetic else None, fixed_batch, onnx_path) for b in batch_sizes}
+    most = max(plans.values())
+    ref_model, ref64, report.reference = _reference(model, [x[:most] for x in given])
+    order = None
+    for b, used in plans.items():
+        chunks = [[x[i:i + b] for x in given] for i in range(0, used, b)]
+        with torch.no_grad():
+            flat32 = [flatten_outputs(model(*c)) for c in chunks]
+        if order is None:
+            order = match_outputs([n for n, _ in flat32[0]], out_specs, onnx_path)
+        ref32 = [np.concatenate([f[j][1].numpy() for f in flat32]) for j in order]
+        ref = [ref64[j][:used] for j in order]
+        _refuse_nonfinite([x[:used] for x in given], ref32, ref)
+        for (backend, name), runner in run.items():
+            outs = [runner([x.numpy() for x in c]) for c in chunks]
+            for o, spec in enumerate(out_specs):
+                got = np.concatenate([out[o] for out in outs])
+                row = _compare(ref[o], ref32[o], got, name, b, atol=atol, rtol=rtol, k=k, output=spec.name,
+                               nan_to_number=backend == "openvino")
+                row.backend = backend
+                report.rows.append(row)
+    records = read_layers(onnx_path) if layers else None
+    if records:
+        report.layer_record = True
+        samples = _layer_samples([x[:most] for x in given], fixed_batch or max(batch_sizes))
+        if samples:
+            run_layers = _runners(onnx_path, backends, in_specs, out_specs, extra=layer_tensors(records))
+            for (backend, name), runner in run_layers.items():
+                values: dict[str, list[np.ndarray]] = {}
+                for chunk in samples:
+                    got = runner([x.numpy() for x in chunk])[len(out_specs):]
+                    for tensor, value in zip(layer_tensors(records), got):
+                        values.setdefault(tensor, []).append(value)
+                report.layers.extend(compare_layers(records, values, ref64=ref_model, model=model,
+                                                    backend=backend, optimization=name, k=k))
+    return report
+
+
+def _layer_samples(inputs: list[torch.Tensor], batch: int) -> list[list[torch.Tensor]]:
+    """Chunks of ``batch`` samples with finite inputs, at most :data:`LAYER_SAMPLES` samples
+    (at least one batch): non-finite values are the end-to-end check's business."""
+    finite = torch.ones(inputs[0].shape[0], dtype=torch.bool)
+    for x in inputs:
+        if x.is_floating_point():
+            finite &= torch.isfinite(x).reshape(x.shape[0], -1).all(1)
+    index = torch.nonzero(finite).flatten()
+    n = min(len(index), max(batch, LAYER_SAMPLES)) // batch * batch
+    index = index[:n]
+    return [[x[index[i:i + batch]] for x in inputs] for i in range(0, n, batch)]
+
+
+def _image_size(specs: list[TensorSpec], given: list[torch.Tensor]):
+    """The first image input's side (square) or [H, W]; None without an image input."""
+    for spec, x in zip(specs, given):
+        if spec.is_image:
+            h, w = int(x.shape[2]), int(x.shape[3])
+            return h if h == w else [h, w]
+    return None
+
+
+def _used(batch: int, available: int, n_inputs: int | None, fixed_batch: int | None, path: Path) -> int:
+    """How many inputs a batch size runs: whole batches, up to ``n_inputs`` when given."""
+    if fixed_batch is not None and batch != fixed_batch:
+        raise DCDDeployError(f"{path} has a fixed batch of {fixed_batch}; cannot check batch {batch}")
+    wanted = available if n_inputs is None else min(available, -(-n_inputs // batch) * batch)
+    used = wanted // batch * batch
+    if not used:
+        raise DCDDeployError(f"batch size {batch} needs at least {batch} inputs; got {available}")
+    return used
+
+
+def _double(x: torch.Tensor) -> torch.Tensor:
+    return x.double() if x.is_floating_point() else x
+
+
+def _reference(model: nn.Module, inputs: list[torch.Tensor]) -> tuple[nn.Module, list[np.ndarray], str]:
+    """(reference model, its flattened outputs, precision): a float64 copy of the model, or
+    the model itself in float32 where float64 cannot run."""
+    n = inputs[0].shape[0]
+    try:
+        ref = copy.deepcopy(model).double().eval()
+        with torch.no_grad():
+            parts = [flatten_outputs(ref(*[_double(x[i:i + REFERENCE_CHUNK]) for x in inputs]))
+                     for i in range(0, n, REFERENCE_CHUNK)]
+        kind = "float64"
+    except (RuntimeError, TypeError, NotImplementedError):  # an op or buffer without float64 support
+        with torch.no_grad():
+            parts = [flatten_outputs(model(*inputs))]
+        ref, kind = model, "float32"
+    return ref, [np.concatenate([p[j][1].double().numpy() for p in parts]) for j in range(len(parts[0]))], kind
+
+
+__all__ = ["BACKENDS", "DEFAULT_ATOL", "DEFAULT_K", "DEFAULT_RTOL", "LAYER_RTOL", "LEVELS", "SCHEMA",
+           "LayerRecord", "LayerRow", "ParityReport",
+           "ParityRow", "TensorSpec", "check_parity", "read_signature"]

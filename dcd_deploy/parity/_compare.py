@@ -1,0 +1,86 @@
+"""The comparison rule of one output (see the package docstring) and the NaN refusal."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ..errors import NonFiniteOutputError
+from ._report import DEFAULT_ATOL, DEFAULT_K, ParityRow
+
+
+def _per_sample(a: np.ndarray) -> np.ndarray:
+    """(N, -1): one row per sample, whatever the rank."""
+    return a.reshape(a.shape[0], -1) if a.ndim else a.reshape(1, 1)
+
+
+def refuse_nonfinite(inputs: list[torch.Tensor], ref32: list[np.ndarray], ref64: list[np.ndarray]) -> None:
+    """A NaN or Inf output for a sample whose inputs are all finite: the model is broken."""
+    n = inputs[0].shape[0]
+    finite_in = np.ones(n, dtype=bool)
+    for x in inputs:
+        if x.is_floating_point():
+            finite_in &= torch.isfinite(x).reshape(n, -1).all(1).numpy()
+    bad = np.zeros(n, dtype=bool)
+    kinds = set()
+    for a32, a64 in zip(ref32, ref64):
+        for a in (a32, a64):
+            finite = np.isfinite(_per_sample(a)).all(1)
+            hit = finite_in & ~finite
+            if hit.any():
+                kinds.add("NaN" if np.isnan(_per_sample(a)[hit]).any() else "Inf")
+            bad |= hit
+    if bad.any():
+        raise NonFiniteOutputError(
+            f"the PyTorch model outputs {' or '.join(sorted(kinds))} on finite inputs: check the checkpoint "
+            f"({int(bad.sum())} of {n} inputs; a NaN or huge weight, or BatchNorm statistics that do not fit)")
+
+
+def compare(ref: np.ndarray, ref32: np.ndarray, out: np.ndarray, level: str, batch: int, *,
+            atol: float, rtol: float, k: float = DEFAULT_K, output: str = "",
+            nan_to_number: bool = False) -> ParityRow:
+    """Judge ``out`` (the runtime's) against ``ref`` (float64), given ``ref32`` (PyTorch fp32).
+
+    Any shape; top-1 agreement is computed for (N, classes) outputs only.
+
+    Args:
+        nan_to_number: the runtime may turn non-finite values into numbers (OpenVINO's CPU
+            plugin does, in its fused activations and pooling, even for standard ops):
+            where PyTorch has NaN or Inf and the runtime a number, the value is not
+            compared but counted (``nonfinite_replaced``); everywhere else non-finite
+            values must match.
+    """
+    n = ref.shape[0] if ref.ndim else 1
+    if ref.shape != out.shape:
+        return ParityRow(level, batch, n, float("inf"), float("inf"), float("inf"), 0.0, 0.0, 0.0, False,
+                         0.0, n, 0, False, False, output=output)
+    ref32, out = ref32.astype(np.float64, copy=False), out.astype(np.float64, copy=False)
+    finite_32, finite_out = np.isfinite(ref32), np.isfinite(out)
+    replaced = ~finite_32 & finite_out if nan_to_number else np.zeros_like(finite_32)
+    nonfinite = int((~finite_32).sum())
+    kept = ~finite_32 & ~replaced
+    nonfinite_match = bool(np.array_equal(finite_32 | replaced, finite_out)) and bool(
+        np.array_equal(ref32[kept], out[kept], equal_nan=True))
+    both = finite_32 & finite_out & np.isfinite(ref)
+    diff = np.abs(ref[both] - out[both])
+    err_torch = float(np.abs(ref[both] - ref32[both]).max()) if both.any() else 0.0
+    scale = float(np.abs(ref[both]).max()) if both.any() else 0.0
+    max_abs = float(diff.max()) if diff.size else 0.0
+    classic = atol + rtol * scale
+    tol = max(classic, k * err_torch)
+    top1_ok, mismatches = 1.0, 0
+    if ref.ndim == 2 and ref.shape[1] > 1:
+        rows_finite = both.all(axis=1)
+        if rows_finite.any():
+            r, o = ref[rows_finite], out[rows_finite]
+            agree = r.argmax(1) == o.argmax(1)
+            top2 = np.sort(r, axis=1)[:, -2:]
+            margin = top2[:, 1] - top2[:, 0]
+            mismatches = int((~agree & (margin > tol)).sum())
+            top1_ok = float(agree.mean())
+    passed = max_abs <= tol and nonfinite_match and mismatches == 0
+    return ParityRow(level, batch, n, max_abs, max_abs / scale if scale else 0.0,
+                     float(diff.mean()) if diff.size else 0.0, err_torch, scale, tol,
+                     err_torch > max(classic, DEFAULT_ATOL),
+                     top1_ok, mismatches, nonfinite, nonfinite_match, passed, output=output,
+                     classifier=ref.ndim == 2 and ref.shape[1] > 1, nonfinite_replaced=int(replaced.sum()))

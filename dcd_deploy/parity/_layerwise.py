@@ -1,0 +1,211 @@
+"""Layer-wise parity: every layer the export emitted, checked on its own input.
+
+An end-to-end comparison loses its power where the network amplifies rounding (a model
+fed images unlike those its BatchNorm statistics describe can put PyTorch's own fp32
+result tens of percent off float64, and any tolerance that lets a correct file pass
+there lets a wrong one pass too). One layer does not amplify: its fp32 error stays
+about 1e-6 of its output scale whatever comes before it. So each layer is judged on
+its own, like Polygraphy's ``--onnx-outputs mark all`` and "which layer diverges first":
+
+1. The exporter records, in the file's ``metadata_props`` key ``dcd_deploy.layers``, a
+   JSON list in graph order with one entry per layer it emitted (each DCD, DY-Conv and
+   CondConv layer, each Conv and Linear): ``path`` (module path in the original model),
+   ``kind`` (``DCD``, ``DYConv``, ``CondConv``, ``Conv``, ``Linear``), ``form``
+   (``latent``, ``weight`` or null), ``input`` and ``output`` (ONNX tensor names; the
+   output is after a folded BatchNorm and after a fused epilogue), ``bn`` (path of the
+   BatchNorm folded into the layer, or null), ``residual`` (tensor added in a fused
+   epilogue, or null), ``activation`` (``none``, ``relu``, ``relu6``) and ``layout``
+   (``NCHW``, or ``NHWC`` for the fused op's tensors).
+2. The file runs once more per runtime with those tensors as extra outputs.
+3. Each layer is re-evaluated in float64: the module at ``path`` of a float64 copy of
+   the original model, on the file's own input tensor, then the BatchNorm at ``bn``,
+   the residual (the file's tensor) and the activation, as recorded; and the same in
+   PyTorch fp32 (``err_torch`` of the layer).
+4. A layer passes when ``max |file - ref64| <= max(LAYER_ATOL + LAYER_RTOL * scale,
+   k * err_torch)``, ``scale`` the float64 output's largest magnitude.
+
+The bound comes from measurement (``docs/design.md#parity``): over the zoo's DCD,
+DY-Conv and CondConv models, in every mode (standard, function, fused), on ONNX Runtime
+(both levels) and OpenVINO (with the fused kernels), on natural images, white noise and
+[0, 255] inputs, the largest layer error of a correct file was 6e-6 of the layer's
+output scale; :data:`LAYER_RTOL` = 1e-4 leaves a margin of more than 10x, while the
+smallest lowering mistake of the tamper tests (a DCD layer's P off by 1%, a BatchNorm
+folded with eps 1e-3 instead of 1e-5) moves its layer by 5e-4 of scale or more. The
+``k * err_torch`` term (k as end to end) keeps a layer that is itself ill-conditioned
+in fp32 from failing a correct file; no zoo layer needed it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..errors import DCDDeployError
+
+#: metadata_props key of the exporter's layer record.
+LAYERS_KEY = "dcd_deploy.layers"
+#: Kinds whose per-sample weights make the end-to-end check ill-conditioned.
+DYNAMIC_KINDS = ("DCD", "DYConv", "CondConv")
+KINDS = DYNAMIC_KINDS + ("Conv", "Linear")
+#: A layer's bound: ``LAYER_ATOL + LAYER_RTOL * scale`` (see the module docstring).
+LAYER_RTOL = 1e-4
+LAYER_ATOL = 1e-7
+#: Samples the layer-wise run uses (whole batches of the largest batch size checked).
+LAYER_SAMPLES = 4
+ACTIVATIONS = ("none", "relu", "relu6")
+
+
+@dataclass(frozen=True)
+class LayerRecord:
+    """One entry of the exporter's ``dcd_deploy.layers`` record (see the module docstring)."""
+
+    path: str
+    kind: str
+    form: str | None
+    input: str
+    output: str
+    bn: str | None = None
+    residual: str | None = None
+    activation: str = "none"
+    layout: str = "NCHW"
+
+    @property
+    def dynamic(self) -> bool:
+        return self.kind in DYNAMIC_KINDS
+
+    @property
+    def label(self) -> str:
+        """``DCD, weight form`` / ``Conv``: how a report names the layer."""
+        return f"{self.kind}, {self.form} form" if self.form else self.kind
+
+
+@dataclass
+class LayerRow:
+    """One layer in one runtime configuration; errors are against float64 on the file's input.
+
+    Attributes:
+        backend: ``onnxruntime`` or ``openvino``; optimization: ``disabled``, ``all`` or
+            ``openvino``.
+        max_abs: max |file - float64| of the layer's output.
+        scale: the float64 output's largest magnitude.
+        bound: what ``max_abs`` was held to.
+        torch_fp32_rel: PyTorch fp32's own error on the same input, relative to scale.
+        note: why a layer could not be evaluated (then it fails).
+    """
+
+    path: str
+    kind: str
+    form: str | None
+    backend: str
+    optimization: str
+    max_abs: float
+    max_rel: float
+    scale: float
+    bound: float
+    torch_fp32_rel: float
+    passed: bool
+    note: str = ""
+
+    @property
+    def bound_rel(self) -> float:
+        return self.bound / self.scale if self.scale else self.bound
+
+    @property
+    def label(self) -> str:
+        return f"{self.kind}, {self.form} form" if self.form else self.kind
+
+
+def read_layers(onnx_path: Path) -> list[LayerRecord] | None:
+    """The file's layer record, or None when it has none (a file from another exporter).
+
+    Raises:
+        DCDDeployError: the record is there but malformed.
+    """
+    import onnx
+
+    proto = onnx.load(str(onnx_path), load_external_data=False)
+    raw = next((p.value for p in proto.metadata_props if p.key == LAYERS_KEY), None)
+    if raw is None:
+        return None
+    try:
+        entries = json.loads(raw)
+        records = [LayerRecord(**{k: e.get(k) for k in LayerRecord.__dataclass_fields__ if k in e})
+                   for e in entries]
+    except (ValueError, TypeError, AttributeError) as exc:
+        raise DCDDeployError(f"{onnx_path}: malformed {LAYERS_KEY} metadata ({exc})") from None
+    for r in records:
+        if (r.kind not in KINDS or r.activation not in ACTIVATIONS or r.layout not in ("NCHW", "NHWC")
+                or not isinstance(r.path, str) or not isinstance(r.input, str) or not isinstance(r.output, str)):
+            raise DCDDeployError(f"{onnx_path}: malformed {LAYERS_KEY} entry for {r.path!r}")
+    return records
+
+
+def tensors(records: list[LayerRecord]) -> tuple[str, ...]:
+    """Every tensor the check reads, each once, in record order."""
+    names = [n for r in records for n in (r.input, r.output, r.residual) if n]
+    return tuple(dict.fromkeys(names))
+
+
+def _nchw(a: np.ndarray, layout: str) -> np.ndarray:
+    return a.transpose(0, 3, 1, 2) if layout == "NHWC" and a.ndim == 4 else a
+
+
+def _apply(record: LayerRecord, model: nn.Module, x: torch.Tensor, residual: torch.Tensor | None) -> torch.Tensor:
+    """The layer as recorded, in ``model``'s precision: module, folded BN, residual, activation."""
+    y = model.get_submodule(record.path)(x)
+    if record.bn:
+        y = model.get_submodule(record.bn)(y)
+    if residual is not None:
+        y = y + residual
+    if record.activation == "relu":
+        y = F.relu(y)
+    elif record.activation == "relu6":
+        y = F.relu6(y)
+    return y
+
+
+def compare_layers(records: list[LayerRecord], values: dict[str, list[np.ndarray]], *, ref64: nn.Module,
+                   model: nn.Module, backend: str, optimization: str, k: float) -> list[LayerRow]:
+    """Judge each layer of one run: ``values`` maps a tensor name to its chunks' arrays."""
+    rows = []
+    for r in records:
+        try:
+            row = _compare_layer(r, values, ref64=ref64, model=model, k=k)
+        except (RuntimeError, ValueError, AttributeError, KeyError) as exc:  # shapes or paths that do not fit
+            row = LayerRow(r.path, r.kind, r.form, "", "", float("inf"), float("inf"), 0.0, 0.0, 0.0, False,
+                           note=f"cannot evaluate: {(str(exc).splitlines() or [type(exc).__name__])[0][:160]}")
+        row.backend, row.optimization = backend, optimization
+        rows.append(row)
+    return rows
+
+
+def _compare_layer(r: LayerRecord, values, *, ref64: nn.Module, model: nn.Module, k: float) -> LayerRow:
+    max_abs = err_torch = scale = 0.0
+    for i, x in enumerate(values[r.input]):
+        x = _nchw(x, r.layout)
+        res = _nchw(values[r.residual][i], r.layout) if r.residual else None
+        got = _nchw(values[r.output][i], r.layout).astype(np.float64)
+        with torch.no_grad():
+            y64 = _apply(r, ref64, torch.from_numpy(x).double(),
+                         None if res is None else torch.from_numpy(res).double()).numpy()
+            y32 = _apply(r, model, torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32)),
+                         None if res is None else torch.from_numpy(np.ascontiguousarray(res, np.float32))).numpy()
+        if y64.shape != got.shape:
+            raise ValueError(f"the file's output has shape {got.shape}, the layer's {y64.shape}")
+        ok = np.isfinite(y64)
+        if not np.array_equal(ok, np.isfinite(got)):
+            return LayerRow(r.path, r.kind, r.form, "", "", float("inf"), float("inf"), 0.0, 0.0, 0.0, False,
+                            note="non-finite values where float64 has none (or the reverse)")
+        if ok.any():
+            max_abs = max(max_abs, float(np.abs(got[ok] - y64[ok]).max()))
+            err_torch = max(err_torch, float(np.abs(y32[ok].astype(np.float64) - y64[ok]).max()))
+            scale = max(scale, float(np.abs(y64[ok]).max()))
+    bound = max(LAYER_ATOL + LAYER_RTOL * scale, k * err_torch)
+    return LayerRow(r.path, r.kind, r.form, "", "", max_abs, max_abs / scale if scale else 0.0, scale, bound,
+                    err_torch / scale if scale else 0.0, max_abs <= bound)

@@ -1,0 +1,197 @@
+"""What an ONNX file takes and returns, and the inputs a parity check feeds it.
+
+A file's signature is read from its graph: every input that is not an initializer and
+every output, with rank, element type and each dimension static (an int) or symbolic
+(a name, or None when unnamed). The first axis of every input and output is the batch.
+
+Inputs for a check come from, per file input and in this order: the caller's tensors
+(``inputs=``, one tensor for a one-input file, else a tuple in the file's order or a
+dict by input name); the built-in natural images (:func:`~dcd_deploy.models.synthetic_images`)
+for an image input (4-D, 3 channels, floating) at the file's H x W, or the example's
+when the file's are symbolic; else seeded random values of the example's shape
+(``example_inputs=``, what the export traced with) with the batch axis replaced:
+normal for floating inputs, uniform integers within the example's range otherwise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..errors import DCDDeployError, ExportError
+
+#: Seed offset between the synthetic data of successive inputs (the first keeps ``seed``,
+#: so a one-input model draws what it always drew).
+SEED_STRIDE = 7919
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """One graph input or output of an ONNX file.
+
+    Attributes:
+        name: the tensor's name in the graph.
+        dims: each dimension: an int when static, else its symbolic name (or None).
+        dtype: the element type as a NumPy dtype.
+    """
+
+    name: str
+    dims: tuple
+    dtype: np.dtype
+
+    @property
+    def rank(self) -> int:
+        return len(self.dims)
+
+    @property
+    def is_image(self) -> bool:
+        """A batch of 3-channel images (N, 3, H, W) of floating type."""
+        return self.rank == 4 and self.dims[1] == 3 and self.dtype.kind == "f"
+
+    def static(self, axis: int) -> int | None:
+        d = self.dims[axis]
+        return d if isinstance(d, int) else None
+
+
+def read_signature(onnx_path: Path) -> tuple[list[TensorSpec], list[TensorSpec]]:
+    """(inputs, outputs) of the file's main graph, initializers excluded from inputs."""
+    import onnx
+    from onnx import helper
+
+    try:
+        proto = onnx.load(str(onnx_path), load_external_data=False)
+    except Exception as exc:  # protobuf's and onnx's many types for a damaged file
+        raise ExportError(f"cannot read {onnx_path} as ONNX: "
+                          f"{(str(exc).splitlines() or [type(exc).__name__])[0]}") from None
+    weights = {t.name for t in proto.graph.initializer}
+
+    def spec(value) -> TensorSpec:
+        tt = value.type.tensor_type
+        dims = tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in tt.shape.dim)
+        try:
+            dtype = np.dtype(helper.tensor_dtype_to_np_dtype(tt.elem_type))
+        except (KeyError, TypeError, ValueError):
+            raise DCDDeployError(f"{onnx_path}: tensor {value.name!r} has an element type parity "
+                                 f"cannot feed or compare ({tt.elem_type})") from None
+        return TensorSpec(value.name, dims, dtype)
+
+    inputs = [spec(v) for v in proto.graph.input if v.name not in weights]
+    outputs = [spec(v) for v in proto.graph.output]
+    if not inputs or not outputs:
+        raise DCDDeployError(f"{onnx_path} has no {'inputs' if not inputs else 'outputs'}")
+    for s in inputs + outputs:
+        if not s.rank:
+            raise DCDDeployError(f"{onnx_path}: {s.name!r} is a scalar; parity needs a batch axis on "
+                                 "every input and output")
+    return inputs, outputs
+
+
+def as_list(value, specs: list[TensorSpec], what: str) -> list[torch.Tensor] | None:
+    """The caller's tensors in the file's input order (None stays None)."""
+    if value is None:
+        return None
+    if isinstance(value, torch.Tensor):
+        value = (value,)
+    if isinstance(value, dict):
+        missing = [s.name for s in specs if s.name not in value]
+        if missing:
+            raise DCDDeployError(f"{what} has no tensor for the file's input(s) {', '.join(missing)}; "
+                                 f"it has {', '.join(map(str, value))}")
+        value = tuple(value[s.name] for s in specs)
+    value = tuple(value)
+    if len(value) != len(specs) or not all(isinstance(v, torch.Tensor) for v in value):
+        raise DCDDeployError(f"{what}: expected {len(specs)} tensor(s), one per file input "
+                             f"({', '.join(s.name for s in specs)}), got {len(value)}")
+    for v, s in zip(value, specs):
+        if v.dim() != s.rank:
+            raise DCDDeployError(f"{what}: input {s.name!r} takes rank {s.rank}, got shape {tuple(v.shape)}")
+    return list(value)
+
+
+def image_size(spec: TensorSpec, example: torch.Tensor | None) -> tuple[int, int] | None:
+    """(H, W) of an image input: the file's, else the example's (None when neither says)."""
+    hw = (spec.static(2), spec.static(3))
+    if None in hw and example is not None:
+        hw = tuple(h if h is not None else int(example.shape[a]) for a, h in zip((2, 3), hw))
+    return None if None in hw else hw
+
+
+def synthetic_inputs(specs: list[TensorSpec], examples: list[torch.Tensor] | None, total: int, *,
+                     seed: int, images=None) -> list[torch.Tensor]:
+    """``total`` seeded samples for each file input (see the module docstring).
+
+    Args:
+        images: ``images(n, (H, W), seed)`` making image inputs (default: the built-in
+            natural images).
+    """
+    from ..models import synthetic_images
+
+    images = images or (lambda n, hw, s: synthetic_images(n, hw, seed=s))
+    out = []
+    for i, spec in enumerate(specs):
+        example = examples[i] if examples is not None else None
+        s = seed + SEED_STRIDE * i
+        if spec.is_image and (example is None or example.is_floating_point()):
+            hw = image_size(spec, example)
+            if hw is None:
+                raise DCDDeployError(f"input {spec.name!r} has a symbolic height or width; pass "
+                                     "example_inputs (what the export traced with) or inputs")
+            out.append(images(total, hw, s))
+            continue
+        shape = [total]
+        for axis in range(1, spec.rank):
+            d = spec.static(axis)
+            if d is None and example is not None:
+                d = int(example.shape[axis])
+            if d is None:
+                raise DCDDeployError(f"input {spec.name!r} has a symbolic dimension {axis}; pass "
+                                     "example_inputs (what the export traced with) or inputs")
+            shape.append(d)
+        g = torch.Generator().manual_seed(s)
+        dtype = example.dtype if example is not None else torch.from_numpy(np.zeros(0, spec.dtype)).dtype
+        if dtype.is_floating_point:
+            out.append(torch.randn(shape, generator=g).to(dtype))
+        elif dtype == torch.bool:
+            out.append(torch.randint(0, 2, shape, generator=g).bool())
+        else:
+            lo, hi = (int(example.min()), int(example.max())) if example is not None and example.numel() else (0, 1)
+            out.append(torch.randint(lo, hi + 1, shape, generator=g).to(dtype))
+    return out
+
+
+def flatten_outputs(out) -> list[tuple[str | None, torch.Tensor]]:
+    """A model's outputs (tensor, tuple, list, dict, nested) in order, with dict keys as names."""
+    flat: list[tuple[str | None, torch.Tensor]] = []
+
+    def walk(value, name):
+        if isinstance(value, torch.Tensor):
+            flat.append((name, value))
+        elif isinstance(value, dict):
+            for key, v in value.items():
+                walk(v, str(key) if name is None else f"{name}.{key}")
+        elif isinstance(value, (tuple, list)):
+            for v in value:
+                walk(v, name)
+        elif value is not None:
+            raise DCDDeployError(f"the model returns a {type(value).__name__}; parity compares tensors "
+                                 "(a tensor, or tuples, lists and dicts of tensors)")
+
+    walk(out, None)
+    if not flat:
+        raise DCDDeployError("the model returns no tensor")
+    return flat
+
+
+def match_outputs(names: list[str | None], specs: list[TensorSpec], path: Path) -> list[int]:
+    """For each ONNX output, the index of the model output it holds: by dict key where
+    every key names a file output, else by position."""
+    if len(names) != len(specs):
+        raise DCDDeployError(f"the model returns {len(names)} tensor(s) but {path} has {len(specs)} "
+                             f"output(s) ({', '.join(s.name for s in specs)})")
+    index = {n: i for i, n in enumerate(names) if n is not None}
+    if len(index) == len(names) and all(s.name in index for s in specs):
+        return [index[s.name] for s in specs]
+    return list(range(len(specs)))

@@ -1,0 +1,217 @@
+"""Any network with DCD layers exports, in all three modes, and computes what PyTorch does.
+
+The corpus (``_corpus.py``) is written the way people write networks; the oracles are
+the original PyTorch model (the parity check: float64 reference, ONNX Runtime at both
+optimisation levels, OpenVINO with the fused kernels for fused files) and the file read
+back: its op domains, constant Conv weights, symbolic batch, the layer record.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+import torch
+from torch import nn
+from torch.utils import _pytree as pytree
+
+from dcd_deploy import export_onnx
+from dcd_deploy.errors import ExportError
+from dcd_deploy.exporters.onnx import ALLOWED_OPS, LAYERS_KEY
+from dcd_deploy.layers import DCDConv2d, DCDLinear, MixtureConv2d
+
+from _corpus import CORPUS, UNFUSED
+
+DOMAIN = "dcd_deploy"
+MODES = ("standard", "function", "fused")
+
+_built: dict[str, nn.Module] = {}
+
+
+def model(name: str) -> nn.Module:
+    if name not in _built:
+        _built[name] = CORPUS[name].build()
+    return _built[name]
+
+
+def dynamic_paths(m: nn.Module) -> dict[str, str]:
+    out = {}
+    for path, mod in m.named_modules():
+        if isinstance(mod, (DCDConv2d, DCDLinear)):
+            out[path] = "DCD"
+        elif isinstance(mod, MixtureConv2d):
+            out[path] = "DYConv" if type(mod).__name__ == "DynamicConv2d" else "CondConv"
+    return out
+
+
+def assert_file(proto: onnx.ModelProto, net: nn.Module, mode: str) -> list[dict]:
+    graph = proto.graph
+    inits = {t.name for t in graph.initializer}
+    for node in graph.node:
+        assert node.domain in ("", "ai.onnx") or (mode != "standard" and node.domain == DOMAIN), (node.domain, node.op_type)
+        if node.op_type == "Conv":  # constant weights: no per-sample kernel
+            assert all(i in inits for i in node.input[1:]), node.name
+    for f in proto.functions:
+        assert f.domain == DOMAIN
+        assert {n.op_type for n in f.node} <= ALLOWED_OPS
+        sites = [n for n in graph.node if n.domain == DOMAIN and n.op_type == f.name and n.overload == f.overload]
+        assert sites, f.name
+        for node in f.node:
+            if node.op_type == "Conv":
+                for formal in node.input[1:]:
+                    k = list(f.input).index(formal)
+                    assert all(site.input[k] in inits for site in sites)
+    # the batch axis stays symbolic on every input and output
+    for vi in list(graph.input) + list(graph.output):
+        assert vi.type.tensor_type.shape.dim[0].dim_param == "batch", vi.name
+    # fused: never a Transpose pair that cancels
+    producer = {o: n for n in graph.node for o in n.output}
+    for node in graph.node:
+        if node.op_type == "Transpose":
+            prev = producer.get(node.input[0])
+            assert prev is None or prev.op_type != "Transpose", node.name
+
+    layers = json.loads({p.key: p.value for p in proto.metadata_props}[LAYERS_KEY])
+    names = {o for n in graph.node for o in n.output} | {i.name for i in graph.input}
+    for entry in layers:
+        assert set(entry) == {"path", "kind", "form", "input", "output", "bn", "residual", "activation", "layout"}
+        for key in ("input", "output", "residual"):
+            assert entry[key] is None or entry[key] in names, (entry, key)
+    expected = dynamic_paths(net)
+    dyn = {e["path"]: e["kind"] for e in layers if e["kind"] not in ("Conv", "Linear")}
+    assert dyn == expected
+    modules = dict(net.named_modules())
+    for e in layers:
+        if e["kind"] == "Conv":
+            assert isinstance(modules[e["path"]], nn.Conv2d)
+        elif e["kind"] == "Linear":
+            assert isinstance(modules[e["path"]], nn.Linear)
+        if e["bn"] is not None:
+            assert isinstance(modules[e["bn"]], (nn.BatchNorm1d, nn.BatchNorm2d))
+        assert e["layout"] == ("NHWC" if mode == "fused" and e["path"] in _fused_paths(layers) else "NCHW")
+    return layers
+
+
+def _fused_paths(layers) -> set[str]:
+    return {e["path"] for e in layers if e["layout"] == "NHWC"}
+
+
+def run_ort(path, inputs) -> list[np.ndarray]:
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = opts.inter_op_num_threads = 1
+    sess = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+    return sess.run(None, {i.name: x.numpy() for i, x in zip(sess.get_inputs(), inputs)})
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("name", sorted(CORPUS))
+def test_corpus_network_exports_and_matches_pytorch(tmp_path, name, mode):
+    case, net = CORPUS[name], model(name)
+    path = tmp_path / f"{name}.onnx"
+    result = export_onnx(net, path, example_inputs=case.inputs(1), mode=mode, parity_batch_sizes=(1, 3))
+    assert result and result.parity
+    runtimes = {r.backend for r in result.parity.rows}
+    assert runtimes == ({"onnxruntime", "openvino"} if mode == "fused" else {"onnxruntime"})
+    proto = onnx.load(str(path))
+    layers = assert_file(proto, net, mode)
+
+    # Outputs: the model's, named as documented, at another batch size than the check's.
+    x = case.inputs(4, seed=99)
+    with torch.no_grad():
+        ref = net(*x)
+    leaves = pytree.tree_leaves(ref)
+    got = run_ort(path, x)
+    assert len(got) == len(leaves)
+    for g, r in zip(got, leaves):
+        assert g.shape == tuple(r.shape)
+        assert np.abs(g - r.numpy()).max() <= 1e-5 + 1e-3 * float(r.abs().max())
+    if isinstance(ref, dict):
+        assert result.output_names == list(ref)
+    elif isinstance(ref, tuple):
+        assert result.output_names == [f"output_{i}" for i in range(len(ref))]
+    else:
+        assert result.output_names == ["logits"]
+
+    if mode == "fused":
+        dcd = [p for p, k in dynamic_paths(net).items() if k == "DCD"]
+        assert result.unfused == UNFUSED[name]
+        assert sorted(result.fused) == sorted(set(dcd) - set(UNFUSED[name]))
+        assert result.fused_summary() == f"{len(dcd) - len(UNFUSED[name])} of {len(dcd)} DCD layers fused"
+        assert _fused_paths(layers) == set(result.fused)
+        fused_nodes = [n for n in proto.graph.node if n.domain == DOMAIN]
+        assert len(fused_nodes) == len(result.fused) and {n.op_type for n in fused_nodes} <= {"DCDPointwise"}
+    else:
+        assert result.fused == [] and result.unfused == {}
+
+
+def test_two_inputs_are_named_after_forward(tmp_path):
+    case = CORPUS["two_input"]
+    result = export_onnx(model("two_input"), tmp_path / "m.onnx", example_inputs=case.inputs(1), check=False)
+    assert result.input_names == ["rgb", "depth"]
+    result = export_onnx(model("two_input"), tmp_path / "n.onnx", example_inputs=case.inputs(1), check=False,
+                         input_names=["a", "b"], output_names=["cls", "emb"])
+    assert (result.input_names, result.output_names) == (["a", "b"], ["cls", "emb"])
+
+
+def test_non_square_input_size_pair(tmp_path):
+    net = model("nonsquare")
+    result = export_onnx(net, tmp_path / "m.onnx", input_size=(48, 64), check=True)
+    assert result.input_size == (48, 64)
+    dims = onnx.load(str(result.path)).graph.input[0].type.tensor_type.shape.dim
+    assert [d.dim_value for d in dims[1:]] == [3, 48, 64]
+    props = {p.key: p.value for p in onnx.load(str(result.path)).metadata_props}
+    assert props["input_size"] == "48x64"
+
+
+def test_fixed_batch(tmp_path):
+    case = CORPUS["segnet_like"]
+    result = export_onnx(model("segnet_like"), tmp_path / "m.onnx", example_inputs=case.inputs(1), batch=3)
+    assert result.batch == 3 and {r.batch_size for r in result.parity.rows} == {3}
+    graph = onnx.load(str(result.path)).graph
+    assert all(vi.type.tensor_type.shape.dim[0].dim_value == 3 for vi in list(graph.input) + list(graph.output))
+
+
+class DataDependent(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.dcd = DCDConv2d(3, 8)
+
+    def forward(self, x):
+        y = self.dcd(x)
+        if y.sum() > 0:  # control flow on a value: torch.export cannot trace it
+            return y
+        return -y
+
+
+def test_untraceable_model_is_one_line_error(tmp_path):
+    with pytest.raises(ExportError) as exc:
+        export_onnx(DataDependent().eval(), tmp_path / "m.onnx", input_size=16)
+    message = str(exc.value)
+    assert "\n" not in message and "DataDependent" in message and "torch.export" in message
+    assert "data-dependent" in message.lower() or "guard" in message.lower()
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("mode", ["standard", "fused"])
+def test_dynamic_size_runs_at_other_sizes(tmp_path, mode):
+    case, net = CORPUS["resnet_like"], model("resnet_like")
+    result = export_onnx(net, tmp_path / "m.onnx", example_inputs=case.inputs(1), dynamic_size=True, mode=mode)
+    assert result and result.dynamic_size
+    dims = onnx.load(str(result.path)).graph.input[0].type.tensor_type.shape.dim
+    assert [d.dim_param or d.dim_value for d in dims] == ["batch", 3, "height", "width"]
+    for hw in ((40, 24), (64, 64), (33, 57)):
+        x = (torch.randn(2, 3, *hw, generator=torch.Generator().manual_seed(hw[0])),)
+        with torch.no_grad():
+            ref = net(*x)
+        (got,) = run_ort(result.path, x)
+        assert np.abs(got - ref.numpy()).max() <= 1e-5 + 1e-3 * float(ref.abs().max())
+
+
+def test_dynamic_size_refused_by_a_layer_names_it(tmp_path):
+    case = CORPUS["nonsquare"]  # its DCD layer "pw" pools 2x2: windows depend on the size
+    with pytest.raises(ExportError, match=r"^pw: .*2x2 adaptive pool needs fixed input sizes"):
+        export_onnx(model("nonsquare"), tmp_path / "m.onnx", example_inputs=case.inputs(1), dynamic_size=True)
+    assert list(tmp_path.iterdir()) == []
