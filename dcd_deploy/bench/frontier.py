@@ -252,7 +252,7 @@ def _fused_nodes(onnx_path) -> int:
     import onnx
 
     graph = onnx.load(str(onnx_path), load_external_data=False).graph
-    return sum(n.domain == "dcd_deploy" and n.op_type == "DCDPointwise" for n in graph.node)
+    return sum(n.domain == "dcd_deploy" and n.op_type in ("DCDPointwise", "DCDConvEpilogue") for n in graph.node)
 
 
 def _records(rows: Sequence[PaperRow], timings: dict, failed: dict[str, str], backend: str,
