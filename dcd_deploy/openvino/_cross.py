@@ -22,11 +22,12 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from concurrent.futures import ThreadPoolExecutor
+import time
 from pathlib import Path
 
 from ..errors import ExtensionError
-from ._build import _COMMON_FLAGS, _KERNEL_FLAGS, _MAX_JOBS, _default_out_dir, _find_compiler, _run, source_dir
+from ._build import (_COMMON_FLAGS, _KERNEL_FLAGS, _MAX_JOBS, _build_timeout, _default_out_dir, _find_compiler, _Jobs,
+                     source_dir)
 
 __all__ = ["CROSS_CXX", "CROSS_PACKAGES", "QEMU", "build_driver", "cross_tools", "missing_packages",
            "run_driver"]
@@ -119,11 +120,13 @@ def build_driver(*, target: str = "aarch64", out_dir: Path | None = None, force:
         for obj, flags in kernels:
             objs.append(tmpdir / f"{obj}.o")
             cmds.append([*base, *_KERNEL_FLAGS, *flags, "-c", str(src / "dcd_kernels.cpp"), "-o", str(objs[-1])])
-        with ThreadPoolExecutor(max_workers=min(_MAX_JOBS, os.cpu_count() or 1)) as pool:
-            for fut in [pool.submit(_run, cmd) for cmd in cmds]:
-                fut.result()  # the first failure raises
         partial = tmpdir / target_path.name
-        _run([cxx, "-o", str(partial), *(str(o) for o in objs), *link_flags])
+        timeout = _build_timeout()
+        # the extension's own job runner: process groups, the build timeout, the first failure raises
+        with _Jobs(limit=min(_MAX_JOBS, os.cpu_count() or 1), deadline=time.monotonic() + timeout,
+                   timeout=timeout, logs=tmpdir) as runner:
+            runner.run(cmds)
+            runner.run([[cxx, "-o", str(partial), *(str(o) for o in objs), *link_flags]])
         os.replace(partial, target_path)
     for old in out_dir.glob(f"dcd_kernel_driver-{target}-*"):
         if old != target_path:
