@@ -1,4 +1,4 @@
-// Stand-alone driver of the fused DCD 1x1 kernels (dcd_kernels.cpp) without OpenVINO: it
+// Stand-alone driver of the fused DCD kernels (dcd_kernels.cpp) without OpenVINO: it
 // runs the cases of a file through a kernel table and writes the outputs, so the kernels
 // can be tested where no OpenVINO runs (cross-built for aarch64, run under qemu-user).
 // The oracle is elsewhere (tests/openvino/test_aarch64.py computes the expected outputs in
@@ -7,13 +7,17 @@
 //   dcd_kernel_driver CASES OUT
 //
 // CASES (native-endian; little-endian on every target here):
-//   int32 magic 0x4B444344 ("DCDK"), int32 version 1, int32 number of cases; per case
+//   int32 magic 0x4B444344 ("DCDK"), int32 version 2, int32 number of cases; per case
 //   int32 B, H, W, Cin, Cout, S, L, pool, se, attention, residual, act, form, threads,
-//   then float32 x, [residual], fc1, [gate], [scale_w], phi_w, phi_b, q, q_b, p, w0, bias
-//   (the op contract's order and shapes, docs/design.md "Fused op").
+//   kind, stride, offset, then
+//   kind 0 (DCDPointwise): float32 x, [residual], fc1, [gate], [scale_w], phi_w, phi_b, q,
+//     q_b, p, w0, bias (the op contract's order and shapes, docs/design.md "Fused op");
+//   kind 1 (DCDConvEpilogue): float32 x, conv, [residual], then the same weights without
+//     w0; conv and residual are (B, Ho, Wo, Cout), Ho = (H - 1 - offset) / stride + 1.
 //   threads > 1: the GEMMs split their rows over that many std::threads, as the op splits
 //   them over OpenVINO's.
-// OUT: int32 magic, int32 number of cases, then each case's float32 output (B, H, W, Cout).
+// OUT: int32 magic, int32 number of cases, then each case's float32 output (B, H, W, Cout),
+// (B, Ho, Wo, Cout) for kind 1.
 // It runs the portable kernels (the only ones built for a non-x86 CPU; on x86 the
 // OpenVINO tests cover every ISA). stdout: one line "kernels: NAME". Exit status 0, or 1
 // with one line on stderr.
@@ -114,6 +118,65 @@ struct Reader {
     }
 };
 
+// One case's sizes and options (the case file's int32 header).
+struct Case {
+    int B, H, W, Cin, Cout, S, L, pool, se, att, res, act, form, threads, kind, stride, offset, Ho, Wo;
+};
+
+Case read_case(Reader& r, int c) {
+    int32_t h[17];
+    for (int32_t& v : h) v = r.i32();
+    Case k{h[0], h[1], h[2], h[3], h[4], h[5], h[6], h[7], h[8], h[9], h[10], h[11], h[12], h[13], h[14], h[15],
+           h[16], 0, 0};
+    for (int i = 0; i < 7; ++i)
+        if (h[i] < 1) fail("case " + std::to_string(c) + ": sizes must be positive");
+    if (k.pool != 1 && k.pool != 2) fail("case " + std::to_string(c) + ": pool must be 1 or 2");
+    if (k.kind != 0 && k.kind != 1) fail("case " + std::to_string(c) + ": kind must be 0 or 1");
+    if (k.kind == 0) k.stride = 1, k.offset = 0;
+    if (k.stride < 1 || k.offset < 0 || k.offset >= k.H || k.offset >= k.W)
+        fail("case " + std::to_string(c) + ": bad stride or offset");
+    k.Ho = (k.H - 1 - k.offset) / k.stride + 1;
+    k.Wo = (k.W - 1 - k.offset) / k.stride + 1;
+    return k;
+}
+
+// Reads one case's tensors, runs it through the kernel table k, returns the output.
+std::vector<float> run_case(const dcd::KernelTable* k, Reader& r, const Case& c) {
+    const size_t N = (size_t)c.B * c.H * c.W, No = (size_t)c.B * c.Ho * c.Wo;
+    const int Cin = c.Cin, Cout = c.Cout, S = c.S, L = c.L;
+    std::vector<float> x = r.floats(N * Cin);
+    std::vector<float> conv = r.floats(c.kind == 1 ? No * Cout : 0);
+    std::vector<float> residual = r.floats(c.res ? No * Cout : 0);
+    std::vector<float> fc1 = r.floats((size_t)S * Cin * c.pool * c.pool);
+    std::vector<float> gate = r.floats(c.se ? (size_t)S * S : 0);
+    std::vector<float> scale_w = r.floats(c.att ? (size_t)Cout * S : 0);
+    std::vector<float> phi_w = r.floats((size_t)L * L * S), phi_b = r.floats((size_t)L * L);
+    std::vector<float> q = r.floats((size_t)L * Cin), q_b = r.floats(L);
+    std::vector<float> p = r.floats((size_t)Cout * L), w0 = r.floats(c.kind == 0 ? (size_t)Cout * Cin : 0);
+    std::vector<float> bias = r.floats(Cout);
+    std::vector<float> out(No * Cout);
+
+    dcd::Params P{};
+    P.B = c.B; P.H = c.H; P.W = c.W; P.Cin = Cin; P.Cout = Cout; P.S = S; P.L = L;
+    P.pool = c.pool; P.se = c.se; P.attention = c.att; P.act = c.act; P.form = c.form;
+    P.Ho = c.Ho; P.Wo = c.Wo; P.stride = c.stride; P.offset = c.offset;
+    P.x = x.data();
+    P.conv = c.kind == 1 ? conv.data() : nullptr;
+    P.residual = c.res ? residual.data() : nullptr;
+    P.fc1 = fc1.data(); P.gate = c.se ? gate.data() : nullptr; P.scale_w = c.att ? scale_w.data() : nullptr;
+    P.phi_w = phi_w.data(); P.phi_b = phi_b.data(); P.q = q.data(); P.q_b = q_b.data(); P.p = p.data();
+    P.w0 = c.kind == 0 ? w0.data() : nullptr; P.bias = bias.data();
+    P.out = out.data();
+    g_threads = c.threads > 1 ? c.threads : 1;
+    P.parallel_rows = g_threads > 1 ? parallel_rows : nullptr;
+    std::vector<float> prepared(k->prepared_size(&P));
+    k->prepare(&P, prepared.data());
+    P.prepared = prepared.data();
+    if (c.kind == 1) k->run_epilogue(&P);
+    else k->run(&P);
+    return out;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -124,45 +187,10 @@ int main(int argc, char** argv) {
     std::FILE* in = std::fopen(argv[arg], "rb");
     if (!in) fail(std::string("cannot read ") + argv[arg]);
     Reader r{in};
-    if (r.i32() != kMagic || r.i32() != 1) fail("not a version-1 case file");
+    if (r.i32() != kMagic || r.i32() != 2) fail("not a version-2 case file");
     const int32_t ncases = r.i32();
     std::vector<std::vector<float>> outputs;
-    for (int32_t c = 0; c < ncases; ++c) {
-        int32_t h[14];
-        for (int32_t& v : h) v = r.i32();
-        const int B = h[0], H = h[1], W = h[2], Cin = h[3], Cout = h[4], S = h[5], L = h[6];
-        const int pool = h[7], se = h[8], att = h[9], res = h[10];
-        for (int i = 0; i < 7; ++i)
-            if (h[i] < 1) fail("case " + std::to_string(c) + ": sizes must be positive");
-        if (pool != 1 && pool != 2) fail("case " + std::to_string(c) + ": pool must be 1 or 2");
-        const size_t N = (size_t)B * H * W;
-        std::vector<float> x = r.floats(N * Cin);
-        std::vector<float> residual = r.floats(res ? N * Cout : 0);
-        std::vector<float> fc1 = r.floats((size_t)S * Cin * pool * pool);
-        std::vector<float> gate = r.floats(se ? (size_t)S * S : 0);
-        std::vector<float> scale_w = r.floats(att ? (size_t)Cout * S : 0);
-        std::vector<float> phi_w = r.floats((size_t)L * L * S), phi_b = r.floats((size_t)L * L);
-        std::vector<float> q = r.floats((size_t)L * Cin), q_b = r.floats(L);
-        std::vector<float> p = r.floats((size_t)Cout * L), w0 = r.floats((size_t)Cout * Cin), bias = r.floats(Cout);
-        std::vector<float> out(N * Cout);
-
-        dcd::Params P{};
-        P.B = B; P.H = H; P.W = W; P.Cin = Cin; P.Cout = Cout; P.S = S; P.L = L;
-        P.pool = pool; P.se = se; P.attention = att; P.act = h[11]; P.form = h[12];
-        P.x = x.data();
-        P.residual = res ? residual.data() : nullptr;
-        P.fc1 = fc1.data(); P.gate = se ? gate.data() : nullptr; P.scale_w = att ? scale_w.data() : nullptr;
-        P.phi_w = phi_w.data(); P.phi_b = phi_b.data(); P.q = q.data(); P.q_b = q_b.data(); P.p = p.data();
-        P.w0 = w0.data(); P.bias = bias.data();
-        P.out = out.data();
-        g_threads = h[13] > 1 ? h[13] : 1;
-        P.parallel_rows = g_threads > 1 ? parallel_rows : nullptr;
-        std::vector<float> prepared(k->prepared_size(&P));
-        k->prepare(&P, prepared.data());
-        P.prepared = prepared.data();
-        k->run(&P);
-        outputs.push_back(std::move(out));
-    }
+    for (int32_t c = 0; c < ncases; ++c) outputs.push_back(run_case(k, r, read_case(r, c)));
     std::fclose(in);
 
     std::FILE* o = std::fopen(argv[arg + 1], "wb");

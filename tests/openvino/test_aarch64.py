@@ -2,7 +2,7 @@
 with a stand-alone driver (``csrc/openvino/test_driver.cpp``) and run under ``qemu-aarch64``
 (``qemu-user``), against the float64 numpy model of the op contract (_fused_reference).
 
-The cases cover both forms, global and 2x2 pooling on odd sides, the SE / attention /
+The cases cover both ops (DCDPointwise in both forms, DCDConvEpilogue at strides 1 and 2), global and 2x2 pooling on odd sides, the SE / attention /
 residual / activation options, batches, K above the kernel's K block, channel counts
 that leave partial panels, and the GEMM row split over threads. Skipped, with the reason,
 when the cross tools are missing (``make test-aarch64`` installs them when it may, and
@@ -19,7 +19,8 @@ import subprocess
 import numpy as np
 import pytest
 
-from _fused_reference import WEIGHT_ORDER, make_case, max_relative_error, reference
+from _fused_reference import (EPILOGUE_WEIGHT_ORDER, WEIGHT_ORDER, conv_nhwc, epilogue_reference, make_case,
+                              max_relative_error, reference)
 from dcd_deploy.errors import ExtensionError
 from dcd_deploy.openvino import _cross
 
@@ -54,6 +55,18 @@ def _cases():
             out.append({**base, "B": 2, "H": 13, "W": 11, "Cin": 23, "Cout": 40, "L": 8, "S": 6, "pool": 2, "se": 1,
                         "attention": 1, "residual": 1, "activation": "relu", "form": form, "threads": threads})
     out.append({**base, "H": 6, "W": 6, "pool": 2, "form": "auto"})
+    # DCDConvEpilogue (kind 1): 3x3 at strides 1 and 2, 1x1 at stride 2, odd sides, options,
+    # batches, partial panels, the row split
+    epi = {**base, "kind": 1, "k": 3, "stride": 1, "form": "latent"}
+    for k, stride in ((3, 1), (3, 2), (1, 2)):
+        for pool in (1, 2):
+            for h, w in ((9, 9), (7, 5), (1, 1)):
+                out.append({**epi, "k": k, "stride": stride, "pool": pool, "H": h, "W": w})
+        for se, att, res, act in ((1, 0, 0, "relu"), (0, 1, 1, "relu6"), (1, 1, 1, "none")):
+            out.append({**epi, "k": k, "stride": stride, "B": 3, "H": 8, "W": 5, "Cin": 19, "Cout": 29, "L": 6,
+                        "pool": 2, "se": se, "attention": att, "residual": res, "activation": act})
+        out.append({**epi, "k": k, "stride": stride, "B": 2, "H": 17, "W": 15, "Cin": 23, "Cout": 160, "L": 20,
+                    "S": 6, "pool": 2, "se": 1, "attention": 1, "residual": 1, "activation": "relu", "threads": 3})
     return out
 
 
@@ -61,22 +74,33 @@ CASES = _cases()
 
 
 def write_cases(path, cases):
-    """The driver's case file (test_driver.cpp) and the expected outputs, float64."""
+    """The driver's case file (test_driver.cpp, version 2) and the expected outputs, float64."""
     expected = []
     with open(path, "wb") as f:
-        f.write(struct.pack("<3i", MAGIC, 1, len(cases)))
+        f.write(struct.pack("<3i", MAGIC, 2, len(cases)))
         for seed, k in enumerate(cases):
-            x, res, c = make_case(np.random.default_rng(seed), B=k["B"], H=k["H"], W=k["W"], Cin=k["Cin"],
-                                  Cout=k["Cout"], L=k["L"], S=k["S"], pool=k["pool"], se=k["se"],
-                                  attention=k["attention"], residual=k["residual"])
-            f.write(struct.pack("<14i", k["B"], k["H"], k["W"], k["Cin"], k["Cout"], k["S"], k["L"], k["pool"],
+            kind = k.get("kind", 0)
+            rng = np.random.default_rng(seed)
+            x, res, c = make_case(rng, B=k["B"], H=k["H"], W=k["W"], Cin=k["Cin"], Cout=k["Cout"], L=k["L"],
+                                  S=k["S"], pool=k["pool"], se=k["se"], attention=k["attention"],
+                                  residual=k["residual"] and not kind)
+            stride = k.get("stride", 1)
+            f.write(struct.pack("<17i", k["B"], k["H"], k["W"], k["Cin"], k["Cout"], k["S"], k["L"], k["pool"],
                                 k["se"], k["attention"], k["residual"], ACTS[k["activation"]], FORMS[k["form"]],
-                                k["threads"]))
-            for a in [x, res] + [c[n] for n in WEIGHT_ORDER if n in c]:
+                                k["threads"], kind, stride, 0))
+            opts = dict(pool=k["pool"], se=k["se"], attention=k["attention"], activation=k["activation"])
+            if kind == 0:
+                tensors = [x, res] + [c[n] for n in WEIGHT_ORDER if n in c]
+                expected.append(reference(x, res, c, **opts))
+            else:
+                w0 = (rng.standard_normal((k["Cout"], k["Cin"], k["k"], k["k"])) / np.sqrt(k["Cin"])).astype(np.float32)
+                conv = conv_nhwc(x, w0, stride=stride, pad=k["k"] // 2).astype(np.float32)
+                res = rng.standard_normal(conv.shape).astype(np.float32) if k["residual"] else None
+                tensors = [x, conv, res] + [c[n] for n in EPILOGUE_WEIGHT_ORDER if n in c]
+                expected.append(epilogue_reference(x, conv, res, c, stride=stride, offset=0, **opts))
+            for a in tensors:
                 if a is not None:
                     f.write(np.ascontiguousarray(a, dtype="<f4").tobytes())
-            expected.append(reference(x, res, c, pool=k["pool"], se=k["se"], attention=k["attention"],
-                                      activation=k["activation"]))
     return expected
 
 
@@ -149,10 +173,11 @@ def test_the_op_source_compiles_for_aarch64():
 
     _, include, _, _ = _build._find_openvino()
     cxx = _cross.cross_tools()[0]
-    cmd = [cxx, *_build._COMMON_FLAGS, "-fsyntax-only", "-DOV_THREAD=OV_THREAD_TBB_ADAPTIVE", "-DDCD_WITH_X86",
-           f"-I{_build.source_dir()}", f"-I{include}", str(_build.source_dir() / "dcd_op.cpp")]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    for source in ("dcd_op.cpp", "dcd_epilogue.cpp"):
+        cmd = [cxx, *_build._COMMON_FLAGS, "-fsyntax-only", "-DOV_THREAD=OV_THREAD_TBB_ADAPTIVE", "-DDCD_WITH_X86",
+               f"-I{_build.source_dir()}", f"-I{include}", str(_build.source_dir() / source)]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr[-2000:]
 
 
 def test_missing_tools_skip_with_the_packages_named(monkeypatch, tmp_path):
