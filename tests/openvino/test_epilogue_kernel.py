@@ -5,6 +5,8 @@ OpenVINO's own Conv in the graph (the exported form: Transpose, Conv, Transpose)
 
 from __future__ import annotations
 
+import ctypes
+
 import numpy as np
 import pytest
 
@@ -198,3 +200,26 @@ def test_tampered_ir_sizes_are_refused(core, tmp_path, monkeypatch):
     (tmp_path / "m.xml").write_text(xml.replace('packed="12, 8, 4, 4"', 'packed="12, 8, 177372507123220484, 34359738372"'))
     with pytest.raises(Exception, match="outside|exceed"):
         core.read_model(tmp_path / "m.xml")
+
+
+def test_a_failure_inside_evaluate_is_recorded_and_poisons_the_output(core, lib, isas, monkeypatch):
+    # the CPU plugin swallows what an extension's evaluate reports: the op fills its output
+    # with NaN and records why (dcd_deploy_ov_error_count / _last_error), as DCDPointwise does
+    lib.dcd_deploy_ov_error_count.restype = ctypes.c_ulonglong
+    lib.dcd_deploy_ov_last_error.restype = ctypes.c_int
+    lib.dcd_deploy_ov_last_error.argtypes = [ctypes.c_char_p, ctypes.c_int]
+    lib.dcd_deploy_ov_set_quiet(1)
+    monkeypatch.setenv("DCD_DEPLOY_ISA", "auto")
+    rng = np.random.default_rng(9)
+    x, w0, c = make_epi_case(rng, B=1, H=6, W=6, Cin=8, Cout=12, L=4, S=4, k=3, pool=1, se=0, attention=0)
+    model = make_epi_model(x.shape, (1, 3, 3, 12), c, residual=0, pool=1, se=0, attention=0, activation="none",
+                           stride=2, offset=0, w0=w0, pad=1)
+    compiled = core.compile_model(core.read_model(model, b""), "CPU", CONFIG)
+    before = lib.dcd_deploy_ov_error_count()
+    assert np.isfinite(compiled({"x": x})[0]).all() and lib.dcd_deploy_ov_error_count() == before
+    monkeypatch.setenv("DCD_DEPLOY_ISA", "sse9")
+    assert np.isnan(compiled({"x": x})[0]).all()
+    assert lib.dcd_deploy_ov_error_count() == before + 1
+    buf = ctypes.create_string_buffer(200)
+    lib.dcd_deploy_ov_last_error(buf, 200)
+    assert b"DCD_DEPLOY_ISA=sse9" in buf.value
