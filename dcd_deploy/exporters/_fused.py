@@ -30,8 +30,11 @@ with ``x_s`` the conv's centre-tap pixels (stride ``stride``, offset 0 at paddin
 Inputs: ``conv``, ``x``, ``residual`` (if fused), then the DCDPointwise weights without
 ``w0``. Attributes: those of DCDPointwise without ``form``, plus ``stride``, ``offset``.
 
-Other DCD kinds (depthwise, joint, more than one latent block, the classifier) stay
-standard ops in this mode: they are not fused yet.
+The epilogue is matched on the exported ONNX graph (:func:`plan`): a same-shape Add
+and then a Relu or Clip(0, 6), each only where the tensor before it feeds nothing else.
+Other DCD kinds (depthwise, joint, several latent blocks, the classifier) stay standard
+ops in this mode: they are not fused yet, and :func:`why_not` says why for the export's
+report.
 """
 
 from __future__ import annotations

@@ -100,7 +100,7 @@ def trace_example(example: tuple[torch.Tensor, ...], batch: int | None) -> tuple
     return tuple(out)
 
 
-def untraceable(model: nn.Module, exc: BaseException) -> ExportError:
+def untraceable(model: nn.Module, exc: BaseException, what: str = "torch.export cannot trace it") -> ExportError:
     """One line naming what ``torch.export`` could not trace, and where in the model's code."""
     import os
     import traceback
@@ -119,7 +119,7 @@ def untraceable(model: nn.Module, exc: BaseException) -> ExportError:
     if frames:
         f = frames[-1]
         where = f" (at {os.path.basename(f.filename)}:{f.lineno} in {f.name}" + (f": {f.line.strip()}" if f.line else "") + ")"
-    return ExportError(f"cannot export {type(model).__name__}: torch.export cannot trace it: {first}{where}")
+    return ExportError(f"cannot export {type(model).__name__}: {what}: {first}{where}")
 
 
 def trace(model: nn.Module, example: tuple[torch.Tensor, ...], *, batch: int | None, dynamic_size: bool,
@@ -249,6 +249,8 @@ def _public(model, args, shapes, op, translate) -> onnx.ModelProto:
         cause = exc
         while cause.__cause__ is not None and not isinstance(cause, torch._dynamo.exc.UserError):
             cause = cause.__cause__
+        if "ConversionError" in type(exc).__name__ and "torch.export" not in str(exc).split("\n")[0]:
+            raise untraceable(model, cause, "torch.onnx cannot translate it") from exc
         raise _export_error(model, cause) from exc
     return program.model_proto
 

@@ -9,7 +9,8 @@ module produced and which consumed what. Then:
    layer and becomes ``nn.Identity``;
 2. each DCD layer becomes :class:`DeployDCD` in the form the strategy picks (the cost
    model reads the layer's output size from that run), each DY-Conv/CondConv layer
-   :class:`DeployMixture`.
+   :class:`DeployMixture`;
+3. Dropout becomes ``nn.Identity``.
 
 No tracer is involved, so any model that runs eagerly can be lowered (whatever its
 control flow); the result is the same module class with the same module paths, so
@@ -253,6 +254,9 @@ def to_deploy(model: nn.Module, *, strategy: str = "auto", input_size: int | tup
         _replace(deploy, path, new)
         if bn_path:
             _replace(deploy, bn_path, nn.Identity())
+    for path, m in list(deploy.named_modules()):
+        if isinstance(m, nn.Dropout) and path:  # identity in eval mode
+            _replace(deploy, path, nn.Identity())
     deploy.strategies = strategies
     deploy.folded_bn = dict(folds)
     deploy.input_size = hw[0] if hw[0] == hw[1] else hw

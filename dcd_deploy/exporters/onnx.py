@@ -45,7 +45,7 @@ DEFAULT_OPSET = NATIVE_OPSET
 MIN_OPSET = 13  # Unsqueeze/ReduceSum take axes as inputs from 13 on
 MODES = ("standard", "function", "fused")
 #: Version of the layout of :meth:`ExportResult.to_dict` (``dcd-export --json``).
-EXPORT_SCHEMA = "dcd-export.report/2"
+EXPORT_SCHEMA = "dcd-export.report/1"  # fields added since: fused, unfused, input/output names, dynamic_size
 #: metadata_props key of the layer record (read by :mod:`dcd_deploy.parity`).
 LAYERS_KEY = "dcd_deploy.layers"
 #: Ops OUR emission of a dynamic layer may write (docs/design.md#emission); the rest of
@@ -143,8 +143,8 @@ def export_onnx(model: nn.Module, path, *, input_size: int | tuple[int, int] = 2
         parity_batch_sizes: batch sizes the parity check runs (a fixed ``batch`` overrides).
         parity_inputs: the check's inputs instead of synthetic ones (a tensor, or a tuple
             in input order; see :func:`~dcd_deploy.check_parity`).
-        progress: called with one line per finished stage (``[lower] 0.4 s``, ``[trace]``,
-            ``[emit]``, ``[simplify]``, ``[write]``, ``[check]``).
+        progress: called with one line per finished stage (``[lower] 0.4 s``, ``[emit]`` (the
+            trace included), ``[simplify]``, ``[write]``, ``[check]``).
         accept_inconclusive: let the check pass when its end-to-end comparison is
             inconclusive and no dynamic layer decided it (see :class:`~dcd_deploy.parity.ParityReport`).
 
@@ -240,8 +240,6 @@ def _build(deploy: nn.Module, *, example_inputs, input_size, batch, opset, mode,
         output_names = _output_names(deploy, example, None)
     traced = trace(deploy, example, batch=batch, dynamic_size=dynamic_size, input_names=input_names,
                    output_names=output_names)
-    if progress is not None:
-        progress("trace")
     proto = traced.proto
     modules = dict(deploy.named_modules())
     emitted = emit_layers(proto, emitters=traced.emitters, mode=mode, opset=NATIVE_OPSET, modules=modules,

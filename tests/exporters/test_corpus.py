@@ -215,3 +215,54 @@ def test_dynamic_size_refused_by_a_layer_names_it(tmp_path):
     with pytest.raises(ExportError, match=r"^pw: .*2x2 adaptive pool needs fixed input sizes"):
         export_onnx(model("nonsquare"), tmp_path / "m.onnx", example_inputs=case.inputs(1), dynamic_size=True)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_cli_prints_how_many_dcd_layers_are_fused_and_why_not(tmp_path):
+    from click.testing import CliRunner
+
+    from dcd_deploy.cli.export import main
+
+    out = tmp_path / "m.onnx"
+    result = CliRunner().invoke(main, ["mobilenetv2_035_dcd", "--mode", "fused", "--input-size", "64", "--no-check",
+                                       "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    # MobileNetV2: every 1x1 DCD layer fuses; the DCD classifier does not
+    assert "  fused    32 of 33 DCD layers fused" in result.stdout
+    assert "classifier.1: not fused (classifier (DCD linear layer))" in result.stdout
+
+
+class _BNSeesASharedTensor(nn.Module):
+    """The DCD layer's output feeds its BatchNorm and the residual: the BN cannot fold."""
+
+    def __init__(self):
+        super().__init__()
+        self.dcd = DCDConv2d(3, 3, latent_dim=2, squeeze=4)
+        self.bn = nn.BatchNorm2d(3)
+        self.dcd2 = DCDConv2d(3, 4, latent_dim=2, squeeze=4)
+        self.bn2 = nn.BatchNorm2d(4)
+
+    def forward(self, x):
+        y = self.dcd(x)
+        y = self.bn(y) + y
+        return self.bn2(self.dcd2(y)), y
+
+
+def test_a_bn_folds_only_where_it_is_the_layers_sole_consumer(tmp_path):
+    from dcd_deploy import to_deploy
+
+    net = _BNSeesASharedTensor()
+    with torch.no_grad():
+        for bn in (net.bn, net.bn2):
+            bn.running_mean.uniform_(-1, 1), bn.running_var.uniform_(0.5, 2), bn.weight.uniform_(0.5, 2)
+    net.eval()
+    deploy = to_deploy(net, input_size=8)
+    assert isinstance(deploy.bn, nn.BatchNorm2d) and isinstance(deploy.bn2, nn.Identity)
+    assert deploy.folded_bn == {"dcd2": "bn2"}
+    x = torch.randn(2, 3, 8, 8)
+    with torch.no_grad():
+        for got, ref in zip(deploy(x), net(x)):
+            torch.testing.assert_close(got, ref, rtol=1e-4, atol=1e-5)
+    result = export_onnx(net, tmp_path / "m.onnx", input_size=8)
+    assert result and result.output_names == ["output_0", "output_1"]
+    layers = json.loads({p.key: p.value for p in onnx.load(str(result.path)).metadata_props}[LAYERS_KEY])
+    assert {e["path"]: e["bn"] for e in layers} == {"dcd": None, "dcd2": "bn2"}

@@ -50,7 +50,7 @@ from dcd_deploy.parity import DEFAULT_ATOL, DEFAULT_RTOL, check_parity
 
 #: Examples per property; together they keep this file around a minute on 2 cores.
 DEPLOY_EXAMPLES = 500
-ONNX_EXAMPLES = 250
+ONNX_EXAMPLES = 40  # each example exports twice through torch.export (~1 s each)
 MAX_SIDE = 24
 
 FUZZ = settings(deadline=None, derandomize=True, database=None, print_blob=True,
@@ -388,7 +388,10 @@ def test_zoo_parity_huge_inputs_are_reported_not_crashed(zoo_onnx):
     report = check_parity(model, path, batch_sizes=(1, 4), inputs=x)
     assert all(np.isfinite([r.max_abs, r.max_rel]).all() and r.nonfinite == 0 for r in report.rows)
     assert report.ill_conditioned and report, report.table()
-    assert "fp32 itself is ill-conditioned on these inputs" in report.summary()
+    # named as such: end to end (fp32 itself is off), decided layer by layer where the file
+    # records its layers (dcd_deploy.parity's layer-wise check)
+    summary = report.summary()
+    assert "fp32 itself is ill-conditioned on these inputs" in summary or "end to end inconclusive" in summary
     import onnxruntime as ort
 
     with torch.no_grad():

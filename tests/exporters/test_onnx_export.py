@@ -184,7 +184,7 @@ def assert_graph(proto: onnx.ModelProto, model: nn.Module, *, mode: str, size: i
             if node.op_type == "Reshape":
                 if nodes is graph.node and not node.name.startswith(ours):
                     if node.input[1] in known:
-                        assert known[node.input[1]][0] in (0, -1), (node.name, known[node.input[1]])
+                        assert known[node.input[1]][0] in (0, -1, batch or 0), (node.name, known[node.input[1]])
                     continue
                 assert node.input[1] in known, node.name
                 shape = known[node.input[1]]
