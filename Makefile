@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 # matplotlib for the demo's plots only: `make test` does not need it.
 PLOT_STAMP := $(VENV)/.plot-installed
 
-.PHONY: demo test install extension clean
+.PHONY: demo test test-aarch64 install extension clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -40,6 +40,22 @@ demo: $(PLOT_STAMP) extension
 
 test: $(STAMP) extension
 	$(BIN)/python -m pytest -q
+
+# The kernels' portable path cross-built for aarch64 and tested under qemu-user
+# (tests/openvino/test_aarch64.py). The two Debian packages are installed when missing and
+# this runs as root; otherwise they are named and the target fails.
+test-aarch64: $(STAMP)
+	@missing="$$($(BIN)/python -m dcd_deploy.openvino._cross --missing)"; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing $$missing (apt-get)"; \
+	    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$missing || exit 1; \
+	  else \
+	    echo "make test-aarch64 needs the Debian packages: $$missing (as root: apt-get install $$missing)" >&2; \
+	    exit 1; \
+	  fi; \
+	fi
+	DCD_DEPLOY_REQUIRE_AARCH64=1 $(BIN)/python -m pytest -q tests/openvino/test_aarch64.py
 
 clean:
 	rm -rf $(VENV) out .pytest_cache dcd_deploy/openvino/_build

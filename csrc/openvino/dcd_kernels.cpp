@@ -14,6 +14,9 @@
 // (zero-padded past `rows`).
 #include "dcd_kernels.hpp"
 
+#if (defined(DCD_ISA_AVX512) || defined(DCD_ISA_AVX2)) && !defined(__x86_64__)
+#error "DCD_ISA_AVX512 / DCD_ISA_AVX2 kernels are x86-64 only; build the portable kernels (no DCD_ISA_*) for this CPU"
+#endif
 #if defined(DCD_ISA_AVX512) || defined(DCD_ISA_AVX2)
 #include <immintrin.h>  // masked loads/stores only (static inline intrinsics)
 #endif
@@ -38,7 +41,13 @@
 #define DCD_KC 256
 #endif
 #define DCD_VW 4
+#if defined(__aarch64__)
+// NEON has 32 vector registers (SSE 16): 8 x 2 accumulators + 2 B + 1 A fit with no spill
+// in GCC 12's code (12 rows spill); speed not measured here, only correctness (under qemu)
+#define DCD_MR 8
+#else
 #define DCD_MR 6
+#endif
 #endif
 
 namespace dcd {
@@ -391,7 +400,7 @@ template <class T>
 Prepared prepared_parts(T* base, const Params& P) {
     Prepared r;
     r.w0p = base;
-    r.qp = r.w0p + packed_size(P.Cout, P.Cin);
+    r.qp = r.w0p + (P.w0 ? packed_size(P.Cout, P.Cin) : 0);  // no w0: the epilogue op's
     r.pp = r.qp + packed_size(P.L, P.Cin);
     r.qt = r.pp + packed_size(P.Cout, P.L);
     r.phiwt = r.qt + (size_t)P.Cin * P.L;
@@ -409,7 +418,7 @@ void transpose(const float* src, int rows, int cols, float* dst) {  // dst (cols
 void prepare(const Params* P, float* dst) {
     const Prepared r = prepared_parts(dst, *P);
     const int cout = P->Cout, cin = P->Cin, L = P->L;
-    pack_t(P->w0, cout, cin, nullptr, const_cast<float*>(r.w0p), cin, 0);
+    if (P->w0) pack_t(P->w0, cout, cin, nullptr, const_cast<float*>(r.w0p), cin, 0);
     pack_t(P->q, L, cin, nullptr, const_cast<float*>(r.qp), cin, 0);
     pack_t(P->p, cout, L, nullptr, const_cast<float*>(r.pp), L, 0);
     transpose(P->q, L, cin, const_cast<float*>(r.qt));
@@ -522,23 +531,113 @@ void pool(const Params& P, const float* x, float* pooled) {
     }
 }
 
-void run(Params* pp) {
-    Params& P = *pp;
-    const int Cin = P.Cin, Cout = P.Cout, S = P.S, L = P.L;
-    const long N = (long)P.H * P.W;
-    const int PP = P.pool * P.pool;
+// The dynamic branch of one sample (both ops): from the pooled features, lam (Cout, padded
+// with zeros to a whole panel) and phi (L x L, Φ' row-major).
+void branch_heads(const Params& P, const Prepared& pre, const float* pooled, float* lam, float* phi) {
+    const int Cout = P.Cout, S = P.S;
     const int cpad = roundup(Cout, NR);
-    const bool prof = P.profile != 0;
-    double t0 = 0, t1 = 0, t2 = 0, t3 = 0, t4 = 0;
-
-    float* pooled = scratch(0, (size_t)Cin * PP);
     float* y = scratch(1, (size_t)2 * S);
     float* g = y + S;
+    matvec(P.fc1, pooled, nullptr, S, P.Cin * P.pool * P.pool, y);
+    if (P.se) {
+        matvec(P.gate, y, nullptr, S, S, g);
+        for (int s = 0; s < S; ++s) y[s] *= hsig(g[s]);
+    } else {
+        for (int s = 0; s < S; ++s) y[s] = y[s] > 0.f ? y[s] : 0.f;
+    }
+    if (P.attention) {
+        matvec_t(pre.scalewt, y, nullptr, S, Cout, lam);
+        for (int o = 0; o < Cout; ++o) lam[o] = hsig(lam[o]);
+    } else {
+        for (int o = 0; o < Cout; ++o) lam[o] = 1.f;
+    }
+    for (int o = Cout; o < cpad; ++o) lam[o] = 0.f;
+    matvec_t(pre.phiwt, y, P.phi_b, S, P.L * P.L, phi);
+}
+
+// ppk = (p phi) (Cout x L), packed with K = L: per panel, PP_panelᵀ (L x wp) =
+// phiᵀ (L x L) . p_panelᵀ (L x wp)
+void form_pphi(const Params& P, const Prepared& pre, const float* phi, float* ppk) {
+    const int L = P.L, Cout = P.Cout;
+    float* phit = scratch(6, (size_t)L * L);
+    for (int l = 0; l < L; ++l)
+        for (int m = 0; m < L; ++m) phit[l * L + m] = phi[m * L + l];
+    for (int j0 = 0; j0 < Cout; j0 += NR) {
+        const int wp = imin(NR, roundup(Cout - j0, VW));
+        Gemm f{};
+        f.m = L; f.n = wp;
+        f.a1 = phit; f.lda1 = L; f.k1 = L; f.b1 = pre.pp + (long)j0 * L;
+        f.c = ppk + (long)j0 * L; f.ldc = wp;
+        gemm(f);
+    }
+}
+
+// The pooled features, lam and ppk of one sample x (B = 1): pool, branch, form.
+void branch(const Params& P, const Prepared& pre, const float* x, float* lam, float* ppk, double* ts) {
+    const bool prof = P.profile != 0;
+    float* pooled = scratch(0, (size_t)P.Cin * P.pool * P.pool);
+    float* phi = scratch(3, (size_t)P.L * P.L);
+    if (prof) ts[0] = now_seconds();
+    pool(P, x, pooled);
+    if (prof) ts[1] = now_seconds();
+    branch_heads(P, pre, pooled, lam, phi);
+    form_pphi(P, pre, phi, ppk);
+    if (prof) ts[2] = now_seconds();
+}
+
+void add_phases(Params& P, const double* ts) {
+    P.phase_seconds[PH_POOL] += ts[1] - ts[0];
+    P.phase_seconds[PH_BRANCH] += ts[2] - ts[1];
+    P.phase_seconds[PH_FORM] += ts[3] - ts[2];
+    P.phase_seconds[PH_GEMM] += ts[4] - ts[3];
+}
+
+// The weight form's B = W(x)ᵀ = diag(lam) w0 + (p phi) q, packed with K = Cin, as a GEMM over
+// the panels: W_panel (Cin x wp) = lam * w0p_panel + qᵀ (Cin x L) . PP_panelᵀ; and
+// cvec = (p phi) q_b + bias.
+void form_weight(const Params& P, const Prepared& pre, const float* lam, const float* ppk, float* wpk,
+                 float* cvec) {
+    const int Cin = P.Cin, Cout = P.Cout, L = P.L;
+    for (int j0 = 0; j0 < Cout; j0 += NR) {
+        const int wp = imin(NR, roundup(Cout - j0, VW));
+        Gemm f{};
+        f.m = Cin; f.n = wp;
+        f.a1 = pre.qt; f.lda1 = L; f.k1 = L; f.b1 = ppk + (long)j0 * L;
+        f.c0 = pre.w0p + (long)j0 * Cin; f.ldc0 = wp; f.c0scale = lam + j0;
+        f.c = wpk + (long)j0 * Cin; f.ldc = wp;
+        gemm(f);
+    }
+    for (int o = 0; o < roundup(Cout, NR); ++o) cvec[o] = 0.f;
+    for (int j0 = 0; j0 < Cout; j0 += NR) {
+        const int wp = imin(NR, roundup(Cout - j0, VW));
+        const float* d = ppk + (long)j0 * L;
+        for (int l = 0; l < L; ++l)
+            for (int jj = 0; jj < wp; ++jj) cvec[j0 + jj] += d[l * wp + jj] * P.q_b[l];
+    }
+    for (int o = 0; o < Cout; ++o) cvec[o] += P.bias[o];
+}
+
+// z (m x L) = a (m x Cin, row stride Cin) qᵀ + q_b: the latent path's first product
+void latent_z(const Params& P, const Prepared& pre, const float* a, int m, float* z) {
+    const int L = P.L;
+    float* qb = scratch(8, (size_t)roundup(L, NR));
+    for (int l = 0; l < roundup(L, NR); ++l) qb[l] = l < L ? P.q_b[l] : 0.f;
+    Gemm zg{};
+    zg.m = m; zg.n = L;
+    zg.a1 = a; zg.lda1 = P.Cin; zg.k1 = P.Cin; zg.b1 = pre.qp;
+    zg.c = z; zg.ldc = L; zg.bias = qb;
+    gemm_par(P, zg);
+}
+
+void run(Params* pp) {
+    Params& P = *pp;
+    const int Cin = P.Cin, Cout = P.Cout, L = P.L;
+    const long N = (long)P.H * P.W;
+    const int cpad = roundup(Cout, NR);
+    double ts[5] = {};
     float* lam = scratch(2, (size_t)cpad);
-    float* phi = scratch(3, (size_t)L * L);
     float* ppk = scratch(4, packed_size(Cout, L));
     float* cvec = scratch(5, (size_t)cpad);
-    float* phit = scratch(6, (size_t)L * L);
     const Prepared pre = prepared_parts(P.prepared, P);
 
     bool weight_form;
@@ -550,103 +649,91 @@ void run(Params* pp) {
         const float* x = P.x + b * N * Cin;
         float* out = P.out + b * N * Cout;
         const float* res = P.residual ? P.residual + b * N * Cout : nullptr;
-
-        if (prof) t0 = now_seconds();
-        pool(P, x, pooled);
-        if (prof) t1 = now_seconds();
-
-        // branch
-        matvec(P.fc1, pooled, nullptr, S, Cin * PP, y);
-        if (P.se) {
-            matvec(P.gate, y, nullptr, S, S, g);
-            for (int s = 0; s < S; ++s) y[s] *= hsig(g[s]);
-        } else {
-            for (int s = 0; s < S; ++s) y[s] = y[s] > 0.f ? y[s] : 0.f;
-        }
-        if (P.attention) {
-            matvec_t(pre.scalewt, y, nullptr, S, Cout, lam);
-            for (int o = 0; o < Cout; ++o) lam[o] = hsig(lam[o]);
-        } else {
-            for (int o = 0; o < Cout; ++o) lam[o] = 1.f;
-        }
-        for (int o = Cout; o < cpad; ++o) lam[o] = 0.f;
-        matvec_t(pre.phiwt, y, P.phi_b, S, L * L, phi);
-        if (prof) t2 = now_seconds();
-
-        // form: PP = p . phi (Cout x L), packed with K = L: per panel, PP_panelᵀ (L x wp) =
-        // phiᵀ (L x L) . p_panelᵀ (L x wp)
-        for (int l = 0; l < L; ++l)
-            for (int m = 0; m < L; ++m) phit[l * L + m] = phi[m * L + l];
-        for (int j0 = 0; j0 < Cout; j0 += NR) {
-            const int wp = imin(NR, roundup(Cout - j0, VW));
-            Gemm f{};
-            f.m = L; f.n = wp;
-            f.a1 = phit; f.lda1 = L; f.k1 = L; f.b1 = pre.pp + (long)j0 * L;
-            f.c = ppk + (long)j0 * L; f.ldc = wp;
-            gemm(f);
-        }
+        branch(P, pre, x, lam, ppk, ts);
+        Gemm m{};
+        m.m = (int)N; m.n = Cout;
+        m.a1 = x; m.lda1 = Cin; m.k1 = Cin;
+        m.c = out; m.ldc = Cout;
+        m.res = res; m.ldres = Cout; m.act = P.act;
         if (weight_form) {
-            // W = diag(lam) w0 + (p phi) q   packed with K = Cin, as a GEMM over the panels:
-            // W_panel (Cin x wp) = lam * w0p_panel + qᵀ (Cin x L) . PP_panelᵀ
             float* wpk = scratch(7, packed_size(Cout, Cin));
-            for (int j0 = 0; j0 < Cout; j0 += NR) {
-                const int wp = imin(NR, roundup(Cout - j0, VW));
-                Gemm f{};
-                f.m = Cin; f.n = wp;
-                f.a1 = pre.qt; f.lda1 = L; f.k1 = L; f.b1 = ppk + (long)j0 * L;
-                f.c0 = pre.w0p + (long)j0 * Cin; f.ldc0 = wp; f.c0scale = lam + j0;
-                f.c = wpk + (long)j0 * Cin; f.ldc = wp;
-                gemm(f);
-            }
-            // c = (p phi) q_b + bias
-            for (int o = 0; o < cpad; ++o) cvec[o] = 0.f;
-            for (int j0 = 0; j0 < Cout; j0 += NR) {
-                const int wp = imin(NR, roundup(Cout - j0, VW));
-                const float* d = ppk + (long)j0 * L;
-                for (int l = 0; l < L; ++l)
-                    for (int jj = 0; jj < wp; ++jj) cvec[j0 + jj] += d[l * wp + jj] * P.q_b[l];
-            }
-            for (int o = 0; o < Cout; ++o) cvec[o] += P.bias[o];
-            if (prof) t3 = now_seconds();
-            Gemm m{};
-            m.m = (int)N; m.n = Cout;
-            m.a1 = x; m.lda1 = Cin; m.k1 = Cin; m.b1 = wpk;
-            m.c = out; m.ldc = Cout;
-            m.bias = cvec; m.res = res; m.ldres = Cout; m.act = P.act;
-            gemm_par(P, m);
+            form_weight(P, pre, lam, ppk, wpk, cvec);
+            m.b1 = wpk;
+            if (P.profile) ts[3] = now_seconds();
         } else {
             // latent: Z = X qᵀ + q_b (N x L); out = lam * (X w0ᵀ) + Z (p phi)ᵀ + bias
-            float* qb = scratch(8, (size_t)roundup(L, NR));
-            for (int l = 0; l < roundup(L, NR); ++l) qb[l] = l < L ? P.q_b[l] : 0.f;
             for (int o = 0; o < cpad; ++o) cvec[o] = o < Cout ? P.bias[o] : 0.f;
             float* z = scratch(7, (size_t)N * L);
-            if (prof) t3 = now_seconds();
-            Gemm zg{};
-            zg.m = (int)N; zg.n = L;
-            zg.a1 = x; zg.lda1 = Cin; zg.k1 = Cin; zg.b1 = pre.qp;
-            zg.c = z; zg.ldc = L; zg.bias = qb;
-            gemm_par(P, zg);
-            Gemm m{};
-            m.m = (int)N; m.n = Cout;
-            m.a1 = x; m.lda1 = Cin; m.k1 = Cin; m.b1 = pre.w0p; m.scale1 = lam;
+            if (P.profile) ts[3] = now_seconds();
+            latent_z(P, pre, x, (int)N, z);
+            m.b1 = pre.w0p; m.scale1 = lam;
             m.a2 = z; m.lda2 = L; m.k2 = L; m.b2 = ppk;
-            m.c = out; m.ldc = Cout;
-            m.bias = cvec; m.res = res; m.ldres = Cout; m.act = P.act;
-            gemm_par(P, m);
         }
-        if (prof) {
-            t4 = now_seconds();
-            P.phase_seconds[PH_POOL] += t1 - t0;
-            P.phase_seconds[PH_BRANCH] += t2 - t1;
-            P.phase_seconds[PH_FORM] += t3 - t2;
-            P.phase_seconds[PH_GEMM] += t4 - t3;
+        m.bias = cvec;
+        gemm_par(P, m);
+        if (P.profile) {
+            ts[4] = now_seconds();
+            add_phases(P, ts);
+        }
+    }
+}
+
+// x_s (Ho*Wo x Cin) = x at rows/columns i * stride + offset: the pixels the conv's centre
+// tap reads (the caller checked that they lie inside x)
+void gather_centre(const Params& P, const float* x, float* xs) {
+    const int Cin = P.Cin;
+    for (int i = 0; i < P.Ho; ++i) {
+        const float* row = x + ((long)(i * P.stride + P.offset) * P.W + P.offset) * Cin;
+        for (int j = 0; j < P.Wo; ++j) {
+            const float* src = row + (long)j * P.stride * Cin;
+            float* dst = xs + ((long)i * P.Wo + j) * Cin;
+            for (int c = 0; c < Cin; ++c) dst[c] = src[c];
+        }
+    }
+}
+
+// DCDConvEpilogue: out = act(lam * conv + (p phi) (q x_s + q_b) + bias + residual). One GEMM
+// over the output pixels, (No x L) z times (L x Cout) (p phi)ᵀ, whose tiles start from
+// lam * conv and take bias, residual and activation as they leave the registers.
+void run_epilogue(Params* pp) {
+    Params& P = *pp;
+    const int Cin = P.Cin, Cout = P.Cout, L = P.L;
+    const long N = (long)P.H * P.W, No = (long)P.Ho * P.Wo;
+    const int cpad = roundup(Cout, NR);
+    const bool direct = P.stride == 1 && P.offset == 0 && P.Ho == P.H && P.Wo == P.W;
+    double ts[5] = {};
+    float* lam = scratch(2, (size_t)cpad);
+    float* ppk = scratch(4, packed_size(Cout, L));
+    float* cvec = scratch(5, (size_t)cpad);
+    float* z = scratch(7, (size_t)No * L);
+    float* xs = direct ? nullptr : scratch(9, (size_t)No * Cin);
+    const Prepared pre = prepared_parts(P.prepared, P);
+    for (int o = 0; o < cpad; ++o) cvec[o] = o < Cout ? P.bias[o] : 0.f;
+
+    for (int b = 0; b < P.B; ++b) {
+        const float* x = P.x + b * N * Cin;
+        branch(P, pre, x, lam, ppk, ts);
+        if (!direct) gather_centre(P, x, xs);
+        if (P.profile) ts[3] = now_seconds();
+        latent_z(P, pre, direct ? x : xs, (int)No, z);
+        Gemm m{};
+        m.m = (int)No; m.n = Cout;
+        m.a1 = z; m.lda1 = L; m.k1 = L; m.b1 = ppk;
+        m.c0 = P.conv + b * No * Cout; m.ldc0 = Cout; m.c0scale = lam;
+        m.c = P.out + b * No * Cout; m.ldc = Cout;
+        m.bias = cvec; m.act = P.act;
+        m.res = P.residual ? P.residual + b * No * Cout : nullptr; m.ldres = Cout;
+        gemm_par(P, m);
+        if (P.profile) {
+            ts[4] = now_seconds();
+            add_phases(P, ts);
         }
     }
 }
 
 #define DCD_STR2(x) #x
 #define DCD_STR(x) DCD_STR2(x)
-const KernelTable table = {DCD_STR(DCD_NS), NR, prepared_size, prepare, run};
+const KernelTable table = {DCD_STR(DCD_NS), NR, prepared_size, prepare, run, run_epilogue};
 
 }  // namespace
 }  // namespace DCD_NS

@@ -8,6 +8,12 @@
 
 #include <stddef.h>
 
+// The x86 kernels (and the op's x86 CPU-feature checks) exist on x86-64 only: a build for
+// another CPU (aarch64) that is given DCD_WITH_X86 still compiles the portable kernels alone.
+#if defined(DCD_WITH_X86) && !defined(__x86_64__)
+#undef DCD_WITH_X86
+#endif
+
 namespace dcd {
 
 enum Act { ACT_NONE = 0, ACT_RELU = 1, ACT_RELU6 = 2 };
@@ -18,8 +24,12 @@ struct Params {
     int B, H, W, Cin, Cout, S, L;
     int pool, se, attention, act, form;
     const float* x;        // (B, H, W, Cin)
+    // DCDConvEpilogue only (run_epilogue): conv = OpenVINO's Conv of x with W0, (B, Ho, Wo,
+    // Cout); the latent path reads x at rows/columns i * stride + offset (the centre tap).
+    const float* conv;
+    int Ho, Wo, stride, offset;
     const float* residual; // (B, H, W, Cout) or null
-    const float *fc1, *gate, *scale_w, *phi_w, *phi_b, *q, *q_b, *p, *w0, *bias;
+    const float *fc1, *gate, *scale_w, *phi_w, *phi_b, *q, *q_b, *p, *w0, *bias;  // w0 null: epilogue
     const float* prepared;   // the constants' packed forms, made by KernelTable::prepare
     float* out;            // (B, H, W, Cout)
     // Runs body(ctx, begin, end) over row ranges covering [0, m) (in multiples of grain,
@@ -39,6 +49,9 @@ struct KernelTable {
     size_t (*prepared_size)(const Params* p);
     void (*prepare)(const Params* p, float* dst);
     void (*run)(Params* p);
+    // out = act(lam * conv + (P phi') (Q x_s + q_b) + bias + residual), out (B, Ho, Wo, Cout):
+    // the DCDConvEpilogue op (prepared with w0 null).
+    void (*run_epilogue)(Params* p);
 };
 
 const KernelTable* kernels_portable();

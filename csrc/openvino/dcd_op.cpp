@@ -1,4 +1,5 @@
-// OpenVINO extension: the fused DCD 1x1 op "DCDPointwise" (domain/opset "dcd_deploy").
+// OpenVINO extension: the fused DCD 1x1 op "DCDPointwise" (domain/opset "dcd_deploy"); the
+// k x k one, DCDConvEpilogue, is in dcd_epilogue.cpp and registered here too.
 //
 // * ov::op::Op subclass DCDPointwise, registered with ov::OpExtension (IR round trips);
 // * ONNX frontend ConversionExtension("DCDPointwise", "dcd_deploy") mapping the ONNX node;
@@ -20,6 +21,7 @@
 #include <openvino/runtime/tensor.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <limits>
 #include <cstdlib>
@@ -33,6 +35,7 @@
 #include <vector>
 
 #include "dcd_kernels.hpp"
+#include "dcd_op_common.hpp"
 
 #define DCD_EXPORT extern "C" __attribute__((visibility("default")))
 
@@ -70,8 +73,8 @@ float* scratch(int slot, size_t n) {
 }
 
 // ------------------------------------------------------------------------- ISA selection
-namespace {
-bool cpu_has(const char* isa) {
+// (shared with dcd_epilogue.cpp through dcd_op_common.hpp)
+static bool cpu_has(const char* isa) {
 #if defined(DCD_WITH_X86)
     __builtin_cpu_init();
     if (!std::strcmp(isa, "avx512"))
@@ -112,6 +115,8 @@ const KernelTable* select_kernels(std::string* err) {
 // -------------------------------------------------------------------------------- threads
 // Row ranges over the threads of the TBB arena OpenVINO runs the inference in
 // (INFERENCE_NUM_THREADS); with one thread, the caller does all rows itself.
+std::atomic<long> g_split_calls{0};  // row ranges handed to ov::parallel_for (dcd_deploy_ov_split_calls)
+
 void parallel_rows(int m, int grain, void (*body)(void*, int, int), void* ctx) {
     const int nthr = parallel_get_max_threads();
     const int tiles = (m + grain - 1) / grain;
@@ -120,6 +125,7 @@ void parallel_rows(int m, int grain, void (*body)(void*, int, int), void* ctx) {
         body(ctx, 0, m);
         return;
     }
+    g_split_calls.fetch_add(1, std::memory_order_relaxed);
     ov::parallel_for(chunks, [&](int i) {
         const int t0 = (int)((long)tiles * i / chunks), t1 = (int)((long)tiles * (i + 1) / chunks);
         body(ctx, t0 * grain, std::min(m, t1 * grain));
@@ -135,10 +141,10 @@ bool profiling() {
     const char* env = std::getenv("DCD_DEPLOY_PROFILE");
     return env && env[0] == '1' && env[1] == '\0';
 }
-}  // namespace
+
 
 // ----------------------------------------------------------------------------------- the op
-namespace {
+// (non-static: the helpers below serve dcd_epilogue.cpp too, see dcd_op_common.hpp)
 // Where the inputs are. Two forms of the same op:
 // * the contract's (the ONNX node's): x, [residual], fc1, [gate], [scale_w], phi_w, phi_b,
 //   q, q_b, p, w0, bias;
@@ -172,74 +178,10 @@ struct InputIndex {
     }
 };
 
-// Every size the op reads from a file (the packed attribute, the weights' shapes) is
-// untrusted: a tampered IR claimed S and L of 1.8e17 and 3.4e10, whose products wrapped
-// around 2^64 to the real weights' size. Each dimension is bounded, and every product the
-// kernels index with (int arithmetic there) is computed with overflow checks and kept
-// below 2^31 elements.
-constexpr uint64_t kMaxDim = 1 << 16;                     // channels, S, L
-constexpr uint64_t kMaxElems = (uint64_t(1) << 31) - 1;  // any tensor, product or total
-
-// *out = a * b, false if it overflows or exceeds kMaxElems.
-bool mul_ok(uint64_t a, uint64_t b, uint64_t* out) {
-    return !__builtin_mul_overflow(a, b, out) && *out <= kMaxElems;
-}
-
-// Offsets (floats) of the weight tensors in the packed input: the contract's order, each
-// starting on a 64-byte boundary; absent tensors (gate without se, scale_w without
-// attention) take no room. make() checks the dimensions first.
-enum PackedPart { PK_FC1, PK_GATE, PK_SCALE_W, PK_PHI_W, PK_PHI_B, PK_Q, PK_Q_B, PK_P, PK_W0, PK_BIAS, PK_COUNT };
-struct PackedLayout {
-    size_t offset[PK_COUNT] = {}, size[PK_COUNT] = {}, total = 0;
-
-    // Fills *out and returns "" for dimensions in range; else returns why they are not (a
-    // dimension outside 1..kMaxDim, or a product the kernels cannot index).
-    static std::string make(uint64_t cout, uint64_t cin, uint64_t S, uint64_t L, uint64_t pool, bool se,
-                            bool att, PackedLayout* out) {
-        const uint64_t dims[4] = {cout, cin, S, L};
-        const char* names[4] = {"Cout", "Cin", "S", "L"};
-        for (int i = 0; i < 4; ++i)
-            if (dims[i] < 1 || dims[i] > kMaxDim)
-                return std::string(names[i]) + " = " + std::to_string(dims[i]) + " is outside 1-" +
-                       std::to_string(kMaxDim);
-        if (pool != 1 && pool != 2) return "pool must be 1 or 2";
-        PackedLayout lay;
-        uint64_t t, ll;
-        bool ok = mul_ok(S, cin, &t) && mul_ok(t, pool * pool, &t);
-        lay.size[PK_FC1] = t;
-        ok = ok && mul_ok(S, S, &t);
-        lay.size[PK_GATE] = se ? t : 0;
-        ok = ok && mul_ok(cout, S, &t);
-        lay.size[PK_SCALE_W] = att ? t : 0;
-        ok = ok && mul_ok(L, L, &ll) && mul_ok(ll, S, &t);
-        lay.size[PK_PHI_W] = t;
-        lay.size[PK_PHI_B] = ll;
-        ok = ok && mul_ok(L, cin, &t);
-        lay.size[PK_Q] = t;
-        lay.size[PK_Q_B] = L;
-        ok = ok && mul_ok(cout, L, &t);
-        lay.size[PK_P] = t;
-        ok = ok && mul_ok(cout, cin, &t);
-        lay.size[PK_W0] = t;
-        lay.size[PK_BIAS] = cout;
-        // the kernels' prepared panels: K = Cin + L columns of up to 64 padded rows
-        ok = ok && mul_ok(cout + 64, cin + L, &t) && mul_ok(L + 64, cin + L, &t);
-        if (!ok)
-            return "the weights' sizes (Cout " + std::to_string(cout) + ", Cin " + std::to_string(cin) + ", S " +
-                   std::to_string(S) + ", L " + std::to_string(L) + ") exceed 2^31 values";
-        for (int i = 0; i < PK_COUNT; ++i) {
-            lay.offset[i] = lay.total;
-            lay.total += (lay.size[i] + 15) & ~size_t(15);
-            if (lay.total > kMaxElems) return "the packed weights exceed 2^31 values";
-        }
-        *out = lay;
-        return "";
-    }
-};
 
 // At most this many characters of a value read from a file in a message (a 1 MB
 // attribute must not become a 1 MB error line).
-std::string clip(const std::string& s, size_t n = 60) {
+std::string clip(const std::string& s, size_t n) {
     return s.size() <= n ? s : s.substr(0, n) + "...";
 }
 
@@ -264,7 +206,7 @@ void record_validation_failure(const std::string& what) {
     ++g_err_count;
 }
 
-void record_failure(ov::TensorVector& outputs, const std::string& what) {
+void record_failure(ov::TensorVector& outputs, const std::string& what, const char* op) {
     // OpenVINO's CPU plugin ignores a failing evaluate of an extension op (an exception or
     // false), and an exception thrown through it left the plugin unusable (a later crash):
     // make the output unusable (NaN) and record why.
@@ -274,7 +216,7 @@ void record_failure(ov::TensorVector& outputs, const std::string& what) {
     std::lock_guard<std::mutex> lock(g_err_mutex);
     g_err = reason_of(what);
     ++g_err_count;
-    if (!g_quiet) std::fprintf(stderr, "DCDPointwise: %s (output set to NaN)\n", what.c_str());
+    if (!g_quiet) std::fprintf(stderr, "%s: %s (output set to NaN)\n", op, what.c_str());
 }
 
 int parse_act(const std::string& a) {
@@ -289,7 +231,7 @@ int parse_form(const std::string& f) {
     if (f == "auto" || f.empty()) return FORM_AUTO;
     return -1;
 }
-}  // namespace
+
 
 class DCDPointwise : public ov::op::Op {
 public:
@@ -695,6 +637,12 @@ DCD_EXPORT const char* dcd_deploy_ov_isa() {
     }
 }
 
+// How many GEMMs were split over more than one thread since the last reset (reset = 1):
+// whether evaluate sees OpenVINO's INFERENCE_NUM_THREADS, for tests and benchmarks.
+DCD_EXPORT long dcd_deploy_ov_split_calls(int reset) {
+    return reset ? dcd::g_split_calls.exchange(0) : dcd::g_split_calls.load();
+}
+
 // The failures of evaluate since the library was loaded (each one left its output NaN).
 DCD_EXPORT unsigned long long dcd_deploy_ov_error_count() {
     std::lock_guard<std::mutex> lock(dcd::g_err_mutex);
@@ -763,4 +711,5 @@ DCD_EXPORT void dcd_deploy_ov_profile_reset() {
 
 OPENVINO_CREATE_EXTENSIONS(std::vector<ov::Extension::Ptr>(
     {std::make_shared<ov::OpExtension<dcd::DCDPointwise>>(),
-     std::make_shared<ov::frontend::onnx::ConversionExtension>("DCDPointwise", "dcd_deploy", dcd::convert_onnx)}));
+     std::make_shared<ov::frontend::onnx::ConversionExtension>("DCDPointwise", "dcd_deploy", dcd::convert_onnx),
+     dcd::epilogue_op_extension(), dcd::epilogue_onnx_extension()}));

@@ -56,6 +56,10 @@ class FrontierRecord:
         params, madds: the paper's printed cells.
         on_frontier: on its family's accuracy-latency frontier (False when not timed).
         status: ``ok`` or ``not built``; reason: why not.
+        dcd_layers, fused_nodes (``openvino-fused`` only): the model's DCD layers, and how
+            many of them ran as this toolkit's fused op (``dcd_deploy.DCDPointwise``
+            nodes); the others ran as OpenVINO's standard ops, as did every layer of a
+            static model.
     """
 
     name: str
@@ -72,6 +76,8 @@ class FrontierRecord:
     on_frontier: bool = False
     status: str = "ok"
     reason: str | None = None
+    dcd_layers: int | None = None
+    fused_nodes: int | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -210,16 +216,19 @@ def run_frontier(*, models: Sequence[str] | None = None, backend: str = DEFAULT_
         with tempfile.TemporaryDirectory(prefix="dcd-frontier-") as tmp:
             prep = latency._Prepared(built, x=x, tmp=tmp, input_size=input_size, threads=threads,
                                      progress=progress)
+            coverage: dict[str, tuple[int, int]] = {}
             for name in list(built):
                 try:
                     prep.add(backends[0], name)
+                    if backends[0] == "openvino-fused":
+                        coverage[name] = (_dcd_layers(built[name]), _fused_nodes(prep.fused_or_standard(name)))
                 except Exception as exc:  # an export or compile failure costs its row only
                     failed[name] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
                     progress(f"[{backends[0]}] {name}: not built ({failed[name]})")
             timings = latency._time_all(prep.runners, timing=timing, progress=progress) if prep.runners else {}
     finally:
         torch.set_num_threads(previous)
-    records = _records(rows, timings, failed, backends[0])
+    records = _records(rows, timings, failed, backends[0], coverage)
     settings = {"models": [r.model for r in rows], "backend": backends[0], "threads": threads, "batch": 1,
                 "input_size": input_size, "runs": timing["runs"], "min_time_s": timing["min_time"],
                 "warmup": timing["warmup"], "quick": quick, "seed": seed,
@@ -232,7 +241,22 @@ def run_frontier(*, models: Sequence[str] | None = None, backend: str = DEFAULT_
     return FrontierResult(machine=machine, settings=settings, records=records, notes=notes)
 
 
-def _records(rows: Sequence[PaperRow], timings: dict, failed: dict[str, str], backend: str) -> list[FrontierRecord]:
+def _dcd_layers(model) -> int:
+    from ..layers.dcd import DCDConv2d, DCDLinear
+
+    return sum(isinstance(m, (DCDConv2d, DCDLinear)) for m in model.modules())
+
+
+def _fused_nodes(onnx_path) -> int:
+    """How many ``dcd_deploy.DCDPointwise`` nodes (fused DCD layers) the file has."""
+    import onnx
+
+    graph = onnx.load(str(onnx_path), load_external_data=False).graph
+    return sum(n.domain == "dcd_deploy" and n.op_type in ("DCDPointwise", "DCDConvEpilogue") for n in graph.node)
+
+
+def _records(rows: Sequence[PaperRow], timings: dict, failed: dict[str, str], backend: str,
+             coverage: dict[str, tuple[int, int]] | None = None) -> list[FrontierRecord]:
     from . import _stats
 
     records = []
@@ -245,6 +269,8 @@ def _records(rows: Sequence[PaperRow], timings: dict, failed: dict[str, str], ba
         else:
             s = _stats.summarize(t.samples_ms)
             rec.p50_ms, rec.mean_ms, rec.p90_ms, rec.n_runs = s.p50, s.mean, s.p90, s.n
+            if coverage and row.model in coverage:
+                rec.dcd_layers, rec.fused_nodes = coverage[row.model]
         records.append(rec)
     mark_frontier(records)
     return sorted(records, key=lambda r: (r.p50_ms is None, r.p50_ms or 0.0, r.family, r.name))

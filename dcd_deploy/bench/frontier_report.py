@@ -54,12 +54,21 @@ def frontier_summary(result: FrontierResult) -> list[str]:
     return lines
 
 
+def coverage_lines(result: FrontierResult) -> list[str]:
+    """``openvino-fused``: how many DCD layers of each DCD model ran as the fused op."""
+    recs = [r for r in result.records if r.dcd_layers]
+    if not recs:
+        return []
+    return ["DCD layers run by the fused op (the others, and static models, as OpenVINO's standard ops): "
+            + ", ".join(f"{r.label} {r.fused_nodes}/{r.dcd_layers}" for r in recs)]
+
+
 def format_frontier_table(result: FrontierResult) -> list[str]:
     """Header, the rows sorted by latency, each family's frontier, notes and the rule."""
     lines = header_lines(result) + ["", _line([h for h, _, _ in _COLUMNS]),
                                      "-" * (sum(w for _, w, _ in _COLUMNS) + len(_COLUMNS) - 1)]
     lines += [_line(_cells(r)) for r in result.records]
-    lines += [""] + frontier_summary(result)
+    lines += [""] + frontier_summary(result) + coverage_lines(result)
     lines += [f"not built: {r.name}: {r.reason}" for r in result.records if r.status != "ok"]
     lines += [f"note: {n}" for n in result.notes]
     lines += ["", f"{ON} = on its family's accuracy-latency frontier: no other model of the family is at least "
@@ -79,7 +88,7 @@ def to_markdown(result: FrontierResult) -> str:
            "| " + " | ".join(h for h, _, _ in _COLUMNS) + " |",
            "|" + "|".join("---:" if a == ">" else "---" for _, _, a in _COLUMNS) + "|"]
     out += ["| " + " | ".join(_cells(r)) + " |" for r in result.records]
-    out += [""] + [f"- {line}" for line in frontier_summary(result)]
+    out += [""] + [f"- {line}" for line in frontier_summary(result) + coverage_lines(result)]
     out += [f"- not built: {r.name}: {r.reason}" for r in result.records if r.status != "ok"]
     out += ["", f"{ON} = on its family's frontier: no other model of the family is at least as fast and at "
             "least as accurate, and strictly better in one."]

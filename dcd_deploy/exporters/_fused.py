@@ -1,4 +1,4 @@
-"""``mode="fused"``: one channels-last ``dcd_deploy.DCDPointwise`` node per 1x1 DCD layer.
+"""``mode="fused"``: one channels-last ``dcd_deploy`` node per channel-fusion DCD layer.
 
 This is the graph a runtime with a fused DCD kernel needs (the OpenVINO extension in
 :mod:`dcd_deploy.openvino` runs it). Each 1x1 DCD layer (paper Eq. 5 with the
@@ -19,11 +19,22 @@ fused), ``fc1``, ``gate`` (SE), ``scale_w`` (Λ), ``phi_w``, ``phi_b``, ``q``, `
 ``p``, ``w0``, ``bias``. Attributes: ``pool``, ``se``, ``attention``, ``residual``,
 ``activation``, ``form`` (the cost model's pick; both forms compute the same function).
 
+A k x k or strided channel-fusion layer (ResNet's 3x3 layers, the strided 1x1 ones;
+paper Eq. 8 with the 1x1 dynamic residual at the centre tap) keeps ``W0 * x`` a standard
+Conv (constant weights, no bias: the runtime's own convolution) and adds the rest with
+one ``dcd_deploy.DCDConvEpilogue`` node in one pass over the output:
+
+    y = act(Λ ⊙ conv + P Φ' (Q x_s + q_b) + bias + residual)
+
+with ``x_s`` the conv's centre-tap pixels (stride ``stride``, offset 0 at padding k//2).
+Inputs: ``conv``, ``x``, ``residual`` (if fused), then the DCDPointwise weights without
+``w0``. Attributes: those of DCDPointwise without ``form``, plus ``stride``, ``offset``.
+
 The epilogue is matched on the exported ONNX graph (:func:`plan`): a same-shape Add
 and then a Relu or Clip(0, 6), each only where the tensor before it feeds nothing else.
-Other DCD kinds (k x k channel fusion, depthwise, joint, strided, several latent blocks,
-the classifier) stay standard ops in this mode: they are not fused yet, and
-:func:`why_not` says why for the export's report.
+Other DCD kinds (depthwise, joint, several latent blocks, the classifier) stay standard
+ops in this mode: they are not fused yet, and :func:`why_not` says why for the export's
+report.
 """
 
 from __future__ import annotations
@@ -37,6 +48,10 @@ from ._deploy_dcd import DeployDCD
 
 #: Op type of the fused node (domain ``dcd_deploy``).
 OP_TYPE = "DCDPointwise"
+#: Op type of the fused node of a k x k or strided layer, after the standard Conv of W0.
+EPILOGUE_OP_TYPE = "DCDConvEpilogue"
+#: Both fused op types.
+OP_TYPES = (OP_TYPE, EPILOGUE_OP_TYPE)
 #: NCHW -> NHWC and back.
 TO_NHWC, TO_NCHW = [0, 2, 3, 1], [0, 3, 1, 2]
 
@@ -58,8 +73,14 @@ class FusedLayer:
 
 
 def fusable(layer: nn.Module) -> bool:
-    """A 1x1, stride-1 channel-fusion DCD layer with one latent block: the fused op's kind."""
+    """A channel-fusion DCD layer with one latent block and an odd kernel: a fused op's kind."""
     return isinstance(layer, DeployDCD) and why_not(layer) is None
+
+
+def around_conv(layer: DeployDCD) -> bool:
+    """Whether a fusable layer is emitted as Conv + DCDConvEpilogue (k x k or strided)
+    rather than one DCDPointwise node (1x1, stride 1)."""
+    return layer.kernel_size != 1 or layer.stride != 1
 
 
 def why_not(layer: nn.Module) -> str | None:
@@ -72,11 +93,9 @@ def why_not(layer: nn.Module) -> str | None:
         return "depthwise"
     if layer.kind == "joint":
         return "joint fusion"
-    if layer.kernel_size != 1:
+    if layer.kernel_size % 2 == 0:  # the centre tap is not a pixel
         k = layer.kernel_size
-        return f"{k}x{k} kernel"
-    if layer.stride != 1:
-        return f"stride {layer.stride}"
+        return f"{k}x{k} kernel (even)"
     if not layer.channel_fusion:
         return "no channel fusion"
     if layer.num_blocks != 1:
@@ -171,6 +190,8 @@ class Layout:
 def emit(g: GraphBuilder, layout: Layout, layer: DeployDCD, activation: str, path: str,
          x: str, residual: str | None, in_shape) -> str:
     """Emit one fused node (NCHW in and out); returns the output name."""
+    if around_conv(layer):
+        return _emit_around_conv(g, layout, layer, activation, path, x, residual, in_shape)
     fs = FunctionScope(g, path, layout.to_nhwc(x, path))
     if residual is not None:
         fs.input("residual", layout.to_nhwc(residual, path))
@@ -182,8 +203,28 @@ def emit(g: GraphBuilder, layout: Layout, layer: DeployDCD, activation: str, pat
     return layout.to_nchw(y, path)
 
 
-def _weights(fs: FunctionScope, layer: DeployDCD) -> dict[str, str]:
-    """The node's constant inputs, in the contract's order."""
+def _emit_around_conv(g: GraphBuilder, layout: Layout, layer: DeployDCD, activation: str, path: str,
+                      x: str, residual: str | None, in_shape) -> str:
+    """A k x k / strided layer: the standard Conv of W0 (NCHW, constant weights, no bias),
+    then one DCDConvEpilogue node (NHWC); returns the NCHW output name."""
+    k, stride = layer.kernel_size, layer.stride
+    conv = g.scope(path).op("Conv", [x, g.scope(path).const("w0", layer.w0)], kernel_shape=[k, k],
+                            strides=[stride] * 2, pads=[k // 2] * 4)  # (B, C_out, H', W')
+    fs = FunctionScope(g, path, layout.to_nhwc(conv, path))
+    fs.formals[0] = "conv"  # the body's first input is the convolution, then x
+    fs.input("x", layout.to_nhwc(x, path))
+    if residual is not None:
+        fs.input("residual", layout.to_nhwc(residual, path))
+    w = _weights(fs, layer, with_w0=False)
+    out = _body(fs, layer, w, in_shape, residual=residual is not None, activation=activation, stride=stride)
+    attrs = dict(pool=layer.pool_size, se=int(layer.se), attention=int(layer.scale_w is not None),
+                 residual=int(residual is not None), activation=activation, stride=stride, offset=0)
+    y = fs.finish(out, kind=EPILOGUE_OP_TYPE, op_type=EPILOGUE_OP_TYPE, attrs=attrs)
+    return layout.to_nchw(y, path)
+
+
+def _weights(fs: FunctionScope, layer: DeployDCD, *, with_w0: bool = True) -> dict[str, str]:
+    """The node's constant inputs, in the contract's order (DCDConvEpilogue: no w0)."""
     w = {"fc1": fs.const("fc1", layer.fc1)}  # (S, C_in·P²)
     if layer.se:
         w["gate"] = fs.const("gate", layer.gate)  # (S, S)
@@ -194,7 +235,8 @@ def _weights(fs: FunctionScope, layer: DeployDCD) -> dict[str, str]:
     w["q"] = fs.const("q", layer.q.flatten(1))  # (L, C_in)
     w["q_b"] = fs.const("q_b", layer.q_b)  # (L,)
     w["p"] = fs.const("p", layer.p.flatten(1))  # (C_out, L)
-    w["w0"] = fs.const("w0", layer.w0.flatten(1))  # (C_out, C_in)
+    if with_w0:
+        w["w0"] = fs.const("w0", layer.w0.flatten(1))  # (C_out, C_in)
     w["bias"] = fs.const("bias", layer.bias)  # (C_out,)
     return w
 
@@ -223,8 +265,10 @@ def _pooled(fs: FunctionScope, pool: int, in_shape) -> str:
 
 
 def _body(fs: FunctionScope, layer: DeployDCD, w: dict[str, str], in_shape, *, residual: bool,
-          activation: str) -> str:
-    """The node's function body: the layer in NHWC with standard ops."""
+          activation: str, stride: int | None = None) -> str:
+    """The node's function body: the layer in NHWC with standard ops. With ``stride``
+    (DCDConvEpilogue) the static term is the body's ``conv`` input and the latent path
+    reads x's centre-tap pixels, every ``stride``-th row and column from 0."""
     lat = layer.latent_dim
     y = fs.op("Gemm", [_pooled(fs, layer.pool_size, in_shape), w["fc1"]], transB=1)  # (B, S)
     if layer.se:
@@ -235,10 +279,18 @@ def _body(fs: FunctionScope, layer: DeployDCD, w: dict[str, str], in_shape, *, r
     phi = fs.op("Gemm", [y, w["phi_w"], w["phi_b"]], transB=1)  # (B, L²)
     phi = fs.op("Reshape", [phi, fs.ints("phi_shape", [0, lat, lat])])  # (B, L, L)
     phi_t = fs.op("Unsqueeze", [fs.op("Transpose", [phi], perm=[0, 2, 1]), fs.ints("axis", [1])])  # (B, 1, L, L)
-    z = fs.op("Add", [fs.op("MatMul", ["x", fs.op("Transpose", [w["q"]], perm=[1, 0])]), w["q_b"]])  # (B, H, W, L)
+    xs = "x"
+    if stride is not None and stride != 1:
+        big = 2**62  # Slice clamps the end to the size
+        xs = fs.op("Slice", ["x", fs.ints("s_starts", [0, 0]), fs.ints("s_ends", [big, big]),
+                             fs.ints("s_axes", [1, 2]), fs.ints("s_steps", [stride, stride])])  # (B, H', W', C_in)
+    z = fs.op("Add", [fs.op("MatMul", [xs, fs.op("Transpose", [w["q"]], perm=[1, 0])]), w["q_b"]])  # (B, H', W', L)
     u = fs.op("MatMul", [z, phi_t])  # (B, H, W, L): Φ' z per pixel
     dyn = fs.op("MatMul", [u, fs.op("Transpose", [w["p"]], perm=[1, 0])])  # (B, H, W, C_out)
-    out = fs.op("MatMul", ["x", fs.op("Transpose", [w["w0"]], perm=[1, 0])])  # (B, H, W, C_out)
+    if stride is None:
+        out = fs.op("MatMul", ["x", fs.op("Transpose", [w["w0"]], perm=[1, 0])])  # (B, H, W, C_out)
+    else:
+        out = "conv"  # (B, H', W', C_out): W0 * x, the runtime's convolution
     if "scale_w" in w:
         lam = fs.op("HardSigmoid", [fs.op("Gemm", [y, w["scale_w"]], transB=1)], alpha=1.0 / 6.0, beta=0.5)
         out = fs.op("Mul", [out, fs.op("Unsqueeze", [lam, fs.ints("hw", [1, 2])])])  # Λ per (sample, channel)

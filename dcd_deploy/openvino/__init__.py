@@ -69,7 +69,7 @@ def needs_extension(onnx_path) -> bool:
         text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise DCDDeployError(f"{onnx_path} is not an ONNX model: {_clip(text)}") from None
     ops = {n.op_type for n in proto.graph.node if n.domain == "dcd_deploy"}
-    other = sorted(ops - {"DCDPointwise"})
+    other = sorted(ops - {"DCDPointwise", "DCDConvEpilogue"})
     if other:
         raise DCDDeployError(f"{onnx_path} has dcd_deploy.{_clip(other[0], 60)} nodes (a --mode function export), "
                              "which OpenVINO cannot run; export with --mode fused or --mode standard for OpenVINO")

@@ -61,7 +61,7 @@ _ENVIRONMENT_REASONS = ("No space left on device", "Disk quota exceeded", "File 
                         "Read-only file system", "virtual memory exhausted", "Cannot allocate memory")
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
-_SOURCES = ("dcd_op.cpp", "dcd_kernels.cpp", "dcd_kernels.hpp")
+_SOURCES = ("dcd_op.cpp", "dcd_epilogue.cpp", "dcd_op_common.hpp", "dcd_kernels.cpp", "dcd_kernels.hpp")
 _COMMON_FLAGS = ("-O3", "-std=c++17", "-fPIC", "-fvisibility=hidden")
 # (object name, source, extra flags); the kernels are built once per instruction set
 _X86_KERNELS = (
@@ -451,7 +451,8 @@ def _build_locked(target: Path, *, cxx: str, src: Path, include: Path, kernels, 
     try:
         base = [cxx, *_COMMON_FLAGS, f"-I{src}", f"-I{include}"]
         jobs = [(tmpdir / "dcd_op.o", [*base, *op_flags, f'-DDCD_BUILD_ID="{build_id}"', "-c",
-                                      str(src / "dcd_op.cpp")])]
+                                      str(src / "dcd_op.cpp")]),
+                (tmpdir / "dcd_epilogue.o", [*base, *op_flags, "-c", str(src / "dcd_epilogue.cpp")])]
         for obj, flags in kernels:
             jobs.append((tmpdir / f"{obj}.o", [*base, *_KERNEL_FLAGS, *flags, "-c", str(src / "dcd_kernels.cpp")]))
         say(f"compiling the OpenVINO extension ({len(jobs)} objects, {cxx}) ...")

@@ -132,3 +132,37 @@ def test_every_pair_of_a_family_is_compared():
     for perm in itertools.permutations(range(len(pts))):
         p = [pts[i] for i in perm]
         assert fr.pareto_flags(p) == brute_force(p)
+
+
+def test_frontier_on_openvino_fused(monkeypatch):
+    # the DCD model runs the fused kernels (its file has DCDPointwise nodes and needs the
+    # extension), its static partner plain OpenVINO (no dcd_deploy node), both timed
+    pytest.importorskip("openvino")
+    from dcd_deploy.bench import frontier_report, latency
+    from dcd_deploy.openvino import needs_extension
+
+    compiled = {}
+    real = latency.openvino_runner
+
+    def runner(path, x, threads):
+        compiled[path.name] = needs_extension(path)
+        return real(path, x, threads)
+
+    monkeypatch.setattr(latency, "openvino_runner", runner)
+    result = fr.run_frontier(models=["mobilenetv2_035", "mobilenetv2_035_dcd"], backend="openvino-fused",
+                             input_size=64, quick=True)
+    assert compiled == {"mobilenetv2_035.onnx": False, "mobilenetv2_035_dcd.fused.onnx": True}
+    recs = {r.name: r for r in result.records}
+    assert all(r.status == "ok" and r.p50_ms > 0 for r in recs.values())
+    assert result.settings["backend"] == "openvino-fused"
+    # every 1x1 DCD conv of MobileNetV2 is fused (the DCD classifier may still run as standard ops)
+    from dcd_deploy.layers.dcd import DCDConv2d, DCDLinear
+    from dcd_deploy.models import create_model
+
+    model = create_model("mobilenetv2_035_dcd")
+    convs = sum(isinstance(m, DCDConv2d) and m.kernel_size in (1, (1, 1)) for m in model.modules())
+    dcd = recs["mobilenetv2_035_dcd"]
+    assert dcd.dcd_layers == sum(isinstance(m, (DCDConv2d, DCDLinear)) for m in model.modules())
+    assert convs <= dcd.fused_nodes <= dcd.dcd_layers and convs > 0
+    assert (recs["mobilenetv2_035"].dcd_layers, recs["mobilenetv2_035"].fused_nodes) == (0, 0)
+    assert f"x0.35 DCD {dcd.fused_nodes}/{dcd.dcd_layers}" in "\n".join(frontier_report.format_frontier_table(result))

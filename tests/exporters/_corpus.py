@@ -419,13 +419,12 @@ CORPUS: dict[str, Case] = {
 UNFUSED = {
     "mobilenetv3_like": {"blocks.0.dw.0": "depthwise", "blocks.1.dw.0": "depthwise", "blocks.2.dw.0": "depthwise",
                          "classifier.3": "classifier (DCD linear layer)"},
-    "efficientnet_like": {"stage2.shortcut.0": "stride 2"},
+    "efficientnet_like": {},
     "shufflenet_like": {},
-    "densenet_like": {f"layers.{i}.conv2": "3x3 kernel" for i in range(3)},
+    "densenet_like": {},
     "convnext_like": {},
-    "segnet_like": {"enc1.0": "3x3 kernel", "enc2.0": "3x3 kernel"},
+    "segnet_like": {},
     "two_input": {"dw.0": "depthwise", "cls": "classifier (DCD linear layer)"},
     "nonsquare": {},
-    "resnet_like": {"layer1.conv2": "3x3 kernel", "layer2.conv2": "3x3 kernel", "layer2.conv1": "stride 2",
-                    "layer1.conv3": "2 latent blocks", "layer2.conv3": "2 latent blocks"},
+    "resnet_like": {"layer1.conv3": "2 latent blocks", "layer2.conv3": "2 latent blocks"},
 }

@@ -142,7 +142,7 @@ def test_corpus_network_exports_and_matches_pytorch(tmp_path, name, mode):
         assert result.fused_summary() == f"{len(dcd) - len(UNFUSED[name])} of {len(dcd)} DCD layers fused"
         assert _fused_paths(layers) == set(result.fused)
         fused_nodes = [n for n in proto.graph.node if n.domain == DOMAIN]
-        assert len(fused_nodes) == len(result.fused) and {n.op_type for n in fused_nodes} <= {"DCDPointwise"}
+        assert len(fused_nodes) == len(result.fused) and {n.op_type for n in fused_nodes} <= {"DCDPointwise", "DCDConvEpilogue"}
     else:
         assert result.fused == [] and result.unfused == {}
 

@@ -95,10 +95,10 @@ class Net(nn.Module):
         return torch.flatten(self.act(y), 1)
 
 
-def build(cfg: Layer) -> Net:
-    """Random non-trivial weights and BN statistics (Λ and Φ vary per sample)."""
+def build(cfg, net=Net) -> nn.Module:
+    """``net(cfg)`` with random non-trivial weights and BN statistics (Λ and Φ vary per sample)."""
     torch.manual_seed(cfg.seed)
-    model = Net(cfg)
+    model = net(cfg)
     with torch.no_grad():
         for mod in model.modules():
             if isinstance(mod, nn.modules.batchnorm._BatchNorm):
@@ -193,8 +193,12 @@ def test_zoo_dcd_models_fused_in_openvino(arch, tmp_path):
     model = ZOO(arch, size)
     path = tmp_path / f"{arch}.onnx"
     result = export_onnx(model, path, input_size=size, mode="fused", check=False)
-    pointwise = sum(isinstance(m, DCDConv2d) and m.kernel_size == 1 and m.stride == 1 for m in model.modules())
+    channel = [m for m in model.modules() if isinstance(m, DCDConv2d) and m.channel_fusion and m.num_blocks == 1
+               and not m.form.depthwise and not m.form.joint]
+    pointwise = sum(m.kernel_size == 1 and m.stride == 1 for m in channel)
     assert result.op_histogram.get("dcd_deploy.DCDPointwise", 0) == pointwise
+    # k x k and strided ones: OpenVINO's Conv of W0, then the epilogue op
+    assert result.op_histogram.get("dcd_deploy.DCDConvEpilogue", 0) == len(channel) - pointwise
     report = check_parity(model, path, batch_sizes=(1, 2), n_inputs=2, backends=("openvino",))
     assert report, report.table()
     assert report.max_rel < 1e-3 and all(r.top1_agreement == 1.0 for r in report.rows)

@@ -13,6 +13,7 @@ ov = pytest.importorskip("openvino")
 onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
+from _fused_reference import make_case, reference  # noqa: E402
 from dcd_deploy.openvino import build_extension  # noqa: E402
 
 ISAS = ("avx512", "avx2", "portable")
@@ -55,66 +56,7 @@ def _cpu_isas(lib) -> list[str]:
     return out
 
 
-# ------------------------------------------------------------------------------ reference
-def hsig(v):
-    return np.clip(v / 6.0 + 0.5, 0.0, 1.0)
-
-
-def adaptive_bins(n):
-    return [(i * n // 2, -(-((i + 1) * n) // 2)) for i in range(2)]
-
-
-def reference(x, res, c, *, pool, se, attention, activation):
-    """float64 numpy implementation of the op contract, straight from the spec."""
-    x = x.astype(np.float64)
-    c = {k: v.astype(np.float64) for k, v in c.items()}
-    B, H, W, Cin = x.shape
-    L = c["q"].shape[0]
-    outs = []
-    for b in range(B):
-        xb = x[b]
-        if pool == 1:
-            pooled = xb.mean(axis=(0, 1))
-        else:
-            pooled = np.zeros(Cin * 4)
-            for i, (r0, r1) in enumerate(adaptive_bins(H)):
-                for j, (c0, c1) in enumerate(adaptive_bins(W)):
-                    pooled[np.arange(Cin) * 4 + i * 2 + j] = xb[r0:r1, c0:c1].mean(axis=(0, 1))
-        y = c["fc1"] @ pooled
-        y = y * hsig(c["gate"] @ y) if se else np.maximum(y, 0)
-        lam = hsig(c["scale_w"] @ y) if attention else np.ones(c["w0"].shape[0])
-        phi = (c["phi_w"] @ y + c["phi_b"]).reshape(L, L)
-        xf = xb.reshape(-1, Cin)
-        z = xf @ c["q"].T + c["q_b"]
-        out = lam * (xf @ c["w0"].T) + (z @ phi.T) @ c["p"].T + c["bias"]
-        out = out.reshape(H, W, -1)
-        if res is not None:
-            out = out + res[b]
-        if activation == "relu":
-            out = np.maximum(out, 0)
-        elif activation == "relu6":
-            out = np.clip(out, 0, 6)
-        outs.append(out)
-    return np.stack(outs)
-
-
 # ------------------------------------------------------------------------------ the model
-def make_case(rng, *, B, H, W, Cin, Cout, L, S, pool, se, attention, residual):
-    def r(*shape, scale=1.0):
-        return (rng.standard_normal(shape) * scale).astype(np.float32)
-
-    x = r(B, H, W, Cin)
-    res = r(B, H, W, Cout) if residual else None
-    c = {"fc1": r(S, Cin * pool * pool, scale=0.5)}
-    if se:
-        c["gate"] = r(S, S, scale=0.5)
-    if attention:
-        c["scale_w"] = r(Cout, S, scale=0.5)
-    c.update(phi_w=r(L * L, S, scale=0.2), phi_b=r(L * L, scale=0.2), q=r(L, Cin, scale=0.3), q_b=r(L, scale=0.3),
-             p=r(Cout, L, scale=0.3), w0=r(Cout, Cin, scale=1 / np.sqrt(Cin)), bias=r(Cout, scale=0.1))
-    return x, res, c
-
-
 def make_model(x, res, c, *, pool, se, attention, activation, form):
     B, H, W, Cin = x.shape
     Cout = c["w0"].shape[0]
@@ -308,6 +250,24 @@ def test_two_threads(core, monkeypatch, form):
     got = compiled([x, res])[0]
     want = reference(x, res, c, pool=2, se=1, attention=1, activation="relu")
     assert np.abs(got - want).max() < 1e-5 * max(1.0, np.abs(want).max())
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_the_gemms_split_over_openvinos_threads(core, lib, monkeypatch, threads):
+    # evaluate sees INFERENCE_NUM_THREADS (the CPU plugin runs the op inside its TBB arena):
+    # with 2 threads each GEMM's rows are handed to ov::parallel_for, with 1 never
+    monkeypatch.delenv("DCD_DEPLOY_ISA", raising=False)
+    lib.dcd_deploy_ov_split_calls.restype = ctypes.c_long
+    lib.dcd_deploy_ov_split_calls.argtypes = [ctypes.c_int]
+    rng = np.random.default_rng(10)
+    x, res, c = make_case(rng, B=1, H=16, W=16, Cin=24, Cout=40, L=8, S=6, pool=1, se=0, attention=1, residual=0)
+    model = core.read_model(make_model(x, res, c, pool=1, se=0, attention=1, activation="none", form="latent"), b"")
+    compiled = core.compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32", "INFERENCE_NUM_THREADS": threads})
+    lib.dcd_deploy_ov_split_calls(1)
+    for _ in range(3):
+        compiled([x])
+    # the latent form has two GEMMs over the 256 pixels (Z, then the output)
+    assert lib.dcd_deploy_ov_split_calls(1) == (6 if threads == 2 else 0)
 
 
 def test_inconsistent_weights_fail_at_read_model(core, monkeypatch):

@@ -1,0 +1,203 @@
+"""The fused kernels' portable path on aarch64: cross-compiled (``g++-aarch64-linux-gnu``)
+with a stand-alone driver (``csrc/openvino/test_driver.cpp``) and run under ``qemu-aarch64``
+(``qemu-user``), against the float64 numpy model of the op contract (_fused_reference).
+
+The cases cover both ops (DCDPointwise in both forms, DCDConvEpilogue at strides 1 and 2), global and 2x2 pooling on odd sides, the SE / attention /
+residual / activation options, batches, K above the kernel's K block, channel counts
+that leave partial panels, and the GEMM row split over threads. Skipped, with the reason,
+when the cross tools are missing (``make test-aarch64`` installs them when it may, and
+sets DCD_DEPLOY_REQUIRE_AARCH64=1 so a missing tool fails instead). The same driver built
+for this machine checks the harness itself wherever a C++ compiler is.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import subprocess
+
+import numpy as np
+import pytest
+
+from _fused_reference import (EPILOGUE_WEIGHT_ORDER, WEIGHT_ORDER, conv_nhwc, epilogue_reference, make_case,
+                              max_relative_error, reference)
+from dcd_deploy.errors import ExtensionError
+from dcd_deploy.openvino import _cross
+
+ACTS = {"none": 0, "relu": 1, "relu6": 2}
+FORMS = {"weight": 0, "latent": 1, "auto": 2}
+MAGIC = 0x4B444344
+REQUIRE_ENV = "DCD_DEPLOY_REQUIRE_AARCH64"
+
+
+def _cases():
+    """(sizes and options) of every case; each gets its own seed."""
+    base = dict(B=1, H=7, W=7, Cin=17, Cout=23, L=4, S=8, pool=1, se=0, attention=0, residual=0,
+                activation="none", form="weight", threads=1)
+    out = []
+    for form in ("weight", "latent"):
+        for pool in (1, 2):
+            for h, w in ((7, 7), (5, 3), (1, 1), (14, 14)):
+                out.append({**base, "H": h, "W": w, "pool": pool, "form": form})
+        # channel counts: partial panels and vectors, L above a panel, K over one block
+        for cin, cout, L in ((32, 96, 8), (96, 32, 20), (160, 96, 8), (23, 160, 20), (96, 17, 4), (200, 203, 8)):
+            out.append({**base, "H": 5, "W": 3, "Cin": cin, "Cout": cout, "L": L, "S": 12, "pool": 2, "form": form})
+        for se, att, res, act in ((0, 0, 0, "none"), (1, 0, 0, "relu"), (0, 1, 1, "relu6"), (1, 1, 1, "none"),
+                                  (1, 1, 0, "relu6"), (0, 0, 1, "relu")):
+            for B in (1, 4):
+                out.append({**base, "B": B, "H": 5, "W": 3, "Cin": 23, "Cout": 17, "L": 8, "pool": 2, "se": se,
+                            "attention": att, "residual": res, "activation": act, "form": form})
+        # Cin above the K block (256): partial sums go through the output
+        out.append({**base, "H": 3, "W": 5, "Cin": 600, "Cout": 40, "L": 8, "attention": 1, "residual": 1,
+                    "activation": "relu", "form": form})
+        # the GEMMs' rows split over 2 and 3 threads (the op splits them over OpenVINO's)
+        for threads in (2, 3):
+            out.append({**base, "B": 2, "H": 13, "W": 11, "Cin": 23, "Cout": 40, "L": 8, "S": 6, "pool": 2, "se": 1,
+                        "attention": 1, "residual": 1, "activation": "relu", "form": form, "threads": threads})
+    out.append({**base, "H": 6, "W": 6, "pool": 2, "form": "auto"})
+    # DCDConvEpilogue (kind 1): 3x3 at strides 1 and 2, 1x1 at stride 2, odd sides, options,
+    # batches, partial panels, the row split
+    epi = {**base, "kind": 1, "k": 3, "stride": 1, "form": "latent"}
+    for k, stride in ((3, 1), (3, 2), (1, 2)):
+        for pool in (1, 2):
+            for h, w in ((9, 9), (7, 5), (1, 1)):
+                out.append({**epi, "k": k, "stride": stride, "pool": pool, "H": h, "W": w})
+        for se, att, res, act in ((1, 0, 0, "relu"), (0, 1, 1, "relu6"), (1, 1, 1, "none")):
+            out.append({**epi, "k": k, "stride": stride, "B": 3, "H": 8, "W": 5, "Cin": 19, "Cout": 29, "L": 6,
+                        "pool": 2, "se": se, "attention": att, "residual": res, "activation": act})
+        out.append({**epi, "k": k, "stride": stride, "B": 2, "H": 17, "W": 15, "Cin": 23, "Cout": 160, "L": 20,
+                    "S": 6, "pool": 2, "se": 1, "attention": 1, "residual": 1, "activation": "relu", "threads": 3})
+    return out
+
+
+CASES = _cases()
+
+
+def write_cases(path, cases):
+    """The driver's case file (test_driver.cpp, version 2) and the expected outputs, float64."""
+    expected = []
+    with open(path, "wb") as f:
+        f.write(struct.pack("<3i", MAGIC, 2, len(cases)))
+        for seed, k in enumerate(cases):
+            kind = k.get("kind", 0)
+            rng = np.random.default_rng(seed)
+            x, res, c = make_case(rng, B=k["B"], H=k["H"], W=k["W"], Cin=k["Cin"], Cout=k["Cout"], L=k["L"],
+                                  S=k["S"], pool=k["pool"], se=k["se"], attention=k["attention"],
+                                  residual=k["residual"] and not kind)
+            stride = k.get("stride", 1)
+            f.write(struct.pack("<17i", k["B"], k["H"], k["W"], k["Cin"], k["Cout"], k["S"], k["L"], k["pool"],
+                                k["se"], k["attention"], k["residual"], ACTS[k["activation"]], FORMS[k["form"]],
+                                k["threads"], kind, stride, 0))
+            opts = dict(pool=k["pool"], se=k["se"], attention=k["attention"], activation=k["activation"])
+            if kind == 0:
+                tensors = [x, res] + [c[n] for n in WEIGHT_ORDER if n in c]
+                expected.append(reference(x, res, c, **opts))
+            else:
+                w0 = (rng.standard_normal((k["Cout"], k["Cin"], k["k"], k["k"])) / np.sqrt(k["Cin"])).astype(np.float32)
+                conv = conv_nhwc(x, w0, stride=stride, pad=k["k"] // 2).astype(np.float32)
+                res = rng.standard_normal(conv.shape).astype(np.float32) if k["residual"] else None
+                tensors = [x, conv, res] + [c[n] for n in EPILOGUE_WEIGHT_ORDER if n in c]
+                expected.append(epilogue_reference(x, conv, res, c, stride=stride, offset=0, **opts))
+            for a in tensors:
+                if a is not None:
+                    f.write(np.ascontiguousarray(a, dtype="<f4").tobytes())
+    return expected
+
+
+def read_outputs(path, expected):
+    data = path.read_bytes()
+    magic, n = struct.unpack_from("<2i", data)
+    assert magic == MAGIC and n == len(expected)
+    outs, off = [], 8
+    for want in expected:
+        got = np.frombuffer(data, dtype="<f4", count=want.size, offset=off).reshape(want.shape)
+        outs.append(got)
+        off += want.size * 4
+    assert off == len(data), "the driver wrote more than the cases' outputs"
+    return outs
+
+
+def check_outputs(got, expected):
+    errors = [(max_relative_error(g, w), i) for i, (g, w) in enumerate(zip(got, expected))]
+    worst, i = max(errors)
+    assert worst < 1e-5, f"case {i} {CASES[i]}: max error {worst:.2e} relative to the output scale"
+
+
+def require_cross_tools() -> None:
+    """Skip (or fail, when ``DCD_DEPLOY_REQUIRE_AARCH64=1``) naming the missing Debian packages."""
+    missing = _cross.missing_packages()
+    if not missing:
+        return
+    msg = (f"aarch64 cross tools missing: install the Debian package(s) {' '.join(missing)} "
+           f"(or run make test-aarch64)")
+    if os.environ.get(REQUIRE_ENV) == "1":
+        pytest.fail(msg)
+    pytest.skip(msg)
+
+
+# ------------------------------------------------------------------------------------ tests
+def test_portable_kernels_under_qemu_aarch64(tmp_path):
+    require_cross_tools()
+    driver = _cross.build_driver(target="aarch64")
+    assert driver.read_bytes()[18:20] == struct.pack("<H", 183)  # ELF e_machine EM_AARCH64
+    expected = write_cases(tmp_path / "cases.bin", CASES)
+    assert _cross.run_driver(driver, tmp_path / "cases.bin", tmp_path / "out.bin") == "portable"
+    check_outputs(read_outputs(tmp_path / "out.bin", expected), expected)
+
+
+def test_driver_on_this_machine(tmp_path):
+    # the harness itself (case file, driver, comparison), where no cross tools are needed
+    try:
+        driver = _cross.build_driver(target="host")
+    except ExtensionError as exc:
+        pytest.skip(f"no native build of the driver: {exc}")
+    cases = CASES[::3]
+    expected = write_cases(tmp_path / "cases.bin", cases)
+    assert _cross.run_driver(driver, tmp_path / "cases.bin", tmp_path / "out.bin", target="host") == "portable"
+    got = read_outputs(tmp_path / "out.bin", expected)
+    for i, (g, w) in enumerate(zip(got, expected)):
+        assert max_relative_error(g, w) < 1e-5, cases[i]
+    # and the comparison catches a wrong output: one value off in the last case
+    bad = [g.copy() for g in got]
+    bad[-1].flat[bad[-1].size // 2] += 1e-2 * max(1.0, float(np.abs(expected[-1]).max()))
+    assert max_relative_error(bad[-1], expected[-1]) > 1e-5
+
+
+def test_the_op_source_compiles_for_aarch64():
+    # the x86 ISA dispatch of dcd_op.cpp (CPU-feature checks, AVX kernels) compiles away on
+    # aarch64, even given the x86 build's -DDCD_WITH_X86; checked against the installed
+    # openvino wheel's headers (there is no OpenVINO for aarch64 here to link against)
+    require_cross_tools()
+    pytest.importorskip("openvino")
+    from dcd_deploy.openvino import _build
+
+    _, include, _, _ = _build._find_openvino()
+    cxx = _cross.cross_tools()[0]
+    for source in ("dcd_op.cpp", "dcd_epilogue.cpp"):
+        cmd = [cxx, *_build._COMMON_FLAGS, "-fsyntax-only", "-DOV_THREAD=OV_THREAD_TBB_ADAPTIVE", "-DDCD_WITH_X86",
+               f"-I{_build.source_dir()}", f"-I{include}", str(_build.source_dir() / source)]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+def test_missing_tools_skip_with_the_packages_named(monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))  # nothing on it
+    monkeypatch.delenv(REQUIRE_ENV, raising=False)
+    assert _cross.missing_packages() == ["g++-aarch64-linux-gnu", "qemu-user"]
+    with pytest.raises(pytest.skip.Exception, match="g\\+\\+-aarch64-linux-gnu qemu-user"):
+        require_cross_tools()
+    with pytest.raises(ExtensionError, match="apt-get install g\\+\\+-aarch64-linux-gnu qemu-user"):
+        _cross.build_driver(target="aarch64", out_dir=tmp_path, force=True)
+    assert list(tmp_path.iterdir()) == []
+    # make test-aarch64 asks for the tools: then a missing one fails instead of skipping
+    monkeypatch.setenv(REQUIRE_ENV, "1")
+    with pytest.raises(pytest.fail.Exception, match="qemu-user"):
+        require_cross_tools()
+
+
+def test_one_missing_tool_is_named_alone(monkeypatch, tmp_path):
+    fake = tmp_path / "aarch64-linux-gnu-g++"
+    fake.write_text("#!/bin/sh\nexit 0\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert _cross.missing_packages() == ["qemu-user"]

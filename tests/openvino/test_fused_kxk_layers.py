@@ -1,0 +1,122 @@
+"""Fused k x k and strided DCD layers (standard Conv of W0 + ``DCDConvEpilogue``) through
+OpenVINO with the extension and through ONNX Runtime (the node's function body), against
+the PyTorch layer in float64 (:func:`check_parity`).
+
+A random channel-fusion :class:`DCDConv2d` (3x3 at stride 1 or 2, or 1x1 at stride 2; the
+paper's Eq. 8 form with the 1x1 dynamic residual at the centre tap) in a small image model
+
+    Conv2d(3, C_in, 1) -> DCDConv2d(k, stride) -> BatchNorm2d [-> + stem output] [-> ReLU | ReLU6]
+
+is exported with ``mode="fused"``; hypothesis draws channels, latent sizes, pooling over
+odd, even and 1-pixel maps, gates, Λ, the latent BNs, residual (stride 1), activation,
+batch and the instruction-set path; ``derandomize`` keeps CI runs identical.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+import onnx
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch import nn
+
+pytest.importorskip("openvino")
+
+from dcd_deploy import export_onnx  # noqa: E402
+from dcd_deploy.layers import DCDConv2d  # noqa: E402
+from dcd_deploy.parity import check_parity  # noqa: E402
+
+from test_fused_layers import ACTIVATIONS, FUZZ, available_isas, build, forced_isa  # noqa: E402
+
+EXAMPLES = 40
+
+
+@dataclass(frozen=True)
+class KxK:
+    c_in: int
+    c_out: int
+    kernel: int
+    stride: int
+    latent_dim: int | None
+    pool_size: int
+    gate: str
+    channel_attention: bool
+    latent_bn: bool
+    residual: bool
+    act: str
+    side: int
+    batch: int
+    seed: int
+
+
+@st.composite
+def kxk_layers(draw) -> KxK:
+    kernel, stride = draw(st.sampled_from([(3, 1), (3, 2), (1, 2), (5, 1)]))
+    c_in = draw(st.sampled_from([1, 3, 8, 17, 23, 32]))
+    residual = stride == 1 and draw(st.booleans())
+    c_out = c_in if residual else draw(st.sampled_from([4, 16, 17, 23, 48]))
+    return KxK(
+        c_in=c_in, c_out=c_out, kernel=kernel, stride=stride, latent_dim=draw(st.none() | st.integers(1, 12)),
+        pool_size=draw(st.sampled_from([1, 2])), gate=draw(st.sampled_from(["relu", "se"])),
+        channel_attention=draw(st.booleans()), latent_bn=draw(st.booleans()), residual=residual,
+        act=draw(st.sampled_from(sorted(ACTIVATIONS))), side=draw(st.sampled_from([1, 2, 5, 7, 12, 15])),
+        batch=draw(st.integers(1, 3)), seed=draw(st.integers(0, 2**16)))
+
+
+class KxKNet(nn.Module):
+    def __init__(self, cfg: KxK):
+        super().__init__()
+        self.residual = cfg.residual
+        self.stem = nn.Conv2d(3, cfg.c_in, 1)
+        self.dcd = DCDConv2d(cfg.c_in, cfg.c_out, cfg.kernel, cfg.stride, latent_dim=cfg.latent_dim,
+                             pool_size=cfg.pool_size, gate=cfg.gate, channel_attention=cfg.channel_attention,
+                             latent_bn=cfg.latent_bn)
+        self.bn = nn.BatchNorm2d(cfg.c_out)
+        self.act = ACTIVATIONS[cfg.act]()
+
+    def forward(self, x):
+        s = self.stem(x)
+        y = self.bn(self.dcd(s))
+        if self.residual:
+            y = s + y
+        return torch.flatten(self.act(y), 1)
+
+
+def test_fused_kxk_layers_match_pytorch_in_openvino_and_onnxruntime(tmp_path, capsys):
+    isas = available_isas()
+    coverage: Counter = Counter()
+
+    @settings(FUZZ, max_examples=EXAMPLES)
+    @given(cfg=kxk_layers(), isa_index=st.integers(0, 2))
+    def prop(cfg: KxK, isa_index: int):
+        model = build(cfg, KxKNet)
+        path = tmp_path / "m.onnx"
+        export_onnx(model, path, input_size=cfg.side, mode="fused", check=False)
+        graph = onnx.load(str(path)).graph
+        (node,) = [n for n in graph.node if n.domain == "dcd_deploy"]
+        assert node.op_type == "DCDConvEpilogue"
+        attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+        assert attrs["stride"] == cfg.stride and attrs["offset"] == 0
+        assert attrs["residual"] == int(cfg.residual) and attrs["activation"].decode() == cfg.act
+        g = torch.Generator().manual_seed(cfg.seed + 1)
+        x = torch.randn(2 * cfg.batch, 3, cfg.side, cfg.side, generator=g).double().float()
+        isa = isas[isa_index % len(isas)]
+        with forced_isa(isa):
+            report = check_parity(model, path, batch_sizes=(cfg.batch,), inputs=x,
+                                  backends=("onnxruntime", "openvino"))
+        assert report, f"{cfg!r} isa={isa}\n{report.table()}"
+        coverage[f"isa {isa}"] += 1
+        coverage[f"{cfg.kernel}x{cfg.kernel}/{cfg.stride}"] += 1
+        coverage[f"pool {cfg.pool_size}"] += 1
+        coverage["residual" if cfg.residual else "no residual"] += 1
+
+    prop()
+    with capsys.disabled():
+        print("\n[fuzz] fused k x k DCD layers vs PyTorch (OpenVINO + ORT): "
+              + ", ".join(f"{k} {v}" for k, v in sorted(coverage.items())))
+    assert all(coverage[f"isa {isa}"] > 0 for isa in isas)
+    assert all(coverage[k] > 0 for k in ("3x3/1", "3x3/2", "1x1/2", "residual", "pool 2"))
