@@ -314,7 +314,7 @@ def run_latency(*, json_path: Path | None, input_size: int, echo: _Echo | None =
     from ..bench import latency, report
 
     echo = echo or _Echo(to_stderr=False)
-    _check_out_dir(json_path, markdown_path, plot_path, models=",".join(filter(None, [models, baseline])))
+    _check_out_dir(json_path, markdown_path, plot_path, models=",".join(filter(None, [models, baseline])) or None)
     hw = (input_size, input_size) if isinstance(input_size, int) else tuple(input_size)
     check_memory(input_size=max(hw), batch=batch, what="the benchmark")
     if plot_path is not None:
