@@ -33,7 +33,7 @@ class DeployMixture(nn.Module):
         s, t = bn_affine(bn, c_out)
         self.num_kernels, self.c_out = k, c_out
         self.stride, self.padding, self.groups = layer.stride, layer.padding, layer.groups
-        kernel = tuple(layer.weight.shape[-2:])
+        self.kernel2 = kernel = tuple(layer.weight.shape[-2:])
         self.stride2, self.dilation2 = pair(layer.stride, "stride"), pair(layer.dilation, "dilation")
         self.pads = explicit_pads(layer.padding, kernel, self.dilation2)  # (top, left, bottom, right)
         self.source_type = type(layer).__name__

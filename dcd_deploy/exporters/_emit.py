@@ -218,6 +218,8 @@ def emit_layers(proto: onnx.ModelProto, *, emitters: dict[str, nn.Module], mode:
     del graph.value_info[:]
     graph.value_info.extend(kept)
     imports = [o for o in proto.opset_import if o.domain != PLACEHOLDER_DOMAIN]
+    if not any(o.domain in _STANDARD for o in imports):  # a model of dynamic layers alone
+        imports.insert(0, helper.make_opsetid("", g.opset))
     if g.functions:
         imports.append(helper.make_opsetid(DOMAIN, DOMAIN_VERSION))
         proto.functions.extend(g.functions.values())

@@ -93,19 +93,23 @@ def why_not(layer: nn.Module) -> str | None:
         return "depthwise"
     if layer.kind == "joint":
         return "joint fusion"
-    if layer.kernel_size % 2 == 0:  # the centre tap is not a pixel
-        k = layer.kernel_size
-        return f"{k}x{k} kernel (even)"
+    (kh, kw), (sh, sw) = layer.kernel2, layer.stride2
+    if kh != kw:
+        return f"{kh}x{kw} kernel"
+    if kh % 2 == 0:  # the centre tap is not a pixel
+        return f"{kh}x{kh} kernel (even)"
+    if sh != sw:
+        return f"stride {sh}x{sw}"
+    if tuple(layer.dilation2) != (1, 1):
+        return f"dilation {layer.dilation2[0]}x{layer.dilation2[1]}"
+    if tuple(layer.pads) != (kh // 2,) * 4:  # the fused ops read the centre tap at padding k//2
+        return f"padding {tuple(layer.pads)}"
     if not layer.channel_fusion:
         return "no channel fusion"
     if layer.num_blocks != 1:
         return f"{layer.num_blocks} latent blocks"
     if layer.pool_size not in (1, 2):
         return f"pool {layer.pool_size}"
-    for name in ("padding", "dilation"):
-        v = getattr(layer, name, None)
-        if v not in (None, 0, 1, (0, 0), (1, 1), [0, 0], [1, 1]) and not (name == "padding" and v in ("same", "valid")):
-            return f"{name} {v}"
     return None
 
 

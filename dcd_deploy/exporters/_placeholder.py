@@ -34,38 +34,26 @@ def layer(x: torch.Tensor, path: str, geom: list[int]) -> torch.Tensor:
 def _layer_fake(x: torch.Tensor, path: str, geom: list[int]) -> torch.Tensor:
     if len(geom) == 1:  # linear: (B, C_in) -> (B, C_out)
         return x.new_empty(x.shape[0], geom[0])
-    c_out, kh, kw, sh, sw, ph, pw, dh, dw = geom
-    h = (x.shape[2] + 2 * ph - dh * (kh - 1) - 1) // sh + 1
-    w = (x.shape[3] + 2 * pw - dw * (kw - 1) - 1) // sw + 1
+    c_out, kh, kw, sh, sw, pt, pl, pb, pr, dh, dw = geom
+    h = (x.shape[2] + pt + pb - dh * (kh - 1) - 1) // sh + 1
+    w = (x.shape[3] + pl + pr - dw * (kw - 1) - 1) // sw + 1
     return x.new_empty(x.shape[0], c_out, h, w)
-
-
-def _pair(v) -> tuple[int, int]:
-    return (int(v[0]), int(v[1])) if isinstance(v, (tuple, list)) else (int(v), int(v))
 
 
 def geometry(module: nn.Module) -> list[int]:
     """What the fake op needs to know of a deploy layer's output shape.
 
-    ``[C_out]`` for a linear layer, else ``[C_out, kh, kw, sh, sw, ph, pw, dh, dw]``.
-    A wrapper exposing ``.layer`` (e.g. the floor variants of ``dcd-bench --floor``) is
-    measured through it.
+    ``[C_out]`` for a linear layer, else ``[C_out, kh, kw, sh, sw, pt, pl, pb, pr, dh, dw]``
+    (pads top, left, bottom, right, as the deploy layers keep them: ``nn.Conv2d``'s
+    ``"same"`` pads an even kernel unevenly). A wrapper exposing ``.layer`` (e.g. the
+    floor variants of ``dcd-bench --floor``) is measured through it.
     """
     inner = getattr(module, "layer", module)
     if getattr(inner, "kind", None) == "linear":
         return [int(inner.c_out)]
-    k = _pair(getattr(inner, "kernel_size", 1))
-    if hasattr(inner, "weight") and getattr(inner, "weight") is not None and inner.weight.dim() == 4:
-        k = tuple(inner.weight.shape[-2:])  # DeployMixture: the stacked kernels
-    s = _pair(getattr(inner, "stride", 1))
-    d = _pair(getattr(inner, "dilation", 1))
-    pad = getattr(inner, "padding", None)
-    if pad is None:
-        pad = (k[0] // 2 * d[0], k[1] // 2 * d[1])
-    if isinstance(pad, str):  # "same" (stride 1) keeps the size; "valid" pads nothing
-        pad = ((d[0] * (k[0] - 1)) // 2, (d[1] * (k[1] - 1)) // 2) if pad == "same" else (0, 0)
-    p = _pair(pad)
-    return [int(inner.c_out), k[0], k[1], s[0], s[1], p[0], p[1], d[0], d[1]]
+    k, s, d = (tuple(int(v) for v in getattr(inner, name)) for name in ("kernel2", "stride2", "dilation2"))
+    pads = tuple(int(v) for v in inner.pads)
+    return [int(inner.c_out), *k, *s, *pads, *d]
 
 
 class Placeholder(nn.Module):
