@@ -388,7 +388,9 @@ def test_zoo_parity_huge_inputs_are_reported_not_crashed(zoo_onnx):
     report = check_parity(model, path, batch_sizes=(1, 4), inputs=x)
     assert all(np.isfinite([r.max_abs, r.max_rel]).all() and r.nonfinite == 0 for r in report.rows)
     assert report.ill_conditioned and report, report.table()
-    assert "fp32 itself is ill-conditioned on these inputs" in report.summary()
+    # end to end has no power there: the verdict says so, and the layers decided it
+    assert report.inconclusive and "end to end inconclusive" in report.summary()
+    assert report.decided_by == "layers", report.summary()
     import onnxruntime as ort
 
     with torch.no_grad():
