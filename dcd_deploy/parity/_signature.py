@@ -34,7 +34,8 @@ class TensorSpec:
 
     Attributes:
         name: the tensor's name in the graph.
-        dims: each dimension: an int when static, else its symbolic name (or None).
+        dims: each dimension: an int when static, else its symbolic name (or None);
+            None when the file does not give the shape at all.
         dtype: the element type as a NumPy dtype.
     """
 
@@ -43,8 +44,8 @@ class TensorSpec:
     dtype: np.dtype
 
     @property
-    def rank(self) -> int:
-        return len(self.dims)
+    def rank(self) -> int | None:
+        return None if self.dims is None else len(self.dims)
 
     @property
     def is_image(self) -> bool:
@@ -52,6 +53,8 @@ class TensorSpec:
         return self.rank == 4 and self.dims[1] == 3 and self.dtype.kind == "f"
 
     def static(self, axis: int) -> int | None:
+        if self.dims is None or axis >= len(self.dims):
+            return None
         d = self.dims[axis]
         return d if isinstance(d, int) else None
 
@@ -84,7 +87,8 @@ def read_signature(onnx_path: Path, proto=None) -> tuple[list[TensorSpec], list[
 
     def spec(value) -> TensorSpec:
         tt = value.type.tensor_type
-        dims = tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in tt.shape.dim)
+        dims = tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
+                     for d in tt.shape.dim) if tt.HasField("shape") else None
         try:
             dtype = np.dtype(helper.tensor_dtype_to_np_dtype(tt.elem_type))
         except (KeyError, TypeError, ValueError):
@@ -97,7 +101,7 @@ def read_signature(onnx_path: Path, proto=None) -> tuple[list[TensorSpec], list[
     if not inputs or not outputs:
         raise DCDDeployError(f"{onnx_path} has no {'inputs' if not inputs else 'outputs'}")
     for s in inputs + outputs:
-        if not s.rank:
+        if s.rank == 0:
             raise DCDDeployError(f"{onnx_path}: {s.name!r} is a scalar; parity needs a batch axis on "
                                  "every input and output")
     return inputs, outputs
@@ -120,7 +124,7 @@ def as_list(value, specs: list[TensorSpec], what: str) -> list[torch.Tensor] | N
         raise DCDDeployError(f"{what}: expected {len(specs)} tensor(s), one per file input "
                              f"({', '.join(s.name for s in specs)}), got {len(value)}")
     for v, s in zip(value, specs):
-        if v.dim() != s.rank:
+        if s.rank is not None and v.dim() != s.rank:
             raise DCDDeployError(f"{what}: input {s.name!r} takes rank {s.rank}, got shape {tuple(v.shape)}")
     return list(value)
 
@@ -155,8 +159,10 @@ def synthetic_inputs(specs: list[TensorSpec], examples: list[torch.Tensor] | Non
                                      "example_inputs (what the export traced with) or inputs")
             out.append(images(total, hw, s))
             continue
+        if spec.rank is None and example is None:
+            raise DCDDeployError(f"input {spec.name!r} has no shape in the file; pass example_inputs or inputs")
         shape = [total]
-        for axis in range(1, spec.rank):
+        for axis in range(1, spec.rank if spec.rank is not None else example.dim()):
             d = spec.static(axis)
             if d is None and example is not None:
                 d = int(example.shape[axis])
