@@ -94,7 +94,8 @@ def import_openvino():
     return ov
 
 
-def compile_onnx(onnx_path, *, threads: int = 1, input_shape=None, perf_counters: bool = False):
+def compile_onnx(onnx_path, *, threads: int = 1, input_shape=None, perf_counters: bool = False,
+                 extra_outputs=()):
     """``onnx_path`` compiled by OpenVINO for CPU, with the extension when the file needs it.
 
     Settings: ``threads`` threads, one stream, latency hint, fp32. OpenVINO's CPU plugin
@@ -104,9 +105,11 @@ def compile_onnx(onnx_path, *, threads: int = 1, input_shape=None, perf_counters
     Args:
         onnx_path: an exported file.
         threads: OpenVINO's ``INFERENCE_NUM_THREADS``.
-        input_shape: a static input shape to compile for (e.g. ``(1, 3, 224, 224)``);
-            None keeps the file's.
+        input_shape: a static input shape to compile for (e.g. ``(1, 3, 224, 224)``), or
+            ``{input name: shape}`` for a file with several inputs; None keeps the file's.
         perf_counters: OpenVINO's per-layer performance counters on (``PERF_COUNT``).
+        extra_outputs: names of intermediate tensors to expose as outputs too (the
+            layer-wise parity check reads each layer's input and output).
 
     Returns:
         OpenVINO's ``CompiledModel``; for a file with ``dcd_deploy`` nodes, a thin wrapper
@@ -133,8 +136,11 @@ def compile_onnx(onnx_path, *, threads: int = 1, input_shape=None, perf_counters
         lib.dcd_deploy_ov_set_quiet(1)  # its failures are raised by _CheckedRequest instead
     try:
         model = core.read_model(str(onnx_path))
+        if extra_outputs:
+            model.add_outputs(list(extra_outputs))
         if input_shape is not None:
-            model.reshape(list(input_shape))
+            model.reshape({k: list(v) for k, v in input_shape.items()} if isinstance(input_shape, dict)
+                          else list(input_shape))
         compiled = core.compile_model(model, "CPU", {
             "INFERENCE_NUM_THREADS": int(threads), "NUM_STREAMS": 1, "PERFORMANCE_HINT": "LATENCY",
             "INFERENCE_PRECISION_HINT": "f32", "PERF_COUNT": bool(perf_counters)})

@@ -13,13 +13,12 @@ OpenVINO the same through ``Model.add_outputs`` before compiling.
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
-from ..errors import DCDDeployError, ExportError, ExtensionError
+from ..errors import DCDDeployError, ExportError
 from ._signature import TensorSpec
 
 #: ONNX Runtime graph optimisation levels compared (name -> GraphOptimizationLevel attr).
@@ -89,30 +88,16 @@ def _with_outputs(onnx_path: Path, proto, extra) -> bytes:
 
 
 def _openvino(onnx_path: Path, inputs, outputs, extra) -> Runner:
-    """OpenVINO CPU, one thread, fp32, compiled once per set of input shapes."""
-    if importlib.util.find_spec("openvino") is None:
-        raise ExtensionError("openvino is not installed: pip install 'dcd-deploy[openvino]'")
-    import openvino as ov
+    """OpenVINO CPU, one thread, fp32, compiled once per set of input shapes
+    (:func:`dcd_deploy.openvino.compile_onnx`: a fused op's failure raises)."""
+    from ..openvino import compile_onnx
 
-    from ..openvino import needs_extension, openvino_extension, openvino_message
-
-    core = ov.Core()
-    if needs_extension(onnx_path):
-        core.add_extension(str(openvino_extension()))
     names = [s.name for s in outputs] + list(extra)
     compiled: dict = {}
 
     def compile_for(shapes):
-        try:
-            model = core.read_model(str(onnx_path))
-            if extra:
-                model.add_outputs(list(extra))
-            model.reshape({s.name: list(shape) for s, shape in zip(inputs, shapes)})
-            c = core.compile_model(model, "CPU", {
-                "INFERENCE_NUM_THREADS": 1, "NUM_STREAMS": 1, "PERFORMANCE_HINT": "LATENCY",
-                "INFERENCE_PRECISION_HINT": "f32"})
-        except RuntimeError as exc:  # OpenVINO's errors for files it cannot read or compile
-            raise DCDDeployError(f"OpenVINO cannot compile {onnx_path}: {openvino_message(exc)}") from exc
+        c = compile_onnx(onnx_path, threads=1, extra_outputs=list(extra),
+                         input_shape={s.name: list(shape) for s, shape in zip(inputs, shapes)})
         ports = {}
         for port in c.outputs:
             for n in port.get_names():
