@@ -72,21 +72,20 @@ def why_not(layer: nn.Module) -> str | None:
         return "depthwise"
     if layer.kind == "joint":
         return "joint fusion"
-    if layer.kernel_size != 1:
-        k = layer.kernel_size
-        return f"{k}x{k} kernel"
-    if layer.stride != 1:
-        return f"stride {layer.stride}"
+    k = tuple(getattr(layer, "kernel2", None) or (layer.kernel_size,) * 2)
+    if k != (1, 1):
+        return f"{k[0]}x{k[1]} kernel"
+    stride = tuple(getattr(layer, "stride2", None) or (layer.stride,) * 2)
+    if stride != (1, 1):
+        return f"stride {stride[0]}" if stride[0] == stride[1] else f"stride {stride}"
     if not layer.channel_fusion:
         return "no channel fusion"
     if layer.num_blocks != 1:
         return f"{layer.num_blocks} latent blocks"
     if layer.pool_size not in (1, 2):
         return f"pool {layer.pool_size}"
-    for name in ("padding", "dilation"):
-        v = getattr(layer, name, None)
-        if v not in (None, 0, 1, (0, 0), (1, 1), [0, 0], [1, 1]) and not (name == "padding" and v in ("same", "valid")):
-            return f"{name} {v}"
+    if any(getattr(layer, "pads", None) or ()) or getattr(layer, "padding", 0) not in (0, (0, 0), "valid", "same"):
+        return "padding"
     return None
 
 

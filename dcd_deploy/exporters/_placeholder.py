@@ -34,9 +34,9 @@ def layer(x: torch.Tensor, path: str, geom: list[int]) -> torch.Tensor:
 def _layer_fake(x: torch.Tensor, path: str, geom: list[int]) -> torch.Tensor:
     if len(geom) == 1:  # linear: (B, C_in) -> (B, C_out)
         return x.new_empty(x.shape[0], geom[0])
-    c_out, kh, kw, sh, sw, ph, pw, dh, dw = geom
-    h = (x.shape[2] + 2 * ph - dh * (kh - 1) - 1) // sh + 1
-    w = (x.shape[3] + 2 * pw - dw * (kw - 1) - 1) // sw + 1
+    c_out, kh, kw, sh, sw, ph, pw, dh, dw = geom  # ph, pw: total padding (both sides)
+    h = (x.shape[2] + ph - dh * (kh - 1) - 1) // sh + 1
+    w = (x.shape[3] + pw - dw * (kw - 1) - 1) // sw + 1
     return x.new_empty(x.shape[0], c_out, h, w)
 
 
@@ -47,25 +47,36 @@ def _pair(v) -> tuple[int, int]:
 def geometry(module: nn.Module) -> list[int]:
     """What the fake op needs to know of a deploy layer's output shape.
 
-    ``[C_out]`` for a linear layer, else ``[C_out, kh, kw, sh, sw, ph, pw, dh, dw]``.
-    A wrapper exposing ``.layer`` (e.g. the floor variants of ``dcd-bench --floor``) is
-    measured through it.
+    ``[C_out]`` for a linear layer, else ``[C_out, kh, kw, sh, sw, pad_h, pad_w, dh, dw]``
+    with the padding summed over both sides. Reads ``kernel2`` / ``stride2`` /
+    ``dilation2`` / ``pads`` (top, left, bottom, right) where a layer has them, else
+    ``kernel_size`` / ``stride`` / ``dilation`` / ``padding`` (default ``k // 2``). A wrapper
+    exposing ``.layer`` (e.g. the floor variants of ``dcd-bench --floor``) is measured
+    through it.
     """
     inner = getattr(module, "layer", module)
     if getattr(inner, "kind", None) == "linear":
         return [int(inner.c_out)]
-    k = _pair(getattr(inner, "kernel_size", 1))
-    if hasattr(inner, "weight") and getattr(inner, "weight") is not None and inner.weight.dim() == 4:
-        k = tuple(inner.weight.shape[-2:])  # DeployMixture: the stacked kernels
-    s = _pair(getattr(inner, "stride", 1))
-    d = _pair(getattr(inner, "dilation", 1))
-    pad = getattr(inner, "padding", None)
-    if pad is None:
-        pad = (k[0] // 2 * d[0], k[1] // 2 * d[1])
-    if isinstance(pad, str):  # "same" (stride 1) keeps the size; "valid" pads nothing
-        pad = ((d[0] * (k[0] - 1)) // 2, (d[1] * (k[1] - 1)) // 2) if pad == "same" else (0, 0)
-    p = _pair(pad)
-    return [int(inner.c_out), k[0], k[1], s[0], s[1], p[0], p[1], d[0], d[1]]
+    k = _pair(getattr(inner, "kernel2", None) or getattr(inner, "kernel_size", 1))
+    weight = getattr(inner, "weight", None)
+    if isinstance(weight, torch.Tensor) and weight.dim() == 4:
+        k = tuple(int(v) for v in weight.shape[-2:])  # DeployMixture: the stacked kernels
+    s = _pair(getattr(inner, "stride2", None) or getattr(inner, "stride", 1))
+    d = _pair(getattr(inner, "dilation2", None) or getattr(inner, "dilation", 1))
+    pads = getattr(inner, "pads", None)
+    if pads is not None and len(pads) == 4:
+        ph, pw = int(pads[0]) + int(pads[2]), int(pads[1]) + int(pads[3])
+    else:
+        pad = getattr(inner, "padding", None)
+        if pad is None:
+            pad = (k[0] // 2 * d[0], k[1] // 2 * d[1])
+        if isinstance(pad, str):  # "same" keeps the size (stride 1); "valid" pads nothing
+            total = (d[0] * (k[0] - 1), d[1] * (k[1] - 1)) if pad == "same" else (0, 0)
+            ph, pw = total
+        else:
+            p = _pair(pad)
+            ph, pw = 2 * p[0], 2 * p[1]
+    return [int(inner.c_out), k[0], k[1], s[0], s[1], ph, pw, d[0], d[1]]
 
 
 class Placeholder(nn.Module):
