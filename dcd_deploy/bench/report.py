@@ -36,7 +36,7 @@ BACKEND_TITLES = {
     "onnxruntime": "ONNX Runtime: the exported file, graph optimisations on",
     "openvino": "OpenVINO: the exported file compiled for CPU, fp32",
     "openvino-fused": "OpenVINO with dcd-deploy's fused DCD kernels: the DCD model exported with "
-                      "--mode fused (one channels-last DCDPointwise node per 1x1 DCD layer), the static "
+                      "--mode fused (channels-last DCDPointwise / DCDConvEpilogue nodes), the static "
                       "model as for openvino, fp32",
 }
 

@@ -53,6 +53,8 @@ def test_export_quiet_and_verbose_exclude_each_other(tmp_path):
 class _Report:
     ill_conditioned = False
     synthetic_inputs = True
+    verdict = "FAIL"
+    first_failing_layer = None
 
     def table(self) -> str:
         return "PARITY TABLE"
