@@ -131,18 +131,12 @@ def read_onnx_input_size(path) -> int:
     return h
 
 
-def read_onnx_image_size(path) -> tuple[int, int]:
-    """``(H, W)`` of an image-model ONNX file's input, checked before anything runs it.
-
-    The file must be a regular file below :data:`MAX_ONNX_BYTES` with one float32 input
-    of shape (N, 3, H, W); the size comes from the ``input_size`` metadata this toolkit
-    writes (``S``, ``HxW`` or ``[H, W]``), else from the input's shape, else 224 for a
-    dynamic axis, and each side must be in range.
+def load_onnx_checked(path):
+    """``onnx.load`` of a file checked first: a regular, non-empty file below
+    :data:`MAX_ONNX_BYTES` (its external data is not loaded).
 
     Raises:
-        UnsupportedInputError: the file's input does not fit an image model, or its size
-            is out of range.
-        DCDDeployError: the file is not a regular file, too large, or not ONNX.
+        DCDDeployError: not a regular file, empty, too large, or not ONNX.
     """
     import os
     import stat
@@ -168,6 +162,25 @@ def read_onnx_image_size(path) -> tuple[int, int]:
         raise DCDDeployError(f"{path} is not an ONNX model: {str(exc).splitlines()[0] if str(exc) else exc}") from exc
     if not proto.HasField("graph"):
         raise DCDDeployError(f"{path} is not an ONNX model (it holds no graph)")
+    return proto
+
+
+def read_onnx_image_size(path) -> tuple[int, int]:
+    """``(H, W)`` of an image-model ONNX file's input, checked before anything runs it.
+
+    The file must be a regular file below :data:`MAX_ONNX_BYTES` with one float32 input
+    of shape (N, 3, H, W); the size comes from the ``input_size`` metadata this toolkit
+    writes (``S``, ``HxW`` or ``[H, W]``), else from the input's shape, else 224 for a
+    dynamic axis, and each side must be in range.
+
+    Raises:
+        UnsupportedInputError: the file's input does not fit an image model, or its size
+            is out of range.
+        DCDDeployError: the file is not a regular file, too large, or not ONNX.
+    """
+    import onnx
+
+    proto = load_onnx_checked(path)
     weights = {t.name for t in proto.graph.initializer}
     inputs = [i for i in proto.graph.input if i.name not in weights]
     if len(inputs) != 1:

@@ -40,12 +40,7 @@ def load_inputs(path: str | os.PathLike, *, input_size: int | None = None) -> to
         UnsupportedInputError: a missing or unreadable file, or a tensor that is not a
             batch of square 3-channel float images of the model's size.
     """
-    path = Path(path)
-    if not path.is_file():
-        raise UnsupportedInputError(f"inputs file {path}: no such file" if not path.exists()
-                                    else f"inputs file {path} is not a regular file")
-    if path.suffix.lower() not in SUFFIXES:
-        raise UnsupportedInputError(f"inputs file {path}: expected a .npy or .pt file")
+    path = _checked_path(path)
     data = _read(path)
     if not data.is_floating_point():
         raise UnsupportedInputError(f"inputs file {path} holds {data.dtype} values; expected floating-point images")
@@ -125,12 +120,7 @@ def load_images(path: str | os.PathLike, *, input_size: int | tuple[int, int] | 
     """
     from .preprocess import make_preprocess
 
-    path = Path(path)
-    if not path.is_file():
-        raise UnsupportedInputError(f"inputs file {path}: no such file" if not path.exists()
-                                    else f"inputs file {path} is not a regular file")
-    if path.suffix.lower() not in SUFFIXES:
-        raise UnsupportedInputError(f"inputs file {path}: expected a .npy or .pt file")
+    path = _checked_path(path)
     data = _read_uint8_npy(path)
     if data is None:
         data = _read(path)
@@ -160,6 +150,17 @@ def load_images(path: str | os.PathLike, *, input_size: int | tuple[int, int] | 
         return images, f"{path} (uint8 {layout} pixels, preprocessed: {pre.describe()})"
     images = data.to(torch.float32).contiguous()
     return images, f"{path} ({str(data.dtype).removeprefix('torch.')} {layout}, taken as preprocessed)"
+
+
+def _checked_path(path) -> Path:
+    """``path`` as a Path: an existing regular file named ``.npy`` or ``.pt``."""
+    path = Path(path)
+    if not path.is_file():
+        raise UnsupportedInputError(f"inputs file {path}: no such file" if not path.exists()
+                                    else f"inputs file {path} is not a regular file")
+    if path.suffix.lower() not in SUFFIXES:
+        raise UnsupportedInputError(f"inputs file {path}: expected a .npy or .pt file")
+    return path
 
 
 def _read_uint8_npy(path: Path) -> torch.Tensor | None:

@@ -197,27 +197,13 @@ def onnx_input(path: str | Path) -> OnnxInput:
             sides out of range).
     """
     import math
-    import os
-    import stat
 
     import onnx
 
-    from .._limits import MAX_INPUT_SIZE, MAX_ONNX_BYTES
+    from .._limits import MAX_INPUT_SIZE, load_onnx_checked
+    from ..exporters import FUSED_OP_TYPES
 
-    try:
-        st = os.stat(path)
-    except OSError as exc:
-        raise DCDDeployError(f"{path}: {exc.strerror or exc}") from None
-    if not stat.S_ISREG(st.st_mode):
-        raise DCDDeployError(f"{path} is not a regular file")
-    if st.st_size > MAX_ONNX_BYTES:
-        raise DCDDeployError(f"{path} is {st.st_size / 2**30:.1f} GiB; an ONNX model without external data is "
-                             "at most 2 GiB")
-    try:
-        proto = onnx.load(str(path), load_external_data=False)
-    except Exception as exc:  # protobuf's DecodeError and friends
-        first = (str(exc).splitlines() or [type(exc).__name__])[0]
-        raise DCDDeployError(f"{path} is not an ONNX model: {first}") from None
+    proto = load_onnx_checked(path)
     weights = {t.name for t in proto.graph.initializer}
     inputs = [i for i in proto.graph.input if i.name not in weights]
     if len(inputs) != 1:
@@ -231,6 +217,6 @@ def onnx_input(path: str | Path) -> OnnxInput:
                              "(N, C, H, W) images")
     if any(d is not None and not 1 <= d <= MAX_INPUT_SIZE for d in dims[1:]):
         raise DCDDeployError(f"{path}: its input shape {dims} has a side outside 1-{MAX_INPUT_SIZE}")
-    fused = any(n.domain == "dcd_deploy" and n.op_type == "DCDPointwise" for n in proto.graph.node)
+    fused = any(n.domain == "dcd_deploy" and n.op_type in FUSED_OP_TYPES for n in proto.graph.node)
     params = sum(math.prod(t.dims) for t in proto.graph.initializer)
     return OnnxInput(inputs[0].name, dims, fused, params)

@@ -248,11 +248,13 @@ def _dcd_layers(model) -> int:
 
 
 def _fused_nodes(onnx_path) -> int:
-    """How many ``dcd_deploy.DCDPointwise`` nodes (fused DCD layers) the file has."""
+    """How many fused DCD nodes (``DCDPointwise``, ``DCDConvEpilogue``) the file has."""
     import onnx
 
+    from ..exporters import FUSED_OP_TYPES
+
     graph = onnx.load(str(onnx_path), load_external_data=False).graph
-    return sum(n.domain == "dcd_deploy" and n.op_type in ("DCDPointwise", "DCDConvEpilogue") for n in graph.node)
+    return sum(n.domain == "dcd_deploy" and n.op_type in FUSED_OP_TYPES for n in graph.node)
 
 
 def _records(rows: Sequence[PaperRow], timings: dict, failed: dict[str, str], backend: str,

@@ -1,9 +1,10 @@
 """Lowering to deploy form and ONNX export."""
 
 from ._deploy_dcd import DeployDCD
+from ._fused import OP_TYPES as FUSED_OP_TYPES
 from .lowering import to_deploy
 
-__all__ = ["DeployDCD", "to_deploy", "export_onnx", "ExportResult"]
+__all__ = ["DeployDCD", "FUSED_OP_TYPES", "to_deploy", "export_onnx", "ExportResult"]
 
 
 def __getattr__(name: str):
