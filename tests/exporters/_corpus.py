@@ -33,7 +33,7 @@ _BN = (nn.BatchNorm1d, nn.BatchNorm2d)
 def dcd(cin: int, cout: int, k: int = 1, stride: int = 1, groups: int = 1, **kw) -> DCDConv2d:
     """A DCD layer as a user would write one (small squeeze so the branch is exercised)."""
     kw.setdefault("squeeze", max(4, cin // 4))
-    return DCDConv2d(cin, cout, k, stride, groups, **kw)
+    return DCDConv2d(cin, cout, k, stride, groups=groups, **kw)
 
 
 class ConvBNAct(nn.Sequential):
