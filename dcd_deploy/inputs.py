@@ -167,6 +167,9 @@ def _read_uint8_npy(path: Path) -> torch.Tensor | None:
     """A ``.npy`` of uint8 pixels, or None for any other file (read by ``_read``)."""
     if path.suffix.lower() != ".npy":
         return None
+    with open(path, "rb") as fh:
+        if fh.read(len(NPY_MAGIC)) != NPY_MAGIC:
+            return None  # _read says what is wrong with it
     _check_npy_header(path)  # a lying header is refused before NumPy maps the file
     try:
         array = np.load(path, mmap_mode="r", allow_pickle=False)

@@ -32,7 +32,6 @@ from dcd_deploy import check_parity, create_model, export_onnx, pseudo_train
 from dcd_deploy.cli.export import main as export_main
 from dcd_deploy.cli.validate import main as validate_main
 from dcd_deploy.exporters import _deploy_dcd, _deploy_mixture, _fold
-from dcd_deploy.exporters import onnx as onnx_exporter
 from dcd_deploy.models import synthetic_images
 from dcd_deploy.models._pseudo_train import VAR_FLOOR
 from dcd_deploy.models.authors import save_release_checkpoint
@@ -118,7 +117,7 @@ def test_bn_fold_with_the_wrong_eps_fails_at_the_first_folded_layer(tmp_path, mo
         scale = bn.weight.detach() / torch.sqrt(bn.running_var + WRONG_EPS)
         return scale, bn.bias.detach() - bn.running_mean * scale
 
-    for module in (onnx_exporter, _deploy_dcd, _deploy_mixture):
+    for module in (_deploy_dcd, _deploy_mixture):
         monkeypatch.setattr(module, "bn_affine", wrong_eps)
     monkeypatch.setattr(_fold, "bn_affine", wrong_eps, raising=True)
     model = models(arch)
