@@ -183,6 +183,9 @@ def emit_layers(proto: onnx.ModelProto, *, emitters: dict[str, nn.Module], mode:
             continue
         copy = onnx.NodeProto()
         copy.CopyFrom(node)
+        if _spatial_mean(node, shapes, const_of):  # as GlobalAveragePool: ORT keeps its blocked layout
+            copy = helper.make_node("GlobalAveragePool", [node.input[0]], list(node.output), name=node.name)
+            copy.metadata_props.extend(node.metadata_props)
         for k, inp in enumerate(copy.input):
             if inp in alias:
                 copy.input[k] = alias[inp]
@@ -226,6 +229,32 @@ def emit_layers(proto: onnx.ModelProto, *, emitters: dict[str, nn.Module], mode:
     del proto.opset_import[:]
     proto.opset_import.extend(imports)
     return result
+
+
+def _spatial_mean(node: onnx.NodeProto, shapes, const_of) -> bool:
+    """A ``ReduceMean`` over H and W of a 4-D tensor, keeping its dims (``x.mean((2, 3),
+    keepdim=True)``, ``F.adaptive_avg_pool2d(x, 1)``): ``GlobalAveragePool`` computes the same.
+    ONNX Runtime runs the latter in its blocked (NCHWc) layout and the former after a layout
+    change: static MobileNetV2 x0.5 took 3.31 ms with the exporter's ReduceMean against
+    3.11 ms with GlobalAveragePool (one thread, interleaved, AMD EPYC)."""
+    if node.op_type != "ReduceMean" or node.domain not in _STANDARD:
+        return False
+    attrs = {a.name: a for a in node.attribute}
+    if "keepdims" in attrs and attrs["keepdims"].i != 1:
+        return False
+    shape = shapes.get(node.input[0])
+    if shape is None or len(shape) != 4:
+        return False
+    if "axes" in attrs:  # opset < 18
+        axes = list(attrs["axes"].ints)
+    elif len(node.input) > 1 and node.input[1]:
+        value = const_of(node.input[1])
+        if value is None:
+            return False
+        axes = [int(v) for v in value.reshape(-1)]
+    else:
+        return False
+    return sorted(a % 4 for a in axes) == [2, 3]
 
 
 def _perm(node: onnx.NodeProto) -> list[int] | None:
