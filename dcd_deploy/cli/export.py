@@ -47,7 +47,7 @@ def _batch(value: str) -> int | None:
                    "otherwise an error naming the layer that does not).")
 @click.option("--batch", default="dynamic", show_default=True, metavar="N|dynamic",
               help=f"Fixed batch size (1-{MAX_BATCH}), or a dynamic batch axis.")
-@click.option("--opset", type=int, default=None, help="ONNX opset (13-17 and up; default 17).")
+@click.option("--opset", type=int, default=None, help="ONNX opset (13 up to the installed onnx's newest; default 18, what torch.onnx writes).")
 @click.option("--mode", type=click.Choice(["standard", "function", "fused"]), default="standard", show_default=True,
               help="'function': one dcd_deploy node per DCD layer (model-local functions); 'fused': "
                    "channels-last DCDPointwise nodes for the OpenVINO extension (checked in ONNX Runtime "
