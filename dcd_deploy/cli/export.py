@@ -71,7 +71,7 @@ def main(model, output, input_size, dynamic_size, batch, opset, mode, strategy, 
          preset, mean, std, scale, bgr, accept_inconclusive, json_path, verbose, quiet, arch, weights,
          trust_checkpoint, seed):
     """Export MODEL (a checkpoint, a zoo name or MODULE:FUNCTION) to ONNX in deploy form."""
-    from ..exporters import export_onnx
+    from ..exporters import export_onnx, prewarm
     from ..inputs import load_images
 
     if quiet and verbose:
@@ -90,6 +90,7 @@ def main(model, output, input_size, dynamic_size, batch, opset, mode, strategy, 
     check_parity_budget(input_size=max(input_size), batch_sizes=(batch or 2,), n_inputs=8)
     progress = None if quiet else click.echo  # on stdout with the report: stderr is for the Error line
     started = time.perf_counter()
+    prewarm()  # the exporter's imports on the other core while the model loads
     net = resolve_model(model, arch=arch, weights=weights, trust_checkpoint=trust_checkpoint, seed=seed,
                         input_size=input_size)
     if progress is not None:

@@ -4,7 +4,7 @@ from ._deploy_dcd import DeployDCD
 from ._fused import OP_TYPES as FUSED_OP_TYPES
 from .lowering import to_deploy
 
-__all__ = ["DeployDCD", "FUSED_OP_TYPES", "to_deploy", "export_onnx", "ExportResult"]
+__all__ = ["DeployDCD", "FUSED_OP_TYPES", "to_deploy", "export_onnx", "ExportResult", "prewarm"]
 
 
 def __getattr__(name: str):
@@ -13,4 +13,8 @@ def __getattr__(name: str):
         from . import onnx as _onnx
 
         return getattr(_onnx, name)
+    if name == "prewarm":
+        from ._trace import prewarm
+
+        return prewarm
     raise AttributeError(name)

@@ -18,6 +18,7 @@ every Reshape our emission writes copies the batch (``0``).
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from collections import Counter
@@ -38,7 +39,7 @@ from ._builder import DOMAIN
 from ._deploy_dcd import STRATEGIES, DeployDCD
 from ._emit import drop_missing, emit_layers
 from ._placeholder import DOMAIN as PLACEHOLDER_DOMAIN
-from ._trace import NATIVE_OPSET, trace
+from ._trace import NATIVE_OPSET, prewarm, trace
 from .lowering import example_tuple, input_hw, to_deploy
 
 DEFAULT_OPSET = NATIVE_OPSET
@@ -131,8 +132,10 @@ def export_onnx(model: nn.Module, path, *, input_size: int | tuple[int, int] = 2
         batch: fixed batch size, or None for a dynamic batch axis.
         opset: default-domain opset, 13 up to the installed onnx's newest (default 18,
             what torch.onnx writes).
-        simplify: run onnxsim on the graph and keep its result if its own numeric check
-            passes (standard mode; onnxsim would inline the functions of the other modes).
+        simplify: run onnxsim on the graph (standard mode; onnxsim would inline the
+            functions of the other modes) and keep its result if it passes the parity
+            check (else the unsimplified graph is checked and kept), or with ``check``
+            off, if onnxsim's own numeric check passes.
         mode: ``standard``, ``function`` (one ``dcd_deploy`` node per DCD layer) or
             ``fused`` (channels-last ``DCDPointwise`` nodes for a fused kernel, e.g.
             :func:`dcd_deploy.openvino_extension`; not simplified either).
@@ -160,16 +163,8 @@ def export_onnx(model: nn.Module, path, *, input_size: int | tuple[int, int] = 2
             NaN or Inf on finite inputs.
     """
     start = time.perf_counter()
-    opset = DEFAULT_OPSET if opset is None else opset
-    if isinstance(opset, bool) or not isinstance(opset, int) or not MIN_OPSET <= opset <= onnx.defs.onnx_opset_version():
-        raise ExportError(f"opset {opset} is not supported; use {MIN_OPSET}-{onnx.defs.onnx_opset_version()}")
-    if mode not in MODES:
-        raise ExportError(f"unknown mode {mode!r}; expected one of {', '.join(MODES)}")
-    if strategy not in STRATEGIES:
-        raise ExportError(f"unknown strategy {strategy!r}; expected one of {', '.join(STRATEGIES)}")
+    opset = _checked_arguments(opset=opset, mode=mode, strategy=strategy, batch=batch)
     hw = input_hw(input_size)
-    if batch is not None and (isinstance(batch, bool) or not isinstance(batch, int) or batch < 1):
-        raise ExportError(f"batch must be a positive integer or None (dynamic), not {batch!r}")
     example = example_tuple(example_inputs, hw)
     if example_inputs is not None:
         hw = _image_hw(example) or hw
@@ -177,51 +172,94 @@ def export_onnx(model: nn.Module, path, *, input_size: int | tuple[int, int] = 2
     check_output_path(path, error=ExportError)
 
     stage = _Stages(progress)
+    prewarm()  # the exporter's imports on another core during the eager lowering below
     deploy = to_deploy(model, strategy=strategy, input_size=hw, example_inputs=example)
     out_names = _output_names(deploy, example, output_names)
     if dynamic_size:
         _check_dynamic_size(deploy)
     stage("lower")
     proto, fused = _build(deploy, example_inputs=example, batch=batch, opset=opset, mode=mode,
-                              arch=getattr(model, "arch", type(model).__name__), input_size=hw,
-                              dynamic_size=dynamic_size, input_names=_input_names(model, example, input_names),
-                              output_names=out_names, progress=stage)
-    simplified = False
+                          arch=getattr(model, "arch", type(model).__name__), input_size=hw,
+                          dynamic_size=dynamic_size, input_names=_input_names(model, example, input_names),
+                          output_names=out_names, progress=stage)
+    candidates = [proto]
     if simplify and mode == "standard":
-        proto, simplified = _simplify_keeping_layers(proto)
+        # with a parity check to follow, onnxsim's own (random inputs, ONNX Runtime against
+        # itself) is the weaker of the two: the check decides, the unsimplified graph is kept
+        # if the simplified one fails it
+        simpler, simplified = _simplify_keeping_layers(proto, own_check=not check)
+        if simplified:
+            candidates.insert(0, simpler)
         stage("simplify")
-    _check_ops(proto, mode)
-
-    if check:
-        _record_parity_inputs(proto, parity_inputs, parity_inputs_description, parity_preprocess)
-    with atomic_output(path, error=ExportError) as tmp:
-        onnx.save(proto, tmp)
-        # The checker reads the written file: what the user gets, and about 3x faster on big
-        # models than checking the in-memory proto (which serializes it a second time).
-        onnx.checker.check_model(str(tmp), full_check=True)
-        stage("write")
-        report = None
+    for c in candidates:
+        _check_ops(c, mode)
         if check:
-            from ..parity import check_parity
-
-            sizes = (batch,) if batch is not None else tuple(parity_batch_sizes)
-            report = check_parity(model, tmp, batch_sizes=sizes, inputs=parity_inputs,
-                                  example_inputs=example if example_inputs is not None else None,
-                                  backends=_parity_backends(mode), accept_inconclusive=accept_inconclusive,
-                                  preprocess=parity_preprocess)
-            report.onnx_path = str(path)  # the file the user gets, not its temporary name
-            stage("check")
-            if not report:
-                raise ParityError(f"parity check {'inconclusive' if report.verdict == 'INCONCLUSIVE' else 'failed'}: "
-                                  f"{report.summary()}", report)
+            _record_parity_inputs(c, parity_inputs, parity_inputs_description, parity_preprocess)
+    checker = None
+    if check:
+        checker = functools.partial(_check, model, sizes=(batch,) if batch is not None else tuple(parity_batch_sizes),
+                                    inputs=parity_inputs, example=example if example_inputs is not None else None,
+                                    mode=mode, accept_inconclusive=accept_inconclusive, preprocess=parity_preprocess)
+    proto, report = _write_checked(path, candidates, checker, stage)
     hist = Counter(_op_name(n) for n in proto.graph.node)
     return ExportResult(
         path=path, arch=getattr(model, "arch", type(model).__name__), input_size=hw[0] if hw[0] == hw[1] else hw,
         batch=batch, opset=opset, mode=mode, num_nodes=len(proto.graph.node), op_histogram=dict(hist.most_common()),
-        size_bytes=path.stat().st_size, seconds=time.perf_counter() - start, simplified=simplified,
+        size_bytes=path.stat().st_size, seconds=time.perf_counter() - start,
+        simplified=len(candidates) > 1 and proto is candidates[0],
         strategies=dict(getattr(deploy, "strategies", {})), fused=fused.fused, unfused=fused.unfused,
         input_names=[i.name for i in proto.graph.input], output_names=[o.name for o in proto.graph.output],
         dynamic_size=dynamic_size, parity=report)
+
+
+def _checked_arguments(*, opset, mode, strategy, batch) -> int:
+    """The opset to write; an :class:`ExportError` for an argument out of its range."""
+    opset = DEFAULT_OPSET if opset is None else opset
+    if isinstance(opset, bool) or not isinstance(opset, int) or not MIN_OPSET <= opset <= onnx.defs.onnx_opset_version():
+        raise ExportError(f"opset {opset} is not supported; use {MIN_OPSET}-{onnx.defs.onnx_opset_version()}")
+    if mode not in MODES:
+        raise ExportError(f"unknown mode {mode!r}; expected one of {', '.join(MODES)}")
+    if strategy not in STRATEGIES:
+        raise ExportError(f"unknown strategy {strategy!r}; expected one of {', '.join(STRATEGIES)}")
+    if batch is not None and (isinstance(batch, bool) or not isinstance(batch, int) or batch < 1):
+        raise ExportError(f"batch must be a positive integer or None (dynamic), not {batch!r}")
+    return opset
+
+
+def _check(model, path, *, sizes, inputs, example, mode, accept_inconclusive, preprocess):
+    from ..parity import check_parity
+
+    return check_parity(model, path, batch_sizes=sizes, inputs=inputs, example_inputs=example,
+                        backends=_parity_backends(mode), accept_inconclusive=accept_inconclusive,
+                        preprocess=preprocess)
+
+
+def _write_checked(path: Path, candidates: list[onnx.ModelProto], check, stage):
+    """Write the first candidate that passes ``check`` (None: the first) to ``path``; a
+    failure of the last raises :class:`ParityError` and leaves nothing at ``path``.
+
+    Returns:
+        (the proto written, its parity report or None).
+    """
+    with atomic_output(path, error=ExportError) as tmp:
+        for i, proto in enumerate(candidates):
+            onnx.save(proto, tmp)
+            # The checker reads the written file: what the user gets, and about 3x faster on
+            # big models than checking the in-memory proto (which serializes it a second time).
+            onnx.checker.check_model(str(tmp), full_check=True)
+            stage("write")
+            if check is None:
+                return proto, None
+            report = check(tmp)
+            report.onnx_path = str(path)  # the file the user gets, not its temporary name
+            stage("check")
+            if report:
+                return proto, report
+            if report.verdict == "FAIL" and i + 1 < len(candidates):
+                continue  # onnxsim's graph failed: the check decides on the unsimplified one
+            raise ParityError(f"parity check {'inconclusive' if report.verdict == 'INCONCLUSIVE' else 'failed'}: "
+                              f"{report.summary()}", report)
+    raise AssertionError("no candidate graph")
 
 
 def build_onnx(deploy: nn.Module, *, example_inputs=None, input_size=224, batch: int | None = None,
@@ -382,8 +420,9 @@ def _op_name(node: onnx.NodeProto) -> str:
     return f"{node.domain}.{node.op_type.rsplit('_', 1)[0] if node.domain == DOMAIN else node.op_type}"
 
 
-def _simplify(proto: onnx.ModelProto) -> tuple[onnx.ModelProto, bool]:
-    """onnxsim, kept only if its own numeric check passes."""
+def _simplify(proto: onnx.ModelProto, own_check: bool = True) -> tuple[onnx.ModelProto, bool]:
+    """onnxsim, kept only if its own numeric check passes (``own_check``; else the caller
+    checks the result)."""
     import contextlib
     import io
 
@@ -391,14 +430,14 @@ def _simplify(proto: onnx.ModelProto) -> tuple[onnx.ModelProto, bool]:
 
     try:
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-            simplified, ok = onnxsim.simplify(proto, check_n=1)
+            simplified, ok = onnxsim.simplify(proto, check_n=1 if own_check else 0)
     except Exception:  # onnxsim failing is not the user's problem: keep the unsimplified graph
         return proto, False
     return (simplified, True) if ok else (proto, False)
 
 
-def _simplify_relinked(proto: onnx.ModelProto) -> tuple[onnx.ModelProto, bool]:
-    after, simplified = _simplify(proto)
+def _simplify_relinked(proto: onnx.ModelProto, own_check: bool) -> tuple[onnx.ModelProto, bool]:
+    after, simplified = _simplify(proto, own_check)
     if simplified:
         _relink_layers(proto, after)
     return after, simplified
@@ -434,14 +473,14 @@ def _record_parity_inputs(proto, inputs, description, preprocess) -> None:
     entry.key, entry.value = "dcd_deploy.parity_inputs", text
 
 
-def _simplify_keeping_layers(proto: onnx.ModelProto) -> tuple[onnx.ModelProto, bool]:
+def _simplify_keeping_layers(proto: onnx.ModelProto, *, own_check: bool = True) -> tuple[onnx.ModelProto, bool]:
     """onnxsim, keeping every tensor the layer record names: they are graph outputs while
     it runs (else it may fold a layer's Reshape/Unsqueeze boundary away), removed after.
     A tensor that only feeds the final Identity takes the graph output's name instead
     (onnxsim folds that Identity)."""
     props = {p.key: p for p in proto.metadata_props}
     if LAYERS_KEY not in props:
-        return _simplify(proto)
+        return _simplify(proto, own_check)
     layers = json.loads(props[LAYERS_KEY].value)
     outputs = {o.name for o in proto.graph.output}
     graph_inputs = {i.name for i in proto.graph.input}
@@ -454,11 +493,11 @@ def _simplify_keeping_layers(proto: onnx.ModelProto) -> tuple[onnx.ModelProto, b
     except Exception:  # onnx's inference failing is no reason to skip simplification
         known = {}
     if not all(t in known for t in keep):
-        return _simplify_relinked(proto)  # not all layer tensors keepable: records of lost ones are dropped
+        return _simplify_relinked(proto, own_check)  # not all layer tensors keepable: records of lost ones are dropped
     work = onnx.ModelProto()
     work.CopyFrom(proto)
     work.graph.output.extend(known[t] for t in keep)
-    after, simplified = _simplify(work)
+    after, simplified = _simplify(work, own_check)
     if not simplified:
         return proto, False
     del after.graph.output[n:]

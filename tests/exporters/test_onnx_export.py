@@ -406,6 +406,40 @@ def test_zero_tolerance_fails_parity_and_leaves_no_file(tmp_path, monkeypatch):
     assert list(tmp_path.iterdir()) == []
 
 
+def _corrupting_simplifier(calls):
+    """An onnxsim stand-in that returns a wrong graph (every initialiser doubled) and
+    reports success, as a simplifier bug would: only the parity check can catch it."""
+    def simplify(proto, own_check=True):
+        calls.append(own_check)
+        bad = onnx.ModelProto()
+        bad.CopyFrom(proto)
+        for init in bad.graph.initializer:
+            if init.data_type == onnx.TensorProto.FLOAT:
+                init.CopyFrom(numpy_helper.from_array(2 * numpy_helper.to_array(init), init.name))
+        return bad, True
+    return simplify
+
+
+def test_a_simplified_graph_that_fails_the_check_is_not_kept(tmp_path, monkeypatch):
+    model = trained("mobilenetv2_035_dcd", 64)
+    calls = []
+    monkeypatch.setattr(onnx_exporter, "_simplify", _corrupting_simplifier(calls))
+    result = export_onnx(model, tmp_path / "m.onnx", input_size=64)
+    assert calls == [False]  # the parity check, not onnxsim's own, decides
+    assert result and not result.simplified
+    x = synthetic_images(2, 64, seed=3)
+    assert_close_to_torch(model, result.path, x)  # the file is the unsimplified, right one
+    assert list(tmp_path.iterdir()) == [tmp_path / "m.onnx"]
+
+
+def test_without_the_check_onnxsim_checks_its_own_result(tmp_path, monkeypatch):
+    model = trained("mobilenetv2_035_dcd", 64)
+    calls = []
+    monkeypatch.setattr(onnx_exporter, "_simplify", _corrupting_simplifier(calls))
+    result = export_onnx(model, tmp_path / "m.onnx", input_size=64, check=False)
+    assert calls == [True] and result.simplified
+
+
 def test_check_parity_against_another_models_file_fails(tmp_path):
     model = trained("mobilenetv2_035_dcd", 64)
     other = pseudo_train(create_model("mobilenetv2_035_dcd"), seed=1, input_size=64)
