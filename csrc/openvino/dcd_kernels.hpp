@@ -1,4 +1,4 @@
-// Interface between the ISA-independent op (dcd_op.cpp) and the per-ISA kernels
+// Interface between the ISA-independent ops (dcd_pointwise.cpp, dcd_epilogue.cpp) and the per-ISA kernels
 // (dcd_kernels.cpp, compiled once per instruction set into its own namespace).
 //
 // Plain C types only: the kernel translation units are compiled with different -m flags,
@@ -60,7 +60,8 @@ const KernelTable* kernels_avx2();
 const KernelTable* kernels_avx512();
 #endif
 
-// Provided by dcd_op.cpp (compiled for the baseline ISA).
+// Provided by the host, kernel_host.cpp (compiled for the baseline ISA; the extension and
+// the test driver link the same file).
 double now_seconds();
 // Per-thread grow-only scratch buffer number `slot` (0..15) of at least n floats, 64-byte aligned.
 float* scratch(int slot, size_t n);
