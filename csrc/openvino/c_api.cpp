@@ -75,16 +75,12 @@ DCD_EXPORT void dcd_deploy_ov_profile_reset() { dcd::reset_profile(); }
 // returns the text's full length, or -1 for an op other than "DCDPointwise" and
 // "DCDConvEpilogue". packed != 0: the op's packed form (what the ONNX conversion makes),
 // else the ONNX node's. For the test of the contract against the exporter's description.
-DCD_EXPORT int dcd_deploy_ov_inputs(const char* op, int se, int attention, int residual, int packed, char* out,
-                                    int n) {
+DCD_EXPORT int dcd_deploy_ov_inputs(const char* op, int se, int attention, int residual, int packed, char* out, int n) {
     try {
         dcd::OpKind kind;
-        if (op && !std::strcmp(op, "DCDPointwise"))
-            kind = dcd::OpKind::Pointwise;
-        else if (op && !std::strcmp(op, "DCDConvEpilogue"))
-            kind = dcd::OpKind::ConvEpilogue;
-        else
-            return -1;
+        if (op && !std::strcmp(op, "DCDPointwise")) kind = dcd::OpKind::Pointwise;
+        else if (op && !std::strcmp(op, "DCDConvEpilogue")) kind = dcd::OpKind::ConvEpilogue;
+        else return -1;
         dcd::FusedAttrs a;
         a.se = se != 0;
         a.attention = attention != 0;

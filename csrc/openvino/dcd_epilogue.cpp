@@ -99,8 +99,7 @@ void DCDConvEpilogue::validate_shapes() {
             NODE_VALIDATION_CHECK(this, xs[0].compatible(cs[0]), "x batch ", xs[0], " != conv batch ", cs[0]);
             for (int a = 1; a <= 2; ++a)
                 if (xs[a].is_static() && cs[a].is_static())
-                    NODE_VALIDATION_CHECK(this,
-                                          taps_inside(cs[a].get_length(), xs[a].get_length(), m_stride, m_offset),
+                    NODE_VALIDATION_CHECK(this, taps_inside(cs[a].get_length(), xs[a].get_length(), m_stride, m_offset),
                                           "conv ", cs, " does not fit x ", xs, " with stride ", m_stride,
                                           " and offset ", m_offset);
         }

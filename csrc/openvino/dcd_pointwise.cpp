@@ -141,8 +141,8 @@ void DCDPointwise::check_constant_sizes(const InputLayout& I) {
     if (xs.rank().is_static() && xs[3].is_static())
         NODE_VALIDATION_CHECK(this, xs[3].get_length() == (int64_t)cin, "x has ", xs[3], " channels, w0 ", cin,
                               " columns");
-    const ov::Shape want[PK_COUNT] = {{S, cin * pool * pool}, {S, S}, {cout, S}, {L * L, S}, {L * L}, {L, cin},
-                                      {L},                    {cout, L}, {cout, cin}, {cout}};
+    const ov::Shape want[PK_COUNT] = {
+        {S, cin * pool * pool}, {S, S}, {cout, S}, {L * L, S}, {L * L}, {L, cin}, {L}, {cout, L}, {cout, cin}, {cout}};
     for (int t = 0; t < PK_COUNT; ++t)
         if (I.weight[t] >= 0 && t != PK_W0)
             NODE_VALIDATION_CHECK(this, shape(t) == want[t], kPartNames[t], " has shape ",
@@ -205,9 +205,9 @@ void DCDPointwise::evaluate_checked(ov::TensorVector& outputs, const ov::TensorV
                         ": residual has shape ", rs, ", expected (", s.B, ", ", s.H, ", ", s.W, ", ", s.Cout, ")");
     }
     uint64_t pixels, values;
-    OPENVINO_ASSERT(mul_ok(s.B, s.H, &pixels) && mul_ok(pixels, s.W, &pixels) &&
-                        mul_ok(pixels, std::max(s.Cin, s.Cout), &values),
-                    kOp, ": tensor too large");
+    OPENVINO_ASSERT(
+        mul_ok(s.B, s.H, &pixels) && mul_ok(pixels, s.W, &pixels) && mul_ok(pixels, std::max(s.Cin, s.Cout), &values),
+        kOp, ": tensor too large");
     // the CPU plugin hands over an output of the inferred shape: set_shape only if not
     const ov::Shape& os = outputs[0].get_shape();
     if (!(os.size() == 4 && os[0] == s.B && os[1] == s.H && os[2] == s.W && os[3] == s.Cout))
@@ -229,8 +229,8 @@ DCDPointwise::Sizes DCDPointwise::bind_packed_weights(const ov::TensorVector& in
     const std::string bad = layout(&lay);
     OPENVINO_ASSERT(bad.empty(), kOp, ": packed: ", bad);
     const Sizes s{xs[0], xs[1], xs[2], xs[3], (size_t)m_packed[0], (size_t)m_packed[2], (size_t)m_packed[3]};
-    OPENVINO_ASSERT(s.Cin == (size_t)m_packed[1], kOp, ": x ", xs, " does not fit the packed weights' ",
-                    m_packed[1], " input channels");
+    OPENVINO_ASSERT(s.Cin == (size_t)m_packed[1], kOp, ": x ", xs, " does not fit the packed weights' ", m_packed[1],
+                    " input channels");
     const ov::Shape& ps = inputs[I.packed].get_shape();
     OPENVINO_ASSERT(ps.size() == 1 && ps[0] == lay.total, kOp, ": packed weights have shape ", ps, ", expected (",
                     lay.total, ")");
@@ -252,8 +252,16 @@ DCDPointwise::Sizes DCDPointwise::bind_contract_weights(const ov::TensorVector& 
     const std::string bad = PackedLayout::make(Cout, Cin, S, L, pool, m_attrs.se, m_attrs.attention, &lay);
     OPENVINO_ASSERT(bad.empty(), kOp, ": ", bad);
     const int rank[PK_COUNT] = {2, 2, 2, 2, 1, 2, 1, 2, 2, 1};
-    const size_t want[PK_COUNT][2] = {{S, Cin * pool * pool}, {S, S}, {Cout, S}, {L * L, S}, {L * L, 0}, {L, Cin},
-                                      {L, 0},                 {Cout, L}, {Cout, Cin}, {Cout, 0}};
+    const size_t want[PK_COUNT][2] = {{S, Cin * pool * pool},
+                                      {S, S},
+                                      {Cout, S},
+                                      {L * L, S},
+                                      {L * L, 0},
+                                      {L, Cin},
+                                      {L, 0},
+                                      {Cout, L},
+                                      {Cout, Cin},
+                                      {Cout, 0}};
     const float** dst[PK_COUNT] = {&p->fc1, &p->gate, &p->scale_w, &p->phi_w, &p->phi_b,
                                    &p->q,   &p->q_b,  &p->p,       &p->w0,    &p->bias};
     for (int t = 0; t < PK_COUNT; ++t) {
@@ -261,8 +269,7 @@ DCDPointwise::Sizes DCDPointwise::bind_contract_weights(const ov::TensorVector& 
         if (I.weight[t] < 0) continue;
         const ov::Shape& s = shape(t);
         OPENVINO_ASSERT((int)s.size() == rank[t] && s[0] == want[t][0] && (rank[t] == 1 || s[1] == want[t][1]), kOp,
-                        ": ", kPartNames[t], " has shape ", s, ", expected ",
-                        ov::Shape(want[t], want[t] + rank[t]));
+                        ": ", kPartNames[t], " has shape ", s, ", expected ", ov::Shape(want[t], want[t] + rank[t]));
         *dst[t] = inputs[I.weight[t]].data<const float>();
     }
     return Sizes{xs[0], xs[1], xs[2], Cin, Cout, S, L};

@@ -38,8 +38,7 @@ ov::OutputVector convert_pointwise(const ov::frontend::NodeContext& ctx) {
 ov::OutputVector convert_epilogue(const ov::frontend::NodeContext& ctx) {
     constexpr const char* kOp = "DCDConvEpilogue";
     const FusedAttrs a = onnx_attrs(ctx);
-    OPENVINO_ASSERT((a.pool == 1 || a.pool == 2) && (a.se | 1) == 1 && (a.attention | 1) == 1 &&
-                        (a.residual | 1) == 1,
+    OPENVINO_ASSERT((a.pool == 1 || a.pool == 2) && (a.se | 1) == 1 && (a.attention | 1) == 1 && (a.residual | 1) == 1,
                     kOp, ": pool must be 1 or 2, se, attention and residual 0 or 1");
     const ov::OutputVector inputs = onnx_inputs(ctx);
     const InputLayout I(OpKind::ConvEpilogue, a, false);

@@ -14,7 +14,7 @@ namespace dcd {
 // around 2^64 to the real weights' size. Each dimension is bounded, and every product the
 // kernels index with (int arithmetic there) is computed with overflow checks and kept
 // below 2^31 elements.
-constexpr uint64_t kMaxDim = 1 << 16;                     // channels, S, L
+constexpr uint64_t kMaxDim = 1 << 16;                    // channels, S, L
 constexpr uint64_t kMaxElems = (uint64_t(1) << 31) - 1;  // any tensor, product or total
 
 // *out = a * b, false if it overflows or exceeds kMaxElems.
@@ -36,8 +36,8 @@ struct PackedLayout {
     // Fills *out and returns "" for dimensions in range; else returns why they are not (a
     // dimension outside 1..kMaxDim, or a product the kernels cannot index).
     // w0 = false: the layout without w0 (DCDConvEpilogue, whose W0 is OpenVINO's Conv's).
-    static std::string make(uint64_t cout, uint64_t cin, uint64_t S, uint64_t L, uint64_t pool, bool se,
-                            bool att, PackedLayout* out, bool w0 = true) {
+    static std::string make(uint64_t cout, uint64_t cin, uint64_t S, uint64_t L, uint64_t pool, bool se, bool att,
+                            PackedLayout* out, bool w0 = true) {
         const uint64_t dims[4] = {cout, cin, S, L};
         const char* names[4] = {"Cout", "Cin", "S", "L"};
         for (int i = 0; i < 4; ++i)

@@ -26,8 +26,8 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <new>
 #include <cstring>
+#include <new>
 #include <string>
 #include <thread>
 #include <vector>
@@ -91,8 +91,8 @@ struct Case {
 Case read_case(Reader& r, int c) {
     int32_t h[17];
     for (int32_t& v : h) v = r.i32();
-    Case k{h[0], h[1], h[2], h[3], h[4], h[5], h[6], h[7], h[8], h[9], h[10], h[11], h[12], h[13], h[14], h[15],
-           h[16], 0, 0};
+    Case k{h[0],  h[1],  h[2],  h[3],  h[4],  h[5],  h[6],  h[7], h[8], h[9],
+           h[10], h[11], h[12], h[13], h[14], h[15], h[16], 0,    0};
     for (int i = 0; i < 7; ++i)
         if (h[i] < 1) fail("case " + std::to_string(c) + ": sizes must be positive");
     if (k.pool != 1 && k.pool != 2) fail("case " + std::to_string(c) + ": pool must be 1 or 2");
@@ -122,15 +122,35 @@ std::vector<float> run_case(const dcd::KernelTable* k, Reader& r, const Case& c)
     std::vector<float> out(No * Cout);
 
     dcd::Params P{};
-    P.B = c.B; P.H = c.H; P.W = c.W; P.Cin = Cin; P.Cout = Cout; P.S = S; P.L = L;
-    P.pool = c.pool; P.se = c.se; P.attention = c.att; P.act = c.act; P.form = c.form;
-    P.Ho = c.Ho; P.Wo = c.Wo; P.stride = c.stride; P.offset = c.offset;
+    P.B = c.B;
+    P.H = c.H;
+    P.W = c.W;
+    P.Cin = Cin;
+    P.Cout = Cout;
+    P.S = S;
+    P.L = L;
+    P.pool = c.pool;
+    P.se = c.se;
+    P.attention = c.att;
+    P.act = c.act;
+    P.form = c.form;
+    P.Ho = c.Ho;
+    P.Wo = c.Wo;
+    P.stride = c.stride;
+    P.offset = c.offset;
     P.x = x.data();
     P.conv = c.kind == 1 ? conv.data() : nullptr;
     P.residual = c.res ? residual.data() : nullptr;
-    P.fc1 = fc1.data(); P.gate = c.se ? gate.data() : nullptr; P.scale_w = c.att ? scale_w.data() : nullptr;
-    P.phi_w = phi_w.data(); P.phi_b = phi_b.data(); P.q = q.data(); P.q_b = q_b.data(); P.p = p.data();
-    P.w0 = c.kind == 0 ? w0.data() : nullptr; P.bias = bias.data();
+    P.fc1 = fc1.data();
+    P.gate = c.se ? gate.data() : nullptr;
+    P.scale_w = c.att ? scale_w.data() : nullptr;
+    P.phi_w = phi_w.data();
+    P.phi_b = phi_b.data();
+    P.q = q.data();
+    P.q_b = q_b.data();
+    P.p = p.data();
+    P.w0 = c.kind == 0 ? w0.data() : nullptr;
+    P.bias = bias.data();
     P.out = out.data();
     g_threads = c.threads > 1 ? c.threads : 1;
     P.parallel_rows = g_threads > 1 ? parallel_rows : nullptr;

@@ -29,8 +29,7 @@ std::string shape_text(const ov::Shape& s) {
 }  // namespace
 
 std::shared_ptr<ov::op::v0::Constant> pack_weights(const ov::OutputVector& inputs, const InputLayout& I,
-                                                   const FusedAttrs& a, std::vector<int64_t>* dims,
-                                                   std::string* why) {
+                                                   const FusedAttrs& a, std::vector<int64_t>* dims, std::string* why) {
     std::shared_ptr<ov::op::v0::Constant> c[PK_COUNT];
     *why = weight_constants(inputs, I, c);
     if (!why->empty()) return nullptr;
@@ -43,8 +42,8 @@ std::shared_ptr<ov::op::v0::Constant> pack_weights(const ov::OutputVector& input
     PackedLayout lay;
     *why = PackedLayout::make(cout, cin, S, L, pool, a.se, a.attention, &lay, I.weight[PK_W0] >= 0);
     if (!why->empty()) return nullptr;
-    const ov::Shape want[PK_COUNT] = {{S, cin * pool * pool}, {S, S}, {cout, S}, {L * L, S}, {L * L}, {L, cin},
-                                      {L},                    {cout, L}, {cout, cin}, {cout}};
+    const ov::Shape want[PK_COUNT] = {
+        {S, cin * pool * pool}, {S, S}, {cout, S}, {L * L, S}, {L * L}, {L, cin}, {L}, {cout, L}, {cout, cin}, {cout}};
     ov::Tensor packed(ov::element::f32, ov::Shape{lay.total});
     std::fill_n(packed.data<float>(), lay.total, 0.f);
     for (int t = 0; t < PK_COUNT; ++t) {
@@ -77,8 +76,7 @@ bool PreparedCache::same_tensors(const Key& a, const Key& b) {
            !std::memcmp(a.src, b.src, sizeof a.src);
 }
 
-std::shared_ptr<const std::vector<float>> PreparedCache::get(const KernelTable* k, const Params& p,
-                                                             bool owned) const {
+std::shared_ptr<const std::vector<float>> PreparedCache::get(const KernelTable* k, const Params& p, bool owned) const {
     Key key;
     key.table = k;
     const float* src[kCached] = {p.w0, p.q, p.p, p.phi_w, p.scale_w};

@@ -21,8 +21,7 @@ namespace dcd {
 // the shapes the others imply, packed back to back into one Constant; *dims = {Cout, Cin,
 // S, L}. Null with *why set when one is not an f32 Constant or the shapes do not fit.
 std::shared_ptr<ov::op::v0::Constant> pack_weights(const ov::OutputVector& inputs, const InputLayout& I,
-                                                   const FusedAttrs& a, std::vector<int64_t>* dims,
-                                                   std::string* why);
+                                                   const FusedAttrs& a, std::vector<int64_t>* dims, std::string* why);
 
 // p's weight pointers into the packed weights w (null for the parts lay leaves out).
 void bind_packed(const float* w, const PackedLayout& lay, Params* p);
