@@ -44,7 +44,7 @@ int g_threads = 1;
     std::exit(1);
 }
 
-// The op's row split (dcd_op.cpp parallel_rows), on g_threads std::threads.
+// The op's row split (op_runtime.cpp parallel_rows), on g_threads std::threads.
 void parallel_rows(int m, int grain, void (*body)(void*, int, int), void* ctx) {
     const int tiles = (m + grain - 1) / grain;
     const int chunks = tiles < g_threads ? tiles : g_threads;
