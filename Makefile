@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 # matplotlib for the demo's plots only: `make test` does not need it.
 PLOT_STAMP := $(VENV)/.plot-installed
 
-.PHONY: demo test test-aarch64 install extension clean
+.PHONY: demo test test-aarch64 install extension clean lint-cpp
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -56,6 +56,13 @@ test-aarch64: $(STAMP)
 	  fi; \
 	fi
 	DCD_DEPLOY_REQUIRE_AARCH64=1 $(BIN)/python -m pytest -q tests/openvino/test_aarch64.py
+
+# The C++ of csrc/ against its format (csrc/.clang-format; clang-format from the test
+# extra, pinned in constraints.txt) and the 80-line limit on a function.
+CPP_SOURCES = $(shell find csrc -name '*.cpp' -o -name '*.hpp' | sort)
+lint-cpp: $(STAMP)
+	$(BIN)/clang-format --dry-run --Werror $(CPP_SOURCES)
+	$(BIN)/python csrc/function_lengths.py 80 $(CPP_SOURCES)
 
 clean:
 	rm -rf $(VENV) out .pytest_cache dcd_deploy/openvino/_build

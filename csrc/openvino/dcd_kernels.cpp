@@ -54,12 +54,12 @@ namespace dcd {
 namespace DCD_NS {
 namespace {
 
-constexpr int VW = DCD_VW;     // floats per vector
-constexpr int MR = DCD_MR;     // rows (pixels) per micro-tile
-constexpr int NV = 2;          // vectors per micro-tile row
-constexpr int NR = VW * NV;    // panel width (output channels)
-constexpr int KC = DCD_KC;       // K block (X part); B block KC x NR stays in L1
-constexpr int MC = MR * 16;    // rows per block
+constexpr int VW = DCD_VW;   // floats per vector
+constexpr int MR = DCD_MR;   // rows (pixels) per micro-tile
+constexpr int NV = 2;        // vectors per micro-tile row
+constexpr int NR = VW * NV;  // panel width (output channels)
+constexpr int KC = DCD_KC;   // K block (X part); B block KC x NR stays in L1
+constexpr int MC = MR * 16;  // rows per block
 #ifndef DCD_ROWS_OUTER_BYTES
 #define DCD_ROWS_OUTER_BYTES (64 * 1024)  // measured: helps 16->96@112 by ~10%, hurts 64->384@14 above it
 #endif
@@ -140,11 +140,27 @@ inline void zero(float* p, long n) {
 //   epi:  acc = act(acc + bias + res)
 //   C = acc (full tiles only: gemm() routes an edge panel's tiles through a temporary)
 struct Tile {
-    const float* a1; long lda1; int k1; const float* b1; int ldb1; const float* scale1;
-    const float* a2; long lda2; int k2; const float* b2; int ldb2;
-    const float* c0; long ldc0; const float* c0scale;
-    float* c; long ldc;
-    const float* bias; const float* res; long ldres; int act; int epi;
+    const float* a1;
+    long lda1;
+    int k1;
+    const float* b1;
+    int ldb1;
+    const float* scale1;
+    const float* a2;
+    long lda2;
+    int k2;
+    const float* b2;
+    int ldb2;
+    const float* c0;
+    long ldc0;
+    const float* c0scale;
+    float* c;
+    long ldc;
+    const float* bias;
+    const float* res;
+    long ldres;
+    int act;
+    int epi;
     int ncols;
 };
 
@@ -294,33 +310,57 @@ inline void tile(int m, int wp, const Tile& t) {
 // B1: packed with K = k1, B2: packed with K = k2 (same panel columns as C).
 struct Gemm {
     int m, n;
-    const float* a1; long lda1; int k1; const float* b1; const float* scale1;
-    const float* a2; long lda2; int k2; const float* b2;
-    const float* c0; long ldc0; const float* c0scale;
-    float* c; long ldc;
-    const float* bias; const float* res; long ldres; int act;
+    const float* a1;
+    long lda1;
+    int k1;
+    const float* b1;
+    const float* scale1;
+    const float* a2;
+    long lda2;
+    int k2;
+    const float* b2;
+    const float* c0;
+    long ldc0;
+    const float* c0scale;
+    float* c;
+    long ldc;
+    const float* bias;
+    const float* res;
+    long ldres;
+    int act;
 };
 
 // One micro-tile: rows [i, i + mm), the panel at column j0, K block [k0, k0 + kc).
 inline void gemm_tile(const Gemm& g, int k0, int kc, bool first, bool last, int i, int mm, int j0) {
     const int wp = imin(NR, roundup(g.n - j0, VW));
     Tile t;
-    t.a1 = g.a1 + i * g.lda1 + k0; t.lda1 = g.lda1; t.k1 = kc;
-    t.b1 = g.b1 + (long)j0 * g.k1 + (long)k0 * wp; t.ldb1 = wp;
+    t.a1 = g.a1 + i * g.lda1 + k0;
+    t.lda1 = g.lda1;
+    t.k1 = kc;
+    t.b1 = g.b1 + (long)j0 * g.k1 + (long)k0 * wp;
+    t.ldb1 = wp;
     t.scale1 = (last && g.scale1) ? g.scale1 + j0 : nullptr;
     t.k2 = last ? g.k2 : 0;
-    t.a2 = t.k2 ? g.a2 + i * g.lda2 : nullptr; t.lda2 = g.lda2;
-    t.b2 = t.k2 ? g.b2 + (long)j0 * g.k2 : nullptr; t.ldb2 = wp;
-    t.c = g.c + i * g.ldc + j0; t.ldc = g.ldc;
+    t.a2 = t.k2 ? g.a2 + i * g.lda2 : nullptr;
+    t.lda2 = g.lda2;
+    t.b2 = t.k2 ? g.b2 + (long)j0 * g.k2 : nullptr;
+    t.ldb2 = wp;
+    t.c = g.c + i * g.ldc + j0;
+    t.ldc = g.ldc;
     if (first) {
-        t.c0 = g.c0 ? g.c0 + i * g.ldc0 + j0 : nullptr; t.ldc0 = g.ldc0;
+        t.c0 = g.c0 ? g.c0 + i * g.ldc0 + j0 : nullptr;
+        t.ldc0 = g.ldc0;
         t.c0scale = g.c0scale ? g.c0scale + j0 : nullptr;
     } else {  // later K blocks continue from the partial sums in C
-        t.c0 = t.c; t.ldc0 = g.ldc; t.c0scale = nullptr;
+        t.c0 = t.c;
+        t.ldc0 = g.ldc;
+        t.c0scale = nullptr;
     }
     t.bias = (last && g.bias) ? g.bias + j0 : nullptr;
-    t.res = (last && g.res) ? g.res + i * g.ldres + j0 : nullptr; t.ldres = g.ldres;
-    t.act = last ? g.act : ACT_NONE; t.epi = last;
+    t.res = (last && g.res) ? g.res + i * g.ldres + j0 : nullptr;
+    t.ldres = g.ldres;
+    t.act = last ? g.act : ACT_NONE;
+    t.epi = last;
     t.ncols = imin(wp, g.n - j0);
     if (kMask || t.ncols == wp) tile(mm, wp, t);
     else edge_tile(t, mm, wp);
@@ -382,8 +422,7 @@ void pack_t(const float* src, int rows, int k, const float* scale, float* dst, i
         float* d = dst + (long)j0 * ktot + (long)koff * wp;
         for (int kk = 0; kk < k; ++kk) {
             float* dk = d + (long)kk * wp;
-            for (int jj = 0; jj < nj; ++jj)
-                dk[jj] = src[(long)(j0 + jj) * k + kk] * (scale ? scale[j0 + jj] : 1.f);
+            for (int jj = 0; jj < nj; ++jj) dk[jj] = src[(long)(j0 + jj) * k + kk] * (scale ? scale[j0 + jj] : 1.f);
             for (int jj = nj; jj < wp; ++jj) dk[jj] = 0.f;
         }
     }
@@ -440,8 +479,16 @@ void matvec_t(const float* mt, const float* y, const float* b, int S, int R, flo
             a2 += ys * ld(m + 2 * VW);
             a3 += ys * ld(m + 3 * VW);
         }
-        if (b) { a0 += ld(b + r); a1 += ld(b + r + VW); a2 += ld(b + r + 2 * VW); a3 += ld(b + r + 3 * VW); }
-        st(out + r, a0); st(out + r + VW, a1); st(out + r + 2 * VW, a2); st(out + r + 3 * VW, a3);
+        if (b) {
+            a0 += ld(b + r);
+            a1 += ld(b + r + VW);
+            a2 += ld(b + r + 2 * VW);
+            a3 += ld(b + r + 3 * VW);
+        }
+        st(out + r, a0);
+        st(out + r + VW, a1);
+        st(out + r + 2 * VW, a2);
+        st(out + r + 3 * VW, a3);
     }
     for (; r + VW <= R; r += VW) {
         vf a = vf{};
@@ -463,10 +510,21 @@ void colsum_block(const float* x, long stride, long count, int C, float* out, bo
         vf a0 = vf{}, a1 = vf{}, a2 = vf{}, a3 = vf{};
         const float* p = x + c;
         for (long i = 0; i < count; ++i, p += stride) {
-            a0 += ld(p); a1 += ld(p + VW); a2 += ld(p + 2 * VW); a3 += ld(p + 3 * VW);
+            a0 += ld(p);
+            a1 += ld(p + VW);
+            a2 += ld(p + 2 * VW);
+            a3 += ld(p + 3 * VW);
         }
-        if (accumulate) { a0 += ld(out + c); a1 += ld(out + c + VW); a2 += ld(out + c + 2 * VW); a3 += ld(out + c + 3 * VW); }
-        st(out + c, a0); st(out + c + VW, a1); st(out + c + 2 * VW, a2); st(out + c + 3 * VW, a3);
+        if (accumulate) {
+            a0 += ld(out + c);
+            a1 += ld(out + c + VW);
+            a2 += ld(out + c + 2 * VW);
+            a3 += ld(out + c + 3 * VW);
+        }
+        st(out + c, a0);
+        st(out + c + VW, a1);
+        st(out + c + 2 * VW, a2);
+        st(out + c + 3 * VW, a3);
     }
     for (; c + VW <= C; c += VW) {
         vf a = vf{};
@@ -520,8 +578,10 @@ void pool(const Params& P, const float* x, float* pooled) {
         } else {
             colsum(xr, C, c0e, C, cs0, false);
             colsum(xr + (long)c1s * C, C, W - c1s, C, cs1, false);
-            add_row(bins, cs0, C); add_row(bins + C, cs1, C);
-            add_row(bins + 2 * C, cs0, C); add_row(bins + 3 * C, cs1, C);
+            add_row(bins, cs0, C);
+            add_row(bins + C, cs1, C);
+            add_row(bins + 2 * C, cs0, C);
+            add_row(bins + 3 * C, cs1, C);
         }
     }
     const float rows[2] = {(float)r0e, (float)(H - r1s)}, cols[2] = {(float)c0e, (float)(W - c1s)};
@@ -565,9 +625,14 @@ void form_pphi(const Params& P, const Prepared& pre, const float* phi, float* pp
     for (int j0 = 0; j0 < Cout; j0 += NR) {
         const int wp = imin(NR, roundup(Cout - j0, VW));
         Gemm f{};
-        f.m = L; f.n = wp;
-        f.a1 = phit; f.lda1 = L; f.k1 = L; f.b1 = pre.pp + (long)j0 * L;
-        f.c = ppk + (long)j0 * L; f.ldc = wp;
+        f.m = L;
+        f.n = wp;
+        f.a1 = phit;
+        f.lda1 = L;
+        f.k1 = L;
+        f.b1 = pre.pp + (long)j0 * L;
+        f.c = ppk + (long)j0 * L;
+        f.ldc = wp;
         gemm(f);
     }
 }
@@ -595,16 +660,22 @@ void add_phases(Params& P, const double* ts) {
 // The weight form's B = W(x)ᵀ = diag(lam) w0 + (p phi) q, packed with K = Cin, as a GEMM over
 // the panels: W_panel (Cin x wp) = lam * w0p_panel + qᵀ (Cin x L) . PP_panelᵀ; and
 // cvec = (p phi) q_b + bias.
-void form_weight(const Params& P, const Prepared& pre, const float* lam, const float* ppk, float* wpk,
-                 float* cvec) {
+void form_weight(const Params& P, const Prepared& pre, const float* lam, const float* ppk, float* wpk, float* cvec) {
     const int Cin = P.Cin, Cout = P.Cout, L = P.L;
     for (int j0 = 0; j0 < Cout; j0 += NR) {
         const int wp = imin(NR, roundup(Cout - j0, VW));
         Gemm f{};
-        f.m = Cin; f.n = wp;
-        f.a1 = pre.qt; f.lda1 = L; f.k1 = L; f.b1 = ppk + (long)j0 * L;
-        f.c0 = pre.w0p + (long)j0 * Cin; f.ldc0 = wp; f.c0scale = lam + j0;
-        f.c = wpk + (long)j0 * Cin; f.ldc = wp;
+        f.m = Cin;
+        f.n = wp;
+        f.a1 = pre.qt;
+        f.lda1 = L;
+        f.k1 = L;
+        f.b1 = ppk + (long)j0 * L;
+        f.c0 = pre.w0p + (long)j0 * Cin;
+        f.ldc0 = wp;
+        f.c0scale = lam + j0;
+        f.c = wpk + (long)j0 * Cin;
+        f.ldc = wp;
         gemm(f);
     }
     for (int o = 0; o < roundup(Cout, NR); ++o) cvec[o] = 0.f;
@@ -623,9 +694,15 @@ void latent_z(const Params& P, const Prepared& pre, const float* a, int m, float
     float* qb = scratch(8, (size_t)roundup(L, NR));
     for (int l = 0; l < roundup(L, NR); ++l) qb[l] = l < L ? P.q_b[l] : 0.f;
     Gemm zg{};
-    zg.m = m; zg.n = L;
-    zg.a1 = a; zg.lda1 = P.Cin; zg.k1 = P.Cin; zg.b1 = pre.qp;
-    zg.c = z; zg.ldc = L; zg.bias = qb;
+    zg.m = m;
+    zg.n = L;
+    zg.a1 = a;
+    zg.lda1 = P.Cin;
+    zg.k1 = P.Cin;
+    zg.b1 = pre.qp;
+    zg.c = z;
+    zg.ldc = L;
+    zg.bias = qb;
     gemm_par(P, zg);
 }
 
@@ -651,10 +728,16 @@ void run(Params* pp) {
         const float* res = P.residual ? P.residual + b * N * Cout : nullptr;
         branch(P, pre, x, lam, ppk, ts);
         Gemm m{};
-        m.m = (int)N; m.n = Cout;
-        m.a1 = x; m.lda1 = Cin; m.k1 = Cin;
-        m.c = out; m.ldc = Cout;
-        m.res = res; m.ldres = Cout; m.act = P.act;
+        m.m = (int)N;
+        m.n = Cout;
+        m.a1 = x;
+        m.lda1 = Cin;
+        m.k1 = Cin;
+        m.c = out;
+        m.ldc = Cout;
+        m.res = res;
+        m.ldres = Cout;
+        m.act = P.act;
         if (weight_form) {
             float* wpk = scratch(7, packed_size(Cout, Cin));
             form_weight(P, pre, lam, ppk, wpk, cvec);
@@ -666,8 +749,12 @@ void run(Params* pp) {
             float* z = scratch(7, (size_t)N * L);
             if (P.profile) ts[3] = now_seconds();
             latent_z(P, pre, x, (int)N, z);
-            m.b1 = pre.w0p; m.scale1 = lam;
-            m.a2 = z; m.lda2 = L; m.k2 = L; m.b2 = ppk;
+            m.b1 = pre.w0p;
+            m.scale1 = lam;
+            m.a2 = z;
+            m.lda2 = L;
+            m.k2 = L;
+            m.b2 = ppk;
         }
         m.bias = cvec;
         gemm_par(P, m);
@@ -717,12 +804,21 @@ void run_epilogue(Params* pp) {
         if (P.profile) ts[3] = now_seconds();
         latent_z(P, pre, direct ? x : xs, (int)No, z);
         Gemm m{};
-        m.m = (int)No; m.n = Cout;
-        m.a1 = z; m.lda1 = L; m.k1 = L; m.b1 = ppk;
-        m.c0 = P.conv + b * No * Cout; m.ldc0 = Cout; m.c0scale = lam;
-        m.c = P.out + b * No * Cout; m.ldc = Cout;
-        m.bias = cvec; m.act = P.act;
-        m.res = P.residual ? P.residual + b * No * Cout : nullptr; m.ldres = Cout;
+        m.m = (int)No;
+        m.n = Cout;
+        m.a1 = z;
+        m.lda1 = L;
+        m.k1 = L;
+        m.b1 = ppk;
+        m.c0 = P.conv + b * No * Cout;
+        m.ldc0 = Cout;
+        m.c0scale = lam;
+        m.c = P.out + b * No * Cout;
+        m.ldc = Cout;
+        m.bias = cvec;
+        m.act = P.act;
+        m.res = P.residual ? P.residual + b * No * Cout : nullptr;
+        m.ldres = Cout;
         gemm_par(P, m);
         if (P.profile) {
             ts[4] = now_seconds();

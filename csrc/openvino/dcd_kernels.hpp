@@ -1,4 +1,4 @@
-// Interface between the ISA-independent op (dcd_op.cpp) and the per-ISA kernels
+// Interface between the ISA-independent ops (dcd_pointwise.cpp, dcd_epilogue.cpp) and the per-ISA kernels
 // (dcd_kernels.cpp, compiled once per instruction set into its own namespace).
 //
 // Plain C types only: the kernel translation units are compiled with different -m flags,
@@ -23,19 +23,19 @@ enum Phase { PH_POOL = 0, PH_BRANCH = 1, PH_FORM = 2, PH_GEMM = 3, PH_COUNT = 4 
 struct Params {
     int B, H, W, Cin, Cout, S, L;
     int pool, se, attention, act, form;
-    const float* x;        // (B, H, W, Cin)
+    const float* x;  // (B, H, W, Cin)
     // DCDConvEpilogue only (run_epilogue): conv = OpenVINO's Conv of x with W0, (B, Ho, Wo,
     // Cout); the latent path reads x at rows/columns i * stride + offset (the centre tap).
     const float* conv;
     int Ho, Wo, stride, offset;
-    const float* residual; // (B, H, W, Cout) or null
+    const float* residual;                                                        // (B, H, W, Cout) or null
     const float *fc1, *gate, *scale_w, *phi_w, *phi_b, *q, *q_b, *p, *w0, *bias;  // w0 null: epilogue
-    const float* prepared;   // the constants' packed forms, made by KernelTable::prepare
-    float* out;            // (B, H, W, Cout)
+    const float* prepared;  // the constants' packed forms, made by KernelTable::prepare
+    float* out;             // (B, H, W, Cout)
     // Runs body(ctx, begin, end) over row ranges covering [0, m) (in multiples of grain,
     // possibly on several threads, returns when all are done); null: one call on this thread.
     void (*parallel_rows)(int m, int grain, void (*body)(void* ctx, int begin, int end), void* ctx);
-    int profile;           // accumulate phase times into phase_seconds
+    int profile;  // accumulate phase times into phase_seconds
     double phase_seconds[PH_COUNT];
 };
 
@@ -60,7 +60,8 @@ const KernelTable* kernels_avx2();
 const KernelTable* kernels_avx512();
 #endif
 
-// Provided by dcd_op.cpp (compiled for the baseline ISA).
+// Provided by the host, kernel_host.cpp (compiled for the baseline ISA; the extension and
+// the test driver link the same file).
 double now_seconds();
 // Per-thread grow-only scratch buffer number `slot` (0..15) of at least n floats, 64-byte aligned.
 float* scratch(int slot, size_t n);

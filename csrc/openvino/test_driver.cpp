@@ -21,53 +21,18 @@
 // It runs the portable kernels (the only ones built for a non-x86 CPU; on x86 the
 // OpenVINO tests cover every ISA). stdout: one line "kernels: NAME". Exit status 0, or 1
 // with one line on stderr.
-#include <chrono>
+// The clock and scratch buffers the kernels ask of their host are the extension's own
+// (kernel_host.cpp, linked in).
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <new>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "dcd_kernels.hpp"
-
-namespace dcd {
-
-double now_seconds() {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-namespace {
-struct Scratch {
-    float* ptr[16] = {};
-    size_t cap[16] = {};
-    ~Scratch() {
-        for (auto* p : ptr) std::free(p);
-    }
-};
-thread_local Scratch t_scratch;
-}  // namespace
-
-// The op's contract (dcd_kernels.hpp): per thread, grow-only, 64-byte aligned. Grown
-// exactly to n (no slack, unlike the op) so reads past a buffer's end are more likely to
-// show up under a memory checker.
-float* scratch(int slot, size_t n) {
-    Scratch& s = t_scratch;
-    if (n > s.cap[slot]) {
-        std::free(s.ptr[slot]);
-        const size_t bytes = (n * sizeof(float) + 63) & ~size_t(63);
-        s.ptr[slot] = static_cast<float*>(std::aligned_alloc(64, bytes ? bytes : 64));
-        if (!s.ptr[slot]) {
-            std::fprintf(stderr, "dcd_kernel_driver: out of memory\n");
-            std::exit(1);
-        }
-        s.cap[slot] = n;
-    }
-    return s.ptr[slot];
-}
-
-}  // namespace dcd
 
 namespace {
 
@@ -79,7 +44,7 @@ int g_threads = 1;
     std::exit(1);
 }
 
-// The op's row split (dcd_op.cpp parallel_rows), on g_threads std::threads.
+// The op's row split (op_runtime.cpp parallel_rows), on g_threads std::threads.
 void parallel_rows(int m, int grain, void (*body)(void*, int, int), void* ctx) {
     const int tiles = (m + grain - 1) / grain;
     const int chunks = tiles < g_threads ? tiles : g_threads;
@@ -126,8 +91,8 @@ struct Case {
 Case read_case(Reader& r, int c) {
     int32_t h[17];
     for (int32_t& v : h) v = r.i32();
-    Case k{h[0], h[1], h[2], h[3], h[4], h[5], h[6], h[7], h[8], h[9], h[10], h[11], h[12], h[13], h[14], h[15],
-           h[16], 0, 0};
+    Case k{h[0],  h[1],  h[2],  h[3],  h[4],  h[5],  h[6],  h[7], h[8], h[9],
+           h[10], h[11], h[12], h[13], h[14], h[15], h[16], 0,    0};
     for (int i = 0; i < 7; ++i)
         if (h[i] < 1) fail("case " + std::to_string(c) + ": sizes must be positive");
     if (k.pool != 1 && k.pool != 2) fail("case " + std::to_string(c) + ": pool must be 1 or 2");
@@ -157,15 +122,35 @@ std::vector<float> run_case(const dcd::KernelTable* k, Reader& r, const Case& c)
     std::vector<float> out(No * Cout);
 
     dcd::Params P{};
-    P.B = c.B; P.H = c.H; P.W = c.W; P.Cin = Cin; P.Cout = Cout; P.S = S; P.L = L;
-    P.pool = c.pool; P.se = c.se; P.attention = c.att; P.act = c.act; P.form = c.form;
-    P.Ho = c.Ho; P.Wo = c.Wo; P.stride = c.stride; P.offset = c.offset;
+    P.B = c.B;
+    P.H = c.H;
+    P.W = c.W;
+    P.Cin = Cin;
+    P.Cout = Cout;
+    P.S = S;
+    P.L = L;
+    P.pool = c.pool;
+    P.se = c.se;
+    P.attention = c.att;
+    P.act = c.act;
+    P.form = c.form;
+    P.Ho = c.Ho;
+    P.Wo = c.Wo;
+    P.stride = c.stride;
+    P.offset = c.offset;
     P.x = x.data();
     P.conv = c.kind == 1 ? conv.data() : nullptr;
     P.residual = c.res ? residual.data() : nullptr;
-    P.fc1 = fc1.data(); P.gate = c.se ? gate.data() : nullptr; P.scale_w = c.att ? scale_w.data() : nullptr;
-    P.phi_w = phi_w.data(); P.phi_b = phi_b.data(); P.q = q.data(); P.q_b = q_b.data(); P.p = p.data();
-    P.w0 = c.kind == 0 ? w0.data() : nullptr; P.bias = bias.data();
+    P.fc1 = fc1.data();
+    P.gate = c.se ? gate.data() : nullptr;
+    P.scale_w = c.att ? scale_w.data() : nullptr;
+    P.phi_w = phi_w.data();
+    P.phi_b = phi_b.data();
+    P.q = q.data();
+    P.q_b = q_b.data();
+    P.p = p.data();
+    P.w0 = c.kind == 0 ? w0.data() : nullptr;
+    P.bias = bias.data();
     P.out = out.data();
     g_threads = c.threads > 1 ? c.threads : 1;
     P.parallel_rows = g_threads > 1 ? parallel_rows : nullptr;
@@ -190,7 +175,11 @@ int main(int argc, char** argv) {
     if (r.i32() != kMagic || r.i32() != 2) fail("not a version-2 case file");
     const int32_t ncases = r.i32();
     std::vector<std::vector<float>> outputs;
-    for (int32_t c = 0; c < ncases; ++c) outputs.push_back(run_case(k, r, read_case(r, c)));
+    try {
+        for (int32_t c = 0; c < ncases; ++c) outputs.push_back(run_case(k, r, read_case(r, c)));
+    } catch (const std::bad_alloc&) {
+        fail("out of memory");
+    }
     std::fclose(in);
 
     std::FILE* o = std::fopen(argv[arg + 1], "wb");

@@ -61,7 +61,12 @@ _ENVIRONMENT_REASONS = ("No space left on device", "Disk quota exceeded", "File 
                         "Read-only file system", "virtual memory exhausted", "Cannot allocate memory")
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
-_SOURCES = ("dcd_op.cpp", "dcd_epilogue.cpp", "dcd_op_common.hpp", "dcd_kernels.cpp", "dcd_kernels.hpp")
+# The ops' translation units (baseline ISA, against OpenVINO's headers), then every source
+# the build reads (the kernels are compiled once per instruction set, below).
+_OP_UNITS = ("dcd_pointwise.cpp", "dcd_epilogue.cpp", "op_contract.cpp", "op_failures.cpp", "op_runtime.cpp",
+             "weight_packing.cpp", "extension.cpp", "c_api.cpp", "kernel_host.cpp")
+_SOURCES = (*_OP_UNITS, "dcd_pointwise.hpp", "dcd_epilogue.hpp", "op_contract.hpp", "op_failures.hpp",
+            "op_runtime.hpp", "weight_packing.hpp", "packed_layout.hpp", "dcd_kernels.cpp", "dcd_kernels.hpp")
 _COMMON_FLAGS = ("-O3", "-std=c++17", "-fPIC", "-fvisibility=hidden")
 # (object name, source, extra flags); the kernels are built once per instruction set
 _X86_KERNELS = (
@@ -450,9 +455,9 @@ def _build_locked(target: Path, *, cxx: str, src: Path, include: Path, kernels, 
     _cleanup.register_path(tmpdir)
     try:
         base = [cxx, *_COMMON_FLAGS, f"-I{src}", f"-I{include}"]
-        jobs = [(tmpdir / "dcd_op.o", [*base, *op_flags, f'-DDCD_BUILD_ID="{build_id}"', "-c",
-                                      str(src / "dcd_op.cpp")]),
-                (tmpdir / "dcd_epilogue.o", [*base, *op_flags, "-c", str(src / "dcd_epilogue.cpp")])]
+        jobs = [(tmpdir / f"{Path(unit).stem}.o",
+                 [*base, *op_flags, *([f'-DDCD_BUILD_ID="{build_id}"'] if unit == "c_api.cpp" else []), "-c",
+                  str(src / unit)]) for unit in _OP_UNITS]
         for obj, flags in kernels:
             jobs.append((tmpdir / f"{obj}.o", [*base, *_KERNEL_FLAGS, *flags, "-c", str(src / "dcd_kernels.cpp")]))
         say(f"compiling the OpenVINO extension ({len(jobs)} objects, {cxx}) ...")

@@ -38,7 +38,8 @@ CROSS_CXX = ("aarch64-linux-gnu-g++", "g++-aarch64-linux-gnu")
 QEMU = (("qemu-aarch64", "qemu-aarch64-static"), "qemu-user")
 #: The Debian packages ``make test-aarch64`` needs.
 CROSS_PACKAGES = (CROSS_CXX[1], QEMU[1])
-_DRIVER_SOURCES = ("test_driver.cpp", "dcd_kernels.cpp", "dcd_kernels.hpp")
+_DRIVER_SOURCES = ("test_driver.cpp", "kernel_host.cpp", "dcd_kernels.cpp", "dcd_kernels.hpp")
+_DRIVER_UNITS = ("test_driver", "kernel_host")  # baseline-ISA units (.cpp), beside the kernels
 _TIMEOUT_S = 600  # qemu runs the test cases in a few seconds
 
 
@@ -115,8 +116,8 @@ def build_driver(*, target: str = "aarch64", out_dir: Path | None = None, force:
     with tempfile.TemporaryDirectory(prefix=".dcd-driver-", dir=out_dir) as tmp:
         tmpdir = Path(tmp)
         base = [cxx, *_COMMON_FLAGS, f"-I{src}"]
-        objs = [tmpdir / "test_driver.o"]
-        cmds = [[*base, "-c", str(src / "test_driver.cpp"), "-o", str(objs[0])]]
+        objs = [tmpdir / f"{unit}.o" for unit in _DRIVER_UNITS]
+        cmds = [[*base, "-c", str(src / f"{unit}.cpp"), "-o", str(obj)] for unit, obj in zip(_DRIVER_UNITS, objs)]
         for obj, flags in kernels:
             objs.append(tmpdir / f"{obj}.o")
             cmds.append([*base, *_KERNEL_FLAGS, *flags, "-c", str(src / "dcd_kernels.cpp"), "-o", str(objs[-1])])

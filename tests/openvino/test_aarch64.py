@@ -164,7 +164,7 @@ def test_driver_on_this_machine(tmp_path):
 
 
 def test_the_op_source_compiles_for_aarch64():
-    # the x86 ISA dispatch of dcd_op.cpp (CPU-feature checks, AVX kernels) compiles away on
+    # the x86 ISA dispatch of op_runtime.cpp (CPU-feature checks, AVX kernels) compiles away on
     # aarch64, even given the x86 build's -DDCD_WITH_X86; checked against the installed
     # openvino wheel's headers (there is no OpenVINO for aarch64 here to link against)
     require_cross_tools()
@@ -173,7 +173,7 @@ def test_the_op_source_compiles_for_aarch64():
 
     _, include, _, _ = _build._find_openvino()
     cxx = _cross.cross_tools()[0]
-    for source in ("dcd_op.cpp", "dcd_epilogue.cpp"):
+    for source in _build._OP_UNITS:
         cmd = [cxx, *_build._COMMON_FLAGS, "-fsyntax-only", "-DOV_THREAD=OV_THREAD_TBB_ADAPTIVE", "-DDCD_WITH_X86",
                f"-I{_build.source_dir()}", f"-I{include}", str(_build.source_dir() / source)]
         proc = subprocess.run(cmd, capture_output=True, text=True)

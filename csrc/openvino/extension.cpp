@@ -1,0 +1,71 @@
+// How the ops enter OpenVINO: OpExtensions (IR round trips) and ONNX ConversionExtensions
+// for both ops of domain/opset "dcd_deploy"; the conversion packs the node's weight
+// Constants into one input (weight_packing.hpp).
+#include <openvino/core/extension.hpp>
+#include <openvino/core/op_extension.hpp>
+#include <openvino/frontend/onnx/extension/conversion.hpp>
+
+#include "dcd_epilogue.hpp"
+#include "dcd_pointwise.hpp"
+
+namespace dcd {
+namespace {
+
+FusedAttrs onnx_attrs(const ov::frontend::NodeContext& ctx) {
+    FusedAttrs a;
+    a.pool = ctx.get_attribute<int64_t>("pool", 1);
+    a.se = ctx.get_attribute<int64_t>("se", 0);
+    a.attention = ctx.get_attribute<int64_t>("attention", 0);
+    a.residual = ctx.get_attribute<int64_t>("residual", 0);
+    a.activation = ctx.get_attribute<std::string>("activation", "none");
+    return a;
+}
+
+ov::OutputVector onnx_inputs(const ov::frontend::NodeContext& ctx) {
+    ov::OutputVector args;
+    for (size_t i = 0; i < ctx.get_input_size(); ++i) args.push_back(ctx.get_input((int)i));
+    return args;
+}
+
+ov::OutputVector convert_pointwise(const ov::frontend::NodeContext& ctx) {
+    // the contract's form first: it checks every weight's shape, with the messages naming them
+    auto node = std::make_shared<DCDPointwise>(onnx_inputs(ctx), onnx_attrs(ctx),
+                                               ctx.get_attribute<std::string>("form", "auto"));
+    if (auto packed = node->packed_copy()) return packed->outputs();
+    return node->outputs();
+}
+
+ov::OutputVector convert_epilogue(const ov::frontend::NodeContext& ctx) {
+    constexpr const char* kOp = "DCDConvEpilogue";
+    const FusedAttrs a = onnx_attrs(ctx);
+    OPENVINO_ASSERT((a.pool == 1 || a.pool == 2) && (a.se | 1) == 1 && (a.attention | 1) == 1 && (a.residual | 1) == 1,
+                    kOp, ": pool must be 1 or 2, se, attention and residual 0 or 1");
+    const ov::OutputVector inputs = onnx_inputs(ctx);
+    const InputLayout I(OpKind::ConvEpilogue, a, false);
+    OPENVINO_ASSERT((int)inputs.size() == I.count, kOp, ": ", inputs.size(), " inputs given, expected ", I.count,
+                    " for these attributes");
+    std::vector<int64_t> dims;
+    std::string why;
+    auto weights = pack_weights(inputs, I, a, &dims, &why);
+    OPENVINO_ASSERT(weights, kOp, ": ", why);
+    // the op's own layout: the same activations, then the packed weights
+    const InputLayout P(OpKind::ConvEpilogue, a, true);
+    ov::OutputVector args(P.count);
+    args[P.conv] = inputs[I.conv];
+    args[P.x] = inputs[I.x];
+    if (P.residual >= 0) args[P.residual] = inputs[I.residual];
+    args[P.packed] = weights;
+    auto node = std::make_shared<DCDConvEpilogue>(args, a, ctx.get_attribute<int64_t>("stride", 1),
+                                                  ctx.get_attribute<int64_t>("offset", 0), dims);
+    return node->outputs();
+}
+
+}  // namespace
+}  // namespace dcd
+
+OPENVINO_CREATE_EXTENSIONS(std::vector<ov::Extension::Ptr>(
+    {std::make_shared<ov::OpExtension<dcd::DCDPointwise>>(),
+     std::make_shared<ov::frontend::onnx::ConversionExtension>("DCDPointwise", "dcd_deploy", dcd::convert_pointwise),
+     std::make_shared<ov::OpExtension<dcd::DCDConvEpilogue>>(),
+     std::make_shared<ov::frontend::onnx::ConversionExtension>("DCDConvEpilogue", "dcd_deploy",
+                                                               dcd::convert_epilogue)}));

@@ -1,0 +1,69 @@
+// The fused ops' shared attributes and input positions (op_contract.hpp).
+#include "op_contract.hpp"
+
+#include "dcd_kernels.hpp"
+#include "op_failures.hpp"
+
+namespace dcd {
+
+void FusedAttrs::visit(ov::AttributeVisitor& v) {
+    v.on_attribute("pool", pool);
+    v.on_attribute("se", se);
+    v.on_attribute("attention", attention);
+    v.on_attribute("residual", residual);
+    v.on_attribute("activation", activation);
+}
+
+std::string FusedAttrs::check() const {
+    if (pool != 1 && pool != 2) return "pool must be 1 or 2, got " + std::to_string(pool);
+    if ((se | 1) != 1 || (attention | 1) != 1 || (residual | 1) != 1)
+        return "se, attention and residual must be 0 or 1";
+    if (parse_act(activation) < 0) return "activation must be none, relu or relu6, got '" + clip(activation) + "'";
+    return "";
+}
+
+int parse_act(const std::string& a) {
+    if (a == "none") return ACT_NONE;
+    if (a == "relu") return ACT_RELU;
+    if (a == "relu6") return ACT_RELU6;
+    return -1;
+}
+
+int parse_form(const std::string& f) {
+    if (f == "weight") return FORM_WEIGHT;
+    if (f == "latent") return FORM_LATENT;
+    if (f == "auto" || f.empty()) return FORM_AUTO;
+    return -1;
+}
+
+InputLayout::InputLayout(OpKind kind, const FusedAttrs& a, bool is_packed) {
+    for (int& w : weight) w = -1;
+    int i = 0;
+    if (kind == OpKind::ConvEpilogue) conv = i++;
+    x = i++;
+    if (a.residual) residual = i++;
+    if (is_packed) {
+        packed = i++;
+        count = i;
+        return;
+    }
+    for (int t = 0; t < PK_COUNT; ++t) {
+        if ((t == PK_GATE && !a.se) || (t == PK_SCALE_W && !a.attention)) continue;
+        if (t == PK_W0 && kind == OpKind::ConvEpilogue) continue;  // OpenVINO's Conv has W0
+        weight[t] = i++;
+    }
+    count = i;
+}
+
+std::vector<std::string> InputLayout::names() const {
+    std::vector<std::string> out(count);
+    const int fixed[4] = {x, conv, residual, packed};
+    const char* fixed_names[4] = {"x", "conv", "residual", "packed"};
+    for (int f = 0; f < 4; ++f)
+        if (fixed[f] >= 0) out[fixed[f]] = fixed_names[f];
+    for (int t = 0; t < PK_COUNT; ++t)
+        if (weight[t] >= 0) out[weight[t]] = kPartNames[t];
+    return out;
+}
+
+}  // namespace dcd

@@ -1,0 +1,53 @@
+// The contract both fused ops share with the exporter (docs/design.md "Fused op"): their
+// common attributes and the positions of their inputs. The Python side's description of
+// the same inputs is compared with InputLayout through the C entry point
+// dcd_deploy_ov_inputs (tests/openvino/test_fused_contract.py).
+#pragma once
+
+#include <openvino/core/attribute_visitor.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "packed_layout.hpp"
+
+namespace dcd {
+
+// The attributes of DCDPointwise and DCDConvEpilogue alike (each adds its own after them).
+struct FusedAttrs {
+    int64_t pool = 1, se = 0, attention = 0, residual = 0;
+    std::string activation = "none";
+
+    // In the IR's order: pool, se, attention, residual, activation.
+    void visit(ov::AttributeVisitor& v);
+    // "" when they are in range, else why not (for a validation message).
+    std::string check() const;
+};
+
+int parse_act(const std::string& a);   // ACT_*, -1 if not none/relu/relu6
+int parse_form(const std::string& f);  // FORM_*, -1 if not weight/latent/auto
+
+enum class OpKind { Pointwise, ConvEpilogue };
+
+// Where an op's inputs are, for its kind and attributes:
+// * DCDPointwise, the contract's form (the ONNX node's): x, [residual], fc1, [gate],
+//   [scale_w], phi_w, phi_b, q, q_b, p, w0, bias;
+// * DCDConvEpilogue's ONNX node: conv, x, [residual], the same weights without w0;
+// * packed (what the ONNX conversion makes of either when the weights are Constants):
+//   the activations, then one 1-D f32 Constant holding the weights (PackedLayout).
+//   OpenVINO's CPU plugin wraps every input of an extension op in a new ov::Tensor at
+//   every call (about 1 us each): one weight input instead of ten is most of the op's
+//   per-call overhead.
+// gate is there with se, scale_w with attention, residual with residual.
+struct InputLayout {
+    int x = -1, conv = -1, residual = -1, packed = -1;
+    int weight[PK_COUNT];  // by PackedPart; -1: absent, or inside `packed`
+    int count = 0;
+
+    InputLayout(OpKind kind, const FusedAttrs& a, bool is_packed);
+    // The inputs' names in order: x, conv, residual, packed and kPartNames.
+    std::vector<std::string> names() const;
+};
+
+}  // namespace dcd

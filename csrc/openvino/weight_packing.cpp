@@ -1,0 +1,107 @@
+// Weight packing and the kernels' prepared weights (weight_packing.hpp).
+#include "weight_packing.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <sstream>
+
+namespace dcd {
+
+namespace {
+// The Constants at I's weight positions, by PackedPart (null: absent); "" or why not.
+std::string weight_constants(const ov::OutputVector& inputs, const InputLayout& I,
+                             std::shared_ptr<ov::op::v0::Constant> c[PK_COUNT]) {
+    for (int t = 0; t < PK_COUNT; ++t) {
+        if (I.weight[t] < 0) continue;
+        if (I.weight[t] >= (int)inputs.size()) return std::string("missing weight input ") + kPartNames[t];
+        c[t] = ov::as_type_ptr<ov::op::v0::Constant>(inputs[I.weight[t]].get_node_shared_ptr());
+        if (!c[t] || c[t]->get_element_type() != ov::element::f32)
+            return std::string("weight ") + kPartNames[t] + " must be an f32 constant (an initializer)";
+    }
+    return "";
+}
+
+std::string shape_text(const ov::Shape& s) {
+    std::ostringstream os;
+    os << s;
+    return os.str();
+}
+}  // namespace
+
+std::shared_ptr<ov::op::v0::Constant> pack_weights(const ov::OutputVector& inputs, const InputLayout& I,
+                                                   const FusedAttrs& a, std::vector<int64_t>* dims, std::string* why) {
+    std::shared_ptr<ov::op::v0::Constant> c[PK_COUNT];
+    *why = weight_constants(inputs, I, c);
+    if (!why->empty()) return nullptr;
+    const ov::Shape &fs = c[PK_FC1]->get_shape(), &qs = c[PK_Q]->get_shape(), &ps = c[PK_P]->get_shape();
+    if (fs.size() != 2 || qs.size() != 2 || ps.size() != 2) {
+        *why = "fc1, q and p must be matrices";
+        return nullptr;
+    }
+    const size_t S = fs[0], L = qs[0], cin = qs[1], cout = ps[0], pool = (size_t)a.pool;
+    PackedLayout lay;
+    *why = PackedLayout::make(cout, cin, S, L, pool, a.se, a.attention, &lay, I.weight[PK_W0] >= 0);
+    if (!why->empty()) return nullptr;
+    const ov::Shape want[PK_COUNT] = {
+        {S, cin * pool * pool}, {S, S}, {cout, S}, {L * L, S}, {L * L}, {L, cin}, {L}, {cout, L}, {cout, cin}, {cout}};
+    ov::Tensor packed(ov::element::f32, ov::Shape{lay.total});
+    std::fill_n(packed.data<float>(), lay.total, 0.f);
+    for (int t = 0; t < PK_COUNT; ++t) {
+        if (!c[t]) continue;
+        if (c[t]->get_shape() != want[t]) {
+            *why = std::string(kPartNames[t]) + " has shape " + shape_text(c[t]->get_shape()) + ", expected " +
+                   shape_text(want[t]);
+            return nullptr;
+        }
+        std::memcpy(packed.data<float>() + lay.offset[t], c[t]->get_data_ptr(), lay.size[t] * sizeof(float));
+    }
+    *dims = {(int64_t)cout, (int64_t)cin, (int64_t)S, (int64_t)L};
+    return std::make_shared<ov::op::v0::Constant>(packed);
+}
+
+void bind_packed(const float* w, const PackedLayout& lay, Params* p) {
+    const float** dst[PK_COUNT] = {&p->fc1, &p->gate, &p->scale_w, &p->phi_w, &p->phi_b,
+                                   &p->q,   &p->q_b,  &p->p,       &p->w0,    &p->bias};
+    for (int t = 0; t < PK_COUNT; ++t) *dst[t] = lay.size[t] ? w + lay.offset[t] : nullptr;
+}
+
+bool is_own_constant(const ov::Node& node, int input, const void* data) {
+    if (input < 0) return false;
+    const auto* c = ov::as_type<const ov::op::v0::Constant>(node.get_input_node_ptr(input));
+    return c && c->get_data_ptr() == data;
+}
+
+bool PreparedCache::same_tensors(const Key& a, const Key& b) {
+    return a.table == b.table && !std::memcmp(a.shape, b.shape, sizeof a.shape) &&
+           !std::memcmp(a.src, b.src, sizeof a.src);
+}
+
+std::shared_ptr<const std::vector<float>> PreparedCache::get(const KernelTable* k, const Params& p, bool owned) const {
+    Key key;
+    key.table = k;
+    const float* src[kCached] = {p.w0, p.q, p.p, p.phi_w, p.scale_w};
+    const int shape[4] = {p.Cout, p.Cin, p.L, p.S};
+    std::memcpy(key.src, src, sizeof src);
+    std::memcpy(key.shape, shape, sizeof shape);
+    if (owned) {
+        std::lock_guard<std::mutex> lock(m_mutex);
+        if (m_prepared && m_owned && same_tensors(m_key, key)) return m_prepared;
+    }
+    const size_t n[kCached] = {p.w0 ? (size_t)p.Cout * p.Cin : 0, (size_t)p.L * p.Cin, (size_t)p.Cout * p.L,
+                               (size_t)p.L * p.L * p.S, p.scale_w ? (size_t)p.Cout * p.S : 0};
+    for (int t = 0; t < kCached; ++t)
+        for (int i = 0; n[t] && i < 8; ++i) key.probe[t][i] = src[t][(n[t] - 1) * i / 7];
+    std::lock_guard<std::mutex> lock(m_mutex);
+    if (m_prepared && same_tensors(m_key, key) && !std::memcmp(key.probe, m_key.probe, sizeof key.probe)) {
+        m_owned = owned;
+        return m_prepared;
+    }
+    auto v = std::make_shared<std::vector<float>>(k->prepared_size(&p));
+    k->prepare(&p, v->data());
+    m_prepared = v;
+    m_key = key;
+    m_owned = owned;
+    return m_prepared;
+}
+
+}  // namespace dcd

@@ -1,0 +1,93 @@
+"""The fused ops' inputs as the C++ side lays them out (``InputLayout`` in
+``csrc/openvino/op_contract.hpp``, read through the extension's ``dcd_deploy_ov_inputs``)
+against the exporter's description, for every attribute combination the exporter emits."""
+
+from __future__ import annotations
+
+import ctypes
+import itertools
+from types import SimpleNamespace
+
+import pytest
+
+pytest.importorskip("openvino")
+
+from dcd_deploy.exporters import _fused  # noqa: E402
+from dcd_deploy.openvino import build_extension  # noqa: E402
+
+
+# --- adapter: the one place that reads the Python side's description ------------------
+class _AnyTensor:
+    def flatten(self, _dim):
+        return self
+
+
+class _NamesOnly:
+    """Stands in for the exporter's FunctionScope: a constant input is named by its hint."""
+
+    def const(self, hint, _value):
+        return hint
+
+
+def python_inputs(op_type: str, attrs: dict) -> list[str]:
+    """The node's inputs in order, as the exporter emits them (exporters/_fused.py: the
+    activations of ``emit``/``_emit_around_conv``, then ``_weights``)."""
+    t = _AnyTensor()
+    layer = SimpleNamespace(se=bool(attrs["se"]), scale_w=t if attrs["attention"] else None, fc1=t, gate=t,
+                            phi_w=t, phi_b=t, q=t, q_b=t, p=t, w0=t, bias=t)
+    around_conv = op_type == _fused.EPILOGUE_OP_TYPE
+    acts = ["conv", "x"] if around_conv else ["x"]
+    acts += ["residual"] if attrs["residual"] else []
+    return acts + list(_fused._weights(_NamesOnly(), layer, with_w0=not around_conv))
+# ----------------------------------------------------------------------------------------
+
+
+def _emitted_attributes():
+    """Every attribute combination the exporter emits, per op (activation, form, stride and
+    offset do not move inputs; one value of each stands for all)."""
+    for op_type, se, attention, residual, pool in itertools.product(
+            _fused.OP_TYPES, (0, 1), (0, 1), (0, 1), (1, 2)):
+        attrs = dict(pool=pool, se=se, attention=attention, residual=residual, activation="relu")
+        attrs.update(form="latent" if op_type == _fused.OP_TYPE else None)
+        if op_type == _fused.EPILOGUE_OP_TYPE:
+            attrs.update(stride=2, offset=0)
+        yield op_type, {k: v for k, v in attrs.items() if v is not None}
+
+
+@pytest.fixture(scope="module")
+def cpp_inputs():
+    lib = ctypes.CDLL(str(build_extension()))
+    fn = lib.dcd_deploy_ov_inputs
+    fn.restype = ctypes.c_int
+    fn.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_char_p,
+                   ctypes.c_int]
+
+    def names(op_type: str, attrs: dict, *, packed: bool = False) -> list[str] | None:
+        buf = ctypes.create_string_buffer(512)
+        n = fn(op_type.encode(), attrs["se"], attrs["attention"], attrs["residual"], int(packed), buf, len(buf))
+        if n < 0:
+            return None
+        assert n < len(buf)
+        return buf.value.decode().split(",")
+
+    return names
+
+
+@pytest.mark.parametrize("op_type,attrs", list(_emitted_attributes()),
+                         ids=lambda v: v if isinstance(v, str) else "-".join(f"{k}{v[k]}" for k in
+                                                                             ("se", "attention", "residual", "pool")))
+def test_cpp_input_layout_is_the_exporters(cpp_inputs, op_type, attrs):
+    assert cpp_inputs(op_type, attrs) == python_inputs(op_type, attrs)
+
+
+def test_packed_form_keeps_the_activations_and_replaces_the_weights(cpp_inputs):
+    # the ONNX conversion's form: the same activations in the same places, one weight input
+    for op_type, attrs in _emitted_attributes():
+        contract = python_inputs(op_type, attrs)
+        acts = [n for n in contract if n in ("conv", "x", "residual")]
+        assert contract[:len(acts)] == acts
+        assert cpp_inputs(op_type, attrs, packed=True) == acts + ["packed"]
+
+
+def test_unknown_op_is_refused(cpp_inputs):
+    assert cpp_inputs("DCDDepthwise", dict(se=0, attention=0, residual=0)) is None
