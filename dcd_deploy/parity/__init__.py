@@ -110,10 +110,11 @@ def check_parity(model: nn.Module, onnx_path, *, batch_sizes=(1, 2), n_inputs: i
 
     Raises:
         NonFiniteOutputError: the PyTorch model outputs NaN or Inf for a finite input.
-        ExportError: ONNX Runtime cannot load the file.
+        BackendLoadError: ONNX Runtime cannot load the file, or OpenVINO cannot compile it.
+        BackendRunError: a runtime fails running the file on the inputs.
         ExtensionError: OpenVINO or its extension is missing.
         DCDDeployError: the inputs do not fit the file (count, rank, batch, spatial size),
-            the model's outputs do not match the file's, or OpenVINO cannot compile it.
+            or the model's outputs do not match the file's.
     """
     atol = DEFAULT_ATOL if atol is None else float(atol)
     rtol = DEFAULT_RTOL if rtol is None else float(rtol)
