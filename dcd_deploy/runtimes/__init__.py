@@ -65,9 +65,9 @@ def load_runner(runtime: str, source, **options) -> Runner:
 def compile_openvino(path, **options):
     """``path`` compiled by OpenVINO for CPU (:func:`dcd_deploy.openvino.compile_onnx`'s
     settings; ``extension`` None loads the extension when the file needs it)."""
-    from ._openvino import compile_model
+    from ._openvino import compile_file
 
-    return compile_model(path, **options)
+    return compile_file(path, **options)
 
 
 def onednn_disabled():

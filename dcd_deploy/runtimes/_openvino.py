@@ -25,7 +25,7 @@ from ..errors import BackendLoadError, BackendRunError
 from ._base import Feed, Runner
 
 
-def compile_model(path, *, threads: int = 1, input_shape=None, perf_counters: bool = False,
+def compile_file(path, *, threads: int = 1, input_shape=None, perf_counters: bool = False,
                   extra_outputs: Sequence[str] = (), extension: bool | None = None):
     """``path`` (ONNX or OpenVINO IR) compiled for CPU: the arguments of
     :func:`dcd_deploy.openvino.compile_onnx`, plus ``extension`` (None: when the file needs it).
@@ -88,7 +88,7 @@ class OpenVINORunner(Runner):
 
     def _prepare(self, shapes):
         if shapes not in self._compiled:
-            compiled = compile_model(self.path, threads=self.threads, perf_counters=self.perf_counters,
+            compiled = compile_file(self.path, threads=self.threads, perf_counters=self.perf_counters,
                                      input_shape=self.input_shapes if shapes is None else dict(shapes),
                                      extra_outputs=self.extra_outputs, extension=self.extension)
             self._compiled[shapes] = (compiled, compiled.create_infer_request())
@@ -130,4 +130,4 @@ class OpenVINORunner(Runner):
         return f"OpenVINO {self.version() or '?'}, CPU plugin, fp32, {self.threads} thread(s), one stream{fused}"
 
 
-__all__ = ["OpenVINORunner", "compile_model"]
+__all__ = ["OpenVINORunner", "compile_file"]
