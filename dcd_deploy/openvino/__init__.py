@@ -263,5 +263,6 @@ def build_extension(**kwargs) -> Path:
     return build(**kwargs)
 
 
-__all__ = ["PROFILE_PHASES", "add_extension", "build_extension", "checked", "compile_onnx", "import_openvino", "kernel_isa", "kernel_profile",
-           "last_kernel_error", "needs_extension", "openvino_extension", "openvino_message"]
+__all__ = ["PROFILE_PHASES", "add_extension", "build_extension", "checked", "compile_onnx", "import_openvino",
+           "kernel_isa", "kernel_profile", "last_kernel_error", "needs_extension", "openvino_extension",
+           "openvino_message"]
