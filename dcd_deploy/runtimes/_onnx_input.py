@@ -101,7 +101,7 @@ def read_onnx_input(path: str | Path) -> OnnxInput:
     weights = {t.name for t in proto.graph.initializer}
     inputs = [i for i in proto.graph.input if i.name not in weights]
     if len(inputs) != 1:
-        raise UnsupportedInputError(f"{path} has {len(inputs)} inputs; an image model has one, of shape (N, 3, H, W)")
+        raise UnsupportedInputError(f"{path} has {len(inputs)} inputs; an image model has one, of shape (N, 3, S, S)")
     value = inputs[0]
     tensor = value.type.tensor_type
     if not value.type.HasField("tensor_type") or tensor.elem_type != onnx.TensorProto.FLOAT:
@@ -112,7 +112,7 @@ def read_onnx_input(path: str | Path) -> OnnxInput:
     if not tensor.HasField("shape") or len(dims) != 4:
         shape = "unknown" if not tensor.HasField("shape") else _text(dims)
         raise UnsupportedInputError(f"{path}: its input {value.name!r} has shape {shape}; an image model takes "
-                                    "(N, C, H, W)")
+                                    "(N, 3, S, S)")
     if any(d is not None and not 1 <= d <= MAX_INPUT_SIZE for d in dims[1:]):
         raise UnsupportedInputError(f"{path}: its input shape {_text(dims)} has a side outside 1-{MAX_INPUT_SIZE}")
     return OnnxInput(value.name, dims, _has_fused_nodes(proto), sum(math.prod(t.dims) for t in proto.graph.initializer),
