@@ -17,7 +17,6 @@ copies). A run estimated above :data:`MAX_PEAK_BYTES` is refused: 8 GiB leaves r
 from __future__ import annotations
 
 import math
-import re
 
 from .errors import DCDDeployError, UnsupportedInputError
 
@@ -115,10 +114,6 @@ def check_config(config: dict, *, source: str, error: type[DCDDeployError]) -> d
     return config
 
 
-#: The ``input_size`` metadata: ``224``, ``256x320``, ``[256, 320]`` or ``(256, 320)``.
-_METADATA_SIZE = re.compile(r"\s*[\[(]?\s*([0-9]{1,9})\s*(?:[x,]\s*([0-9]{1,9})\s*)?[\])]?\s*")
-
-
 def read_onnx_input_size(path) -> int:
     """The square input side of an image-model ONNX file (:func:`read_onnx_image_size`).
 
@@ -166,47 +161,14 @@ def load_onnx_checked(path):
 
 
 def read_onnx_image_size(path) -> tuple[int, int]:
-    """``(H, W)`` of an image-model ONNX file's input, checked before anything runs it.
-
-    The file must be a regular file below :data:`MAX_ONNX_BYTES` with one float32 input
-    of shape (N, 3, H, W); the size comes from the ``input_size`` metadata this toolkit
-    writes (``S``, ``HxW`` or ``[H, W]``), else from the input's shape, else 224 for a
-    dynamic axis, and each side must be in range.
+    """``(H, W)`` of an image-model ONNX file's input, checked before anything runs it
+    (:func:`dcd_deploy.runtimes.read_onnx_input` and its ``image_size``).
 
     Raises:
         UnsupportedInputError: the file's input does not fit an image model, or its size
             is out of range.
         DCDDeployError: the file is not a regular file, too large, or not ONNX.
     """
-    import onnx
+    from .runtimes import read_onnx_input  # lazy: the runtimes read this module's limits
 
-    proto = load_onnx_checked(path)
-    weights = {t.name for t in proto.graph.initializer}
-    inputs = [i for i in proto.graph.input if i.name not in weights]
-    if len(inputs) != 1:
-        raise UnsupportedInputError(f"{path} has {len(inputs)} inputs; an image model has one, of shape (N, 3, S, S)")
-    tensor = inputs[0].type.tensor_type
-    if not inputs[0].type.HasField("tensor_type") or tensor.elem_type != onnx.TensorProto.FLOAT:
-        kind = onnx.TensorProto.DataType.Name(tensor.elem_type).lower() if inputs[0].type.HasField(
-            "tensor_type") else "not a tensor"
-        raise UnsupportedInputError(f"{path}: its input {inputs[0].name!r} is {kind}; an image model takes float32")
-    dims = [d.dim_value if d.HasField("dim_value") else None for d in tensor.shape.dim]
-    if not tensor.HasField("shape") or len(dims) != 4 or dims[1] not in (None, 3):
-        shape = "unknown" if not tensor.HasField("shape") else tuple("?" if d is None else d for d in dims)
-        raise UnsupportedInputError(f"{path}: its input {inputs[0].name!r} has shape {shape}; an image model "
-                                    "takes (N, 3, S, S)")
-    props = {p.key: p.value for p in proto.metadata_props}
-    if "input_size" in props:
-        match = _METADATA_SIZE.fullmatch(props["input_size"])
-        if match is None:
-            raise UnsupportedInputError(f"{path}: its metadata input_size {props['input_size']!r} is not an integer "
-                                        "or HxW")
-        size = (int(match.group(1)), int(match.group(2) or match.group(1)))
-        if any(d not in (None, s) for d, s in zip(dims[2:], size)):
-            raise UnsupportedInputError(f"{path}: its metadata input_size {props['input_size']} disagrees with its "
-                                        f"input shape ({dims[2]}x{dims[3]})")
-    else:
-        size = (dims[2] or 224, dims[3] or 224)
-    for side in size:
-        check_input_size_range(side, source=str(path))
-    return size
+    return read_onnx_input(path).image_size()

@@ -61,3 +61,17 @@ class NonFiniteOutputError(ParityError):
 class ExtensionError(DCDDeployError):
     """The OpenVINO extension cannot be built or loaded (no compiler, no openvino, a
     failed compile): the standard-op path still works."""
+
+
+class BackendError(DCDDeployError):
+    """A runtime (ONNX Runtime, OpenVINO, eager PyTorch) cannot load or run what it was
+    given: a damaged file, an op it lacks (a fused file without the extension), an input
+    of the wrong name, type or shape, a graph that fails at run time."""
+
+
+class BackendLoadError(BackendError):
+    """A runtime cannot load or compile a file (or the runner refuses an option)."""
+
+
+class BackendRunError(BackendError):
+    """A runtime fails running a loaded model on the inputs given."""

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from ..errors import DCDDeployError
+from ..runtimes import OnnxInput, read_onnx_input as onnx_input  # noqa: F401  (the one reader of a file's input)
 from .paper import KINDS
 
 #: Pseudo-training seed of zoo models unless told otherwise.
@@ -166,57 +167,3 @@ def static_counterpart(model):
         raise DCDDeployError("this dcd-deploy has no to_static() to build the static counterpart; give "
                              "one with --baseline MODEL") from None
     return to_static(model).eval()
-
-
-@dataclass(frozen=True)
-class OnnxInput:
-    """The one input of an ONNX file a benchmark feeds (None for a dynamic axis)."""
-
-    name: str
-    shape: tuple[int | None, ...]
-    #: The file has fused ``dcd_deploy.DCDPointwise`` nodes (``dcd-export --mode fused``).
-    fused: bool
-    #: Elements of its initializers (the weights).
-    params: int
-
-    def resolve(self, *, batch: int, input_size: tuple[int, int]) -> tuple[int, ...]:
-        """The concrete (N, C, H, W): fixed axes as the file has them, dynamic ones from
-        ``batch`` and ``input_size``."""
-        n, c, h, w = self.shape
-        return (batch if n is None else n, 3 if c is None else c,
-                input_size[0] if h is None else h, input_size[1] if w is None else w)
-
-
-def onnx_input(path: str | Path) -> OnnxInput:
-    """The image input of an ONNX file: one float32 (N, C, H, W) input, each fixed axis
-    within the toolkit's limits.
-
-    Raises:
-        DCDDeployError: not a readable ONNX file (missing, too large, not ONNX), or an
-            input a benchmark cannot feed (several inputs, not float32, not rank 4,
-            sides out of range).
-    """
-    import math
-
-    import onnx
-
-    from .._limits import MAX_INPUT_SIZE, load_onnx_checked
-    from ..exporters import FUSED_OP_TYPES
-
-    proto = load_onnx_checked(path)
-    weights = {t.name for t in proto.graph.initializer}
-    inputs = [i for i in proto.graph.input if i.name not in weights]
-    if len(inputs) != 1:
-        raise DCDDeployError(f"{path} has {len(inputs)} inputs; dcd-bench feeds one image input (N, C, H, W)")
-    tensor = inputs[0].type.tensor_type
-    if not inputs[0].type.HasField("tensor_type") or tensor.elem_type != onnx.TensorProto.FLOAT:
-        raise DCDDeployError(f"{path}: its input {inputs[0].name!r} is not float32; dcd-bench feeds float32 images")
-    dims = tuple(d.dim_value if d.HasField("dim_value") else None for d in tensor.shape.dim)
-    if len(dims) != 4:
-        raise DCDDeployError(f"{path}: its input {inputs[0].name!r} has rank {len(dims)}; dcd-bench feeds "
-                             "(N, C, H, W) images")
-    if any(d is not None and not 1 <= d <= MAX_INPUT_SIZE for d in dims[1:]):
-        raise DCDDeployError(f"{path}: its input shape {dims} has a side outside 1-{MAX_INPUT_SIZE}")
-    fused = any(n.domain == "dcd_deploy" and n.op_type in FUSED_OP_TYPES for n in proto.graph.node)
-    params = sum(math.prod(t.dims) for t in proto.graph.initializer)
-    return OnnxInput(inputs[0].name, dims, fused, params)

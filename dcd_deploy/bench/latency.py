@@ -72,23 +72,18 @@ import numpy as np
 from .._cleanup import temporary_directory
 from .._version import __version__
 from ..errors import DCDDeployError
+# the backends (every one, the paper's conditions, OpenVINO's, those running files) are the registry's
+from ..runtimes import BENCH_BACKENDS as BACKENDS, FILE_BACKENDS, OPENVINO_BACKENDS, PAPER_BACKEND
 from . import _stats
 from ._machine import MachineInfo, machine_info
 from ._models import DEFAULT_SEED, ModelEntry, dynamic_variant, is_onnx_file, load_model, onnx_input, pair_models
 from ._models import split_kind, static_counterpart
-from ._runners import openvino_runner, ort_runner, ort_session_options, torch_native_runner, torch_runner
+from ._runners import openvino_runner, ort_runner, torch_native_runner, torch_runner
 from ._timing import DEFAULT_BURST_S, measure_interleaved, set_threads
 from .paper import PAPER_LATENCY_MS, PAPER_LATENCY_SETUP
 
 #: Version of the JSON layout of :meth:`BenchResult.to_dict` (docs/bench.md).
 SCHEMA = "dcd-bench.latency/2"
-#: The backend of the paper's conditions (eager PyTorch, deploy form, oneDNN off, one thread).
-PAPER_BACKEND = "torch-paper"
-BACKENDS = (PAPER_BACKEND, "torch", "torch-deploy", "onnxruntime", "openvino", "openvino-fused")
-#: Backends that run in OpenVINO (skipped, with a note, when it is not installed).
-OPENVINO_BACKENDS = ("openvino", "openvino-fused")
-#: Backends that run an ONNX file as it is (``--models net.onnx``): the runtimes.
-FILE_BACKENDS = ("onnxruntime", "openvino", "openvino-fused")
 #: The steps of the default table: the paper's conditions, today's eager PyTorch (oneDNN
 #: on, same deploy form), ONNX Runtime, OpenVINO with standard ops, OpenVINO with the
 #: fused DCD kernels (the OpenVINO steps skipped, with a note, when it is not installed).
@@ -493,7 +488,7 @@ def _profile_all(prep: _Prepared, entries: Sequence[ModelEntry], backends: Seque
                      f"{runs} runs, {time.perf_counter() - t0:.1f} s")
         t0 = time.perf_counter()
         breakdown = profile_onnx(prep.exported(e.name), prep.x_np,
-                                 session_options=ort_session_options(prep.threads), runs=runs,
+                                 threads=prep.threads, runs=runs,
                                  warmup=PROFILE_WARMUP, trace_dir=prep.tmp)
         profiles.append(ModelProfile(e.model, e.variant, e.name, breakdown))
         progress(f"[profile] {e.name} (onnxruntime): {breakdown.nodes_ms:.2f} ms in nodes per run, "

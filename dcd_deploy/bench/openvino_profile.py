@@ -44,22 +44,23 @@ def profile_openvino(path, x: np.ndarray, *, threads: int, runs: int, warmup: in
         runs: profiled runs (medians per node are taken over them).
         warmup: runs before, not counted.
     """
-    from ..openvino import compile_onnx, kernel_profile, needs_extension
+    from ..openvino import kernel_profile
+    from ..runtimes import load_runner
 
-    fused = needs_extension(path)
-    request = compile_onnx(path, threads=threads, input_shape=x.shape, perf_counters=True).create_infer_request()
+    runner = load_runner("openvino", path, threads=threads, input_shapes=x.shape, perf_counters=True)
+    fused, request, call = runner.extension, runner.request, runner.bind({0: x})
     previous = os.environ.get("DCD_DEPLOY_PROFILE")
     os.environ["DCD_DEPLOY_PROFILE"] = "1"
     try:
         for _ in range(warmup):
-            request.infer({0: x})
+            call()
         if fused:
             kernel_profile(reset=True)
         per_node: dict[str, list[float]] = defaultdict(list)
         node_type: dict[str, str] = {}
         walls = []
         for _ in range(max(1, runs)):
-            request.infer({0: x})
+            call()
             walls.append(request.latency)
             for info in request.profiling_info:
                 if info.status.name != "EXECUTED":

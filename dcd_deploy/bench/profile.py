@@ -422,29 +422,26 @@ def group_trace(events: Sequence[Mapping[str, Any]], index: GraphIndex, *, skip_
                           unmapped=sorted(unmapped), unmapped_ms=unmapped_ms, layer_forms=dict(forms))
 
 
-def profile_onnx(path, x, *, session_options, runs: int, warmup: int,
-                 trace_dir, dynamic_layers: Iterable[str] = (), providers=("CPUExecutionProvider",)
-                 ) -> TraceBreakdown:
+def profile_onnx(path, x, *, threads: int, runs: int, warmup: int, trace_dir,
+                 dynamic_layers: Iterable[str] = ()) -> TraceBreakdown:
     """Profile one ``.onnx`` file with ONNX Runtime and group its trace.
 
     Args:
         path: the exported model.
         x: the input array (made before profiling).
-        session_options: ``onnxruntime.SessionOptions`` with threads etc. set; profiling
-            is switched on here.
+        threads: ONNX Runtime's threads (the session is the benchmark's otherwise:
+            :mod:`dcd_deploy.runtimes`, sequential, all graph optimisations).
         runs: profiled runs kept; ``warmup`` more run first and are dropped.
         trace_dir: directory for ORT's trace file (removed after reading).
         dynamic_layers: module paths of dynamic layers, if known beyond the graph's names.
     """
-    import onnxruntime as ort
+    from ..runtimes import load_runner
 
-    session_options.enable_profiling = True
-    session_options.profile_file_prefix = str(Path(trace_dir) / (Path(path).stem + "_profile"))
-    sess = ort.InferenceSession(str(path), session_options, providers=list(providers))
-    feed = {sess.get_inputs()[0].name: x}
+    runner = load_runner("onnxruntime", path, threads=threads, optimization="all", profile_dir=trace_dir)
+    call = runner.bind({runner.input_names[0]: x})
     for _ in range(warmup + runs):
-        sess.run(None, feed)
-    trace_path = Path(sess.end_profiling())
+        call()
+    trace_path = runner.end_profiling()
     try:
         events = load_trace(trace_path)
     finally:

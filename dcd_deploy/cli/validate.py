@@ -10,6 +10,7 @@ from .._threads import preparation_threads
 from .._version import __version__
 from ..errors import DCDDeployError
 from ..checkpoint import resolve_model
+from ..runtimes import PARITY_BACKENDS
 from .._limits import MAX_BATCH, MAX_INPUTS, read_onnx_image_size
 from ._common import OutputPath, accept_inconclusive_option, check_outputs, check_parity_budget, inputs_option
 from ._common import make_preprocess_from_options, model_options, preprocess_options
@@ -38,7 +39,7 @@ def _sizes(value: str) -> tuple[int, ...]:
 @preprocess_options
 @click.option("--atol", type=float, default=None, help="Absolute tolerance (default 1e-5).")
 @click.option("--rtol", type=float, default=None, help="Tolerance relative to the output scale (default 1e-3).")
-@click.option("--backend", "backends", type=click.Choice(["onnxruntime", "openvino"]), multiple=True,
+@click.option("--backend", "backends", type=click.Choice(list(PARITY_BACKENDS)), multiple=True,
               help="Runtime to check in (repeatable; default onnxruntime). 'openvino': the CPU plugin, "
                    "fp32, with the fused-kernel extension loaded for a --mode fused file.")
 @click.option("--layers", "show_layers", is_flag=True,

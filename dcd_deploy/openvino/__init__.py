@@ -10,11 +10,12 @@ this machine against the installed ``openvino`` wheel the first time it is asked
 
     core = ov.Core()
     core.add_extension(str(dcd_deploy.openvino_extension()))
-    compiled = core.compile_model(core.read_model("model.onnx"), "CPU")
+    # then read and compile "model.onnx" for "CPU" as usual
 
 :func:`compile_onnx` does that with this toolkit's measurement settings (N threads, one
-stream, fp32 pinned). OpenVINO is imported lazily: importing this module needs neither
-OpenVINO nor a compiler.
+stream, fp32 pinned; it is :mod:`dcd_deploy.runtimes`' OpenVINO runtime, which every
+part of the toolkit runs OpenVINO through). OpenVINO is imported lazily: importing this
+module needs neither OpenVINO nor a compiler.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import importlib.util
 import re
 from pathlib import Path
 
-from ..errors import DCDDeployError, ExtensionError
+from ..errors import BackendLoadError, BackendRunError, ExtensionError
 
 #: Phases of the op's own timers (``DCD_DEPLOY_PROFILE=1``), in the library's order.
 PROFILE_PHASES = ("pool", "branch", "form", "gemm", "total")
@@ -52,7 +53,7 @@ def needs_extension(onnx_path) -> bool:
     only the extension runs.
 
     Raises:
-        DCDDeployError: the file has ``dcd_deploy`` nodes the extension has no kernel for
+        BackendLoadError: the file has ``dcd_deploy`` nodes the extension has no kernel for
             (a ``--mode function`` export), or is neither ONNX nor IR.
     """
     import onnx
@@ -62,16 +63,16 @@ def needs_extension(onnx_path) -> bool:
             with open(onnx_path, "rb") as fh:
                 return b'version="dcd_deploy"' in fh.read()
         except OSError as exc:
-            raise DCDDeployError(f"cannot read {onnx_path}: {exc.strerror or exc}") from None
+            raise BackendLoadError(f"cannot read {onnx_path}: {exc.strerror or exc}") from None
     try:
         proto = onnx.load(str(onnx_path), load_external_data=False)
     except Exception as exc:  # protobuf's DecodeError and friends
         text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise DCDDeployError(f"{onnx_path} is not an ONNX model: {_clip(text)}") from None
+        raise BackendLoadError(f"{onnx_path} is not an ONNX model: {_clip(text)}") from None
     ops = {n.op_type for n in proto.graph.node if n.domain == "dcd_deploy"}
     other = sorted(ops - {"DCDPointwise", "DCDConvEpilogue"})
     if other:
-        raise DCDDeployError(f"{onnx_path} has dcd_deploy.{_clip(other[0], 60)} nodes (a --mode function export), "
+        raise BackendLoadError(f"{onnx_path} has dcd_deploy.{_clip(other[0], 60)} nodes (a --mode function export), "
                              "which OpenVINO cannot run; export with --mode fused or --mode standard for OpenVINO")
     return bool(ops)
 
@@ -114,39 +115,41 @@ def compile_onnx(onnx_path, *, threads: int = 1, input_shape=None, perf_counters
     Returns:
         OpenVINO's ``CompiledModel``; for a file with ``dcd_deploy`` nodes, a thin wrapper
         of it whose ``create_infer_request().infer(...)`` and ``__call__`` raise
-        :class:`DCDDeployError` when a fused op failed during that inference (OpenVINO's
+        :class:`~dcd_deploy.errors.BackendRunError` when a fused op failed during that inference (OpenVINO's
         CPU plugin swallows such failures; see :func:`last_kernel_error`). Every other
         attribute is the ``CompiledModel``'s (or the ``InferRequest``'s).
 
     Raises:
         ExtensionError: openvino is missing or fails to import, or the file needs the
             extension and it cannot be built or loaded.
-        DCDDeployError: OpenVINO cannot read or compile the file (ONNX or IR ``.xml``).
+        BackendLoadError: OpenVINO cannot read or compile the file (ONNX or IR ``.xml``).
     """
-    ov = import_openvino()
-    core = ov.Core()
-    lib = None
-    if needs_extension(onnx_path):
-        path = openvino_extension()
-        try:
-            core.add_extension(str(path))
-        except RuntimeError as exc:
-            raise ExtensionError(f"OpenVINO cannot load the extension {path}: {openvino_message(exc)}") from None
-        lib = _library()
-        lib.dcd_deploy_ov_set_quiet(1)  # its failures are raised by _CheckedRequest instead
+    from ..runtimes import compile_openvino  # the runtime layer compiles; lazy: it imports this module
+
+    return compile_openvino(onnx_path, threads=threads, input_shape=input_shape, perf_counters=perf_counters,
+                            extra_outputs=extra_outputs)
+
+
+def add_extension(core) -> None:
+    """Load the extension into an OpenVINO ``Core``; its kernels' failures are then
+    recorded for :func:`checked` instead of printed.
+
+    Raises:
+        ExtensionError: the extension cannot be built, or OpenVINO cannot load it.
+    """
+    path = openvino_extension()
     try:
-        model = core.read_model(str(onnx_path))
-        if extra_outputs:
-            model.add_outputs(list(extra_outputs))
-        if input_shape is not None:
-            model.reshape({k: list(v) for k, v in input_shape.items()} if isinstance(input_shape, dict)
-                          else list(input_shape))
-        compiled = core.compile_model(model, "CPU", {
-            "INFERENCE_NUM_THREADS": int(threads), "NUM_STREAMS": 1, "PERFORMANCE_HINT": "LATENCY",
-            "INFERENCE_PRECISION_HINT": "f32", "PERF_COUNT": bool(perf_counters)})
-    except RuntimeError as exc:  # OpenVINO's errors for files it cannot read or compile
-        raise DCDDeployError(f"OpenVINO cannot compile {onnx_path}: {openvino_message(exc)}") from None
-    return compiled if lib is None else _CheckedModel(compiled, lib, onnx_path)
+        core.add_extension(str(path))
+    except RuntimeError as exc:
+        raise ExtensionError(f"OpenVINO cannot load the extension {path}: {openvino_message(exc)}") from None
+    _library().dcd_deploy_ov_set_quiet(1)  # its failures are raised by _CheckedRequest instead
+
+
+def checked(compiled, path):
+    """``compiled`` (a ``CompiledModel`` of a file run with the extension) wrapped so that
+    its requests' ``infer`` and its ``__call__`` raise :class:`BackendRunError` when a fused
+    op failed during that inference; every other attribute is OpenVINO's."""
+    return _CheckedModel(compiled, _library(), path)
 
 
 class _CheckedModel:
@@ -187,7 +190,7 @@ def _checked(run, lib: ctypes.CDLL, path, *args, **kwargs):
     before = lib.dcd_deploy_ov_error_count()
     result = run(*args, **kwargs)
     if lib.dcd_deploy_ov_error_count() != before:
-        raise DCDDeployError(f"OpenVINO's fused DCD op failed running {path} (its output is not a result): "
+        raise BackendRunError(f"OpenVINO's fused DCD op failed running {path} (its output is not a result): "
                              f"{_clip(last_kernel_error())}")
     return result
 
@@ -260,5 +263,6 @@ def build_extension(**kwargs) -> Path:
     return build(**kwargs)
 
 
-__all__ = ["PROFILE_PHASES", "build_extension", "compile_onnx", "import_openvino", "kernel_isa", "kernel_profile",
-           "last_kernel_error", "needs_extension", "openvino_extension", "openvino_message"]
+__all__ = ["PROFILE_PHASES", "add_extension", "build_extension", "checked", "compile_onnx", "import_openvino",
+           "kernel_isa", "kernel_profile", "last_kernel_error", "needs_extension", "openvino_extension",
+           "openvino_message"]

@@ -110,10 +110,11 @@ def check_parity(model: nn.Module, onnx_path, *, batch_sizes=(1, 2), n_inputs: i
 
     Raises:
         NonFiniteOutputError: the PyTorch model outputs NaN or Inf for a finite input.
-        ExportError: ONNX Runtime cannot load the file.
+        BackendLoadError: ONNX Runtime cannot load the file, or OpenVINO cannot compile it.
+        BackendRunError: a runtime fails running the file on the inputs.
         ExtensionError: OpenVINO or its extension is missing.
         DCDDeployError: the inputs do not fit the file (count, rank, batch, spatial size),
-            the model's outputs do not match the file's, or OpenVINO cannot compile it.
+            or the model's outputs do not match the file's.
     """
     atol = DEFAULT_ATOL if atol is None else float(atol)
     rtol = DEFAULT_RTOL if rtol is None else float(rtol)
@@ -128,38 +129,65 @@ def check_parity(model: nn.Module, onnx_path, *, batch_sizes=(1, 2), n_inputs: i
     given = as_list(inputs, in_specs, "inputs")
     records = read_layers(onnx_path, proto) if layers else None
     extra, missing = _layer_tensors(records, proto)
-    # One session per runtime configuration runs both checks where the layers' extra
-    # outputs cannot change what is computed (ORT without optimisations); elsewhere the
-    # end-to-end run keeps the file as it is, since extra outputs stop fusions.
+    run, run_layers = _runs(onnx_path, backends, in_specs, out_specs, extra, proto)
+    synthetic = given is None
+    preprocess = make_preprocess(preprocess)
+    given = _inputs(given, in_specs, examples, preprocess, n_inputs=n_inputs, batch_sizes=batch_sizes, seed=seed)
+    report = ParityReport(onnx_path=str(onnx_path), input_size=_image_size(in_specs, given), atol=atol,
+                          rtol=rtol, k=k, synthetic_inputs=synthetic, outputs=[s.name for s in out_specs],
+                          accept_inconclusive=bool(accept_inconclusive),
+                          preprocess=preprocess.to_dict() if synthetic else None)
+    model = model.eval()
+    fixed_batch = in_specs[0].static(0)
+    plans = {b: _used(b, given[0].shape[0], n_inputs if synthetic else None, fixed_batch, onnx_path)
+             for b in batch_sizes}
+    most = max(plans.values())
+    ref_model, ref64, report.reference = _reference(model, [x[:most] for x in given])
+    _end_to_end(report, model, run, plans, given, ref64, out_specs, onnx_path)
+    if records:
+        samples = _layer_samples([x[:most] for x in given], fixed_batch or max(batch_sizes))
+        _layer_by_layer(report, records, missing, samples, run_layers, extra, len(out_specs), ref_model=ref_model,
+                        model=model, first_backend=backends[0])
+    return report
+
+
+def _runs(onnx_path: Path, backends, in_specs, out_specs, extra, proto) -> tuple[dict, dict]:
+    """(end-to-end runners, layer-wise runners: the file's outputs then ``extra``).
+
+    One session per runtime configuration runs both checks where the layers' extra
+    outputs cannot change what is computed (ORT without optimisations); elsewhere the
+    end-to-end run keeps the file as it is, since extra outputs stop fusions.
+    """
     run = _runners(onnx_path, backends, in_specs, out_specs)
     run_layers = {}
     if extra:
         run_layers = _runners(onnx_path, backends, in_specs, out_specs, extra=extra, proto=proto)
         if ("onnxruntime", "disabled") in run:
             run["onnxruntime", "disabled"] = run_layers["onnxruntime", "disabled"]
-    synthetic = given is None
-    preprocess = make_preprocess(preprocess)
-    if synthetic:
-        from ..models._images import natural_pixels
+    return run, run_layers
+
+
+def _inputs(given, in_specs, examples, preprocess: Preprocess, *, n_inputs: int, batch_sizes,
+            seed: int) -> list[torch.Tensor]:
+    """The caller's inputs (float made float32, one batch axis checked), else synthetic
+    ones in whole batches of every size (images through ``preprocess``)."""
+    if given is None:
+        from ..models import natural_pixels
 
         total = max(-(-n_inputs // b) * b for b in batch_sizes)  # whole batches, rounded up
-        given = synthetic_inputs(in_specs, examples, total, seed=seed,
-                                 images=lambda n, hw, s: preprocess.apply(natural_pixels(n, hw, seed=s)))
-    else:
-        given = [x.float() if x.is_floating_point() else x for x in given]
-        if len({x.shape[0] for x in given}) > 1:
-            raise DCDDeployError(f"inputs: every tensor needs the same batch (axis 0), got "
-                                 f"{', '.join(str(x.shape[0]) for x in given)}")
-    available = given[0].shape[0]
-    report = ParityReport(onnx_path=str(onnx_path), input_size=_image_size(in_specs, given), atol=atol,
-                          rtol=rtol, k=k, synthetic_inputs=synthetic, outputs=[s.name for s in out_specs])
-    report.accept_inconclusive = bool(accept_inconclusive)
-    report.preprocess = preprocess.to_dict() if synthetic else None
-    model = model.eval()
-    fixed_batch = in_specs[0].static(0)
-    plans = {b: _used(b, available, n_inputs if synthetic else None, fixed_batch, onnx_path) for b in batch_sizes}
-    most = max(plans.values())
-    ref_model, ref64, report.reference = _reference(model, [x[:most] for x in given])
+        return synthetic_inputs(in_specs, examples, total, seed=seed,
+                                images=lambda n, hw, s: preprocess.apply(natural_pixels(n, hw, seed=s)))
+    given = [x.float() if x.is_floating_point() else x for x in given]
+    if len({x.shape[0] for x in given}) > 1:
+        raise DCDDeployError(f"inputs: every tensor needs the same batch (axis 0), got "
+                             f"{', '.join(str(x.shape[0]) for x in given)}")
+    return given
+
+
+def _end_to_end(report: ParityReport, model: nn.Module, run: dict, plans: dict, given, ref64, out_specs,
+                onnx_path: Path) -> None:
+    """One row per batch size, runtime configuration and output: the file's outputs
+    against the float64 reference, with PyTorch's own fp32 error beside."""
     order = None
     for b, used in plans.items():
         chunks = [[x[i:i + b] for x in given] for i in range(0, used, b)]
@@ -174,29 +202,32 @@ def check_parity(model: nn.Module, onnx_path, *, batch_sizes=(1, 2), n_inputs: i
             outs = [runner([x.numpy() for x in c]) for c in chunks]
             for o, spec in enumerate(out_specs):
                 got = np.concatenate([out[o] for out in outs])
-                row = _compare(ref[o], ref32[o], got, name, b, atol=atol, rtol=rtol, k=k, output=spec.name,
-                               nan_to_number=backend == "openvino")
+                row = _compare(ref[o], ref32[o], got, name, b, atol=report.atol, rtol=report.rtol, k=report.k,
+                               output=spec.name, nan_to_number=backend == "openvino")
                 row.backend = backend
                 report.rows.append(row)
-    if records:
-        report.layer_record = True
-        report.layers.extend(LayerRow(r.path, r.kind, r.form, backends[0], "-", float("inf"), float("inf"), 0.0,
-                                      0.0, 0.0, False, note="the file has no tensor the record names for it")
-                             for r in missing)
-        records = [r for r in records if r not in missing]
-        samples = _layer_samples([x[:most] for x in given], fixed_batch or max(batch_sizes))
-        if samples and records:
-            fp32_errors: dict[str, float] = {}
-            for (backend, name), runner in run_layers.items():
-                values: dict[str, list[np.ndarray]] = {}
-                for chunk in samples:
-                    got = runner([x.numpy() for x in chunk], with_extra=True)[len(out_specs):]
-                    for tensor, value in zip(extra, got):
-                        values.setdefault(tensor, []).append(value)
-                report.layers.extend(compare_layers(records, values, ref64=ref_model, model=model,
-                                                    backend=backend, optimization=name, k=k,
-                                                    fp32_errors=fp32_errors))
-    return report
+
+
+def _layer_by_layer(report: ParityReport, records, missing, samples, run_layers: dict, extra, n_outputs: int, *,
+                    ref_model: nn.Module, model: nn.Module, first_backend: str) -> None:
+    """Every recorded layer judged on its own input, per runtime configuration (a record
+    naming a tensor the file lacks is a failing row of its own)."""
+    report.layer_record = True
+    report.layers.extend(LayerRow(r.path, r.kind, r.form, first_backend, "-", float("inf"), float("inf"), 0.0,
+                                  0.0, 0.0, False, note="the file has no tensor the record names for it")
+                         for r in missing)
+    records = [r for r in records if r not in missing]
+    if not samples or not records:
+        return
+    fp32_errors: dict[str, float] = {}
+    for (backend, name), runner in run_layers.items():
+        values: dict[str, list[np.ndarray]] = {}
+        for chunk in samples:
+            got = runner([x.numpy() for x in chunk], with_extra=True)[n_outputs:]
+            for tensor, value in zip(extra, got):
+                values.setdefault(tensor, []).append(value)
+        report.layers.extend(compare_layers(records, values, ref64=ref_model, model=model, backend=backend,
+                                            optimization=name, k=report.k, fp32_errors=fp32_errors))
 
 
 def _layer_tensors(records, proto) -> tuple[tuple[str, ...], list]:

@@ -209,7 +209,6 @@ def test_a_real_export_maps_completely(tmp_path):
     import numpy as np
 
     from dcd_deploy import create_model, export_onnx, pseudo_train
-    from dcd_deploy.bench._runners import ort_session_options
     from dcd_deploy.bench.profile import profile_onnx
     from dcd_deploy.exporters import to_deploy
 
@@ -222,7 +221,7 @@ def test_a_real_export_maps_completely(tmp_path):
     assert idx.layer_forms == strategies
     assert set(idx.groups.values()) <= set(GROUPS)
     x = np.random.default_rng(0).standard_normal((1, 3, 64, 64)).astype(np.float32)
-    b = profile_onnx(path, x, session_options=ort_session_options(1), runs=2, warmup=1, trace_dir=tmp_path)
+    b = profile_onnx(path, x, threads=1, runs=2, warmup=1, trace_dir=tmp_path)
     assert b.runs == 2 and not b.unmapped
     for g in ("static_conv", "dynamic_branch", "latent_path", "weight_build", "weight_apply"):
         assert b.groups[g].nodes > 0, g

@@ -15,7 +15,7 @@ import pytest
 
 import dcd_deploy.openvino
 from dcd_deploy import create_model, export_onnx, pseudo_train
-from dcd_deploy.bench._runners import openvino_runner, ort_runner, ort_session_options
+from dcd_deploy.bench._runners import openvino_runner, ort_runner
 from dcd_deploy.models import synthetic_images
 
 SIZE = 64
@@ -27,7 +27,9 @@ def exported(tmp_path_factory):
     export_onnx(pseudo_train(create_model("mobilenetv2_035_dcd"), seed=2, input_size=SIZE), path,
                 input_size=SIZE, check=False)
     x = synthetic_images(1, SIZE, seed=4).numpy()
-    sess = ort.InferenceSession(str(path), ort_session_options(1), providers=["CPUExecutionProvider"])
+    so = ort.SessionOptions()  # ORT as it comes, on the runner's one thread
+    so.intra_op_num_threads = 1
+    sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
     return path, x, sess.run(None, {sess.get_inputs()[0].name: x})[0]
 
 

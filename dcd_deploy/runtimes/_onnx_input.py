@@ -1,0 +1,129 @@
+"""The image input of an ONNX file, read once and checked before any runtime loads it.
+
+Every reader of a file's input goes through :func:`read_onnx_input`: ``dcd-validate``
+(the image size the check makes its images at), ``dcd-bench --models net.onnx`` (the
+shape it feeds, whether the file has fused nodes, its weight count). The file is checked
+as :func:`dcd_deploy._limits.load_onnx_checked` checks it (a regular, non-empty file
+below 2 GiB, ONNX), and its input must be one float32 (N, C, H, W) tensor whose fixed
+axes are within the toolkit's limits.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import UnsupportedInputError
+
+#: The ``input_size`` metadata: ``224``, ``256x320``, ``[256, 320]`` or ``(256, 320)``.
+METADATA_SIZE = re.compile(r"\s*[\[(]?\s*([0-9]{1,9})\s*(?:[x,]\s*([0-9]{1,9})\s*)?[\])]?\s*")
+#: The image side taken for a symbolic axis without ``input_size`` metadata.
+DEFAULT_SIDE = 224
+
+
+@dataclass(frozen=True)
+class OnnxInput:
+    """The one input of an ONNX file (None for a dynamic axis).
+
+    Attributes:
+        name: the input's name.
+        shape: (N, C, H, W), each an int or None.
+        fused: the file has fused ``dcd_deploy`` nodes (``dcd-export --mode fused``).
+        params: elements of its initializers (the weights).
+        path: the file.
+        size_metadata: its ``input_size`` metadata, None without.
+    """
+
+    name: str
+    shape: tuple[int | None, ...]
+    fused: bool
+    params: int
+    path: str = ""
+    size_metadata: str | None = None
+
+    def resolve(self, *, batch: int, input_size: tuple[int, int]) -> tuple[int, ...]:
+        """The concrete (N, C, H, W): fixed axes as the file has them, dynamic ones from
+        ``batch`` and ``input_size``."""
+        n, c, h, w = self.shape
+        return (batch if n is None else n, 3 if c is None else c,
+                input_size[0] if h is None else h, input_size[1] if w is None else w)
+
+    @property
+    def dynamic_size(self) -> bool:
+        """Height or width is symbolic (``dcd-export --dynamic-size``)."""
+        return self.shape[2] is None or self.shape[3] is None
+
+    def image_size(self) -> tuple[int, int]:
+        """``(H, W)`` of a 3-channel image input: from the ``input_size`` metadata this
+        toolkit writes, else from the shape, else :data:`DEFAULT_SIDE` for a dynamic axis.
+
+        Raises:
+            UnsupportedInputError: not 3 channels, metadata that is no size or disagrees
+                with the shape, or a side out of range.
+        """
+        from .._limits import check_input_size_range
+
+        if self.shape[1] not in (None, 3):
+            raise UnsupportedInputError(f"{self.path}: its input {self.name!r} has shape {_text(self.shape)}; "
+                                        "an image model takes (N, 3, S, S)")
+        if self.size_metadata is None:
+            size = (self.shape[2] or DEFAULT_SIDE, self.shape[3] or DEFAULT_SIDE)
+        else:
+            match = METADATA_SIZE.fullmatch(self.size_metadata)
+            if match is None:
+                raise UnsupportedInputError(f"{self.path}: its metadata input_size {self.size_metadata!r} is not "
+                                            "an integer or HxW")
+            size = (int(match.group(1)), int(match.group(2) or match.group(1)))
+            if any(d not in (None, s) for d, s in zip(self.shape[2:], size)):
+                raise UnsupportedInputError(f"{self.path}: its metadata input_size {self.size_metadata} disagrees "
+                                            f"with its input shape ({self.shape[2]}x{self.shape[3]})")
+        for side in size:
+            check_input_size_range(side, source=self.path)
+        return size
+
+
+def read_onnx_input(path: str | Path) -> OnnxInput:
+    """The image input of an ONNX file: one float32 (N, C, H, W) input, each fixed axis
+    within the toolkit's limits.
+
+    Raises:
+        DCDDeployError: not a readable ONNX file (missing, too large, not ONNX).
+        UnsupportedInputError: an input an image model does not have (several inputs, not
+            float32, not rank 4, sides out of range).
+    """
+    import onnx
+
+    from .._limits import MAX_INPUT_SIZE, load_onnx_checked
+
+    proto = load_onnx_checked(path)
+    weights = {t.name for t in proto.graph.initializer}
+    inputs = [i for i in proto.graph.input if i.name not in weights]
+    if len(inputs) != 1:
+        raise UnsupportedInputError(f"{path} has {len(inputs)} inputs; an image model has one, of shape (N, 3, S, S)")
+    value = inputs[0]
+    tensor = value.type.tensor_type
+    if not value.type.HasField("tensor_type") or tensor.elem_type != onnx.TensorProto.FLOAT:
+        kind = (onnx.TensorProto.DataType.Name(tensor.elem_type).lower() if value.type.HasField("tensor_type")
+                else "not a tensor")
+        raise UnsupportedInputError(f"{path}: its input {value.name!r} is {kind}; an image model takes float32")
+    dims = tuple(d.dim_value if d.HasField("dim_value") else None for d in tensor.shape.dim)
+    if not tensor.HasField("shape") or len(dims) != 4:
+        shape = "unknown" if not tensor.HasField("shape") else _text(dims)
+        raise UnsupportedInputError(f"{path}: its input {value.name!r} has shape {shape}; an image model takes "
+                                    "(N, 3, S, S)")
+    if any(d is not None and not 1 <= d <= MAX_INPUT_SIZE for d in dims[1:]):
+        raise UnsupportedInputError(f"{path}: its input shape {_text(dims)} has a side outside 1-{MAX_INPUT_SIZE}")
+    return OnnxInput(value.name, dims, _has_fused_nodes(proto), sum(math.prod(t.dims) for t in proto.graph.initializer),
+                     str(path), {p.key: p.value for p in proto.metadata_props}.get("input_size"))
+
+
+def _has_fused_nodes(proto) -> bool:
+    from ..exporters import FUSED_OP_TYPES
+
+    return any(n.domain == "dcd_deploy" and n.op_type in FUSED_OP_TYPES for n in proto.graph.node)
+
+
+def _text(dims) -> str:
+    return str(tuple("?" if d is None else d for d in dims))
