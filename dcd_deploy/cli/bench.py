@@ -311,14 +311,14 @@ def run_latency(*, json_path: Path | None, input_size: int, echo: _Echo | None =
                 plot_path: Path | None = None, seed: int = 0, trust_checkpoint: bool = False,
                 baseline: str | None = None) -> None:
     """Run :func:`~dcd_deploy.bench.latency.run_benchmark`, print its tables, write the files asked for."""
-    from ..bench import latency, report
+    from ..bench import latency, plot, report
 
     echo = echo or _Echo(to_stderr=False)
     _check_out_dir(json_path, markdown_path, plot_path, models=",".join(filter(None, [models, baseline])) or None)
     hw = (input_size, input_size) if isinstance(input_size, int) else tuple(input_size)
     check_memory(input_size=max(hw), batch=batch, what="the benchmark")
     if plot_path is not None:
-        report.require_matplotlib()  # fail before minutes of timing, not after
+        plot.require_matplotlib()  # fail before minutes of timing, not after
     if hw != (PAPER_INPUT_SIZE, PAPER_INPUT_SIZE):
         echo.progress(f"note: input {format_size(hw)}; the paper's times are for "
                       f"{PAPER_INPUT_SIZE}x{PAPER_INPUT_SIZE}")
@@ -336,7 +336,7 @@ def run_latency(*, json_path: Path | None, input_size: int, echo: _Echo | None =
             echo(line)
     _write_outputs(echo, json_path, result.to_dict(), [
         (markdown_path, lambda: report.to_markdown(result).encode("utf-8")),
-        (plot_path, lambda: report.render_plot(result))])
+        (plot_path, lambda: plot.render_latency_plot(result))])
 
 
 def run_frontier_cli(*, json_path: Path | None, input_size: int, echo: _Echo, models: str | None,
@@ -344,13 +344,13 @@ def run_frontier_cli(*, json_path: Path | None, input_size: int, echo: _Echo, mo
                      warmup: int | None, quick: bool, markdown_path: Path | None, plot_path: Path | None,
                      seed: int) -> None:
     """Run :func:`~dcd_deploy.bench.frontier.run_frontier`, print its table, write the files asked for."""
-    from ..bench import frontier, frontier_report, report
+    from ..bench import frontier, frontier_report, plot
 
     _check_out_dir(json_path, markdown_path, plot_path, models=models)
     if backends is not None and len(backends) != 1:
         raise click.UsageError(f"--frontier times one backend, not {len(backends)}: e.g. --backends onnxruntime")
     if plot_path is not None:
-        report.require_matplotlib()  # fail before minutes of timing, not after
+        plot.require_matplotlib()  # fail before minutes of timing, not after
     result = frontier.run_frontier(
         models=_csv(models), backend=backends[0] if backends else frontier.DEFAULT_BACKEND, threads=threads,
         input_size=input_size, quick=quick, runs=runs, min_time=min_time, warmup=warmup, seed=seed,
@@ -360,7 +360,7 @@ def run_frontier_cli(*, json_path: Path | None, input_size: int, echo: _Echo, mo
         echo(line)
     _write_outputs(echo, json_path, result.to_dict(), [
         (markdown_path, lambda: frontier_report.to_markdown(result).encode("utf-8")),
-        (plot_path, lambda: frontier_report.render_plot(result))])
+        (plot_path, lambda: plot.render_frontier_plot(result))])
 
 
 def format_complexity_table(checks: list[PaperCheck]) -> list[str]:
