@@ -824,7 +824,7 @@ def test_warnings_show_after_success_and_never_before_an_error(capsys):
 
     import click
 
-    from dcd_deploy.cli._common import run_cli
+    from dcd_deploy.cli._run import run_cli
 
     @run_cli
     def fails():
@@ -845,7 +845,7 @@ def test_warnings_show_after_success_and_never_before_an_error(capsys):
 
 
 def test_an_error_line_is_capped(capsys):
-    from dcd_deploy.cli._common import MAX_ERROR_LINE, run_cli
+    from dcd_deploy.cli._run import MAX_ERROR_LINE, run_cli
 
     @run_cli
     def fails():

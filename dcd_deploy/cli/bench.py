@@ -33,7 +33,8 @@ from ..bench.paper import PARAMS_EXCL_CLASSIFIER
 from .._version import __version__
 from ..errors import DCDDeployError
 from .._limits import MAX_BATCH, MAX_INPUT_SIZE, MAX_SEED, MAX_THREADS, check_memory
-from ._common import OutputPath, check_outputs, run_cli, write_json_atomic
+from ._outputs import OutputPath, check_outputs, write_json_atomic
+from ._run import run_cli
 from ._input_size import InputSize, api_size, format_size
 from ._model_arg import model_inputs
 

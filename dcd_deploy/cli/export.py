@@ -11,11 +11,12 @@ from .._version import __version__
 from ..errors import ParityError
 from ..checkpoint import resolve_model
 from .._limits import MAX_BATCH, MAX_INPUT_SIZE
-from ._common import OutputPath, accept_inconclusive_option, check_outputs, check_parity_budget, default_output
-from ._common import inputs_option, make_preprocess_from_options, model_options, preprocess_options
-from ._common import parity_failure, run_cli, write_json_atomic
 from ._input_size import InputSize, api_size, format_size
-from ._model_arg import MODEL_HELP, model_inputs, model_label, output_stem
+from ._model_arg import MODEL_HELP, model_inputs, model_label, model_options, output_stem
+from ._outputs import OutputPath, check_outputs, default_output, write_json_atomic
+from ._parity_options import accept_inconclusive_option, check_parity_budget, inputs_option
+from ._parity_options import make_preprocess_from_options, parity_failure, preprocess_options
+from ._run import run_cli
 
 #: Input side when neither --input-size nor --inputs gives one.
 DEFAULT_INPUT_SIZE = 224

@@ -9,7 +9,8 @@ import pytest
 from click.testing import CliRunner
 
 from dcd_deploy.bench.paper import PAPER_ROWS
-from dcd_deploy.cli._common import run_cli, write_json_atomic
+from dcd_deploy.cli._outputs import write_json_atomic
+from dcd_deploy.cli._run import run_cli
 from dcd_deploy.cli.bench import main
 from dcd_deploy.errors import DCDDeployError
 
