@@ -8,6 +8,7 @@ return PNG bytes for the caller to write atomically.
 from __future__ import annotations
 
 import io
+import re
 from typing import Sequence
 
 from ..errors import DCDDeployError
@@ -35,25 +36,38 @@ def require_matplotlib():
     return plt
 
 
-def _plot_ms(ax, recs: Sequence[LatencyRecord], backends: Sequence[str], model: str) -> None:
-    """Our p50 bars (whisker to p90) per backend and variant; the paper's ms are not drawn
-    here: another CPU and PyTorch of 2020 on the same axis would read as a comparison."""
+def _short_model(model: str) -> str:
+    """``mobilenetv2_035`` -> ``MV2 x0.35``, ``mobilenetv2_100`` -> ``MV2 x1.0``; other names as they are."""
+    match = re.fullmatch(r"mobilenetv2_(\d{3})", model)
+    if match is None:
+        return model
+    width = f"{int(match.group(1)) / 100:g}"
+    return f"MV2 x{width if '.' in width else width + '.0'}"
+
+
+def _plot_ms(ax, recs: Sequence[LatencyRecord], pairs: Sequence[str], backend: str) -> None:
+    """One backend: our p50 bars (whisker to p90) per model pair and variant, each labelled
+    with its ms, on this backend's own scale (the paper's conditions run 10x slower than a
+    runtime: on a shared axis the runtimes' bars would be slivers). The paper's ms are not
+    drawn: another CPU and PyTorch of 2020 on the same axis would read as a comparison."""
     variants = list(dict.fromkeys(r.variant for r in recs))
     width = 0.8 / max(1, len(variants))
     for j, variant in enumerate(variants):
-        for i, g in enumerate(backends):
-            rec = next((r for r in recs if r.variant == variant and r.backend == g), None)
+        for i, model in enumerate(pairs):
+            rec = next((r for r in recs if r.variant == variant and r.model == model and r.backend == backend), None)
             if rec is None:
                 continue
             x = i + (j - (len(variants) - 1) / 2) * width
             ax.bar([x], [rec.p50_ms], width, color=f"C{j}", label=variant if i == 0 else None)
             ax.errorbar([x], [rec.p50_ms], yerr=[[0], [rec.p90_ms - rec.p50_ms]], fmt="none", ecolor="black",
-                        capsize=3)
-    ax.set_xticks(range(len(backends)))
-    ax.set_xticklabels(backends, fontsize=8)
-    ax.set_title(f"{model}: measured here")
-    ax.set_ylabel("ms per batch (p50; whisker p90)")
-    ax.legend(fontsize=8)
+                        capsize=3, linewidth=0.8)
+            ax.annotate(f"{rec.p50_ms:.1f}", (x, rec.p50_ms / 2), ha="center", va="center", fontsize=7,
+                        color="white", rotation=90)
+    ax.set_xticks(range(len(pairs)))
+    ax.set_xticklabels([_short_model(m) for m in pairs], fontsize=7)
+    ax.set_title(backend + ("\n(the paper's conditions)" if backend == "torch-paper" else ""), fontsize=8)
+    ax.tick_params(axis="y", labelsize=7)
+    ax.set_ylim(0, ax.get_ylim()[1] * 1.05)
 
 
 def _plot_ratios(rax, recs: Sequence[LatencyRecord], backends: Sequence[str]) -> None:
@@ -80,31 +94,36 @@ def _plot_ratios(rax, recs: Sequence[LatencyRecord], backends: Sequence[str]) ->
             rax.annotate(f"{y:.2f}", (bar.get_x() + bar.get_width() / 2, bar.get_height() + up),
                          ha="center", va="bottom", fontsize=8, xytext=(0, 2), textcoords="offset points")
         rax.axhline(1.0, color="grey", linewidth=0.8)
-        rax.set_ylim(0, max(y + h for y, h in zip(ys, hi)) * 1.2)
+        # a wide interval (a --quick run) must not flatten the bars: it is cut at twice the largest ratio
+        rax.set_ylim(0, min(max(y + h for y, h in zip(ys, hi)) * 1.2, 2 * max(ys)))
     rax.set_xticks(range(len(groups)))
     rax.set_xticklabels([g if g != "paper" else "paper\n(EPYC 7551P)" for g in groups], fontsize=8)
     rax.set_ylabel("DCD / static (p50; 95% CI)")
 
 
 def render_latency_plot(result: BenchResult) -> bytes:
-    """PNG bytes: per model pair, our latency bars (p50, whisker to p90) per backend (top
-    row), and the DCD/static ratios with their 95% intervals beside the paper's ratio on the
-    same scale (bottom row); a ``--quick`` run is marked on the figure."""
+    """PNG bytes. Top row: one panel per backend, each on its own ms scale, with every model
+    pair's p50 bars (whisker to p90). Bottom row: per pair, the DCD/static ratios with their
+    95% intervals on every backend beside the paper's ratio, on one scale (the ratio is the
+    result). A ``--quick`` run is marked on the figure."""
     plt = require_matplotlib()
     pairs = list(dict.fromkeys(r.model for r in result.records))
     backends = list(dict.fromkeys(r.backend for r in result.records))
-    fig, axes = plt.subplots(2, len(pairs), figsize=(max(6.0, 5.5 * len(pairs)), 8.0), squeeze=False,
-                             gridspec_kw={"height_ratios": [3, 2]})
-    for col, model in enumerate(pairs):
-        recs = [r for r in result.records if r.model == model]
-        _plot_ms(axes[0][col], recs, backends, model)
-        _plot_ratios(axes[1][col], recs, backends)
+    fig = plt.figure(figsize=(max(8.0, 2.3 * len(backends), 5.0 * len(pairs)), 8.0), layout="constrained")
+    top, bottom = fig.subfigures(2, 1, height_ratios=[1, 1])
+    ms_axes = top.subplots(1, len(backends), squeeze=False)[0]
+    for ax, backend in zip(ms_axes, backends):
+        _plot_ms(ax, result.records, pairs, backend)
+    ms_axes[0].set_ylabel("ms per batch (p50; whisker p90)\neach panel its own scale", fontsize=8)
+    ms_axes[-1].legend(fontsize=7, loc="upper right")
+    for ax, model in zip(bottom.subplots(1, len(pairs), squeeze=False)[0], pairs):
+        _plot_ratios(ax, [r for r in result.records if r.model == model], backends)
+        ax.set_title(f"{model}: DCD / static", fontsize=9)
     m = result.machine
     quick = result.settings.get("quick")
     fig.suptitle(("--quick: A SMOKE TEST, NOT A MEASUREMENT\n" if quick else "")
                  + f"dcd-bench: {m.cpu}, {m.threads} thread(s), batch {m.batch}, {size_text(m.input_size)}, "
                  f"{m.date[:10]}; paper: {PAPER_LATENCY_SETUP}", fontsize=8, color="red" if quick else "black")
-    fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110)
     plt.close(fig)
