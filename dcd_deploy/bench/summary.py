@@ -23,6 +23,8 @@ from ..errors import DCDDeployError
 
 #: Schema prefix -> the key :func:`load_documents` files a document under.
 KINDS = {"dcd-bench.latency/": "latency", "dcd-bench.frontier/": "frontier"}
+#: How the paper names the other dynamic convolutions of Table 4.
+_VARIANT_NAMES = {"dyconv": "DY-Conv", "condconv": "CondConv"}
 #: Backends that run the exported file with standard ops only (the fused kernels' baseline).
 STANDARD_RUNTIMES = ("onnxruntime", "openvino")
 
@@ -123,6 +125,12 @@ def payoff_lines(doc: dict) -> list[str]:
             by = min(better, key=lambda o: o["p50_ms"], default=None)
             off.append(f"{r['label']} ({r['p50_ms']:.1f} ms, {r['top1']:.1f}%" +
                        (f"; {by['label']} is {by['p50_ms']:.1f} ms, {by['top1']:.1f}%)" if by else ")"))
+        others = sorted({r["variant"] for r in members if r["variant"] not in ("static", "dcd")})
+        others_on = [r["label"] for r in members if r["variant"] in others and r["on_frontier"]]
         text = f"- where DCD pays off ({family}, {backend}): on the frontier: {', '.join(on) or 'none'}"
-        lines.append(text + (f"; off it: {', '.join(off)}" if off else ""))
+        text += f"; off it: {', '.join(off)}" if off else ""
+        if others:
+            names = " and ".join(_VARIANT_NAMES.get(v, v) for v in others)
+            text += f"; {names} on it: {', '.join(others_on) or 'none'}"
+        lines.append(text)
     return lines

@@ -36,7 +36,8 @@ def _frontier() -> dict:
 
     return {"schema": "dcd-bench.frontier/1", "settings": {"backend": "openvino-fused"}, "records": [
         row("x0.5", "static", 65.4, 3.0, True), row("x0.5 DCD", "dcd", 69.8, 4.0, False),
-        row("x1.0", "static", 72.1, 3.9, True), row("x1.0 DCD", "dcd", 74.8, 8.0, True)]}
+        row("x1.0", "static", 72.1, 3.9, True), row("x1.0 DCD", "dcd", 74.8, 8.0, True),
+        row("x0.5 DY-Conv", "dyconv", 69.0, 3.5, True)]}
 
 
 def test_story_from_both_documents():
@@ -53,6 +54,7 @@ def test_story_from_both_documents():
     payoff = next(ln for ln in lines if "pays off" in ln)
     assert "on the frontier: x1.0 DCD (8.0 ms, 74.8%)" in payoff
     assert "off it: x0.5 DCD (4.0 ms, 69.8%; x1.0 is 3.9 ms, 72.1%)" in payoff
+    assert "DY-Conv on it: x0.5 DY-Conv" in payoff
     assert len(lines) <= 6
 
 
