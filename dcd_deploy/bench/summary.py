@@ -23,6 +23,8 @@ from ..errors import DCDDeployError
 
 #: Schema prefix -> the key :func:`load_documents` files a document under.
 KINDS = {"dcd-bench.latency/": "latency", "dcd-bench.frontier/": "frontier"}
+#: Wall p50 over CPU p50 above which a run counts as preempted (as the latency report's warning).
+PREEMPTED = 1.05
 #: How the paper names the other dynamic convolutions of Table 4.
 _VARIANT_NAMES = {"dyconv": "DY-Conv", "condconv": "CondConv"}
 #: Backends that run the exported file with standard ops only (the fused kernels' baseline).
@@ -61,7 +63,7 @@ def story_lines(docs: dict[str, dict]) -> list[str]:
     lines = ["Summary"]
     latency = docs.get("latency")
     if latency is not None:
-        lines += paper_lines(latency) + fastest_lines(latency)
+        lines += paper_lines(latency) + fastest_lines(latency) + preempted_lines(latency)
     if docs.get("frontier") is not None:
         lines += payoff_lines(docs["frontier"])
     return lines
@@ -81,38 +83,39 @@ def paper_lines(doc: dict) -> list[str]:
     recs = [r for r in doc["records"] if r["backend"] == "torch-paper" and r.get("ratio_to_static")]
     if not recs:
         return ["- the paper's ratio: not measured (no torch-paper backend in this run)"]
-    cells = [f"{r['model']} {_ratio(r)}" + (f" vs the paper's {r['paper_ratio']:.3f}" if r.get("paper_ratio") else "")
-             for r in recs]
+    cells = [f"    {r['model']} {r['variant']}: {_ratio(r)}"
+             + (f" (CPU time {r['ratio_cpu']:.2f})" if r.get("ratio_cpu") else "")
+             + (f", the paper {r['paper_ratio']:.3f}" if r.get("paper_ratio") else "") for r in recs]
     where = ("the paper's conditions" if all(r.get("paper_conditions") for r in recs)
              else "NOT the paper's batch 1, 224x224")
-    return [f"- the paper's ratio ({where}: eager PyTorch, oneDNN off, 1 thread), DCD/static p50: " + "; ".join(cells)]
+    return [f"- the paper's ratio, DCD/static p50 [95% CI] ({where}: eager PyTorch, oneDNN off, 1 thread):"] + cells
 
 
 def fastest_lines(doc: dict) -> list[str]:
     """Per pair: the backend where the DCD model is fastest, its ms and ratio, and the best
     ratio of the standard-op runtimes beside it."""
     records = doc["records"]
-    lines = []
+    lines = ["- the fastest DCD deployment, per pair (DCD/static p50 [95% CI]):"]
     for model in _pairs(records):
         dcd = [r for r in records if r["model"] == model and r.get("ratio_to_static")]
         best = min(dcd, key=lambda r: r["p50_ms"])
         static = next((r for r in records if r["model"] == model and r["variant"] == "static"
                        and r["backend"] == best["backend"]), None)
-        line = (f"- fastest {model} {best['variant']}: {best['backend']}, {best['p50_ms']:.2f} ms"
-                + (f" (static {static['p50_ms']:.2f} ms)" if static else "") + f", DCD/static {_ratio(best)}")
+        line = (f"    {model} {best['variant']}: {best['backend']} {best['p50_ms']:.2f} ms"
+                + (f" vs static {static['p50_ms']:.2f} ms" if static else "") + f" = {_ratio(best)}")
         standard = [r for r in dcd if r["backend"] in STANDARD_RUNTIMES and r is not best]
         if standard:
             s = min(standard, key=lambda r: r["ratio_to_static"])
             line += f"; standard ops at best {s['ratio_to_static']:.2f} ({s['backend']})"
         lines.append(line)
-    return lines
+    return lines if len(lines) > 1 else []
 
 
 def payoff_lines(doc: dict) -> list[str]:
     """Per family: the DCD models on its frontier, and what beats each one that is not."""
     backend = doc.get("settings", {}).get("backend", "?")
     timed = [r for r in doc["records"] if r.get("p50_ms") is not None]
-    lines = []
+    lines = [f"- where DCD pays off: the accuracy-latency frontier of Table 4 on {backend} (ms, the paper's top-1):"]
     for family in dict.fromkeys(r["family"] for r in timed):
         members = [r for r in timed if r["family"] == family]
         dcd = [r for r in members if r["variant"] == "dcd"]
@@ -127,10 +130,22 @@ def payoff_lines(doc: dict) -> list[str]:
                        (f"; {by['label']} is {by['p50_ms']:.1f} ms, {by['top1']:.1f}%)" if by else ")"))
         others = sorted({r["variant"] for r in members if r["variant"] not in ("static", "dcd")})
         others_on = [r["label"] for r in members if r["variant"] in others and r["on_frontier"]]
-        text = f"- where DCD pays off ({family}, {backend}): on the frontier: {', '.join(on) or 'none'}"
+        text = f"    {family}: DCD on the frontier: {', '.join(on) or 'none'}"
         text += f"; off it: {', '.join(off)}" if off else ""
         if others:
             names = " and ".join(_VARIANT_NAMES.get(v, v) for v in others)
             text += f"; {names} on it: {', '.join(others_on) or 'none'}"
         lines.append(text)
-    return lines
+    return lines if len(lines) > 1 else []
+
+
+def preempted_lines(doc: dict) -> list[str]:
+    """A warning when other processes took the CPU from the timed runs (wall p50 well over
+    the thread's CPU p50): wall ratios then read high, the CPU-time ratio less so."""
+    slow = [r["p50_ms"] / r["cpu_p50_ms"] for r in doc["records"] if r.get("cpu_p50_ms")]
+    worst = max(slow, default=1.0)
+    if worst <= PREEMPTED:
+        return []
+    return [f"- warning: other processes took the CPU during the timing (wall p50 up to {100 * (worst - 1):.0f}% "
+            "over CPU p50): ratios read high; compare the CPU-time ratios, or rerun on a quiet machine"]
+

@@ -44,18 +44,29 @@ def test_story_from_both_documents():
     lines = story_lines({"latency": _latency(), "frontier": _frontier()})
     text = "\n".join(lines)
     # 81 / 73 = 1.1096 under the paper's conditions, beside the paper's 1.116
-    assert "mobilenetv2_100 1.11 [1.09-1.13] vs the paper's 1.116" in text
+    assert "mobilenetv2_100 dcd: 1.11 [1.09-1.13], the paper 1.116" in text
     assert "the paper's conditions" in text
-    # the fused DCD model is the fastest DCD deployment: 8.4 / 6.0 = 1.40; the standard ops' best 13.8 / 6.0 = 2.30 (OpenVINO: 13.6 / 5.9 = 2.305)
-    fastest = next(ln for ln in lines if "fastest" in ln)
-    assert "openvino-fused, 8.40 ms (static 6.00 ms), DCD/static 1.40" in fastest
+    # the fused DCD model is the fastest DCD deployment: 8.4 / 6.0 = 1.40;
+    # the standard ops' best: 13.8 / 6.0 = 2.30 (OpenVINO: 13.6 / 5.9 = 2.305)
+    fastest = next(ln for ln in lines if "openvino-fused 8.40" in ln)
+    assert "mobilenetv2_100 dcd: openvino-fused 8.40 ms vs static 6.00 ms = 1.40" in fastest
     assert "standard ops at best 2.30 (onnxruntime)" in fastest
     # x1.0 DCD is on the frontier; x0.5 DCD is beaten by x1.0 static (faster, more accurate)
-    payoff = next(ln for ln in lines if "pays off" in ln)
-    assert "on the frontier: x1.0 DCD (8.0 ms, 74.8%)" in payoff
+    assert any("pays off" in ln and "openvino-fused" in ln for ln in lines)
+    payoff = next(ln for ln in lines if "MobileNetV2:" in ln)
+    assert "DCD on the frontier: x1.0 DCD (8.0 ms, 74.8%)" in payoff
     assert "off it: x0.5 DCD (4.0 ms, 69.8%; x1.0 is 3.9 ms, 72.1%)" in payoff
     assert "DY-Conv on it: x0.5 DY-Conv" in payoff
-    assert len(lines) <= 6
+    assert len(lines) <= 8
+
+
+def test_preemption_is_warned_and_the_cpu_ratio_shown():
+    doc = _latency()
+    assert not any("warning" in ln for ln in story_lines({"latency": doc}))
+    paper = next(r for r in doc["records"] if r["backend"] == "torch-paper" and r["variant"] == "dcd")
+    paper.update(cpu_p50_ms=paper["p50_ms"] / 1.5, ratio_cpu=1.08)  # wall 50% over CPU time
+    text = "\n".join(story_lines({"latency": doc}))
+    assert "(CPU time 1.08)" in text and "wall p50 up to 50% over CPU p50" in text
 
 
 def test_not_at_the_paper_conditions_is_said():
