@@ -128,10 +128,17 @@ def payoff_lines(doc: dict) -> list[str]:
             by = min(better, key=lambda o: o["p50_ms"], default=None)
             off.append(f"{r['label']} ({r['p50_ms']:.1f} ms, {r['top1']:.1f}%" +
                        (f"; {by['label']} is {by['p50_ms']:.1f} ms, {by['top1']:.1f}%)" if by else ")"))
+        beaten = []
+        for r in (r for r in members if r["variant"] == "static" and not r["on_frontier"]):
+            by = min((d for d in dcd if d["p50_ms"] <= r["p50_ms"] and d["top1"] >= r["top1"]),
+                     key=lambda d: d["p50_ms"], default=None)
+            if by is not None:
+                beaten.append(f"{by['label']} beats {r['label']} ({r['p50_ms']:.1f} ms, {r['top1']:.1f}%)")
         others = sorted({r["variant"] for r in members if r["variant"] not in ("static", "dcd")})
         others_on = [r["label"] for r in members if r["variant"] in others and r["on_frontier"]]
         text = f"    {family}: DCD on the frontier: {', '.join(on) or 'none'}"
         text += f"; off it: {', '.join(off)}" if off else ""
+        text += f"; {', '.join(beaten)}" if beaten else ""
         if others:
             names = " and ".join(_VARIANT_NAMES.get(v, v) for v in others)
             text += f"; {names} on it: {', '.join(others_on) or 'none'}"

@@ -37,7 +37,7 @@ def _frontier() -> dict:
     return {"schema": "dcd-bench.frontier/1", "settings": {"backend": "openvino-fused"}, "records": [
         row("x0.5", "static", 65.4, 3.0, True), row("x0.5 DCD", "dcd", 69.8, 4.0, False),
         row("x1.0", "static", 72.1, 3.9, True), row("x1.0 DCD", "dcd", 74.8, 8.0, True),
-        row("x0.5 DY-Conv", "dyconv", 69.0, 3.5, True)]}
+        row("x0.5 DY-Conv", "dyconv", 69.0, 3.5, True), row("x0.75", "static", 69.5, 5.0, False)]}
 
 
 def test_story_from_both_documents():
@@ -57,6 +57,8 @@ def test_story_from_both_documents():
     assert "DCD on the frontier: x1.0 DCD (8.0 ms, 74.8%)" in payoff
     assert "off it: x0.5 DCD (4.0 ms, 69.8%; x1.0 is 3.9 ms, 72.1%)" in payoff
     assert "DY-Conv on it: x0.5 DY-Conv" in payoff
+    # x0.75 static (5.0 ms, 69.5%): x1.0 DCD is more accurate but slower; x0.5 DCD is faster and more accurate
+    assert "x0.5 DCD beats x0.75 (5.0 ms, 69.5%)" in payoff
     assert len(lines) <= 8
 
 
