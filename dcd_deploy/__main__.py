@@ -22,7 +22,7 @@ _HELP = f"""{USAGE}
 
   export    MODEL -> ONNX in deploy form, parity-checked (dcd-export)
   validate  the parity report of MODEL against an ONNX file (dcd-validate)
-  bench     latency, --floor, --complexity or --list-models (dcd-bench)
+  bench     latency | frontier | floor | complexity | summary (dcd-bench)
 
 options:
   -h, --help  show this message and exit

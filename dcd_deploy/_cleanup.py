@@ -1,10 +1,10 @@
 """What a command must remove if it is stopped where Python cannot unwind.
 
 A command stopped by SIGTERM normally unwinds like Ctrl-C: every ``finally`` runs and
-removes its temporary files (``cli._common.run_cli``). But a signal is handled only
+removes its temporary files (``cli._run.run_cli``). But a signal is handled only
 when the main thread runs Python code, and an inference inside ONNX Runtime or OpenVINO
 (a ``Loop`` of 10^15 iterations) may never return to it. Then the command's watchdog
-(``cli._common``) exits the process itself, after :func:`emergency_cleanup`: the
+(``cli._run``) exits the process itself, after :func:`emergency_cleanup`: the
 temporary files and directories registered here are removed and the compiler process
 groups registered here are killed. Registration is cheap; everything that creates a
 temporary file or starts a compiler registers it for its lifetime.

@@ -265,9 +265,9 @@ CASES = [
          ("evil.pt needs full unpickling", "--trust-checkpoint"), files={"evil.pt": _marker_torch_save},
          output="out/report.json"),
     # -- dcd-bench
-    Case("bench-json-in-missing-directory", "dcd-bench", ("--complexity", "--json", "{d}/missing/dir/x.json"),
+    Case("bench-json-in-missing-directory", "dcd-bench", ("complexity", "--json", "{d}/missing/dir/x.json"),
          ("cannot write", "no directory", "missing/dir"), output="missing"),
-    Case("bench-json-in-read-only-directory", "dcd-bench", ("--complexity", "--json", "{d}/out/x.json"),
+    Case("bench-json-in-read-only-directory", "dcd-bench", ("complexity", "--json", "{d}/out/x.json"),
          ("cannot write", "x.json"), output="out/x.json", readonly_out=True),
 ]
 

@@ -280,7 +280,7 @@ CASES = [
     Case("tuple-key-a-million-deep", "dcd-export", ("{d}/deep.pt", "--arch", "mobilenetv2_035", *OUT),
          ("deep.pt is not a plausible checkpoint", "more than 100 levels deep"),
          make=_files(**{"deep.pt": _deep_tuple_key(1_000_000)})),
-    Case("tuple-key-a-million-deep-bench", "dcd-bench", ("--models", "{d}/deep.pt", "--quick"),
+    Case("tuple-key-a-million-deep-bench", "dcd-bench", ("latency", "--models", "{d}/deep.pt", "--quick"),
          ("more than 100 levels deep",), make=_files(**{"deep.pt": _deep_tuple_key(1_000_000)}),
          progress_before_error=True),
     Case("tuple-key-5000-deep", "dcd-export", ("{d}/deep.pt", "--arch", "mobilenetv2_035", *OUT),
@@ -351,7 +351,7 @@ CASES = [
            env_hook="broken_openvino", progress_before_error=script == "dcd-bench")
       for script, args in (("dcd-validate", (*VALIDATE, "--backend", "openvino")),
                            ("dcd-export", ("mobilenetv2_035_dcd", "--mode", "fused", *OUT)),
-                           ("dcd-bench", ("--quick", "--models", "mobilenetv2_035", "--backends", "openvino",
+                           ("dcd-bench", ("latency", "--quick", "--models", "mobilenetv2_035", "--backends", "openvino",
                                           "--input-size", str(SIZE))))],
 ]
 
@@ -372,7 +372,7 @@ USAGE_CASES = [
          ("1<=x<=10000",), status=2, make=_onnx_file("m.onnx", [1, 3, 32, 32])),
     Case("seed-1e17", "dcd-export", ("mobilenetv2_035", "--seed", "100000000000000000", "-o", "{d}/o.onnx"),
          ("--seed", "0<=x<=4294967295"), status=2),
-    Case("bench-threads-1000", "dcd-bench", ("--threads", "1000", "--quick"), ("--threads", "1<=x<=64"), status=2),
+    Case("bench-threads-1000", "dcd-bench", ("latency", "--threads", "1000", "--quick"), ("--threads", "1<=x<=64"), status=2),
 ]
 
 
@@ -568,7 +568,7 @@ def test_bench_sigterm_removes_its_temporary_directory(tmp_path):
     env = _stop_at("the first export", tmp_path / "hook", module="dcd_deploy.exporters", name="export_onnx",
                    after=True)
     env["TMPDIR"] = str(tmp)
-    result = _signal_when_reached([str(BIN / "dcd-bench"), "--quick", "--models", "mobilenetv2_035",
+    result = _signal_when_reached([str(BIN / "dcd-bench"), "latency", "--quick", "--models", "mobilenetv2_035",
                                    "--backends", "onnxruntime", "--input-size", "32", "--seed", "1"],
                                   env, signal.SIGTERM, tmp_path)
     assert result.returncode == 128 + signal.SIGTERM, result.stderr
@@ -683,7 +683,7 @@ def test_more_outputs_that_are_inputs_or_each_other(tmp_path):
     _onnx(onnx_path, [1, 3, SIZE, SIZE])
     code, line = _invoke(validate.main, ["mobilenetv2_035", onnx_path, "--json", onnx_path])
     assert code == 1 and "is the same file as the input" in line
-    code, line = _invoke(bench.main, ["--quick", "--json", tmp_path / "r.json", "--markdown", tmp_path / "r.json"])
+    code, line = _invoke(bench.main, ["latency", "--quick", "--json", tmp_path / "r.json", "--markdown", tmp_path / "r.json"])
     assert code == 1 and "is the same file as the output" in line
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx"]
 
@@ -691,9 +691,9 @@ def test_more_outputs_that_are_inputs_or_each_other(tmp_path):
 def test_more_bench_limits(tmp_path):
     from dcd_deploy.cli import bench
 
-    code, line = _invoke(bench.main, ["--batch", "100000", "--quick"])
+    code, line = _invoke(bench.main, ["latency", "--batch", "100000", "--quick"])
     assert code == 2 and "1<=x<=1024" in line
-    code, line = _invoke(bench.main, ["--input-size", "1024", "--batch", "1024", "--quick"])
+    code, line = _invoke(bench.main, ["latency", "--input-size", "1024", "--batch", "1024", "--quick"])
     assert code == 1 and "GiB of memory" in line
 
 
@@ -824,7 +824,7 @@ def test_warnings_show_after_success_and_never_before_an_error(capsys):
 
     import click
 
-    from dcd_deploy.cli._common import run_cli
+    from dcd_deploy.cli._run import run_cli
 
     @run_cli
     def fails():
@@ -845,7 +845,7 @@ def test_warnings_show_after_success_and_never_before_an_error(capsys):
 
 
 def test_an_error_line_is_capped(capsys):
-    from dcd_deploy.cli._common import MAX_ERROR_LINE, run_cli
+    from dcd_deploy.cli._run import MAX_ERROR_LINE, run_cli
 
     @run_cli
     def fails():

@@ -1,10 +1,9 @@
-"""Printable forms of a :class:`~dcd_deploy.bench.frontier.FrontierResult`: terminal table,
-Markdown and a PNG (top-1 against ms, each family's frontier drawn; matplotlib, optional).
+"""Printable forms of a :class:`~dcd_deploy.bench.frontier.FrontierResult`: terminal table
+and Markdown (the PNG: :mod:`dcd_deploy.bench.plot`).
 """
 
 from __future__ import annotations
 
-import io
 from typing import Sequence
 
 from .frontier import SOURCES, FrontierRecord, FrontierResult
@@ -17,8 +16,6 @@ _COLUMNS = (
 )
 #: Marker of a row on its family's frontier.
 ON = "*"
-# Short point labels of the plot.
-_SHORT = {"MobileNetV2": "MV2 ", "ResNet": ""}
 
 
 def _cells(r: FrontierRecord) -> list[str]:
@@ -93,39 +90,3 @@ def to_markdown(result: FrontierResult) -> str:
     out += ["", f"{ON} = on its family's frontier: no other model of the family is at least as fast and at "
             "least as accurate, and strictly better in one."]
     return "\n".join(out) + "\n"
-
-
-def render_plot(result: FrontierResult) -> bytes:
-    """PNG bytes: paper top-1 against measured p50 (log ms), one colour per family, each
-    family's frontier drawn as a line, every point labelled."""
-    from .report import require_matplotlib
-
-    plt = require_matplotlib()
-    fig, ax = plt.subplots(figsize=(9.0, 6.0))
-    timed = [r for r in result.records if r.p50_ms is not None]
-    for k, family in enumerate(dict.fromkeys(r.family for r in timed)):
-        pts = [r for r in timed if r.family == family]
-        ax.scatter([r.p50_ms for r in pts], [r.top1 for r in pts], color=f"C{k}", label=family, zorder=3,
-                   marker="o", facecolors=["none" if not r.on_frontier else f"C{k}" for r in pts])
-        front = sorted(result.frontier(family), key=lambda r: r.p50_ms)
-        ax.plot([r.p50_ms for r in front], [r.top1 for r in front], color=f"C{k}", linewidth=1.2,
-                label=f"{family} frontier")
-        for r in pts:
-            ax.annotate(_SHORT.get(family, "") + r.label, (r.p50_ms, r.top1), fontsize=7,
-                        xytext=(4, -3), textcoords="offset points")
-    ax.set_xscale("log")  # times span two orders of magnitude (MobileNetV2 x0.35 to ResNet-50)
-    ax.set_xlabel(f"p50 ms per image, measured here ({result.settings['backend']}, "
-                  f"{result.settings['threads']} thread(s))")
-    ax.set_ylabel("ImageNet top-1 % (the paper's Table 4, not measured here)")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8, loc="lower right")
-    m = result.machine
-    quick = result.settings.get("quick")
-    ax.set_title(("--quick: A SMOKE TEST, NOT A MEASUREMENT\n" if quick else "")
-                 + f"accuracy-latency frontier: {m.cpu}, {m.date[:10]}; filled = on the frontier",
-                 fontsize=9, color="red" if quick else "black")
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)
-    plt.close(fig)
-    return buf.getvalue()

@@ -1,10 +1,9 @@
-"""Printable forms of a :class:`~dcd_deploy.bench.latency.BenchResult`: terminal table,
-Markdown, and a PNG of grouped bars (matplotlib, an optional extra), each written atomically.
+"""Printable forms of a :class:`~dcd_deploy.bench.latency.BenchResult`: terminal table and
+Markdown, each written atomically (the PNG: :mod:`dcd_deploy.bench.plot`).
 """
 
 from __future__ import annotations
 
-import io
 import os
 from typing import Sequence
 
@@ -13,10 +12,6 @@ from ..errors import DCDDeployError
 from .latency import BenchResult, LatencyRecord, paper_ms
 from .paper import PAPER_LATENCY_SETUP
 from .profile import GROUP_LABELS, GROUPS
-
-#: Message when ``--plot`` is asked for without matplotlib.
-MATPLOTLIB_MISSING = ("--plot needs matplotlib, which is not installed: pip install matplotlib "
-                      "(or pip install 'dcd-deploy[plot]')")
 
 _DASH = "-"
 # (header, width, alignment) of each latency table column (the backend heads its section).
@@ -353,95 +348,6 @@ def to_markdown(result: BenchResult) -> str:
     if prof:
         out += ["", "## Profile (where the time goes)", "", "```", *prof, "```"]
     return "\n".join(out).rstrip() + "\n"
-
-
-# -- plot ---------------------------------------------------------------------------------
-def require_matplotlib():
-    """Import matplotlib (Agg backend) or raise :class:`DCDDeployError` saying how to get it."""
-    try:
-        import matplotlib
-    except ImportError:
-        raise DCDDeployError(MATPLOTLIB_MISSING) from None
-    matplotlib.use("Agg", force=True)
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def _plot_ms(ax, recs: Sequence[LatencyRecord], backends: Sequence[str], model: str) -> None:
-    """Our p50 bars (whisker to p90) per backend and variant; the paper's ms are not drawn
-    here: another CPU and PyTorch of 2020 on the same axis would read as a comparison."""
-    variants = list(dict.fromkeys(r.variant for r in recs))
-    width = 0.8 / max(1, len(variants))
-    for j, variant in enumerate(variants):
-        for i, g in enumerate(backends):
-            rec = next((r for r in recs if r.variant == variant and r.backend == g), None)
-            if rec is None:
-                continue
-            x = i + (j - (len(variants) - 1) / 2) * width
-            ax.bar([x], [rec.p50_ms], width, color=f"C{j}", label=variant if i == 0 else None)
-            ax.errorbar([x], [rec.p50_ms], yerr=[[0], [rec.p90_ms - rec.p50_ms]], fmt="none", ecolor="black",
-                        capsize=3)
-    ax.set_xticks(range(len(backends)))
-    ax.set_xticklabels(backends, fontsize=8)
-    ax.set_title(f"{model}: measured here")
-    ax.set_ylabel("ms per batch (p50; whisker p90)")
-    ax.legend(fontsize=8)
-
-
-def _plot_ratios(rax, recs: Sequence[LatencyRecord], backends: Sequence[str]) -> None:
-    """Our DCD/static ratios (95% CI) per backend and the paper's beside, on one y-scale."""
-    groups = list(backends) + ["paper"]
-    xs, ys, lo, hi = [], [], [], []
-    for i, g in enumerate(groups):
-        if g == "paper":
-            rec = next((r for r in recs if r.paper_ratio), None)
-            y, (a, b) = (rec.paper_ratio, (rec.paper_ratio, rec.paper_ratio)) if rec else (None, (0, 0))
-        else:
-            rec = next((r for r in recs if r.backend == g and r.ratio_to_static), None)
-            y = rec.ratio_to_static if rec else None
-            a, b = (rec.ratio_ci95 or (y, y)) if rec else (0, 0)
-        if y is not None:
-            xs.append(i)
-            ys.append(y)
-            lo.append(y - a)
-            hi.append(b - y)
-    if xs:
-        bars = rax.bar(xs, ys, 0.5, color=["C2" if groups[x] != "paper" else "C7" for x in xs])
-        rax.errorbar(xs, ys, yerr=[lo, hi], fmt="none", ecolor="black", capsize=3)
-        for bar, y, up in zip(bars, ys, hi):
-            rax.annotate(f"{y:.2f}", (bar.get_x() + bar.get_width() / 2, bar.get_height() + up),
-                         ha="center", va="bottom", fontsize=8, xytext=(0, 2), textcoords="offset points")
-        rax.axhline(1.0, color="grey", linewidth=0.8)
-        rax.set_ylim(0, max(y + h for y, h in zip(ys, hi)) * 1.2)
-    rax.set_xticks(range(len(groups)))
-    rax.set_xticklabels([g if g != "paper" else "paper\n(EPYC 7551P)" for g in groups], fontsize=8)
-    rax.set_ylabel("DCD / static (p50; 95% CI)")
-
-
-def render_plot(result: BenchResult) -> bytes:
-    """PNG bytes: per model pair, our latency bars (p50, whisker to p90) per backend (top
-    row), and the DCD/static ratios with their 95% intervals beside the paper's ratio on the
-    same scale (bottom row); a ``--quick`` run is marked on the figure."""
-    plt = require_matplotlib()
-    pairs = list(dict.fromkeys(r.model for r in result.records))
-    backends = _backends(result)
-    fig, axes = plt.subplots(2, len(pairs), figsize=(max(6.0, 5.5 * len(pairs)), 8.0), squeeze=False,
-                             gridspec_kw={"height_ratios": [3, 2]})
-    for col, model in enumerate(pairs):
-        recs = [r for r in result.records if r.model == model]
-        _plot_ms(axes[0][col], recs, backends, model)
-        _plot_ratios(axes[1][col], recs, backends)
-    m = result.machine
-    quick = result.settings.get("quick")
-    fig.suptitle(("--quick: A SMOKE TEST, NOT A MEASUREMENT\n" if quick else "")
-                 + f"dcd-bench: {m.cpu}, {m.threads} thread(s), batch {m.batch}, {size_text(m.input_size)}, "
-                 f"{m.date[:10]}; paper: {PAPER_LATENCY_SETUP}", fontsize=8, color="red" if quick else "black")
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)
-    plt.close(fig)
-    return buf.getvalue()
 
 
 # -- files --------------------------------------------------------------------------------

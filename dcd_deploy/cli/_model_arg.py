@@ -12,6 +12,7 @@ from pathlib import Path
 import click
 
 from .._factory_spec import parse_factory_spec
+from .._limits import MAX_SEED
 
 #: How MODEL is described in every command's --help.
 MODEL_HELP = ("MODEL is a checkpoint path, a zoo name (dcd-bench --list-models) or MODULE:FUNCTION: a Python "
@@ -52,3 +53,16 @@ def model_label(model: str, net) -> str:
     if factory is not None:
         return f"{factory.name} ({type(net).__name__})"
     return type(net).__name__
+
+
+def model_options(fn):
+    """The options every command that reads a MODEL argument shares."""
+    fn = click.option("--arch", default=None, metavar="NAME",
+                      help="Zoo architecture of a plain state dict (a name from the zoo; for a model of "
+                           "your own give MODEL as MODULE:FUNCTION with --weights).")(fn)
+    fn = weights_option(fn)
+    fn = click.option("--trust-checkpoint", is_flag=True,
+                      help="Allow checkpoints that need full unpickling (runs code from the file).")(fn)
+    fn = click.option("--seed", type=click.IntRange(0, MAX_SEED), default=0, show_default=True,
+                      help="For a zoo name: pseudo-train seed giving non-trivial weights.")(fn)
+    return fn

@@ -1,93 +1,90 @@
-"""``dcd-bench``: our models beside the paper's figures.
+"""``dcd-bench``: our models beside the paper's figures, one subcommand per question.
 
-Without a mode flag: the latency benchmark (:func:`dcd_deploy.bench.latency.run_benchmark`):
-static vs DCD MobileNetV2 x0.5 and x1.0, one thread, batch 1, 224x224, in three steps: the
-paper's conditions (``torch-paper``: eager PyTorch, deploy form, oneDNN off) beside the
-paper's times, today's eager PyTorch (``torch-deploy``) and ONNX Runtime; progress lines
-go to stderr, the table to stdout; ``--json/--markdown/--plot`` write files (``--json -``:
-the JSON alone on stdout), ``--profile`` adds per-part breakdowns. Everything is measured
-by the library; this module only parses options and prints.
+- ``dcd-bench latency``: static vs DCD MobileNetV2 x0.5 and x1.0, one thread, batch 1,
+  224x224, on every backend (:func:`dcd_deploy.bench.latency.run_benchmark`), the
+  paper's conditions first.
+- ``dcd-bench frontier``: every model of the paper's Table 4 timed on one backend, each
+  family's accuracy-latency frontier marked (:mod:`dcd_deploy.bench.frontier`).
+- ``dcd-bench floor``: each DCD model's dynamic branch alone (and with ``W(x)`` formed)
+  beside the static model and the full export (:mod:`dcd_deploy.bench.floor`).
+- ``dcd-bench complexity``: the parameters and MAdds of every model in Tables 1-4 beside
+  the paper's cells (:func:`dcd_deploy.bench.complexity.compare_with_paper`).
+- ``dcd-bench summary``: the story of latency and frontier JSON files in a few lines
+  (:mod:`dcd_deploy.bench.summary`).
 
-``dcd-bench --frontier`` times every model of the paper's Table 4 on one backend and marks
-each family's accuracy-latency frontier with the paper's top-1 (:mod:`dcd_deploy.bench.frontier`).
-
-``dcd-bench --floor`` times each DCD model's dynamic branch alone (and with ``W(x)``
-formed) beside the static model and the full export (:mod:`dcd_deploy.bench.floor`).
-
-``dcd-bench --complexity`` counts the parameters and MAdds of every model in Tables 1-4
-(:func:`dcd_deploy.bench.complexity.compare_with_paper`) and prints them beside the
-paper's cells; ``--json PATH`` also writes one record per paper row.
+Progress lines go to stderr, tables to stdout. The flags of release 0.1 (``--frontier``,
+``--floor``, ``--complexity``, and no subcommand for latency) still work, with a
+deprecation note on stderr. Everything is measured by the library; this module only
+parses options and prints.
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
 
-from ..bench.complexity import (
-    DEFAULT_INPUT_SIZE, MILLION, STATUS_MISS, TOLERANCE_PCT, PaperCheck, compare_with_paper,
-)
-from ..bench.paper import PARAMS_EXCL_CLASSIFIER
+from .._limits import MAX_BATCH, check_memory
 from .._version import __version__
-from ..errors import DCDDeployError
-from .._limits import MAX_BATCH, MAX_INPUT_SIZE, MAX_SEED, MAX_THREADS, check_memory
-from ._common import OutputPath, check_outputs, run_cli, write_json_atomic
-from ._input_size import InputSize, api_size, format_size
-from ._model_arg import model_inputs
+from ._bench_options import ANY_MODEL, CONTEXT, PAPER_INPUT_SIZE, Echo, backends_option, check_out_dir, csv
+from ._bench_options import input_size_option, json_option, models_option, quiet_option, report_options, seed_option
+from ._bench_options import timing_options, trust_option, write_json, write_outputs, wrote
+from ._input_size import api_size, format_size
+from ._outputs import OutputPath
+from ._run import run_cli
 
-#: Smallest input side every zoo model can take (five stride-2 stages).
-MIN_INPUT_SIZE = 32
-#: Input side the paper's figures are for.
-PAPER_INPUT_SIZE = 224
-
-# Table layout; legend: (header, width, alignment) of each column of the complexity table.
-_COLUMNS = (
-    ("tbl", 3, "<"), ("row", 17, "<"), ("model", 24, "<"), ("conv.", 5, "<"),
-    ("P paper", 7, ">"), ("P ours", 7, ">"), ("dev", 6, ">"),
-    ("M paper", 7, ">"), ("M ours", 8, ">"), ("form", 4, "<"), ("dev", 6, ">"),
-    ("latent", 8, ">"), ("weight", 8, ">"), ("pool", 5, ">"), ("tol", 4, ">"), ("status", 10, "<"),
-)
-_CONVENTION_ABBREV = {PARAMS_EXCL_CLASSIFIER: "-cls"}
+#: Old mode flag -> the subcommand it stands for (deprecated aliases, kept for a release).
+LEGACY_FLAGS = {"--complexity": "complexity", "--floor": "floor", "--frontier": "frontier"}
+#: What the group itself takes before a subcommand.
+_GROUP_ARGS = ("-h", "--help", "--version", "--list-models")
 
 
-# Options each mode takes (besides --input-size and --json, which all take).
-_MODE_OPTIONS = {
-    "the latency benchmark": ("models", "baseline", "backends", "batch", "threads", "runs", "min_time", "warmup",
-                              "quick", "profile", "profile_runs", "markdown_path", "plot_path", "seed",
-                              "trust_checkpoint"),
-    "--floor": ("models", "threads", "runs", "min_time", "warmup", "quick", "seed", "trust_checkpoint"),
-    "--frontier": ("models", "backends", "threads", "runs", "min_time", "warmup", "quick", "markdown_path",
-                   "plot_path", "seed"),
-    "--complexity": (),
-}
-_ALL_OPTIONS = tuple(dict.fromkeys(k for opts in _MODE_OPTIONS.values() for k in opts))
+def legacy_args(args: list[str], commands) -> tuple[list[str], str | None]:
+    """The 0.1 spelling rewritten as a subcommand call, and the deprecation note to print.
+
+    ``dcd-bench --frontier --quick`` -> ``dcd-bench frontier --quick``; options without a
+    mode flag (or none at all) -> ``dcd-bench latency ...``. A call that starts with a
+    subcommand or a group option is returned unchanged, with no note.
+    """
+    if args and (args[0] in commands or args[0] in _GROUP_ARGS):
+        return args, None
+    flags = [f for f in LEGACY_FLAGS if f in args]
+    if len(flags) > 1:
+        raise click.UsageError(f"{' and '.join(flags)} are separate runs")
+    if not flags:
+        return ["latency", *args], ("note: 'dcd-bench [options]' without a subcommand is deprecated; "
+                                    "use 'dcd-bench latency [options]'")
+    name = LEGACY_FLAGS[flags[0]]
+    rest = [a for a in args if a != flags[0]]
+    return [name, *rest], f"note: 'dcd-bench {flags[0]}' is deprecated; use 'dcd-bench {name}'"
 
 
-def _csv(value: str | None) -> list[str] | None:
-    if value is None:
-        return None
-    items = [v.strip() for v in value.split(",") if v.strip()]
-    if not items:
-        raise click.BadParameter("expected a comma-separated list")
-    return items
+class _Bench(click.Group):
+    """A group that also understands the 0.1 mode flags (see :func:`legacy_args`)."""
+
+    def parse_args(self, ctx, args):
+        if not ctx.resilient_parsing:
+            args, note = legacy_args(list(args), self.commands)
+            if note:
+                click.echo(note, err=True)
+        return super().parse_args(ctx, args)
 
 
-def _backends(ctx, param, value):
-    items = _csv(value)
-    if items is None:
-        return None
-    from ..bench.latency import BACKENDS
+class _Subcommand(click.Command):
+    """An option another subcommand takes is a usage error that names which ones do."""
 
-    bad = [b for b in items if b not in BACKENDS]
-    if bad:
-        raise click.BadParameter(f"unknown backend {', '.join(bad)}; choose from {', '.join(BACKENDS)}")
-    return items
-
-
-def _out_path(dash: bool = False):
-    return OutputPath(allow_dash=dash)
+    def parse_args(self, ctx, args):
+        try:
+            return super().parse_args(ctx, args)
+        except click.NoSuchOption as exc:
+            group = ctx.parent.command if ctx.parent is not None else None
+            takers = [n for n, c in getattr(group, "commands", {}).items()
+                      if any(exc.option_name in p.opts for p in c.params)]
+            if not takers:
+                raise
+            names = ", ".join(takers[:-1]) + " and " + takers[-1] if len(takers) > 1 else takers[0]
+            raise click.UsageError(f"dcd-bench {self.name} does not take {exc.option_name} (it applies to "
+                                   f"dcd-bench {names})", ctx) from None
 
 
 def _list_models(ctx, param, value):
@@ -101,6 +98,7 @@ def format_model_list() -> list[str]:
     """Every zoo name with its parameter count (all parameters, 1000 classes), as lines."""
     import torch
 
+    from ..bench.complexity import MILLION
     from ..models import create_model, list_models
 
     lines = [f"{'model':<26} {'params M':>8}", "-" * 35]
@@ -112,314 +110,189 @@ def format_model_list() -> list[str]:
                     "X_condconv: CondConv (K = 8). Params count every parameter, classifier included."]
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=_Bench, context_settings=CONTEXT)
 @click.version_option(__version__, "--version", prog_name="dcd-bench")
 @click.option("--list-models", is_flag=True, is_eager=True, expose_value=False, callback=_list_models,
               help="Print the model zoo with parameter counts and exit.")
-@click.option("--complexity", is_flag=True,
-              help="Count params and MAdds of every model in the paper's Tables 1-4 and "
-                   "compare them with the paper's cells (instead of timing).")
-@click.option("--frontier", is_flag=True,
-              help="Time every model of the paper's Table 4 on one backend (default onnxruntime) and "
-                   "print it beside the paper's top-1, marking each family's accuracy-latency frontier.")
-@click.option("--models", default=None, metavar="A,B,...",
-              help="Zoo names, checkpoint paths, MODULE:FUNCTION (your model: a Python file or module and "
-                   "the function returning it; this runs that code) or ONNX files; X and X_dcd are paired "
-                   "as static vs DCD (a checkpoint by the architecture it holds), your model with "
-                   "dcd_deploy.to_static() of it, a file with --baseline. [default: mobilenetv2_050,"
-                   "mobilenetv2_050_dcd,mobilenetv2_100,mobilenetv2_100_dcd; --frontier: all of Table 4]")
+def main() -> None:
+    """Benchmark the model zoo against the paper (ICLR 2021): latency, frontier, floor, complexity.
+
+    Each subcommand takes --help. The flags of release 0.1 (dcd-bench --frontier, --floor,
+    --complexity; options alone for latency) still work, with a deprecation note.
+    """
+
+
+def _square(input_size: tuple[int, int], command: str) -> int:
+    if input_size[0] != input_size[1]:
+        raise click.UsageError(f"dcd-bench {command} takes a square --input-size, not {format_size(input_size)}")
+    return input_size[0]
+
+
+@main.command(cls=_Subcommand, context_settings=CONTEXT)
+@models_option(ANY_MODEL + "; X and X_dcd are paired as static vs DCD, a checkpoint by the architecture it "
+               "holds, your model with dcd_deploy.to_static() of it, a file with --baseline. [default: "
+               "mobilenetv2_050,mobilenetv2_050_dcd,mobilenetv2_100,mobilenetv2_100_dcd]")
 @click.option("--baseline", default=None, metavar="MODEL",
               help="The static partner of the one model in --models, of the same kind (an ONNX file for a "
-                   "file: dcd-bench --models net.onnx --baseline net_static.onnx), instead of its zoo "
-                   "partner or to_static() of it.")
-@click.option("--backends", default=None, callback=_backends, metavar="B,...",
-              help="Some of torch-paper, torch, torch-deploy, onnxruntime, openvino, openvino-fused (the "
-                   "last two if openvino is installed; openvino-fused builds the extension). "
-                   "[default: torch-paper,torch-deploy,onnxruntime,openvino,openvino-fused (torch-paper with "
-                   "--threads 1 only, OpenVINO if installed); "
-                   "--frontier: one backend, onnxruntime]")
-@click.option("--threads", type=click.IntRange(1, MAX_THREADS), default=1, show_default=True,
-              help="Threads of every backend (torch intra/inter-op, ORT intra = inter).")
+                   "file: --models net.onnx --baseline net_static.onnx), instead of its zoo partner or "
+                   "to_static() of it.")
+@backends_option("--backends", help=(
+    "Some of torch-paper, torch, torch-deploy, onnxruntime, openvino, openvino-fused (the last two if "
+    "openvino is installed; openvino-fused builds the extension). [default: torch-paper,torch-deploy,"
+    "onnxruntime,openvino,openvino-fused (torch-paper with --threads 1 only, OpenVINO if installed)]"))
 @click.option("--batch", type=click.IntRange(1, MAX_BATCH), default=1, show_default=True, help="Images per run.")
-@click.option("--input-size", type=InputSize(MIN_INPUT_SIZE, MAX_INPUT_SIZE), default=str(DEFAULT_INPUT_SIZE),
-              show_default=True, help=f"Input side (224) or height x width (256x320), each {MIN_INPUT_SIZE}-"
-                                      f"{MAX_INPUT_SIZE}; the paper's figures are for 224 (an ONNX file's fixed "
-                                      "axes win). Not square: the latency benchmark only.")
-@click.option("--runs", type=click.IntRange(min=1), default=None,
-              help="Minimum timed runs per model and backend. [default: 50, --frontier 20; --quick 5]")
-@click.option("--min-time", type=click.FloatRange(min=0.0), default=None, metavar="SECONDS",
-              help="Minimum timed seconds per model and backend. [default: 5, --frontier 2; --quick 0]")
-@click.option("--warmup", type=click.IntRange(min=0), default=None,
-              help="Warm-up runs dropped per model and backend, after the first run. [default: 5, "
-                   "--frontier 2; --quick 1]")
-@click.option("--quick", is_flag=True, help="A few runs only: a smoke test, not a measurement.")
-@click.option("--floor", is_flag=True,
-              help="Time, for each DCD model in --models, its dynamic branch alone and with W(x) "
-                   "formed (W0 applied statically) beside the static model and the full export: "
-                   "the latency floor of the model on this machine (ONNX Runtime).")
+@input_size_option(square=False)
+@timing_options(runs=50, min_time=5, warmup=5)
 @click.option("--profile", is_flag=True,
               help="Also break each model's time down by part: ONNX Runtime's per-node profile, and "
                    "PyTorch's per-op profile under the paper's conditions.")
 @click.option("--profile-runs", type=click.IntRange(min=1), default=None,
               help="Profiled runs per model. [default: 50; --quick 3]")
-@click.option("--json", "json_path", type=_out_path(dash=True), default=None, metavar="PATH",
-              help="Also write the results as JSON to PATH (atomically; a symlink is written through to its "
-                   "target); '-': the JSON alone on stdout (the table goes to stderr).")
-@click.option("--markdown", "markdown_path", type=_out_path(), default=None, metavar="PATH",
-              help="Also write the report as Markdown to PATH (latency and --frontier).")
-@click.option("--plot", "plot_path", type=_out_path(), default=None, metavar="PATH.png",
-              help="Also draw the results to PATH (latency and --frontier; needs matplotlib).")
-@click.option("--seed", type=click.IntRange(0, MAX_SEED), default=0, show_default=True,
-              help="Pseudo-training seed of zoo models and the input's seed.")
-@click.option("--trust-checkpoint", is_flag=True,
-              help="Allow checkpoints that need full unpickling (runs code from the file).")
+@json_option
+@report_options
+@seed_option
+@trust_option
+@quiet_option
 @run_cli
-def main(complexity: bool, floor: bool, frontier: bool, json_path: Path | None, input_size: int,
-         **options) -> None:
-    """Benchmark the model zoo against the paper (ICLR 2021): latency, --frontier, --floor or --complexity."""
-    modes = [name for name, on in (("--complexity", complexity), ("--floor", floor), ("--frontier", frontier)) if on]
-    if len(modes) > 1:
-        raise click.UsageError(f"{' and '.join(modes)} are separate runs")
-    mode = modes[0] if modes else "the latency benchmark"
-    _reject_given(mode)
-    if modes and input_size[0] != input_size[1]:
-        raise click.UsageError(f"{mode} takes a square --input-size, not {format_size(input_size)}")
-    input_size = api_size(input_size)
-    echo = _Echo(to_stderr=json_path is not None and str(json_path) == "-")
-    taken = {k: options[k] for k in _MODE_OPTIONS[mode]}
-    if complexity:
-        run_complexity(json_path=json_path, input_size=input_size, echo=echo)
-    elif floor:
-        run_floor_cli(json_path=json_path, input_size=input_size, echo=echo, **taken)
-    elif frontier:
-        run_frontier_cli(json_path=json_path, input_size=input_size, echo=echo, **taken)
-    else:
-        run_latency(json_path=json_path, input_size=input_size, echo=echo, **taken)
+def latency(json_path: Path | None, quiet: bool, **options) -> None:
+    """Static vs DCD on every backend, the paper's conditions first (one thread: the paper's comparison)."""
+    run_latency(json_path=json_path, echo=Echo(json_path, quiet=quiet), **options)
 
 
-def _flag(key: str) -> str:
-    return f"--{key.replace('_path', '').replace('_', '-')}"
+def run_latency(*, json_path: Path | None, input_size, echo: Echo, models: str | None, baseline: str | None,
+                batch: int, markdown_path: Path | None, plot_path: Path | None, **options) -> None:
+    """Run :func:`~dcd_deploy.bench.latency.run_benchmark`, print its tables, write the files asked for."""
+    from ..bench import latency, plot, report
+
+    check_out_dir(json_path, markdown_path, plot_path, models=",".join(filter(None, [models, baseline])) or None)
+    check_memory(input_size=max(input_size), batch=batch, what="the benchmark")
+    if plot_path is not None:
+        plot.require_matplotlib()  # fail before minutes of timing, not after
+    if input_size != (PAPER_INPUT_SIZE, PAPER_INPUT_SIZE):
+        echo.progress(f"note: input {format_size(input_size)}; the paper's times are for "
+                      f"{PAPER_INPUT_SIZE}x{PAPER_INPUT_SIZE}")
+    result = latency.run_benchmark(csv(models) or latency.DEFAULT_MODELS, batch=batch, input_size=api_size(input_size),
+                                   progress=echo.progress, baseline=baseline, **options)
+    echo("")
+    for line in report.format_table(result) + ([""] + report.format_profile_table(result) if result.profiles else []):
+        echo(line)
+    write_outputs(echo, json_path, result.to_dict(), [
+        (markdown_path, lambda: report.to_markdown(result).encode("utf-8")),
+        (plot_path, lambda: plot.render_latency_plot(result))])
 
 
-def _reject_given(mode: str) -> None:
-    """A usage error for options given on the command line that ``mode`` does not take,
-    saying which modes take them."""
-    ctx = click.get_current_context()
-    given = [k for k in _ALL_OPTIONS if k not in _MODE_OPTIONS[mode]
-             and ctx.get_parameter_source(k) == click.core.ParameterSource.COMMANDLINE]
-    if given:
-        parts = []
-        for k in given:
-            takers = [m for m, opts in _MODE_OPTIONS.items() if k in opts]
-            parts.append(f"{_flag(k)} (it applies to {' and '.join(takers)})")
-        raise click.UsageError(f"{mode} does not take {', '.join(parts)}")
+@main.command(cls=_Subcommand, context_settings=CONTEXT)
+@models_option("Zoo names of Table 4's rows. [default: all 19]")
+@backends_option("--backend", "--backends", help=(
+    "The one backend to time: torch-paper, torch, torch-deploy, onnxruntime, openvino, openvino-fused "
+    "(the fastest, with the fused DCD kernels). [default: onnxruntime]"))
+@input_size_option(square=True)
+@timing_options(runs=20, min_time=2, warmup=2)
+@json_option
+@report_options
+@seed_option
+@quiet_option
+@run_cli
+def frontier(json_path: Path | None, markdown_path: Path | None, plot_path: Path | None, models: str | None,
+             backends: list[str] | None, input_size, quiet: bool, **options) -> None:
+    """Table 4's models timed on one backend beside the paper's top-1: each family's accuracy-latency frontier."""
+    from ..bench import frontier as bench_frontier
+    from ..bench import frontier_report, plot
+
+    echo = Echo(json_path, quiet=quiet)
+    check_out_dir(json_path, markdown_path, plot_path, models=models)
+    if backends is not None and len(backends) != 1:
+        raise click.UsageError(f"dcd-bench frontier times one backend, not {len(backends)}: e.g. --backend onnxruntime")
+    if plot_path is not None:
+        plot.require_matplotlib()  # fail before minutes of timing, not after
+    result = bench_frontier.run_frontier(
+        models=csv(models), backend=backends[0] if backends else bench_frontier.DEFAULT_BACKEND,
+        input_size=_square(input_size, "frontier"), progress=echo.progress, **options)
+    echo("")
+    for line in frontier_report.format_frontier_table(result):
+        echo(line)
+    write_outputs(echo, json_path, result.to_dict(), [
+        (markdown_path, lambda: frontier_report.to_markdown(result).encode("utf-8")),
+        (plot_path, lambda: plot.render_frontier_plot(result))])
 
 
-class _Echo:
-    """Where the report goes: stdout, or stderr when ``--json -`` claims stdout for the JSON."""
-
-    def __init__(self, *, to_stderr: bool):
-        self.to_stderr = to_stderr
-
-    def __call__(self, line: str = "") -> None:
-        click.echo(line, err=self.to_stderr)
-
-    def progress(self, line: str) -> None:
-        click.echo(line, err=True)
-
-
-def _write_json(path: Path, data) -> str | None:
-    """Write ``data`` to ``path``, or to stdout alone for ``-``; the name written, for the report."""
-    if str(path) == "-":
-        click.echo(json.dumps(data, indent=2, ensure_ascii=False))
-        return None
-    write_json_atomic(path, data)
-    return str(path)
-
-
-def _check_out_dir(*paths: Path | None, models: str | None = None) -> None:
-    """Refuse unwritable outputs, and outputs that are a --models file or each other ('-' is stdout)."""
-    files = [p for p in paths if p is not None and str(p) != "-"]
-    for path in files:
-        if not path.resolve().parent.is_dir():
-            raise DCDDeployError(f"cannot write {path}: no directory {path.parent}")
-    check_outputs(outputs=files, inputs=[f for spec in _csv(models) or () for f in model_inputs(spec)])
-
-
-def _write_outputs(echo: _Echo, json_path: Path | None, document: dict, files) -> None:
-    """Write the JSON document and each ``(path, render -> bytes)`` asked for, then say what was written."""
-    from ..bench.report import write_bytes_atomic
-
-    written = [] if json_path is None else [_write_json(json_path, document)]
-    for path, render in files:
-        if path is not None:
-            write_bytes_atomic(path, render())
-            written.append(str(path))
-    _wrote(echo, written)
-
-
-def _wrote(echo: _Echo, written: list[str | None]) -> None:
-    names = [w for w in written if w]
-    if names:
-        echo(f"\nwrote {', '.join(names)}")
-
-
-def run_floor_cli(*, json_path: Path | None, input_size: int, echo: _Echo, models: str | None, threads: int,
-                  runs: int | None, min_time: float | None, warmup: int | None, quick: bool, seed: int,
-                  trust_checkpoint: bool) -> None:
-    """Run :func:`~dcd_deploy.bench.floor.run_floor` and print its table."""
+@main.command(cls=_Subcommand, context_settings=CONTEXT)
+@models_option("DCD models: zoo names or checkpoints. [default: mobilenetv2_050_dcd,mobilenetv2_100_dcd,"
+               "resnet18_dcd]")
+@input_size_option(square=True)
+@timing_options(runs=50, min_time=5, warmup=5)
+@json_option
+@seed_option
+@trust_option
+@quiet_option
+@run_cli
+def floor(json_path: Path | None, models: str | None, input_size, quiet: bool, **options) -> None:
+    """Each DCD model's dynamic branch alone and with W(x) formed, beside the static model and the
+    full export (ONNX Runtime): how close to static any deployment can get here."""
     import tempfile
 
-    from ..bench import floor
+    from ..bench import floor as bench_floor
 
-    _check_out_dir(json_path, models=models)
-    check_memory(input_size=input_size, batch=1, what="the floor benchmark")
+    echo = Echo(json_path, quiet=quiet)
+    check_out_dir(json_path, models=models)
+    size = _square(input_size, "floor")
+    check_memory(input_size=size, batch=1, what="the floor benchmark")
     with tempfile.TemporaryDirectory(prefix="dcd-floor-") as tmp:
-        result = floor.run_floor(
-            _csv(models) or floor.DEFAULT_FLOOR_MODELS, threads=threads, input_size=input_size, quick=quick,
-            runs=runs, min_time=min_time, warmup=warmup, seed=seed, trust_checkpoint=trust_checkpoint,
-            workdir=Path(tmp), progress=echo.progress)
+        result = bench_floor.run_floor(csv(models) or bench_floor.DEFAULT_FLOOR_MODELS, input_size=size,
+                                       workdir=Path(tmp), progress=echo.progress, **options)
     echo("")
-    for line in floor.format_floor_table(result):
+    for line in bench_floor.format_floor_table(result):
         echo(line)
     if json_path is not None:
-        _wrote(echo, [_write_json(json_path, result.to_dict())])
+        wrote(echo, [write_json(json_path, result.to_dict())])
 
 
-def run_complexity(*, json_path: Path | None, input_size: int, echo: _Echo | None = None) -> None:
-    """Count, print the table with its legend, and write JSON if asked."""
-    from ..bench.complexity import complexity_document
+@main.command(cls=_Subcommand, context_settings=CONTEXT)
+@input_size_option(square=True)
+@json_option
+@click.option("--markdown", "markdown_path", type=OutputPath(), default=None,
+              metavar="PATH", help="Write the table to PATH instead of the terminal (which gets one line "
+                                   "per table and where the table went).")
+@quiet_option
+@run_cli
+def complexity(json_path: Path | None, input_size, markdown_path: Path | None, quiet: bool) -> None:
+    """Count params and MAdds of every model in the paper's Tables 1-4 beside the paper's cells (no timing)."""
+    run_complexity(json_path=json_path, input_size=_square(input_size, "complexity"), markdown_path=markdown_path,
+                   echo=Echo(json_path, quiet=quiet))
 
-    echo = echo or _Echo(to_stderr=False)
-    _check_out_dir(json_path)
+
+def run_complexity(*, json_path: Path | None, input_size: int, markdown_path: Path | None, echo: Echo) -> None:
+    """Count, print the table with its legend (or its summary and the file it went to), write JSON if asked."""
+    from ..bench.complexity import compare_with_paper, complexity_document
+    from ..bench.report import write_bytes_atomic
+    from ._complexity_table import complexity_summary, format_complexity_table
+
+    check_out_dir(json_path, markdown_path)
     checks = compare_with_paper(input_size=input_size, progress=echo.progress)
     if input_size != PAPER_INPUT_SIZE:
         echo(f"note: counted at {input_size}x{input_size}; the paper's figures are for "
              f"{PAPER_INPUT_SIZE}x{PAPER_INPUT_SIZE}, so deviations are not meaningful\n")
-    for line in format_complexity_table(checks):
-        echo(line)
+    table = format_complexity_table(checks)
+    if markdown_path is None:
+        for line in table:
+            echo(line)
+    else:
+        write_bytes_atomic(markdown_path, ("\n".join(["```", *table, "```"]) + "\n").encode("utf-8"))
+        for line in complexity_summary(checks) + [f"(the table, its notes and legend: {markdown_path})"]:
+            echo(line)
     if json_path is not None:
-        name = _write_json(json_path, complexity_document(checks, input_size=input_size))
+        name = write_json(json_path, complexity_document(checks, input_size=input_size))
         if name:
             echo(f"\nwrote {len(checks)} records to {name}")
 
 
-def run_latency(*, json_path: Path | None, input_size: int, echo: _Echo | None = None, models: str | None = None,
-                backends: list[str] | None = None, threads: int = 1, batch: int = 1, runs: int | None = None,
-                min_time: float | None = None, warmup: int | None = None, quick: bool = False,
-                profile: bool = False, profile_runs: int | None = None, markdown_path: Path | None = None,
-                plot_path: Path | None = None, seed: int = 0, trust_checkpoint: bool = False,
-                baseline: str | None = None) -> None:
-    """Run :func:`~dcd_deploy.bench.latency.run_benchmark`, print its tables, write the files asked for."""
-    from ..bench import latency, report
+@main.command(cls=_Subcommand, context_settings=CONTEXT)
+@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path), metavar="JSON|DIR...")
+@run_cli
+def summary(paths: tuple[Path, ...]) -> None:
+    """The story of latency and frontier JSON files in a few lines: the paper's ratio reproduced,
+    the fastest deployment and its DCD/static ratio, where DCD pays off (a DIR: every *.json in it)."""
+    from ..bench.summary import load_documents, story_lines
 
-    echo = echo or _Echo(to_stderr=False)
-    _check_out_dir(json_path, markdown_path, plot_path, models=",".join(filter(None, [models, baseline])) or None)
-    hw = (input_size, input_size) if isinstance(input_size, int) else tuple(input_size)
-    check_memory(input_size=max(hw), batch=batch, what="the benchmark")
-    if plot_path is not None:
-        report.require_matplotlib()  # fail before minutes of timing, not after
-    if hw != (PAPER_INPUT_SIZE, PAPER_INPUT_SIZE):
-        echo.progress(f"note: input {format_size(hw)}; the paper's times are for "
-                      f"{PAPER_INPUT_SIZE}x{PAPER_INPUT_SIZE}")
-    result = latency.run_benchmark(
-        _csv(models) or latency.DEFAULT_MODELS, backends=backends, threads=threads, batch=batch,
-        input_size=input_size, runs=runs, min_time=min_time, warmup=warmup, quick=quick, profile=profile,
-        profile_runs=profile_runs, seed=seed, trust_checkpoint=trust_checkpoint, progress=echo.progress,
-        baseline=baseline)
-    echo("")
-    for line in report.format_table(result):
-        echo(line)
-    if result.profiles:
-        echo("")
-        for line in report.format_profile_table(result):
-            echo(line)
-    _write_outputs(echo, json_path, result.to_dict(), [
-        (markdown_path, lambda: report.to_markdown(result).encode("utf-8")),
-        (plot_path, lambda: report.render_plot(result))])
-
-
-def run_frontier_cli(*, json_path: Path | None, input_size: int, echo: _Echo, models: str | None,
-                     backends: list[str] | None, threads: int, runs: int | None, min_time: float | None,
-                     warmup: int | None, quick: bool, markdown_path: Path | None, plot_path: Path | None,
-                     seed: int) -> None:
-    """Run :func:`~dcd_deploy.bench.frontier.run_frontier`, print its table, write the files asked for."""
-    from ..bench import frontier, frontier_report, report
-
-    _check_out_dir(json_path, markdown_path, plot_path, models=models)
-    if backends is not None and len(backends) != 1:
-        raise click.UsageError(f"--frontier times one backend, not {len(backends)}: e.g. --backends onnxruntime")
-    if plot_path is not None:
-        report.require_matplotlib()  # fail before minutes of timing, not after
-    result = frontier.run_frontier(
-        models=_csv(models), backend=backends[0] if backends else frontier.DEFAULT_BACKEND, threads=threads,
-        input_size=input_size, quick=quick, runs=runs, min_time=min_time, warmup=warmup, seed=seed,
-        progress=echo.progress)
-    echo("")
-    for line in frontier_report.format_frontier_table(result):
-        echo(line)
-    _write_outputs(echo, json_path, result.to_dict(), [
-        (markdown_path, lambda: frontier_report.to_markdown(result).encode("utf-8")),
-        (plot_path, lambda: frontier_report.render_plot(result))])
-
-
-def format_complexity_table(checks: list[PaperCheck]) -> list[str]:
-    """The complexity table, its notes and legend, as printable lines."""
-    notes: dict[str, int] = {}
-    lines = [_format_cells([h for h, _, _ in _COLUMNS]), "-" * _table_width()]
-    previous_table = None
-    for c in checks:
-        p = c.paper
-        if previous_table is not None and p.table != previous_table:
-            lines.append("")
-        previous_table = p.table
-        status = c.status
-        if p.note:
-            status += f" [{notes.setdefault(p.note, len(notes) + 1)}]"
-        lines.append(_format_cells([
-            p.table, p.row, p.model, _CONVENTION_ABBREV.get(p.params_convention, "all"),
-            p.params, f"{c.params_m:.2f}M", f"{c.params_dev_pct:+.1f}%",
-            p.madds, f"{c.madds_m:.1f}M", c.madds_form, f"{c.madds_dev_pct:+.1f}%",
-            f"{c.complexity.madds_latent / MILLION:.1f}M", f"{c.complexity.madds_weight / MILLION:.1f}M",
-            f"{c.complexity.branch_pool_madds / MILLION:.2f}", f"{c.tolerance_pct:g}%", status,
-        ]))
-    misses = sum(c.status == STATUS_MISS for c in checks)
-    lines += ["", f"{len(checks)} rows: {len(checks) - misses} ok, {misses} miss", ""]
-    lines += [f"[{n}] {text}" for text, n in notes.items()]
-    lines += [""] + _legend()
-    return lines
-
-
-def _format_cells(cells: list[str]) -> str:
-    out = []
-    for text, (_, width, align) in zip(cells, _COLUMNS):
-        out.append(f"{text:{align}{width}}")
-    return " ".join(out).rstrip()
-
-
-def _table_width() -> int:
-    return sum(w for _, w, _ in _COLUMNS) + len(_COLUMNS) - 1
-
-
-def _legend() -> list[str]:
-    tol = ", ".join(f"{kind} {pct:g}%" for kind, pct in TOLERANCE_PCT.items())
-    return [
-        "Legend:",
-        "  P = params, M = MAdds (multiply-adds), in millions; paper cells as printed (G = 1000M).",
-        "  conv. = params convention: all = every parameter; -cls = excluding the classifier",
-        "    (the paper's ResNet figures; docs/design.md#counting-conventions).",
-        "  M ours is in the form shown: min = per DCD layer the cheaper of its latent form",
-        "    (as the layer's forward executes: W0 conv, Q conv, Φ, P conv, Λ scaling) and its",
-        "    weight form (W(x) = ΛW0 + PΦQᵀ built per sample, then one conv), matching the",
-        "    paper's Table 4 DCD figures and its min(O(C²), O(HWC)) remark (Section 3.3);",
-        "    any = no DCD layer, every form is the same count. latent / weight = every DCD",
-        "    layer in that form (the classifier, at 1x1 resolution, always latent).",
-        "  pool = dynamic-branch pooling adds, counted in every M column (one add per pooled",
-        "    element); the paper's figures seem to leave them out: subtract to compare.",
-        "  Not counted anywhere: BatchNorm (folded), activations, max pooling, bias and",
-        "    residual additions. DY-Conv/CondConv: K kernel aggregation + one conv + routing.",
-        "  status: ok = params and MAdds within tolerance or equal at the paper's printed",
-        "    precision; miss = outside it, see the row's note.",
-        f"  tol = tolerance per kind: {tol}.",
-        "  Conventions in full: dcd_deploy/bench/complexity.py.",
-    ]
+    for line in story_lines(load_documents(paths)):
+        click.echo(line)

@@ -11,11 +11,12 @@ from .._version import __version__
 from ..errors import ParityError
 from ..checkpoint import resolve_model
 from .._limits import MAX_BATCH, MAX_INPUT_SIZE
-from ._common import OutputPath, accept_inconclusive_option, check_outputs, check_parity_budget, default_output
-from ._common import inputs_option, make_preprocess_from_options, model_options, preprocess_options
-from ._common import parity_failure, run_cli, write_json_atomic
 from ._input_size import InputSize, api_size, format_size
-from ._model_arg import MODEL_HELP, model_inputs, model_label, output_stem
+from ._model_arg import MODEL_HELP, model_inputs, model_label, model_options, output_stem
+from ._outputs import OutputPath, check_outputs, default_output, write_json_atomic
+from ._parity_options import accept_inconclusive_option, check_parity_budget, inputs_option
+from ._parity_options import make_preprocess_from_options, parity_failure, preprocess_options
+from ._run import run_cli
 
 #: Input side when neither --input-size nor --inputs gives one.
 DEFAULT_INPUT_SIZE = 224
@@ -47,7 +48,8 @@ def _batch(value: str) -> int | None:
                    "otherwise an error naming the layer that does not).")
 @click.option("--batch", default="dynamic", show_default=True, metavar="N|dynamic",
               help=f"Fixed batch size (1-{MAX_BATCH}), or a dynamic batch axis.")
-@click.option("--opset", type=int, default=None, help="ONNX opset (13 up to the installed onnx's newest; default 18, what torch.onnx writes).")
+@click.option("--opset", type=int, default=None,
+              help="ONNX opset (13 up to the installed onnx's newest; default 18, what torch.onnx writes).")
 @click.option("--mode", type=click.Choice(["standard", "function", "fused"]), default="standard", show_default=True,
               help="'function': one dcd_deploy node per DCD layer (model-local functions); 'fused': "
                    "channels-last DCDPointwise nodes for the OpenVINO extension (checked in ONNX Runtime "
@@ -108,19 +110,22 @@ def main(model, output, input_size, dynamic_size, batch, opset, mode, strategy, 
         if not quiet:
             click.echo(exc.report.table(), err=True)
         raise parity_failure(exc.report) from None
-    params = sum(p.numel() for p in net.parameters())
-    ops = ", ".join(f"{k} {v}" for k, v in result.op_histogram.items())
-    forms = list(result.strategies.values())
     click.echo(f"wrote {result.path} ({result.size_bytes / 1e6:.1f} MB) in {time.perf_counter() - started:.1f} s")
     if json_path is not None:
         write_json_atomic(json_path, {**result.to_dict(), "model": model,
                                       "parity_inputs": None if inputs_path is None else str(inputs_path)})
-    if quiet:
-        return
-    size = "HxW" if dynamic_size else format_size(input_size)
-    click.echo(f"  model    {model_label(model, net)}: {params / 1e6:.2f}M params, "
-               f"input {'N' if batch is None else batch}x3x{size}, opset {result.opset}, "
-               f"mode {mode}{', simplified' if result.simplified else ''}")
+    if not quiet:
+        size = "HxW" if dynamic_size else format_size(input_size)
+        _print_report(result, label=model_label(model, net), params=sum(p.numel() for p in net.parameters()),
+                      shape=f"{'N' if batch is None else batch}x3x{size}", strategy=strategy, verbose=verbose)
+
+
+def _print_report(result, *, label: str, params: int, shape: str, strategy: str, verbose: bool) -> None:
+    """The lines under ``wrote ...``: model, graph, DCD forms, fused nodes, parity."""
+    ops = ", ".join(f"{k} {v}" for k, v in result.op_histogram.items())
+    forms = list(result.strategies.values())
+    click.echo(f"  model    {label}: {params / 1e6:.2f}M params, input {shape}, opset {result.opset}, "
+               f"mode {result.mode}{', simplified' if result.simplified else ''}")
     click.echo(f"  graph    {result.num_nodes} nodes: {ops}")
     if forms:
         click.echo(f"  DCD      {len(forms)} layers: {forms.count('weight')} weight form, "

@@ -12,10 +12,12 @@ from ..errors import DCDDeployError
 from ..checkpoint import resolve_model
 from ..runtimes import PARITY_BACKENDS
 from .._limits import MAX_BATCH, MAX_INPUTS, read_onnx_image_size
-from ._common import OutputPath, accept_inconclusive_option, check_outputs, check_parity_budget, inputs_option
-from ._common import make_preprocess_from_options, model_options, preprocess_options
-from ._common import onnxruntime_errors, parity_failure, run_cli, write_json_atomic
-from ._model_arg import MODEL_HELP, model_inputs
+from ._common import onnxruntime_errors
+from ._model_arg import MODEL_HELP, model_inputs, model_options
+from ._outputs import OutputPath, check_outputs, write_json_atomic
+from ._parity_options import accept_inconclusive_option, check_parity_budget, inputs_option
+from ._parity_options import make_preprocess_from_options, parity_failure, preprocess_options
+from ._run import run_cli
 
 
 def _sizes(value: str) -> tuple[int, ...]:

@@ -488,10 +488,10 @@ def _expect_output(paths: list[Path], cxx: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     """``python -m dcd_deploy.openvino._build [--force]``: build, print the path.
 
-    The commands' error contract (``cli._common.run_cli``): one ``Error:`` line, and
+    The commands' error contract (``cli._run.run_cli``): one ``Error:`` line, and
     SIGTERM (``timeout``) kills the compilers and removes the temporary folder.
     """
-    from ..cli._common import run_cli
+    from ..cli._run import run_cli
 
     args = sys.argv[1:] if argv is None else argv
 

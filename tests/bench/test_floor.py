@@ -102,7 +102,7 @@ def test_floor_refuses_a_model_without_dcd_layers():
 
 def test_cli_floor_quick_table_and_json(tmp_path):
     out = tmp_path / "floor.json"
-    result = CliRunner().invoke(main, ["--floor", "--quick", "--models", NAME, "--input-size", str(SIZE),
+    result = CliRunner().invoke(main, ["floor", "--quick", "--models", NAME, "--input-size", str(SIZE),
                                        "--json", str(out)])
     assert result.exit_code == 0, result.output
     row = next(line for line in result.stdout.splitlines() if line.startswith(NAME))
@@ -117,10 +117,10 @@ def test_cli_floor_quick_table_and_json(tmp_path):
 
 
 @pytest.mark.parametrize("args, code, text", [
-    (["--floor", "--models", "mobilenetv2_035"], 1, "Error: --floor takes DCD models"),
-    (["--floor", "--models", "nosuchnet_dcd"], 1, "Error: "),
-    (["--floor", "--backends", "onnxruntime"], 2,
-     "--floor does not take --backends (it applies to the latency benchmark and --frontier)"),
+    (["floor", "--models", "mobilenetv2_035"], 1, "Error: --floor takes DCD models"),
+    (["floor", "--models", "nosuchnet_dcd"], 1, "Error: "),
+    (["floor", "--backends", "onnxruntime"], 2,
+     "dcd-bench floor does not take --backends (it applies to dcd-bench latency and frontier)"),
     (["--floor", "--complexity"], 2, "separate runs"),
 ])
 def test_cli_floor_bad_input(args, code, text):
@@ -135,7 +135,7 @@ def test_cli_floor_takes_a_checkpoint_of_a_dcd_model(tmp_path):
 
     path = tmp_path / "mine.pt"
     save_checkpoint(create_model(NAME), path)
-    result = CliRunner().invoke(main, ["--floor", "--quick", "--models", str(path), "--input-size", str(SIZE)])
+    result = CliRunner().invoke(main, ["floor", "--quick", "--models", str(path), "--input-size", str(SIZE)])
     assert result.exit_code == 0, result.output
     assert any(line.startswith("mine ") for line in result.stdout.splitlines())
     assert "static mobilenetv2_035," in result.stderr  # the zoo's static partner of its arch

@@ -121,9 +121,9 @@ def test_frontier_table_and_markdown(tiny_run):
 
 def test_frontier_plot(tiny_run):
     pytest.importorskip("matplotlib")
-    from dcd_deploy.bench import frontier_report
+    from dcd_deploy.bench import plot
 
-    assert frontier_report.render_plot(tiny_run)[:8] == b"\x89PNG\r\n\x1a\n"
+    assert plot.render_frontier_plot(tiny_run)[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_every_pair_of_a_family_is_compared():

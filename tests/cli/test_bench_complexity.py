@@ -9,7 +9,8 @@ import pytest
 from click.testing import CliRunner
 
 from dcd_deploy.bench.paper import PAPER_ROWS
-from dcd_deploy.cli._common import run_cli, write_json_atomic
+from dcd_deploy.cli._outputs import write_json_atomic
+from dcd_deploy.cli._run import run_cli
 from dcd_deploy.cli.bench import main
 from dcd_deploy.errors import DCDDeployError
 
@@ -28,7 +29,7 @@ def complexity_run(tmp_path_factory):
     """One counting run (about 15 s) for every test here: the JSON on stdout (``--json -``),
     the table and progress on stderr; ``out`` holds that JSON."""
     out = tmp_path_factory.mktemp("bench") / "out.json"
-    result = CliRunner().invoke(main, ["--complexity", "--json", "-"])
+    result = CliRunner().invoke(main, ["complexity", "--json", "-"])
     out.write_text(result.stdout, encoding="utf-8")
     return result, out
 
@@ -97,12 +98,12 @@ def test_complexity_table_is_printed(complexity_run):
 
 
 def test_latency_options_with_complexity_are_a_usage_error():
-    result = CliRunner().invoke(main, ["--complexity", "--models", "mobilenetv2_035"])
+    result = CliRunner().invoke(main, ["complexity", "--models", "mobilenetv2_035"])
     assert result.exit_code == 2
 
 
 def test_unsupported_input_size_is_one_error_line():
-    result = CliRunner().invoke(main, ["--complexity", "--input-size", "160"])
+    result = CliRunner().invoke(main, ["complexity", "--input-size", "160"])
     assert result.exit_code == 1
     lines = result.stderr.strip().splitlines()
     # the progress of the models counted before the failing one, then one Error line
@@ -148,6 +149,6 @@ def test_write_json_atomic(tmp_path):
 
 
 def test_json_into_missing_directory_fails_before_counting(tmp_path):
-    result = CliRunner().invoke(main, ["--complexity", "--json", str(tmp_path / "no" / "o.json")])
+    result = CliRunner().invoke(main, ["complexity", "--json", str(tmp_path / "no" / "o.json")])
     assert result.exit_code == 1
     assert result.stderr.startswith("Error: cannot write") and result.stdout == ""

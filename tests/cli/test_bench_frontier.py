@@ -1,4 +1,4 @@
-"""dcd-bench --frontier end to end on a few small models (--quick, no timing asserted),
+"""dcd-bench frontier end to end on a few small models (--quick, no timing asserted),
 and the option checks of every mode."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from dcd_deploy.bench.frontier import SCHEMA
 from dcd_deploy.cli.bench import main
 
-FEW = ["--frontier", "--quick", "--models", "mobilenetv2_035,mobilenetv2_035_dcd", "--input-size", "64",
+FEW = ["frontier", "--quick", "--models", "mobilenetv2_035,mobilenetv2_035_dcd", "--input-size", "64",
        "--backends", "torch-deploy"]
 
 
@@ -40,12 +40,12 @@ def test_frontier_plot(tmp_path):
 
 
 @pytest.mark.parametrize("args, code, text", [
-    (["--frontier", "--backends", "torch,onnxruntime"], 2, "--frontier times one backend, not 2"),
-    (["--frontier", "--models", "resnet34"], 1, "Error: not in the paper's Table 4: resnet34"),
-    (["--frontier", "--profile"], 2, "--frontier does not take --profile (it applies to the latency benchmark)"),
+    (["frontier", "--backends", "torch,onnxruntime"], 2, "dcd-bench frontier times one backend, not 2"),
+    (["frontier", "--models", "resnet34"], 1, "Error: not in the paper's Table 4: resnet34"),
+    (["frontier", "--profile"], 2, "dcd-bench frontier does not take --profile (it applies to dcd-bench latency)"),
     (["--frontier", "--floor"], 2, "--floor and --frontier are separate runs"),
-    (["--complexity", "--markdown", "x.md"], 2,
-     "--complexity does not take --markdown (it applies to the latency benchmark and --frontier)"),
+    (["complexity", "--plot", "x.png"], 2,
+     "dcd-bench complexity does not take --plot (it applies to dcd-bench latency and frontier)"),
 ])
 def test_frontier_and_mode_option_errors(args, code, text):
     result = CliRunner().invoke(main, args)

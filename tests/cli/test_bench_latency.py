@@ -18,7 +18,7 @@ from dcd_deploy.bench.profile import GROUPS
 from dcd_deploy.cli.bench import main
 
 MODELS = "mobilenetv2_035,mobilenetv2_035_dcd"
-QUICK = ["--models", MODELS, "--input-size", "64", "--quick"]
+QUICK = ["latency", "--models", MODELS, "--input-size", "64", "--quick"]
 
 
 @pytest.fixture(scope="module")
@@ -127,15 +127,15 @@ def test_missing_openvino_is_said(monkeypatch):
 
 
 def test_unknown_backend_is_a_usage_error():
-    result = CliRunner().invoke(main, ["--backends", "torch,tensorrt"])
+    result = CliRunner().invoke(main, ["latency", "--backends", "torch,tensorrt"])
     assert result.exit_code == 2 and "unknown backend tensorrt" in result.output
 
 
 def test_latency_options_are_refused_with_complexity():
-    result = CliRunner().invoke(main, ["--complexity", "--models", "mobilenetv2_050", "--quick"])
+    result = CliRunner().invoke(main, ["complexity", "--models", "mobilenetv2_050", "--quick"])
     assert result.exit_code == 2
-    assert "--complexity does not take --models (it applies to the latency benchmark and --floor and " \
-        "--frontier), --quick (it applies to" in result.output
+    assert "dcd-bench complexity does not take --models (it applies to dcd-bench latency, frontier and floor)" \
+        in result.output
 
 
 def test_missing_output_directory_fails_first(tmp_path):
@@ -145,7 +145,7 @@ def test_missing_output_directory_fails_first(tmp_path):
 
 
 def test_unknown_model_is_a_user_error():
-    result = CliRunner().invoke(main, ["--models", "mobilenetv2_05", "--quick", "--backends", "torch"])
+    result = CliRunner().invoke(main, ["latency", "--models", "mobilenetv2_05", "--quick", "--backends", "torch"])
     assert result.exit_code == 1 and "not a model name" in result.stderr
 
 
@@ -154,7 +154,7 @@ def test_a_dcd_checkpoint_with_dots_in_its_name_gets_its_ratio(tmp_path):
 
     path = tmp_path / "mv2_x0.35_official.pth.tar"
     save_checkpoint(create_model("mobilenetv2_035_dcd"), path)
-    result = CliRunner().invoke(main, ["--models", f"mobilenetv2_035,{path}", "--input-size", "64", "--quick",
+    result = CliRunner().invoke(main, ["latency", "--models", f"mobilenetv2_035,{path}", "--input-size", "64", "--quick",
                                        "--backends", "torch", "--json", "-"])
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)  # --json -: the JSON alone on stdout

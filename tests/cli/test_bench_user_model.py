@@ -30,7 +30,7 @@ def table_rows(stdout: str) -> list[list[str]]:
 
 
 def run(args):
-    return CliRunner().invoke(main, [str(a) for a in args])
+    return CliRunner().invoke(main, ["latency", *map(str, args)])
 
 
 def one_error_line(result, pattern: str) -> None:

@@ -373,7 +373,7 @@ def test_a_checkpoint_that_outputs_nan_is_refused(tmp_path):
 
 
 def test_failure_on_ill_conditioned_synthetic_inputs_suggests_inputs():
-    from dcd_deploy.cli._common import parity_failure
+    from dcd_deploy.cli._parity_options import parity_failure
     from dcd_deploy.parity import ParityReport, ParityRow
 
     def report(synthetic, ill):
