@@ -87,8 +87,7 @@ def size_counts(model, input_size) -> dict:
     try:
         c = count_complexity(model, input_size=h)
     except (TypeError, DCDDeployError):  # a checkpoint with a layer the counter has no rule for
-        return {"params_m": params, "madds_m": None, "madds_form": None,
-                "madds_latent_m": None, "madds_weight_m": None}
+        return {"params_m": params, **unknown}
     dynamic = c.madds_latent != c.madds_weight
     return {"params_m": c.params / MILLION, "madds_m": c.madds_min / MILLION,
             "madds_form": "min" if dynamic else "any",

@@ -13,7 +13,7 @@ from ..errors import DCDDeployError
 from ._backends import backend as backend_spec
 from ._backends import legend_lines as legend_lines_of
 from ._table import DASH, Column, markdown_table, number, text_table
-from .latency import BenchResult, LatencyRecord, paper_ms
+from ._latency_result import BenchResult, LatencyRecord, paper_ms
 from .paper import PAPER_LATENCY_SETUP
 from .profile import GROUP_LABELS, GROUPS
 
