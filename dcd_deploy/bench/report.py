@@ -10,6 +10,7 @@ from typing import Sequence
 
 from .._atomic import atomic_output
 from ..errors import DCDDeployError
+from ._backends import PAPER_BACKEND
 from ._backends import backend as backend_spec
 from ._backends import legend_lines as legend_lines_of
 from ._table import DASH, Column, markdown_table, number, text_table
@@ -53,7 +54,7 @@ def ratio_cell(r: LatencyRecord) -> str:
 
 def _cells(r: LatencyRecord) -> list[str]:
     # The paper's ms only beside the paper's conditions: other backends are other machines' worth of speed.
-    paper = number(r.paper_ms, ".0f") if r.backend == "torch-paper" else DASH
+    paper = number(r.paper_ms, ".0f") if r.backend == PAPER_BACKEND else DASH
     return [r.model, r.variant, f"{r.params_m:.2f}", number(r.madds_m, ".1f"), f"{r.mean_ms:.2f}",
             f"{r.p50_ms:.2f}", f"{r.p90_ms:.2f}", f"{r.first_run_ms:.1f}", str(r.n_runs), ratio_cell(r),
             number(r.ratio_mean, ".3f"), number(r.ratio_cpu, ".2f"), paper, number(r.paper_ratio, ".3f")]
@@ -153,7 +154,7 @@ def _section_title(result: BenchResult, backend: str, step: int) -> str:
     """``step. backend: what it shows`` (with the run count of the paper's protocol)."""
     title = backend_spec(backend).title
     recs = [r for r in result.records if r.backend == backend]
-    if backend == "torch-paper" and recs:
+    if backend == PAPER_BACKEND and recs:
         title += f"; mean of {min(r.n_runs for r in recs)}+ runs here, of 5,000 images in the paper"
         if not any(r.paper_conditions for r in recs):
             title += " (NOT at the paper's batch 1, 224x224)"
@@ -215,7 +216,7 @@ def _profile_pairs(result: BenchResult):
     pairs: dict[tuple[str, str], list] = {}
     for p in result.profiles:
         pairs.setdefault((p.backend, p.model), []).append(p)
-    for (backend, model), profs in sorted(pairs.items(), key=lambda kv: kv[0][0] != "torch-paper"):
+    for (backend, model), profs in sorted(pairs.items(), key=lambda kv: kv[0][0] != PAPER_BACKEND):
         profs.sort(key=lambda p: p.variant != "static")
         yield backend, model, profs
 
@@ -321,7 +322,7 @@ def to_markdown(result: BenchResult) -> str:
         r.model, r.variant, r.backend, f"{r.params_m:.2f}", number(r.madds_m, ".1f"), f"{r.p50_ms:.2f}",
         f"{r.p90_ms:.2f}", f"{r.mean_ms:.2f}", f"{r.min_ms:.2f}", f"{r.first_run_ms:.1f}", str(r.n_runs),
         ratio_cell(r), number(r.ratio_mean, ".3f"), number(r.ratio_cpu, ".2f"), number(r.ratio_p10, ".2f"),
-        number(r.paper_ms, ".0f") if r.backend == "torch-paper" else DASH, number(r.paper_ratio, ".3f")]
+        number(r.paper_ms, ".0f") if r.backend == PAPER_BACKEND else DASH, number(r.paper_ratio, ".3f")]
         for r in result.records])
     summary = summary_lines(result)
     if summary:
