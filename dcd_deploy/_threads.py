@@ -6,7 +6,7 @@ thread per core) each of them pays a fork/join, and on a loaded machine the work
 wait for cores: ``pseudo_train`` of MobileNetV2 x1.0 DCD took 15-18 s with 2 threads on
 a busy 2-core machine against 1.5 s with 1. One thread is also the same setting on
 every machine, so the commands prepare a model the same way everywhere. Benchmarks set
-their own counts for what they time (``dcd_deploy.bench._timing.set_threads``).
+their own counts for what they time (``dcd_deploy.bench.harness.pinned_threads``).
 """
 
 from __future__ import annotations

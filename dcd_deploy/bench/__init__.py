@@ -4,7 +4,9 @@ Latency: :func:`run_benchmark` returns a :class:`BenchResult` (one record per mo
 variant x backend, the paper's conditions first; machine info; optional profiles);
 :mod:`.report` prints and writes it. Frontier: :func:`run_frontier` returns a
 :class:`FrontierResult` (Table 4's top-1 beside measured latency; :mod:`.frontier_report`
-prints it). Complexity: :func:`count_complexity`, :func:`compare_with_paper`.
+prints it). Floor: :mod:`.floor`. All three time through one harness (:mod:`.harness`:
+threads set and restored, one input, interleaved timing, medians). Complexity:
+:func:`count_complexity`, :func:`compare_with_paper`.
 Names load lazily, so ``dcd_deploy.bench.paper`` needs neither torch nor ONNX Runtime.
 """
 

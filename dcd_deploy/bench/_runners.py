@@ -37,3 +37,14 @@ def openvino_runner(path: Path, x: np.ndarray, threads: int):
     """``path`` compiled by OpenVINO for CPU (N threads, one stream, latency hint, fp32
     pinned, the fused-kernel extension loaded when the file has ``dcd_deploy`` nodes)."""
     return load_runner("openvino", path, threads=threads, input_shapes=x.shape).bind({0: x})
+
+
+def bound_runner(spec, source, *, x, x_np: np.ndarray, threads: int):
+    """The no-argument call that runs ``source`` (a module or an ONNX file) on backend
+    ``spec`` (a :class:`~dcd_deploy.runtimes.Backend`) with the registry's options."""
+    if spec.runtime == "torch":
+        return torch_runner(source, x) if spec.options.get("onednn", True) else torch_native_runner(source, x)
+    if spec.runtime == "onnxruntime":
+        return ort_runner(source, x_np, threads)
+    return openvino_runner(source, x_np, threads)
+

@@ -1,4 +1,4 @@
-"""The interleaved timing loop of the latency benchmark, and PyTorch's thread pools.
+"""The interleaved timing loop of the benchmarks (:mod:`dcd_deploy.bench.harness` drives it).
 
 Machine drift (frequency scaling, other processes, thermal state) over a benchmark of
 minutes is larger than the static-vs-DCD differences it measures. So
@@ -13,7 +13,6 @@ paused.
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import time
 from dataclasses import dataclass, field
@@ -126,13 +125,3 @@ def measure_interleaved(runners: Mapping[str, Callable[[], Any]], *, runs: int, 
             gc.enable()
     return timings
 
-
-def set_threads(threads: int) -> int:
-    """Set PyTorch's thread pools; returns the intra-op count it had."""
-    import torch
-
-    previous = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    with contextlib.suppress(RuntimeError):  # only allowed before any inter-op work started
-        torch.set_num_interop_threads(threads)
-    return previous

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import asdict, dataclass, field
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 import onnx
@@ -32,6 +32,10 @@ from ..errors import UnsupportedInputError
 from ..exporters import DeployDCD
 from ..exporters.lowering import to_deploy
 from ..exporters.onnx import DEFAULT_OPSET, build_onnx
+from . import _stats
+from ._table import Column, text_table
+from ._timing import Timing
+from .harness import check_arguments, fixed_input, pinned_threads, quiet, time_interleaved, timing_settings
 
 STAGES = ("branch", "forming")
 DEFAULT_FLOOR_MODELS = ("mobilenetv2_050_dcd", "mobilenetv2_100_dcd", "resnet18_dcd")
@@ -156,13 +160,15 @@ class FloorResult:
 
 def run_floor(models: Sequence[str] = DEFAULT_FLOOR_MODELS, *, threads: int = 1, input_size: int = 224,
               quick: bool = False, runs: int | None = None, min_time: float | None = None,
-              warmup: int | None = None, burst_s: float | None = None, seed: int = 0, trust_checkpoint: bool = False, workdir, progress: Callable[[str], None] = lambda line: None) -> FloorResult:
+              warmup: int | None = None, burst_s: float | None = None, seed: int = 0,
+              trust_checkpoint: bool = False, workdir, progress: Callable[[str], None] = quiet) -> FloorResult:
     """Time static, ``branch``, ``forming`` and the real export of each DCD zoo model.
 
     Args:
         models: DCD zoo names (``X_dcd``) or checkpoints of DCD models; the static partner
             is the zoo's ``X`` (latency does not depend on the weights).
-        threads: ONNX Runtime intra/inter-op threads.
+        threads: ONNX Runtime intra/inter-op threads (and PyTorch's while building and
+            exporting; the caller's count is restored after).
         input_size: side of the square input.
         quick, runs, min_time, warmup, burst_s: as for
             :func:`~dcd_deploy.bench.latency.run_benchmark` (None: the default).
@@ -171,64 +177,78 @@ def run_floor(models: Sequence[str] = DEFAULT_FLOOR_MODELS, *, threads: int = 1,
         workdir: directory the ONNX files are written to.
         progress: called with one line per step.
     """
-    from ..exporters.onnx import export_onnx
-    from ..models import is_model, synthetic_images
-    from ._models import entry_name, load_model
     from ._runners import ort_runner
-    from ._timing import measure_interleaved, set_threads
-    from .latency import timing_settings
 
-    set_threads(threads)  # as run_benchmark: building and exporting at the count being timed
-    x = synthetic_images(1, input_size, seed=seed).numpy()
-    runners, pairs = {}, []
-    for spec in models:
-        dcd, _ = load_model(spec, input_size=input_size, seed=seed, trust_checkpoint=trust_checkpoint)
-        arch = getattr(dcd, "arch", "")
-        static_name = arch[: -len("_dcd")] if arch.endswith("_dcd") else ""
-        if not is_model(static_name):
-            raise UnsupportedInputError(f"--floor takes DCD models (a zoo X_dcd or a checkpoint of one), "
-                                        f"not {spec!r} ({arch or 'no architecture name'})")
-        static, _ = load_model(static_name, input_size=input_size, seed=seed)
-        name = entry_name(spec)
-        files = {"static": workdir / f"{name}.static.onnx", "dcd": workdir / f"{name}.onnx"}
-        export_onnx(static, files["static"], input_size=input_size, check=False)
-        export_onnx(dcd, files["dcd"], input_size=input_size, check=False)
-        for stage in STAGES:
-            files[stage] = workdir / f"{name}.floor-{stage}.onnx"
-            onnx.save(floor_onnx(dcd, stage=stage, input_size=input_size), str(files[stage]))
-        progress(f"[export] {name} ({arch}): static {static_name}, branch, forming, dcd")
-        for key, path in files.items():
-            runners[(name, key)] = ort_runner(path, x, threads)
-        pairs.append((name, static_name))
-    progress(f"[timing] {len(runners)} runners, interleaved ...")
     timing = timing_settings(quick=quick, runs=runs, min_time=min_time, warmup=warmup, burst_s=burst_s)
-    timings = measure_interleaved(runners, runs=timing["runs"], min_time=timing["min_time"],
-                                  warmup=timing["warmup"], burst_s=timing["burst_s"])
-    progress("[timing] done")
-    result = FloorResult(threads=threads, input_size=input_size,
-                         settings={"models": list(models), "seed": seed, "runs": timing["runs"],
-                                   "min_time_s": timing["min_time"], "warmup": timing["warmup"], "quick": quick,
-                                   "backend": "onnxruntime"})
+    check_arguments(threads=threads, batch=1, input_size=input_size, timing=timing)
+    with pinned_threads(threads):  # as run_benchmark: building and exporting at the count being timed
+        x = fixed_input((1, 3, input_size, input_size), seed=seed, images=True).numpy()
+        runners, pairs = {}, []
+        for spec in models:
+            name, static_name, files = _floor_files(spec, input_size=input_size, seed=seed,
+                                                    trust_checkpoint=trust_checkpoint, workdir=workdir,
+                                                    progress=progress)
+            for key, path in files.items():
+                runners[(name, key)] = ort_runner(path, x, threads)
+            pairs.append((name, static_name))
+        timings = time_interleaved(runners, timing=timing, progress=progress, what="floor runners")
+    settings = {"models": list(models), "seed": seed, "runs": timing["runs"], "min_time_s": timing["min_time"],
+                "warmup": timing["warmup"], "quick": quick, "backend": "onnxruntime"}
+    return FloorResult(threads=threads, input_size=input_size, settings=settings,
+                       records=floor_records(pairs, timings))
+
+
+def _floor_files(spec: str, *, input_size: int, seed: int, trust_checkpoint: bool, workdir,
+                 progress: Callable[[str], None]) -> tuple[str, str, dict]:
+    """``spec``'s name, its static partner's zoo name, and ``{static, dcd, branch,
+    forming: the ONNX file}`` written to ``workdir``."""
+    from ..exporters.onnx import export_onnx
+    from ..models import is_model
+    from ._models import entry_name, load_model
+
+    dcd, _ = load_model(spec, input_size=input_size, seed=seed, trust_checkpoint=trust_checkpoint)
+    arch = getattr(dcd, "arch", "")
+    static_name = arch[: -len("_dcd")] if arch.endswith("_dcd") else ""
+    if not is_model(static_name):
+        raise UnsupportedInputError(f"--floor takes DCD models (a zoo X_dcd or a checkpoint of one), "
+                                    f"not {spec!r} ({arch or 'no architecture name'})")
+    static, _ = load_model(static_name, input_size=input_size, seed=seed)
+    name = entry_name(spec)
+    files = {"static": workdir / f"{name}.static.onnx", "dcd": workdir / f"{name}.onnx"}
+    export_onnx(static, files["static"], input_size=input_size, check=False)
+    export_onnx(dcd, files["dcd"], input_size=input_size, check=False)
+    for stage in STAGES:
+        files[stage] = workdir / f"{name}.floor-{stage}.onnx"
+        onnx.save(floor_onnx(dcd, stage=stage, input_size=input_size), str(files[stage]))
+    progress(f"[export] {name} ({arch}): static {static_name}, branch, forming, dcd")
+    return name, static_name, files
+
+
+def floor_records(pairs: Sequence[tuple[str, str]], timings: Mapping[tuple[str, str], Timing]) -> list[FloorRecord]:
+    """One record per (DCD name, static name) from the timings keyed ``(name, static | branch |
+    forming | dcd)``: medians, their ratios to the static median, the fewest runs of the four."""
+    records = []
     for name, static_name in pairs:
-        med = {k: float(np.median(timings[(name, k)].samples_ms)) for k in ("static", *STAGES, "dcd")}
-        result.records.append(FloorRecord(
+        keys = ("static", *STAGES, "dcd")
+        med = {k: _stats.summarize(timings[(name, k)].samples_ms).p50 for k in keys}
+        records.append(FloorRecord(
             model=name, static_model=static_name, static_ms=med["static"], branch_ms=med["branch"],
             forming_ms=med["forming"], dcd_ms=med["dcd"], branch_ratio=med["branch"] / med["static"],
             forming_ratio=med["forming"] / med["static"], dcd_ratio=med["dcd"] / med["static"],
-            runs=min(len(timings[(name, k)].samples_ms) for k in med)))
-    return result
+            runs=min(len(timings[(name, k)].samples_ms) for k in keys)))
+    return records
+
+
+_FLOOR_COLUMNS = (Column("model", 22), Column("static ms", 9, ">"), Column("branch", 14, ">"),
+                  Column("+ forming W(x)", 16, ">"), Column("full DCD", 14, ">"), Column("runs", 5, ">"))
 
 
 def format_floor_table(result: FloorResult) -> list[str]:
     """The floor table and its legend, as printed by ``dcd-bench --floor``."""
-    head = (f"{'model':22s} {'static ms':>9s} {'branch':>14s} {'+ forming W(x)':>16s} "
-            f"{'full DCD':>14s} {'runs':>5s}")
-    lines = [head, "-" * len(head)]
-    for r in result.records:
-        lines.append(f"{r.model:22s} {r.static_ms:9.2f} {r.branch_ms:7.2f} x{r.branch_ratio:5.3f} "
-                     f"{r.forming_ms:9.2f} x{r.forming_ratio:5.3f} {r.dcd_ms:7.2f} x{r.dcd_ratio:5.3f} "
-                     f"{r.runs:5d}")
-    lines += [
+    rows = [[r.model, f"{r.static_ms:.2f}", f"{r.branch_ms:7.2f} x{r.branch_ratio:5.3f}",
+             f"{r.forming_ms:9.2f} x{r.forming_ratio:5.3f}", f"{r.dcd_ms:7.2f} x{r.dcd_ratio:5.3f}", str(r.runs)]
+            for r in result.records]
+    return text_table(_FLOOR_COLUMNS, rows) + [
         "",
         "ONNX Runtime, one session per file, interleaved; ms = medians, xN = / the static model's median.",
         "branch: every DCD layer runs its dynamic branch (pool, FCs, gate, Λ/Φ heads) and applies only",
@@ -236,8 +256,7 @@ def format_floor_table(result: FloorResult) -> list[str]:
         "  file dcd-export writes. Branch and forming files are for timing only (their logits are the",
         "  static-W0 network's); 'branch' is a floor no way of applying W(x) can go under on this machine.",
     ]
-    return lines
 
 
 __all__ = ["DEFAULT_FLOOR_MODELS", "FloorDCD", "FloorRecord", "FloorResult", "STAGES",
-           "floor_onnx", "format_floor_table", "run_floor"]
+           "floor_onnx", "floor_records", "format_floor_table", "run_floor"]

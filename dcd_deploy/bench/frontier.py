@@ -2,8 +2,8 @@
 
 :func:`run_frontier` builds every model of the paper's main table (Table 4: MobileNetV2
 x1.0/x0.5/x0.35 and ResNet-50/18/10, static, DY-Conv, CondConv where listed, DCD), times
-them all on one backend (default ONNX Runtime, one thread), interleaved as the latency
-benchmark does (:mod:`dcd_deploy.bench.latency`), and marks the models on the Pareto
+them all on one backend (default ONNX Runtime, one thread), interleaved by the harness
+the latency benchmark uses (:mod:`dcd_deploy.bench.harness`), and marks the models on the Pareto
 frontier of each family (:func:`pareto_flags`). The top-1 figures are the paper's, quoted
 (:data:`dcd_deploy.bench.paper.PAPER_ROWS`); nothing here measures accuracy. The ms are
 measured on this machine, with deterministic pseudo-trained weights (latency does not
@@ -25,8 +25,12 @@ from typing import Any, Callable, Sequence
 
 from .._version import __version__
 from ..errors import DCDDeployError
+from . import _stats
+from ._backends import backend as backend_spec
+from ._backends import select_backends
 from ._machine import MachineInfo, machine_info
-from ._timing import set_threads
+from ._runner_cache import ONNX_EXPORT, RunnerCache
+from .harness import check_arguments, fixed_input, pinned_threads, quiet, time_interleaved, timing_settings
 from .paper import TABLE4_FAMILIES, PaperRow, table4_rows
 
 #: Version of the JSON layout of :meth:`FrontierResult.to_dict` (docs/bench.md).
@@ -194,51 +198,59 @@ def run_frontier(*, models: Sequence[str] | None = None, backend: str = DEFAULT_
     Raises:
         DCDDeployError: an unknown backend or model, bad timing arguments.
     """
-    import torch
-
-    from . import latency
-
-    progress = progress or (lambda _msg: None)
+    progress = progress or quiet
     rows = select_rows(models)
     notes: list[str] = []
-    backends = latency._check_backends([backend], notes, progress, threads=threads)
-    timing = latency.timing_settings(
+    (backend,) = select_backends([backend], notes, progress, threads=threads)
+    timing = timing_settings(
         quick=quick, runs=runs if runs is not None or quick else DEFAULT_TIMING["runs"],
         min_time=min_time if min_time is not None or quick else DEFAULT_TIMING["min_time"],
         warmup=warmup if warmup is not None or quick else DEFAULT_TIMING["warmup"])
-    latency._check_arguments(threads=threads, batch=1, input_size=input_size, timing=timing)
-    previous = set_threads(threads)
-    try:
+    check_arguments(threads=threads, batch=1, input_size=input_size, timing=timing)
+    with pinned_threads(threads):
         machine = machine_info(threads=threads, batch=1, input_size=input_size,
-                               with_openvino=backends[0] in latency.OPENVINO_BACKENDS)
+                               with_openvino=backend_spec(backend).requires == "openvino")
         built, failed = _build_rows(rows, input_size=input_size, seed=seed, progress=progress)
-        x = torch.randn(1, 3, input_size, input_size, generator=torch.Generator().manual_seed(seed))
+        x = fixed_input((1, 3, input_size, input_size), seed=seed)
         with tempfile.TemporaryDirectory(prefix="dcd-frontier-") as tmp:
-            prep = latency._Prepared(built, x=x, tmp=tmp, input_size=input_size, threads=threads,
-                                     progress=progress)
-            coverage: dict[str, tuple[int, int]] = {}
-            for name in list(built):
-                try:
-                    prep.add(backends[0], name)
-                    if backends[0] == "openvino-fused":
-                        coverage[name] = (_dcd_layers(built[name]), _fused_nodes(prep.fused_or_standard(name)))
-                except Exception as exc:  # an export or compile failure costs its row only
-                    failed[name] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-                    progress(f"[{backends[0]}] {name}: not built ({failed[name]})")
-            timings = latency._time_all(prep.runners, timing=timing, progress=progress) if prep.runners else {}
-    finally:
-        torch.set_num_threads(previous)
-    records = _records(rows, timings, failed, backends[0], coverage)
-    settings = {"models": [r.model for r in rows], "backend": backends[0], "threads": threads, "batch": 1,
+            cache = RunnerCache(built, x=x, tmp=tmp, input_size=input_size, threads=threads, progress=progress)
+            coverage = _prepare(cache, backend, failed, progress)
+            timings = (time_interleaved(cache.runners, timing=timing, progress=progress,
+                                        what="model x backend runners") if cache.runners else {})
+    records = _records(rows, timings, failed, backend, coverage)
+    return FrontierResult(machine=machine, settings=_settings(rows, backend, timing, threads=threads,
+                                                              input_size=input_size, quick=quick, seed=seed),
+                          records=records, notes=notes)
+
+
+def _prepare(cache: RunnerCache, backend: str, failed: dict[str, str], progress: Progress) -> dict:
+    """Each built model's runner on ``backend`` (a failure costs its row only, noted in
+    ``failed``); with the fused form, each model's (DCD layers, fused nodes)."""
+    coverage: dict[str, tuple[int, int]] = {}
+    for name in list(cache.built):
+        try:
+            cache.add(backend, name)
+            if backend_spec(backend).source == "fused":
+                coverage[name] = (_dcd_layers(cache.built[name]), _fused_nodes(cache.fused_or_standard(name)))
+        except Exception as exc:  # an export or compile failure costs its row only
+            failed[name] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            progress(f"[{backend}] {name}: not built ({failed[name]})")
+    return coverage
+
+
+def _settings(rows: Sequence[PaperRow], backend: str, timing: dict, *, threads: int, input_size: int,
+              quick: bool, seed: int) -> dict:
+    settings = {"models": [r.model for r in rows], "backend": backend, "threads": threads, "batch": 1,
                 "input_size": input_size, "runs": timing["runs"], "min_time_s": timing["min_time"],
                 "warmup": timing["warmup"], "quick": quick, "seed": seed,
                 "frontier_rule": "per family: no other model at least as fast and at least as accurate, "
                                  "strictly better in one"}
-    if backends[0] in ("onnxruntime", *latency.OPENVINO_BACKENDS):
-        settings["onnx_export"] = dict(latency.ONNX_EXPORT)
-        if backends[0] == "openvino-fused":
+    form = backend_spec(backend).source
+    if form in ("onnx", "fused"):
+        settings["onnx_export"] = dict(ONNX_EXPORT)
+        if form == "fused":
             settings["onnx_export"]["mode"] = "fused (DCD models), standard (others)"
-    return FrontierResult(machine=machine, settings=settings, records=records, notes=notes)
+    return settings
 
 
 def _dcd_layers(model) -> int:
@@ -259,8 +271,6 @@ def _fused_nodes(onnx_path) -> int:
 
 def _records(rows: Sequence[PaperRow], timings: dict, failed: dict[str, str], backend: str,
              coverage: dict[str, tuple[int, int]] | None = None) -> list[FrontierRecord]:
-    from . import _stats
-
     records = []
     for row in rows:
         rec = FrontierRecord(name=row.model, label=row.row, family=TABLE4_FAMILIES[row.table], variant=row.kind,

@@ -4,29 +4,23 @@ and Markdown (the PNG: :mod:`dcd_deploy.bench.plot`).
 
 from __future__ import annotations
 
-from typing import Sequence
-
+from ._table import Column, markdown_table, number, text_table
 from .frontier import SOURCES, FrontierRecord, FrontierResult
 
-_DASH = "-"
-# (header, width, alignment) of each frontier table column.
+# Each frontier table column.
 _COLUMNS = (
-    ("model", 25, "<"), ("paper row", 18, "<"), ("family", 11, "<"), ("variant", 8, "<"),
-    ("top-1 %", 7, ">"), ("p50 ms", 8, ">"), ("p90 ms", 8, ">"), ("runs", 5, ">"), ("frontier", 8, "<"),
+    Column("model", 25), Column("paper row", 18), Column("family", 11), Column("variant", 8),
+    Column("top-1 %", 7, ">"), Column("p50 ms", 8, ">"), Column("p90 ms", 8, ">"), Column("runs", 5, ">"),
+    Column("frontier", 8),
 )
 #: Marker of a row on its family's frontier.
 ON = "*"
 
 
 def _cells(r: FrontierRecord) -> list[str]:
-    ms = (lambda v: _DASH if v is None else f"{v:.2f}")
     frontier = ON if r.on_frontier else ("not built" if r.status != "ok" else "")
-    return [r.name, r.label, r.family, r.variant, f"{r.top1:.1f}", ms(r.p50_ms), ms(r.p90_ms),
-            _DASH if r.n_runs is None else str(r.n_runs), frontier]
-
-
-def _line(cells: Sequence[str]) -> str:
-    return " ".join(f"{c:{a}{w}}" for c, (_, w, a) in zip(cells, _COLUMNS)).rstrip()
+    return [r.name, r.label, r.family, r.variant, f"{r.top1:.1f}", number(r.p50_ms, ".2f"),
+            number(r.p90_ms, ".2f"), number(r.n_runs, "d"), frontier]
 
 
 def header_lines(result: FrontierResult) -> list[str]:
@@ -62,9 +56,7 @@ def coverage_lines(result: FrontierResult) -> list[str]:
 
 def format_frontier_table(result: FrontierResult) -> list[str]:
     """Header, the rows sorted by latency, each family's frontier, notes and the rule."""
-    lines = header_lines(result) + ["", _line([h for h, _, _ in _COLUMNS]),
-                                     "-" * (sum(w for _, w, _ in _COLUMNS) + len(_COLUMNS) - 1)]
-    lines += [_line(_cells(r)) for r in result.records]
+    lines = header_lines(result) + [""] + text_table(_COLUMNS, [_cells(r) for r in result.records])
     lines += [""] + frontier_summary(result) + coverage_lines(result)
     lines += [f"not built: {r.name}: {r.reason}" for r in result.records if r.status != "ok"]
     lines += [f"note: {n}" for n in result.notes]
@@ -81,10 +73,8 @@ def to_markdown(result: FrontierResult) -> str:
            f"- measured on this machine, {m.date}; CPU: {m.cpu}",
            f"- backend {s['backend']}, threads {s['threads']}, batch 1, input {s['input_size']}x{s['input_size']}"
            + (" (--quick: not a measurement)" if s.get("quick") else ""),
-           f"- top-1: {SOURCES['top1']}", f"- ms: {SOURCES['p50_ms']}", "",
-           "| " + " | ".join(h for h, _, _ in _COLUMNS) + " |",
-           "|" + "|".join("---:" if a == ">" else "---" for _, _, a in _COLUMNS) + "|"]
-    out += ["| " + " | ".join(_cells(r)) + " |" for r in result.records]
+           f"- top-1: {SOURCES['top1']}", f"- ms: {SOURCES['p50_ms']}", ""]
+    out += markdown_table(_COLUMNS, [_cells(r) for r in result.records])
     out += [""] + [f"- {line}" for line in frontier_summary(result) + coverage_lines(result)]
     out += [f"- not built: {r.name}: {r.reason}" for r in result.records if r.status != "ok"]
     out += ["", f"{ON} = on its family's frontier: no other model of the family is at least as fast and at "

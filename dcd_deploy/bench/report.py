@@ -9,31 +9,25 @@ from typing import Sequence
 
 from .._atomic import atomic_output
 from ..errors import DCDDeployError
-from .latency import BenchResult, LatencyRecord, paper_ms
+from ._backends import PAPER_BACKEND
+from ._backends import backend as backend_spec
+from ._backends import legend_lines as legend_lines_of
+from ._table import DASH, Column, markdown_table, number, text_table
+from ._latency_result import BenchResult, LatencyRecord, paper_ms
 from .paper import PAPER_LATENCY_SETUP
 from .profile import GROUP_LABELS, GROUPS
 
-_DASH = "-"
-# (header, width, alignment) of each latency table column (the backend heads its section).
+# Each latency table column (the backend heads its section).
 _COLUMNS = (
-    ("model", 16, "<"), ("variant", 7, "<"), ("params M", 8, ">"), ("MAdds M", 8, ">"),
-    ("mean ms", 8, ">"), ("p50 ms", 8, ">"), ("p90 ms", 8, ">"), ("1st ms", 7, ">"), ("runs", 5, ">"),
-    ("DCD/static [95% CI]", 20, ">"), ("mean ratio", 10, ">"), ("CPU ratio", 9, ">"),
-    ("paper ms", 8, ">"), ("paper ratio", 11, ">"),
+    Column("model", 16), Column("variant", 7), Column("params M", 8, ">"), Column("MAdds M", 8, ">"),
+    Column("mean ms", 8, ">"), Column("p50 ms", 8, ">"), Column("p90 ms", 8, ">"), Column("1st ms", 7, ">"),
+    Column("runs", 5, ">"), Column("DCD/static [95% CI]", 20, ">"), Column("mean ratio", 10, ">"),
+    Column("CPU ratio", 9, ">"), Column("paper ms", 8, ">"), Column("paper ratio", 11, ">"),
 )
-#: What each backend's section shows, in words (the numbered steps of the default run).
-BACKEND_TITLES = {
-    "torch-paper": "the paper's conditions: eager PyTorch, deploy form, oneDNN off (PyTorch's native "
-                   "conv kernels, as slow as the paper's PyTorch of 2020), 1 thread, batch 1; beside the "
-                   "paper, whose protocol is the mean of single-image runs (mean ms, mean ratio)",
-    "torch": "eager PyTorch, training form (BNs unfolded, every DCD layer latent), oneDNN on",
-    "torch-deploy": "today's eager PyTorch: the same deploy form, oneDNN on (convs several times faster)",
-    "onnxruntime": "ONNX Runtime: the exported file, graph optimisations on",
-    "openvino": "OpenVINO: the exported file compiled for CPU, fp32",
-    "openvino-fused": "OpenVINO with dcd-deploy's fused DCD kernels: the DCD model exported with "
-                      "--mode fused (channels-last DCDPointwise / DCDConvEpilogue nodes), the static "
-                      "model as for openvino, fp32",
-}
+# The Markdown table's columns (every record in one table, the backend a column).
+_MD_COLUMNS = tuple(Column(h, 0, "<" if i < 3 else ">") for i, h in enumerate((
+    "model", "variant", "backend", "params (M)", "MAdds (M)", "p50 ms", "p90 ms", "mean ms", "min ms", "first ms",
+    "runs", "DCD/static [95% CI]", "mean ratio", "CPU ratio", "p10 ratio", "paper ms", "paper ratio")))
 
 
 # -- cells --------------------------------------------------------------------------------
@@ -43,14 +37,10 @@ def size_text(input_size) -> str:
     return f"{h}x{w}"
 
 
-def _num(value: float | None, fmt: str) -> str:
-    return _DASH if value is None else format(value, fmt)
-
-
 def ratio_cell(r: LatencyRecord) -> str:
     """``1.95 [1.93-1.97]``, or a dash for a static model / no partner."""
     if r.ratio_to_static is None:
-        return _DASH
+        return DASH
     if r.ratio_ci95:
         lo, hi = r.ratio_ci95
         return f"{r.ratio_to_static:.2f} [{lo:.2f}-{hi:.2f}]"
@@ -59,14 +49,10 @@ def ratio_cell(r: LatencyRecord) -> str:
 
 def _cells(r: LatencyRecord) -> list[str]:
     # The paper's ms only beside the paper's conditions: other backends are other machines' worth of speed.
-    paper = _num(r.paper_ms, ".0f") if r.backend == "torch-paper" else _DASH
-    return [r.model, r.variant, f"{r.params_m:.2f}", _num(r.madds_m, ".1f"), f"{r.mean_ms:.2f}",
+    paper = number(r.paper_ms, ".0f") if r.backend == PAPER_BACKEND else DASH
+    return [r.model, r.variant, f"{r.params_m:.2f}", number(r.madds_m, ".1f"), f"{r.mean_ms:.2f}",
             f"{r.p50_ms:.2f}", f"{r.p90_ms:.2f}", f"{r.first_run_ms:.1f}", str(r.n_runs), ratio_cell(r),
-            _num(r.ratio_mean, ".3f"), _num(r.ratio_cpu, ".2f"), paper, _num(r.paper_ratio, ".3f")]
-
-
-def _line(cells: Sequence[str]) -> str:
-    return " ".join(f"{c:{a}{w}}" for c, (_, w, a) in zip(cells, _COLUMNS)).rstrip()
+            number(r.ratio_mean, ".3f"), number(r.ratio_cpu, ".2f"), paper, number(r.paper_ratio, ".3f")]
 
 
 def _madds_note(result: BenchResult) -> str | None:
@@ -134,6 +120,7 @@ def busy_warning(result: BenchResult) -> str | None:
 
 
 def legend_lines(result: BenchResult) -> list[str]:
+    """The legend of the latency table (the backends in ``result`` only)."""
     lines = [
         "Legend:",
         "  p50 / p90 = median / 90th percentile of the timed runs, ms per batch; 1st = the first run (apart).",
@@ -142,11 +129,8 @@ def legend_lines(result: BenchResult) -> list[str]:
         "    rounds (per-round ratio quantiles and the p10 ratio in JSON); CPU ratio = the same with the",
         "    timing thread's CPU time (one thread only), which leaves out time it was preempted.",
         "  mean ratio = mean(DCD) / mean(static): the paper's protocol (it averaged 5,000 images).",
-        "  backends: torch-paper = the deploy form in eager PyTorch with oneDNN off, 1 thread (the",
-        "    paper's conditions: both models in the form an inference runtime runs, BNs folded);",
-        "    torch = eager PyTorch, training form; torch-deploy = the to_deploy form (BNs folded,",
-        "    DCD layers per-layer latent/weight), oneDNN on; onnxruntime = the file export_onnx",
-        "    writes (strategy auto, standard mode, dynamic batch), one session per model.",
+        "  backends:",
+        *legend_lines_of(_backends(result)),
         f"  paper = Section 5.4: {PAPER_LATENCY_SETUP}; its ms are shown beside the paper's",
         "    conditions only, and even there compare ratios: another CPU and PyTorch of 2020.",
         "  params M = all parameters, millions.",
@@ -163,9 +147,9 @@ def _backends(result: BenchResult) -> list[str]:
 
 def _section_title(result: BenchResult, backend: str, step: int) -> str:
     """``step. backend: what it shows`` (with the run count of the paper's protocol)."""
-    title = BACKEND_TITLES.get(backend, backend)
+    title = backend_spec(backend).title
     recs = [r for r in result.records if r.backend == backend]
-    if backend == "torch-paper" and recs:
+    if backend == PAPER_BACKEND and recs:
         title += f"; mean of {min(r.n_runs for r in recs)}+ runs here, of 5,000 images in the paper"
         if not any(r.paper_conditions for r in recs):
             title += " (NOT at the paper's batch 1, 224x224)"
@@ -176,15 +160,15 @@ def format_table(result: BenchResult) -> list[str]:
     """Header, one section per backend (the paper's conditions first), the summary, notes
     and legend, as printable lines."""
     lines = header_lines(result)
-    width = sum(w for _, w, _ in _COLUMNS) + len(_COLUMNS) - 1
     for step, backend in enumerate(_backends(result), 1):
-        lines += ["", _section_title(result, backend, step), _line([h for h, _, _ in _COLUMNS]), "-" * width]
+        rows: list = []
         previous = None
         for r in (r for r in result.records if r.backend == backend):
             if previous is not None and r.model != previous:
-                lines.append("")
+                rows.append("")
             previous = r.model
-            lines.append(_line(_cells(r)))
+            rows.append(_cells(r))
+        lines += ["", _section_title(result, backend, step)] + text_table(_COLUMNS, rows)
     summary = summary_lines(result)
     if summary:
         lines += [""] + summary
@@ -204,23 +188,22 @@ def summary_lines(result: BenchResult) -> list[str]:
     pairs = [(r.model, r.variant) for r in result.records if r.backend == backends[0] and r.ratio_to_static]
     if not pairs:
         return []
-    head = f"{'pair':<26}" + "".join(f" {f'{i}. {b}':>26}" for i, b in enumerate(backends, 1))
     has_paper = any(paper_ms(m, "static") for m, _ in pairs)
-    if has_paper:
-        head += f" {'paper (EPYC 7551P)':>26}"
-    lines = ["Summary: static p50 ms + DCD extra ms = ratio of medians, per step", head]
+    columns = [Column("pair", 26)] + [Column(f"{i}. {b}", 26, ">") for i, b in enumerate(backends, 1)]
+    columns += [Column("paper (EPYC 7551P)", 26, ">")] if has_paper else []
+    rows = []
     for model, variant in pairs:
-        row = f"{model + ' ' + variant:<26}"
+        row = [model + " " + variant]
         for b in backends:
             s, v = result.record(model, "static", b), result.record(model, variant, b)
-            cell = (f"{s.p50_ms:.1f} + {v.p50_ms - s.p50_ms:.1f} = {v.ratio_to_static:.2f}"
-                    if s is not None and v is not None and v.ratio_to_static else _DASH)
-            row += f" {cell:>26}"
+            row.append(f"{s.p50_ms:.1f} + {v.p50_ms - s.p50_ms:.1f} = {v.ratio_to_static:.2f}"
+                       if s is not None and v is not None and v.ratio_to_static else DASH)
         ps, pv = paper_ms(model, "static"), paper_ms(model, variant)
         if has_paper:
-            row += f" {f'{ps:.0f} + {pv - ps:.0f} = {pv / ps:.3f}' if ps and pv else _DASH:>26}"
-        lines.append(row)
-    return lines
+            row.append(f"{ps:.0f} + {pv - ps:.0f} = {pv / ps:.3f}" if ps and pv else DASH)
+        rows.append(row)
+    return (["Summary: static p50 ms + DCD extra ms = ratio of medians, per step"]
+            + text_table(columns, rows, rule=False))
 
 
 # -- profile ------------------------------------------------------------------------------
@@ -228,7 +211,7 @@ def _profile_pairs(result: BenchResult):
     pairs: dict[tuple[str, str], list] = {}
     for p in result.profiles:
         pairs.setdefault((p.backend, p.model), []).append(p)
-    for (backend, model), profs in sorted(pairs.items(), key=lambda kv: kv[0][0] != "torch-paper"):
+    for (backend, model), profs in sorted(pairs.items(), key=lambda kv: kv[0][0] != PAPER_BACKEND):
         profs.sort(key=lambda p: p.variant != "static")
         yield backend, model, profs
 
@@ -255,44 +238,7 @@ def format_profile_table(result: BenchResult) -> list[str]:
         if backend != shown:
             lines += [_PROFILE_TITLES.get(backend, backend).format(runs=runs), ""]
             shown = backend
-        static = profs[0] if profs[0].variant == "static" else None
-        others = [p for p in profs if p is not static]
-        head = f"{'model':<16} {'group':<24}" + "".join(f" {p.variant + ' ms':>10} {'%':>6}" for p in profs)
-        if static is not None:
-            head += "".join(f" {p.variant + '-static':>13}" for p in others)
-        lines += [head, "-" * len(head)]
-        rows = [(GROUP_LABELS[g], [p.breakdown.groups[g].ms for p in profs],
-                 [p.breakdown.groups[g].pct for p in profs], g) for g in GROUPS]
-        rows.append(("nodes total", [p.breakdown.nodes_ms for p in profs], [100.0] * len(profs), None))
-        rows.append(("run, profiled (median)", [p.breakdown.wall_ms for p in profs], [None] * len(profs), None))
-        timed = [result.record(p.model, p.variant, p.backend) for p in profs]
-        if all(r is not None for r in timed):
-            rows.append(("run, not profiled (p50)", [r.p50_ms for r in timed], [None] * len(profs), None))
-        for i, (label, ms, pct, key) in enumerate(rows):
-            cells = f"{model if i == 0 else '':<16} {label:<24}"
-            for v, pc in zip(ms, pct):
-                cells += f" {_num(v, '.2f'):>10} {_num(pc, '.1f') + ('%' if pc is not None else ''):>6}"
-            if static is not None:
-                for j, p in enumerate(profs):
-                    if p is static:
-                        continue
-                    d = None if ms[j] is None or ms[0] is None else ms[j] - ms[0]
-                    cells += f" {_num(d, '+.2f'):>13}"
-            lines.append(cells.rstrip())
-            if key is not None:
-                for p in others:
-                    ops = p.breakdown.groups[key].ops
-                    if key != "static_conv" and len(ops) > 1 and p.breakdown.groups[key].ms > 0:
-                        top = ", ".join(f"{op} {v:.2f}" for op, v in list(ops.items())[:5])
-                        lines.append(f"{'':<16}   {p.variant} by op: {top}")
-        for p in profs:
-            b = p.breakdown
-            forms = ", ".join(f"{n} {f}" for f, n in sorted(b.layer_forms.items()))
-            extra = f"; dynamic layers: {forms}" if forms else ""
-            unm = (f"; {len(b.unmapped)} unmapped nodes ({b.unmapped_ms:.2f} ms, in layout/other): "
-                   f"{', '.join(b.unmapped[:3])}{' ...' if len(b.unmapped) > 3 else ''}") if b.unmapped else ""
-            lines.append(f"{'':<16} {p.name}: {b.runs} runs{extra}{unm}")
-        lines.append("")
+        lines += _profile_block(result, model, profs) + [""]
     lines += [
         "Groups: static convs/FCs = convs and FCs with constant weights (a DCD layer's W0 included, with",
         "  activations/adds ORT fused into them); dynamic branch = pooling, FCs and gate of the DCD branch;",
@@ -308,11 +254,51 @@ def format_profile_table(result: BenchResult) -> list[str]:
     return lines
 
 
+def _profile_block(result: BenchResult, model: str, profs: Sequence) -> list[str]:
+    """One model's profile table: a row per group (ms, % per variant; each variant's
+    difference to the static model), its top ops under it, then each run's notes."""
+    static = profs[0] if profs[0].variant == "static" else None
+    others = [p for p in profs if p is not static]
+    columns = [Column("model", 16), Column("group", 24)]
+    columns += [c for p in profs for c in (Column(p.variant + " ms", 10, ">"), Column("%", 6, ">"))]
+    columns += [Column(p.variant + "-static", 13, ">") for p in others] if static is not None else []
+    rows: list = []
+    for i, (label, ms, pct, key) in enumerate(_profile_rows(result, profs)):
+        cells = [model if i == 0 else "", label]
+        for v, pc in zip(ms, pct):
+            cells += [number(v, ".2f"), number(pc, ".1f") + ("%" if pc is not None else "")]
+        if static is not None:
+            cells += [number(None if ms[j] is None or ms[0] is None else ms[j] - ms[0], "+.2f")
+                      for j, p in enumerate(profs) if p is not static]
+        rows.append(cells)
+        for p in (others if key is not None else []):
+            ops = p.breakdown.groups[key].ops
+            if key != "static_conv" and len(ops) > 1 and p.breakdown.groups[key].ms > 0:
+                top = ", ".join(f"{op} {v:.2f}" for op, v in list(ops.items())[:5])
+                rows.append(f"{'':<16}   {p.variant} by op: {top}")
+    for p in profs:
+        b = p.breakdown
+        forms = ", ".join(f"{n} {f}" for f, n in sorted(b.layer_forms.items()))
+        extra = f"; dynamic layers: {forms}" if forms else ""
+        unm = (f"; {len(b.unmapped)} unmapped nodes ({b.unmapped_ms:.2f} ms, in layout/other): "
+               f"{', '.join(b.unmapped[:3])}{' ...' if len(b.unmapped) > 3 else ''}") if b.unmapped else ""
+        rows.append(f"{'':<16} {p.name}: {b.runs} runs{extra}{unm}")
+    return text_table(columns, rows)
+
+
+def _profile_rows(result: BenchResult, profs: Sequence) -> list[tuple]:
+    """``(label, ms per variant, % per variant, group key or None)`` of each row."""
+    rows = [(GROUP_LABELS[g], [p.breakdown.groups[g].ms for p in profs],
+             [p.breakdown.groups[g].pct for p in profs], g) for g in GROUPS]
+    rows.append(("nodes total", [p.breakdown.nodes_ms for p in profs], [100.0] * len(profs), None))
+    rows.append(("run, profiled (median)", [p.breakdown.wall_ms for p in profs], [None] * len(profs), None))
+    timed = [result.record(p.model, p.variant, p.backend) for p in profs]
+    if all(r is not None for r in timed):
+        rows.append(("run, not profiled (p50)", [r.p50_ms for r in timed], [None] * len(profs), None))
+    return rows
+
+
 # -- markdown -----------------------------------------------------------------------------
-def _md_row(cells: Sequence[str]) -> str:
-    return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
-
-
 def to_markdown(result: BenchResult) -> str:
     """The report as Markdown (header, latency table, notes, legend, profile)."""
     m = result.machine
@@ -327,17 +313,12 @@ def to_markdown(result: BenchResult) -> str:
             + (" (--quick: not a measurement)" if result.settings.get("quick") else "")]
     busy = busy_warning(result)
     out += ([f"- {busy}"] if busy else []) + [""]
-    heads = ["model", "variant", "backend", "params (M)", "MAdds (M)", "p50 ms", "p90 ms", "mean ms",
-             "min ms", "first ms", "runs", "DCD/static [95% CI]", "mean ratio", "CPU ratio", "p10 ratio", "paper ms",
-             "paper ratio"]
-    out += [_md_row(heads), "|" + "|".join("---" if i < 3 else "---:" for i in range(len(heads))) + "|"]
-    for r in result.records:
-        out.append(_md_row([r.model, r.variant, r.backend, f"{r.params_m:.2f}", _num(r.madds_m, ".1f"),
-                            f"{r.p50_ms:.2f}", f"{r.p90_ms:.2f}", f"{r.mean_ms:.2f}", f"{r.min_ms:.2f}",
-                            f"{r.first_run_ms:.1f}", str(r.n_runs), ratio_cell(r), _num(r.ratio_mean, ".3f"),
-                            _num(r.ratio_cpu, ".2f"), _num(r.ratio_p10, ".2f"),
-                            _num(r.paper_ms, ".0f") if r.backend == "torch-paper" else _DASH,
-                            _num(r.paper_ratio, ".3f")]))
+    out += markdown_table(_MD_COLUMNS, [[
+        r.model, r.variant, r.backend, f"{r.params_m:.2f}", number(r.madds_m, ".1f"), f"{r.p50_ms:.2f}",
+        f"{r.p90_ms:.2f}", f"{r.mean_ms:.2f}", f"{r.min_ms:.2f}", f"{r.first_run_ms:.1f}", str(r.n_runs),
+        ratio_cell(r), number(r.ratio_mean, ".3f"), number(r.ratio_cpu, ".2f"), number(r.ratio_p10, ".2f"),
+        number(r.paper_ms, ".0f") if r.backend == PAPER_BACKEND else DASH, number(r.paper_ratio, ".3f")]
+        for r in result.records])
     summary = summary_lines(result)
     if summary:
         out += ["", "```", *summary, "```"]

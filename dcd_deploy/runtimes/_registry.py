@@ -28,12 +28,13 @@ class Backend:
     """One backend.
 
     Attributes:
-        name: its key (``--backends``).
+        name: its key (``--backends``, JSON ``backend``).
         runtime: a key of :data:`RUNTIMES`.
         source: a value of :data:`SOURCES`.
-        title: a few words (table headers, plots).
-        legend: one line saying what runs (report legends).
+        title: what its section of the latency table shows, in words.
+        legend: one line for the legends (at most 79 characters): what runs, on what.
         options: the runner's options (:func:`~dcd_deploy.runtimes.load_runner`).
+        requires: the Python package it needs; without it the benchmark skips it with a note.
     """
 
     name: str
@@ -42,6 +43,7 @@ class Backend:
     title: str
     legend: str
     options: Mapping = field(default_factory=dict)
+    requires: str | None = None
 
     @property
     def runs_file(self) -> bool:
@@ -55,21 +57,26 @@ def _backends(*items: Backend) -> Mapping[str, Backend]:
 
 #: The benchmark's backends, in the order of its tables.
 BACKENDS: Mapping[str, Backend] = _backends(
-    Backend("torch-paper", "torch", "deploy", "PyTorch, the paper's conditions",
+    Backend("torch-paper", "torch", "deploy",
             "the paper's conditions: eager PyTorch, deploy form, oneDNN off (PyTorch's native conv kernels, "
             "as slow as the paper's PyTorch of 2020), 1 thread, batch 1; beside the paper, whose protocol is "
-            "the mean of single-image runs (mean ms, mean ratio)", {"onednn": False}),
-    Backend("torch", "torch", "model", "PyTorch, training form",
-            "eager PyTorch, training form (BNs unfolded, every DCD layer latent), oneDNN on"),
-    Backend("torch-deploy", "torch", "deploy", "PyTorch, deploy form",
-            "today's eager PyTorch: the same deploy form, oneDNN on (convs several times faster)"),
-    Backend("onnxruntime", "onnxruntime", "onnx", "ONNX Runtime",
-            "ONNX Runtime: the exported file, graph optimisations on", {"optimization": "all"}),
-    Backend("openvino", "openvino", "onnx", "OpenVINO",
-            "OpenVINO: the exported file compiled for CPU, fp32"),
-    Backend("openvino-fused", "openvino", "fused", "OpenVINO, fused DCD kernels",
+            "the mean of single-image runs (mean ms, mean ratio)",
+            "deploy form, eager PyTorch, oneDNN off, 1 thread: the paper's conditions", {"onednn": False}),
+    Backend("torch", "torch", "model",
+            "eager PyTorch, training form (BNs unfolded, every DCD layer latent), oneDNN on",
+            "training form as built (BNs unfolded, DCD layers latent), eager PyTorch"),
+    Backend("torch-deploy", "torch", "deploy",
+            "today's eager PyTorch: the same deploy form, oneDNN on (convs several times faster)",
+            "to_deploy form (BNs folded, DCD layers latent/weight), eager PyTorch, oneDNN on"),
+    Backend("onnxruntime", "onnxruntime", "onnx", "ONNX Runtime: the exported file, graph optimisations on",
+            "export_onnx's file (strategy auto, standard mode, dynamic batch), ONNX Runtime",
+            {"optimization": "all"}),
+    Backend("openvino", "openvino", "onnx", "OpenVINO: the exported file compiled for CPU, fp32",
+            "the same file compiled by OpenVINO for CPU, fp32", requires="openvino"),
+    Backend("openvino-fused", "openvino", "fused",
             "OpenVINO with dcd-deploy's fused DCD kernels: the DCD model exported with --mode fused "
-            "(channels-last DCDPointwise / DCDConvEpilogue nodes), the static model as for openvino, fp32"),
+            "(channels-last DCDPointwise / DCDConvEpilogue nodes), the static model as for openvino, fp32",
+            "DCD models exported with --mode fused (fused kernels), others as openvino", requires="openvino"),
 )
 #: Names of :data:`BACKENDS`, in order.
 BENCH_BACKENDS = tuple(BACKENDS)

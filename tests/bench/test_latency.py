@@ -11,7 +11,7 @@ import math
 import numpy as np
 import pytest
 
-from dcd_deploy.bench import _machine, _models, _stats, _timing
+from dcd_deploy.bench import _backends, _lineup, _machine, _models, _runner_cache, _stats, _timing
 from dcd_deploy.bench import latency as lat
 from dcd_deploy.errors import DCDDeployError
 
@@ -243,7 +243,8 @@ def _synthetic_result() -> lat.BenchResult:
         meta[e.name] = {"source": "zoo", "params_m": 2.0, "madds_m": 100.0, "madds_form": "min",
                         "madds_latent_m": 130.0, "madds_weight_m": 140.0}
     forms = {("onnx", "mobilenetv2_050_dcd"): {"weight": 25, "latent": 9}}
-    records = lat._records(entries, ["torch", "onnxruntime"], timings, meta, forms)
+    records = lat.build_records(entries, ["torch", "onnxruntime"], timings, meta,
+                                lambda backend, name: _runner_cache.forms_of(forms, backend, name))
     machine = _machine.machine_info(threads=1, batch=1, input_size=224)
     return lat.BenchResult(machine=machine, settings={"runs": 20, "min_time_s": 1.0, "warmup": 1},
                            records=records, notes=["openvino not installed, skipped"])
@@ -290,8 +291,8 @@ def test_json_schema_of_a_result():
 def test_backend_checks_come_before_any_work(monkeypatch):
     with pytest.raises(DCDDeployError, match="unknown backend"):
         lat.run_benchmark(["mobilenetv2_050"], backends=["tensorrt"])
-    real = lat.importlib.util.find_spec
-    monkeypatch.setattr(lat.importlib.util, "find_spec",
+    real = _backends.importlib.util.find_spec
+    monkeypatch.setattr(_backends.importlib.util, "find_spec",
                         lambda name, *a: None if name == "openvino" else real(name, *a))
     lines = []
     with pytest.raises(DCDDeployError, match="no backend left"):
@@ -347,7 +348,7 @@ def test_build_reads_the_arch_of_a_saved_checkpoint(tmp_path):
 
     path = tmp_path / "mv2_x0.35_official.pth.tar"
     save_checkpoint(create_model("mobilenetv2_035_dcd"), path)
-    entries, built, meta = lat._build([str(path), "mobilenetv2_035"], input_size=64, seed=0,
+    entries, built, meta = _lineup.build_models([str(path), "mobilenetv2_035"], input_size=64, seed=0,
                                       trust_checkpoint=False, progress=lambda _m: None)
     assert [(e.name, e.model, e.variant) for e in entries] == [
         ("mobilenetv2_035", "mobilenetv2_035", "static"), ("mv2_x0.35_official", "mobilenetv2_035", "dcd")]

@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch import nn
 
-from dcd_deploy.bench import _models, _runners, _timing
+from dcd_deploy.bench import _models, _runners, _timing, harness
 from dcd_deploy.bench import latency as lat
 from dcd_deploy.errors import DCDDeployError
 
@@ -67,7 +67,7 @@ def test_run_benchmark_convs_see_onednn_off_under_paper_conditions_only(monkeypa
         return _timing.measure_interleaved(wrapped, **kwargs)
 
     monkeypatch.setattr(torch.nn.functional, "conv2d", conv2d)
-    monkeypatch.setattr(lat, "measure_interleaved", watched)
+    monkeypatch.setattr(harness, "measure_interleaved", watched)
     models = ["mobilenetv2_035", "mobilenetv2_035_dcd"]
     result = lat.run_benchmark(models, backends=["torch-paper", "torch-deploy"], input_size=64, quick=True)
     for name in models:
@@ -87,7 +87,7 @@ def test_records_under_paper_conditions_carry_the_paper():
                for b in ("torch-paper", "onnxruntime") for e, base in zip(entries, (30.0, 34.5))}
     meta = {e.name: {"source": "zoo", "params_m": 2.0, "madds_m": 100.0, "madds_form": "any",
                      "madds_latent_m": 1.0, "madds_weight_m": 1.0} for e in entries}
-    recs = lat._records(entries, ["torch-paper", "onnxruntime"], timings, meta, {}, paper=True)
+    recs = lat.build_records(entries, ["torch-paper", "onnxruntime"], timings, meta, lambda b, n: None, paper=True)
     paper = [r for r in recs if r.backend == "torch-paper"]
     assert all(r.paper_conditions for r in paper)
     assert not any(r.paper_conditions for r in recs if r.backend == "onnxruntime")
