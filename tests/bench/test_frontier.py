@@ -138,17 +138,17 @@ def test_frontier_on_openvino_fused(monkeypatch):
     # the DCD model runs the fused kernels (its file has DCDPointwise nodes and needs the
     # extension), its static partner plain OpenVINO (no dcd_deploy node), both timed
     pytest.importorskip("openvino")
-    from dcd_deploy.bench import _runner_cache, frontier_report
+    from dcd_deploy.bench import _runners, frontier_report
     from dcd_deploy.openvino import needs_extension
 
     compiled = {}
-    real = _runner_cache.openvino_runner
+    real = _runners.openvino_runner
 
     def runner(path, x, threads):
         compiled[path.name] = needs_extension(path)
         return real(path, x, threads)
 
-    monkeypatch.setattr(_runner_cache, "openvino_runner", runner)
+    monkeypatch.setattr(_runners, "openvino_runner", runner)
     result = fr.run_frontier(models=["mobilenetv2_035", "mobilenetv2_035_dcd"], backend="openvino-fused",
                              input_size=64, quick=True)
     assert compiled == {"mobilenetv2_035.onnx": False, "mobilenetv2_035_dcd.fused.onnx": True}

@@ -137,9 +137,12 @@ def test_text_and_markdown_tables():
 # -- the backend table --------------------------------------------------------------------
 def test_one_backend_table():
     assert _backends.BACKENDS == lat.BACKENDS and lat.DEFAULT_BACKENDS[0] == _backends.PAPER_BACKEND
-    for b in _backends.BACKEND_TABLE:
-        assert b.title and 0 < len(b.legend) <= 79 and b.form in ("model", "deploy", "onnx", "fused")
-        assert b.runtime in ("torch", "torch-native", "onnxruntime", "openvino")
+    from dcd_deploy.runtimes import BACKENDS as REGISTRY
+
+    assert _backends.BACKENDS == tuple(REGISTRY)
+    for b in REGISTRY.values():
+        assert b.title and 0 < len(b.legend) <= 79 and b.source in ("model", "deploy", "onnx", "fused")
+        assert b.runtime in ("torch", "onnxruntime", "openvino")
     assert set(_backends.FILE_BACKENDS) == {"onnxruntime", "openvino", "openvino-fused"}
     assert set(_backends.OPENVINO_BACKENDS) == {"openvino", "openvino-fused"}
     legend = _backends.legend_lines(["onnxruntime", "openvino"])
