@@ -25,7 +25,7 @@ from ..errors import BackendLoadError, BackendRunError
 from ._base import Feed, Runner
 
 
-def compile_file(path, *, threads: int = 1, input_shape=None, perf_counters: bool = False,
+def compile_file(path, *, threads: int | None = 1, input_shape=None, perf_counters: bool = False,
                   extra_outputs: Sequence[str] = (), extension: bool | None = None):
     """``path`` (ONNX or OpenVINO IR) compiled for CPU: the arguments of
     :func:`dcd_deploy.openvino.compile_onnx`, plus ``extension`` (None: when the file needs it).
@@ -47,9 +47,11 @@ def compile_file(path, *, threads: int = 1, input_shape=None, perf_counters: boo
         if input_shape is not None:
             model.reshape({k: list(v) for k, v in input_shape.items()} if isinstance(input_shape, dict)
                           else list(input_shape))
-        compiled = core.compile_model(model, "CPU", {
-            "INFERENCE_NUM_THREADS": int(threads), "NUM_STREAMS": 1, "PERFORMANCE_HINT": "LATENCY",
-            "INFERENCE_PRECISION_HINT": "f32", "PERF_COUNT": bool(perf_counters)})
+        config = {"NUM_STREAMS": 1, "PERFORMANCE_HINT": "LATENCY", "INFERENCE_PRECISION_HINT": "f32",
+                  "PERF_COUNT": bool(perf_counters)}
+        if threads is not None:  # None: the plugin's default, a thread per core
+            config = {"INFERENCE_NUM_THREADS": int(threads), **config}
+        compiled = core.compile_model(model, "CPU", config)
     except RuntimeError as exc:  # OpenVINO's errors for files it cannot read or compile
         hint = "" if fused or "dcd_deploy" not in str(exc) else " (the file has dcd_deploy nodes: load the extension)"
         raise BackendLoadError(f"OpenVINO cannot compile {path}: {ovx.openvino_message(exc)}{hint}") from None
@@ -61,7 +63,7 @@ class OpenVINORunner(Runner):
 
     Args:
         source: the file's path.
-        threads: ``INFERENCE_NUM_THREADS``.
+        threads: ``INFERENCE_NUM_THREADS`` (None: the plugin's default).
         input_shapes: the shape (or ``{input name: shape}``) to compile for now; None:
             compile for each set of shapes fed.
         extra_outputs: tensors to return after the file's outputs.

@@ -29,12 +29,14 @@ LEVELS = {"disabled": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC", "extended"
 LOG_SEVERITY = 4
 
 
-def session_options(*, threads: int, optimization: str = "all", profile_prefix: str | None = None):
-    """The ``SessionOptions`` of every session: N threads, sequential, the level asked for."""
+def session_options(*, threads: int | None, optimization: str = "all", profile_prefix: str | None = None):
+    """The ``SessionOptions`` of every session: N threads (None: ONNX Runtime's default),
+    sequential, the level asked for."""
     import onnxruntime as ort
 
     so = ort.SessionOptions()
-    so.intra_op_num_threads = so.inter_op_num_threads = threads
+    if threads is not None:
+        so.intra_op_num_threads = so.inter_op_num_threads = threads
     so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, LEVELS[optimization])
     so.log_severity_level = LOG_SEVERITY
@@ -62,8 +64,9 @@ class OnnxRuntimeRunner(Runner):
 
     Args:
         source: the file's path.
-        threads: intra- and inter-op threads.
+        threads: intra- and inter-op threads (None: ONNX Runtime's default, a thread per core).
         optimization: a key of :data:`LEVELS`.
+        input_shapes: taken for the contract; a session runs any shape the file allows.
         extra_outputs: tensors to return after the file's outputs.
         profile_dir: a directory for ONNX Runtime's profile (profiling on).
         proto: the file's ``ModelProto`` when already read (saves a read with ``extra_outputs``).
