@@ -6,16 +6,22 @@ from pathlib import Path
 
 import click
 
+from .._limits import MAX_BATCH, MAX_INPUTS, read_onnx_image_size
 from .._threads import preparation_threads
 from .._version import __version__
-from ..errors import DCDDeployError
 from ..checkpoint import resolve_model
-from .._limits import MAX_BATCH, MAX_INPUTS, read_onnx_image_size
+from ..errors import DCDDeployError
 from ._common import onnxruntime_errors
 from ._model_arg import MODEL_HELP, model_inputs, model_options
 from ._outputs import OutputPath, check_outputs, write_json_atomic
-from ._parity_options import accept_inconclusive_option, check_parity_budget, inputs_option
-from ._parity_options import make_preprocess_from_options, parity_failure, preprocess_options
+from ._parity_options import (
+    accept_inconclusive_option,
+    check_parity_budget,
+    inputs_option,
+    make_preprocess_from_options,
+    parity_failure,
+    preprocess_options,
+)
 from ._run import run_cli
 
 
