@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import io
 import re
-from typing import Sequence
+from collections.abc import Sequence
 
 from ..errors import DCDDeployError
 from .frontier import FrontierResult

@@ -16,8 +16,8 @@ last step of ``make demo``):
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 from ..errors import DCDDeployError
 

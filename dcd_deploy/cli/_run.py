@@ -24,7 +24,8 @@ import signal
 import sys
 import threading
 import warnings
-from typing import Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import click
 

@@ -26,9 +26,26 @@ import click
 
 from .._limits import MAX_BATCH, check_memory
 from .._version import __version__
-from ._bench_options import ANY_MODEL, CONTEXT, PAPER_INPUT_SIZE, Echo, backends_option, check_out_dir, csv
-from ._bench_options import input_size_option, json_option, models_option, quiet_option, report_options, seed_option
-from ._bench_options import timing_options, trust_option, write_json, write_outputs, wrote
+from ._bench_options import (
+    ANY_MODEL,
+    CONTEXT,
+    PAPER_INPUT_SIZE,
+    Echo,
+    backends_option,
+    check_out_dir,
+    csv,
+    input_size_option,
+    json_option,
+    models_option,
+    quiet_option,
+    report_options,
+    seed_option,
+    timing_options,
+    trust_option,
+    write_json,
+    write_outputs,
+    wrote,
+)
 from ._input_size import api_size, format_size
 from ._outputs import OutputPath
 from ._run import run_cli

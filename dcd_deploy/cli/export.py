@@ -6,16 +6,22 @@ import time
 
 import click
 
+from .._limits import MAX_BATCH, MAX_INPUT_SIZE
 from .._threads import preparation_threads
 from .._version import __version__
-from ..errors import ParityError
 from ..checkpoint import resolve_model
-from .._limits import MAX_BATCH, MAX_INPUT_SIZE
+from ..errors import ParityError
 from ._input_size import InputSize, api_size, format_size
 from ._model_arg import MODEL_HELP, model_inputs, model_label, model_options, output_stem
 from ._outputs import OutputPath, check_outputs, default_output, write_json_atomic
-from ._parity_options import accept_inconclusive_option, check_parity_budget, inputs_option
-from ._parity_options import make_preprocess_from_options, parity_failure, preprocess_options
+from ._parity_options import (
+    accept_inconclusive_option,
+    check_parity_budget,
+    inputs_option,
+    make_preprocess_from_options,
+    parity_failure,
+    preprocess_options,
+)
 from ._run import run_cli
 
 #: Input side when neither --input-size nor --inputs gives one.

@@ -6,17 +6,22 @@ from pathlib import Path
 
 import click
 
+from .._limits import MAX_BATCH, MAX_INPUTS, read_onnx_image_size
 from .._threads import preparation_threads
 from .._version import __version__
-from ..errors import DCDDeployError
 from ..checkpoint import resolve_model
+from ..errors import DCDDeployError
 from ..runtimes import PARITY_BACKENDS
-from .._limits import MAX_BATCH, MAX_INPUTS, read_onnx_image_size
-from ._common import onnxruntime_errors
 from ._model_arg import MODEL_HELP, model_inputs, model_options
 from ._outputs import OutputPath, check_outputs, write_json_atomic
-from ._parity_options import accept_inconclusive_option, check_parity_budget, inputs_option
-from ._parity_options import make_preprocess_from_options, parity_failure, preprocess_options
+from ._parity_options import (
+    accept_inconclusive_option,
+    check_parity_budget,
+    inputs_option,
+    make_preprocess_from_options,
+    parity_failure,
+    preprocess_options,
+)
 from ._run import run_cli
 
 
@@ -70,7 +75,7 @@ def main(model, onnx_path, batch_sizes, n_inputs, inputs_path, preset, mean, std
     check_parity_budget(input_size=max(input_size), batch_sizes=sizes, n_inputs=n_inputs)
     net = resolve_model(model, arch=arch, weights=weights, trust_checkpoint=trust_checkpoint, seed=seed,
                         input_size=input_size)
-    with onnxruntime_errors(onnx_path), preparation_threads():
+    with preparation_threads():
         report = check_parity(net, onnx_path, batch_sizes=sizes, n_inputs=n_inputs, atol=atol, rtol=rtol,
                               inputs=inputs, **_size_example(onnx_path, input_size),
                               backends=tuple(dict.fromkeys(backends)) or ("onnxruntime",),

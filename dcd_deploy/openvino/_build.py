@@ -491,7 +491,7 @@ def main(argv: list[str] | None = None) -> int:
     The commands' error contract (``cli._run.run_cli``): one ``Error:`` line, and
     SIGTERM (``timeout``) kills the compilers and removes the temporary folder.
     """
-    from ..cli._run import run_cli
+    from ..cli import run_cli
 
     args = sys.argv[1:] if argv is None else argv
 
