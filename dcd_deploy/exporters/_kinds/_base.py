@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ...layers._geometry import conv2d, explicit_pads
+from ...layers import conv2d, explicit_pads
 
 
 def adaptive_windows(size: int, out: int) -> tuple[int, int] | None:

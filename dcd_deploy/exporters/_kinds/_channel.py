@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ...layers._geometry import pad_input
+from ...layers import pad_input
 from .._fold import bn_affine
 from .._fused_contract import EPILOGUE, POINTWISE
 from ._base import ConvKind

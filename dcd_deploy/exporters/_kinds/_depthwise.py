@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ...layers._geometry import conv2d
+from ...layers import conv2d
 from ._base import ConvKind
 
 

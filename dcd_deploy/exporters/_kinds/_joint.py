@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ...layers._geometry import conv2d
+from ...layers import conv2d
 from ._base import ConvKind
 
 
