@@ -70,6 +70,7 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
+from ..exporters import deploy_kind
 from ..layers import DCDConv2d, DCDLinear
 from ..layers import MixtureConv2d
 from ..layers.common import SEGate
@@ -219,40 +220,13 @@ def _fc_madds(modules: Iterable[nn.Module | None]) -> int:
     return total
 
 
-def _dcd_conv_cost(layer: DCDConv2d, in_shape: torch.Size, out_shape: torch.Size) -> _Cost:
-    cin, cout, k, lat = layer.in_channels, layer.out_channels, layer.kernel_size, layer.latent_dim
-    n_in, n_out = _pixels(in_shape), _pixels(out_shape)
-    kk = k * k
-    w0_numel = cout * (cin // layer.groups) * kk
-    pool = _adaptive_pool_adds(in_shape, layer.pool_size, layer.pool_size)
+def _dcd_cost(layer: DCDConv2d | DCDLinear, in_shape: torch.Size, out_shape: torch.Size) -> _Cost:
+    """The layer's kind counts its latent and weight forms; the branch is the same in both."""
+    conv = isinstance(layer, DCDConv2d)
+    pool = _adaptive_pool_adds(in_shape, layer.pool_size, layer.pool_size) if conv else 0
     branch = pool + _fc_madds((layer.fc, layer.fc_phi, layer.fc_scale))
-    latent = weight = w0_numel * n_out + branch  # the W0 conv, or the one W(x) conv
-    if layer.channel_attention:
-        latent += cout * n_out  # Λ ⊙ (W0 * x)
-        weight += w0_numel  # Λ ⊙ W0
-    if layer.channel_fusion:
-        if layer.form.depthwise:
-            latent += (cin * lat * kk + cin * lat * lat + cin * lat) * n_out  # R conv, Φ, P
-            weight += cin * lat * lat + cin * lat * kk  # PΦ, (PΦ)Rᵀ
-        elif layer.form.joint:
-            lk = layer.form.kernel_latent_dim
-            latent += cin * lat * n_in + (lat * lk * kk + lat * lat * lk + lat * cout) * n_out  # Q, R, Φ, P
-            weight += lat * lat * lk * kk + cout * lat * lat * kk + cout * lat * cin * kk  # Φ×R, ×P, ×Q
-        else:
-            b = layer.num_blocks
-            latent += (cin * lat + lat * lat + lat * cout) // b * n_out  # Q, Φ, P
-            weight += (cout * lat * lat + cout * lat * cin) // (b * b)  # PΦ, (PΦ)Qᵀ
-    return _Cost(latent, weight, pool)
-
-
-def _dcd_linear_cost(layer: DCDLinear) -> _Cost:
-    cin, cout, lat = layer.in_features, layer.out_features, layer.latent_dim
-    total = cin * cout + _fc_madds((layer.fc, layer.fc_phi, layer.fc_scale))
-    if layer.channel_attention:
-        total += cout
-    if layer.channel_fusion:
-        total += (cin * lat + lat * lat + lat * cout) // layer.num_blocks
-    return _Cost(total, total)
+    latent, weight = deploy_kind(layer).madds(layer, _pixels(in_shape), _pixels(out_shape))
+    return _Cost(latent + branch, weight + branch, pool)
 
 
 def _mixture_cost(layer: MixtureConv2d, in_shape: torch.Size, out_shape: torch.Size) -> _Cost:
@@ -266,10 +240,8 @@ def _mixture_cost(layer: MixtureConv2d, in_shape: torch.Size, out_shape: torch.S
 
 
 def _unit_cost(module: nn.Module, in_shape: torch.Size, out_shape: torch.Size) -> _Cost:
-    if isinstance(module, DCDConv2d):
-        return _dcd_conv_cost(module, in_shape, out_shape)
-    if isinstance(module, DCDLinear):
-        return _dcd_linear_cost(module)
+    if isinstance(module, (DCDConv2d, DCDLinear)):
+        return _dcd_cost(module, in_shape, out_shape)
     if isinstance(module, MixtureConv2d):
         return _mixture_cost(module, in_shape, out_shape)
     if isinstance(module, nn.Conv1d):
@@ -313,6 +285,30 @@ def _shape_only_forward(model: nn.Module, input_size: int, in_channels: int) -> 
     functional_call(model, meta, (x,))
 
 
+def _count_calls(model: nn.Module, units: list[nn.Module], add: Callable[[str, LayerCost], None], *,
+                 input_size: int, in_channels: int) -> int:
+    """Add every unit's MAdds per call of one shape-only forward; returns the branch pooling adds."""
+    branch_pool = 0
+
+    def hook(mod: nn.Module, inputs, output) -> None:
+        nonlocal branch_pool
+        cost = _unit_cost(mod, inputs[0].shape, output.shape)  # batch is 1
+        branch_pool += cost.branch_pool
+        add(type(mod).__name__, LayerCost(0, 0, cost.latent, cost.weight, min(cost.latent, cost.weight)))
+
+    handles = [m.register_forward_hook(hook) for m in units]
+    was_training = model.training
+    try:
+        model.eval()
+        with torch.no_grad():
+            _shape_only_forward(model, input_size, in_channels)
+    finally:
+        for h in handles:
+            h.remove()
+        model.train(was_training)
+    return branch_pool
+
+
 def count_complexity(model: nn.Module, *, input_size: int = DEFAULT_INPUT_SIZE,
                      in_channels: int = IMAGE_CHANNELS) -> Complexity:
     """Count parameters and MAdds (every form) of ``model`` on one (1, C, S, S) input.
@@ -339,31 +335,15 @@ def count_complexity(model: nn.Module, *, input_size: int = DEFAULT_INPUT_SIZE,
         check(input_size)
     units, free = _units(model)
     totals: dict[str, LayerCost] = {}
-    branch_pool = 0
 
     def add(name: str, cost: LayerCost) -> None:
         totals[name] = totals.get(name, LayerCost()) + cost
-
-    def hook(mod: nn.Module, inputs, output) -> None:
-        nonlocal branch_pool
-        cost = _unit_cost(mod, inputs[0].shape, output.shape)  # batch is 1
-        branch_pool += cost.branch_pool
-        add(type(mod).__name__, LayerCost(0, 0, cost.latent, cost.weight, min(cost.latent, cost.weight)))
 
     for m in units:  # a unit owns everything under it
         add(type(m).__name__, LayerCost(1, sum(p.numel() for p in m.parameters())))
     for m in free:
         add(type(m).__name__, LayerCost(1, sum(p.numel() for p in m.parameters(recurse=False))))
-    handles = [m.register_forward_hook(hook) for m in units]
-    was_training = model.training
-    try:
-        model.eval()
-        with torch.no_grad():
-            _shape_only_forward(model, input_size, in_channels)
-    finally:
-        for h in handles:
-            h.remove()
-        model.train(was_training)
+    branch_pool = _count_calls(model, units, add, input_size=input_size, in_channels=in_channels)
 
     params = sum(p.numel() for p in model.parameters())
     unattributed = params - sum(c.params for c in totals.values())

@@ -69,18 +69,7 @@ class FloorDCD(nn.Module):
         if self.stage == "forming" and layer.strategy == "weight":
             weight, _ = layer.emit_weight(s, lam, phi)
             self.side.append(s.op("Flatten", [weight], axis=1))
-        return _emit_static(layer, s, x)
-
-
-def _emit_static(layer: DeployDCD, s, x: str) -> str:
-    """``W0`` alone (BN folded, bias fused) in the form the static model has."""
-    if layer.kind == "linear":
-        bias = layer.bias + (layer.b0 if layer.b0 is not None else 0.0)
-        return s.op("Gemm", [x, s.const("w0", layer.w0), s.const("bias", bias)], transB=1)
-    k, pad = layer.kernel_size, layer.kernel_size // 2
-    groups = layer.c_out if layer.kind == "depthwise" else 1
-    return s.op("Conv", [x, s.const("w0", layer.w0), s.const("bias", layer.bias)], group=groups,
-                kernel_shape=[k, k], strides=[layer.stride] * 2, pads=[pad] * 4)
+        return layer.emit_static(s, x)  # W0 alone, as its kind has it
 
 
 def floor_onnx(model: nn.Module, *, stage: str, input_size: int = 224,

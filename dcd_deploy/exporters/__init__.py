@@ -2,9 +2,12 @@
 
 from ._deploy_dcd import DeployDCD
 from ._fused import OP_TYPES as FUSED_OP_TYPES
+from ._fused_contract import fused_inputs
+from ._kinds import DCDKind, deploy_kind
 from .lowering import to_deploy
 
-__all__ = ["DeployDCD", "FUSED_OP_TYPES", "to_deploy", "export_onnx", "ExportResult", "prewarm"]
+__all__ = ["DeployDCD", "DCDKind", "FUSED_OP_TYPES", "deploy_kind", "fused_inputs", "to_deploy", "export_onnx",
+           "ExportResult", "prewarm"]
 
 
 def __getattr__(name: str):

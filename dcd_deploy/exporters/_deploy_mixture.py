@@ -15,7 +15,7 @@ from torch import nn
 from ..layers.condconv import CondConv2d
 from ..layers.dyconv import DynamicConv2d
 from ..layers import MixtureConv2d
-from ..layers._geometry import conv2d, explicit_pads, pair
+from ..layers import conv2d, explicit_pads, pair
 from ._fold import bn_affine
 
 

@@ -87,30 +87,137 @@ def emit_layers(proto: onnx.ModelProto, *, emitters: dict[str, nn.Module], mode:
         modules: the deploy model's modules by path (for the Conv / Linear records).
         folded_bn: layer path -> the BatchNorm folded into it.
     """
-    graph = proto.graph
-    nodes = list(graph.node)
-    shapes = {vi.name: _shape(vi) for vi in list(graph.value_info) + list(graph.input) + list(graph.output)}
-    consts = {t.name: t for t in graph.initializer}
-    for n in nodes:
-        if n.op_type == "Constant" and n.domain in _STANDARD and n.attribute and n.attribute[0].name == "value":
-            consts[n.output[0]] = n.attribute[0].t
-    consumers: dict[str, list[int]] = {}
-    for i, n in enumerate(nodes):
-        for name in n.input:
-            consumers.setdefault(name, []).append(i)
-    graph_outputs = {o.name for o in graph.output}
+    walk = _Walk(proto.graph, emitters, mode, opset, folded_bn)
+    for i, node in enumerate(walk.nodes):
+        walk.visit(i, node)
+    g, graph = walk.g, proto.graph
+    # A graph output a layer produced keeps its name (an Identity from our tensor).
+    for out in graph.output:
+        if out.name in walk.alias:
+            g.nodes.append(helper.make_node("Identity", [walk.alias[out.name]], [out.name],
+                                            name=g.unique(f"output/{out.name}")))
+    result = walk.result
+    result.layers = _with_static_layers(result.layers, g.nodes, walk.renamed_scope, modules, folded_bn,
+                                        walk.consts, walk.graph_outputs)
+    _write_back(proto, g, walk.graph_outputs, set(walk.alias))
+    return result
 
-    def const_of(name: str):
-        t = consts.get(name)
+
+class _Walk:
+    """One pass over the exported graph's nodes, writing the new graph into ``g``."""
+
+    def __init__(self, graph: onnx.GraphProto, emitters: dict[str, nn.Module], mode: str, opset: int,
+                 folded_bn: dict[str, str]):
+        self.nodes = list(graph.node)
+        self.emitters, self.mode, self.folded_bn = emitters, mode, folded_bn
+        self.shapes = {vi.name: _shape(vi) for vi in list(graph.value_info) + list(graph.input) + list(graph.output)}
+        self.consts = {t.name: t for t in graph.initializer}
+        for n in self.nodes:
+            if n.op_type == "Constant" and n.domain in _STANDARD and n.attribute and n.attribute[0].name == "value":
+                self.consts[n.output[0]] = n.attribute[0].t
+        self.consumers: dict[str, list[int]] = {}
+        for i, n in enumerate(self.nodes):
+            for name in n.input:
+                self.consumers.setdefault(name, []).append(i)
+        self.graph_outputs = {o.name for o in graph.output}
+        self.g = GraphBuilder(opset)
+        for names in ([n.name for n in self.nodes], [o for n in self.nodes for o in n.output],
+                      [i for n in self.nodes for i in n.input], self.consts, [i.name for i in graph.input]):
+            self.g._names.update(names)
+        self.placeholders = _placeholders(self.nodes, emitters)
+        self.result = Emitted()
+        plan = self._plan() if mode == "fused" else {}
+        self.tails = {spec.tail: spec for spec in plan.values()}
+        self.skipped = {j for spec in plan.values() for j in (spec.node, *spec.folded) if j != spec.tail}
+        self.alias: dict[str, str] = {}
+        self.layout = _fused.Layout(self.g)
+        self.renamed_scope: dict[int, str | None] = {}
+
+    def const_of(self, name: str):
+        t = self.consts.get(name)
         return None if t is None else numpy_helper.to_array(t)
 
-    g = GraphBuilder(opset)
-    g._names.update(n.name for n in nodes)
-    g._names.update(o for n in nodes for o in n.output)
-    g._names.update(i for n in nodes for i in n.input)
-    g._names.update(consts)
-    g._names.update(i.name for i in graph.input)
+    def name(self, t: str) -> str:
+        return self.alias.get(t, t)
 
+    def _plan(self) -> dict[int, _fused.FusedLayer]:
+        fusable = {}
+        for i, path in self.placeholders.items():
+            layer = self.emitters[path]
+            if not isinstance(layer, DeployDCD):
+                continue
+            reason = _fused.why_not(layer)
+            if reason is None:
+                fusable[i] = layer
+            else:
+                self.result.unfused[path] = reason
+        return _fused.plan(self.nodes, fusable, self.consumers, self.shapes.get, self.const_of, self.graph_outputs)
+
+    def visit(self, i: int, node: onnx.NodeProto) -> None:
+        if i in self.skipped:
+            return
+        if i in self.tails:
+            self._fused_layer(node, self.tails[i])
+        elif i in self.placeholders:
+            self._layer(node, self.placeholders[i])
+        else:
+            self._copy(node)
+
+    def _fused_layer(self, node: onnx.NodeProto, spec: _fused.FusedLayer) -> None:
+        ph = self.nodes[spec.node]
+        path = self.placeholders[spec.node]
+        layer, layout = self.emitters[path], self.layout
+        x = self.name(ph.input[0])
+        residual = self.name(spec.residual) if spec.residual is not None else None
+        y = _fused.emit(self.g, layout, layer, spec.activation, path, x, residual, self.shapes.get(ph.input[0]))
+        self.alias[node.output[0]] = y
+        self.result.fused.append(path)
+        self.result.layers.append(_record(path, layer, layout.nhwc[x], layout.nhwc[y], self.folded_bn, layout="NHWC",
+                                          residual=layout.nhwc[residual] if residual is not None else None,
+                                          activation=spec.activation))
+
+    def _layer(self, node: onnx.NodeProto, path: str) -> None:
+        layer = self.emitters[path]
+        x = self.name(node.input[0])
+        in_shape, out_shape = self.shapes.get(node.input[0]), self.shapes.get(node.output[0])
+        if in_shape is None or out_shape is None:
+            raise AssertionError(f"no shape known around {path}")
+        if self.mode == "function" and isinstance(layer, DeployDCD):
+            fs = FunctionScope(self.g, path, x)
+            out = layer.emit(fs, "x", in_shape, out_shape)
+            y = fs.finish(out, kind=f"DCD{layer.kind.capitalize()}{layer.strategy.capitalize()}")
+        else:
+            y = layer.emit(self.g.scope(path), x, in_shape, out_shape)
+        self.alias[node.output[0]] = y
+        self.result.layers.append(_record(path, layer, x, y, self.folded_bn))
+
+    def _copy(self, node: onnx.NodeProto) -> None:
+        perm, layout, g = _perm(node), self.layout, self.g
+        if perm == _fused.TO_NHWC and self.name(node.input[0]) in layout.nhwc:
+            # the model's own NCHW -> NHWC of a fused layer's output: read the NHWC twin
+            self.alias[node.output[0]] = layout.nhwc[self.name(node.input[0])]
+            return
+        copy = onnx.NodeProto()
+        copy.CopyFrom(node)
+        if _spatial_mean(node, self.shapes, self.const_of):  # as GlobalAveragePool: ORT keeps its blocked layout
+            copy = helper.make_node("GlobalAveragePool", [node.input[0]], list(node.output), name=node.name)
+            copy.metadata_props.extend(node.metadata_props)
+        for k, inp in enumerate(copy.input):
+            if inp in self.alias:
+                copy.input[k] = self.alias[inp]
+        if perm == _fused.TO_NCHW:  # a fused layer reading this reads its NHWC input instead
+            layout.nhwc.setdefault(copy.output[0], copy.input[0])
+        scope = _scope(node)
+        self.renamed_scope[len(g.nodes)] = scope
+        copy.name = g.unique(f"{scope or 'model'}/{node.op_type}")
+        keep = [p for p in copy.metadata_props if p.key == "namespace"]
+        del copy.metadata_props[:]
+        copy.metadata_props.extend(keep)
+        g.nodes.append(copy)
+
+
+def _placeholders(nodes, emitters: dict[str, nn.Module]) -> dict[int, str]:
+    """Node index -> module path of every placeholder."""
     placeholders: dict[int, str] = {}
     for i, n in enumerate(nodes):
         if n.domain == PLACEHOLDER_DOMAIN:
@@ -118,94 +225,12 @@ def emit_layers(proto: onnx.ModelProto, *, emitters: dict[str, nn.Module], mode:
             if path not in emitters:
                 raise AssertionError(f"placeholder for unknown layer {path!r}")
             placeholders[i] = path
+    return placeholders
 
-    result = Emitted()
-    plan: dict[int, _fused.FusedLayer] = {}
-    if mode == "fused":
-        fusable = {}
-        for i, path in placeholders.items():
-            layer = emitters[path]
-            if not isinstance(layer, DeployDCD):
-                continue
-            reason = _fused.why_not(layer)
-            if reason is None:
-                fusable[i] = layer
-            else:
-                result.unfused[path] = reason
-        plan = _fused.plan(nodes, fusable, consumers, shapes.get, const_of, graph_outputs)
-    tails = {spec.tail: spec for spec in plan.values()}
-    skipped = {j for spec in plan.values() for j in (spec.node, *spec.folded) if j != spec.tail}
 
-    alias: dict[str, str] = {}
-    layout = _fused.Layout(g)
-    renamed_scope: dict[int, str | None] = {}
-
-    def name(t: str) -> str:
-        return alias.get(t, t)
-
-    for i, node in enumerate(nodes):
-        if i in skipped:
-            continue
-        if i in tails:
-            spec = tails[i]
-            ph = nodes[spec.node]
-            path = placeholders[spec.node]
-            layer = emitters[path]
-            x = name(ph.input[0])
-            residual = name(spec.residual) if spec.residual is not None else None
-            y = _fused.emit(g, layout, layer, spec.activation, path, x, residual, shapes.get(ph.input[0]))
-            alias[node.output[0]] = y
-            result.fused.append(path)
-            result.layers.append(_record(path, layer, layout.nhwc[x], layout.nhwc[y], folded_bn, layout="NHWC",
-                                         residual=layout.nhwc[residual] if residual is not None else None,
-                                         activation=spec.activation))
-            continue
-        if i in placeholders:
-            path = placeholders[i]
-            layer = emitters[path]
-            x = name(node.input[0])
-            in_shape, out_shape = shapes.get(node.input[0]), shapes.get(node.output[0])
-            if in_shape is None or out_shape is None:
-                raise AssertionError(f"no shape known around {path}")
-            if mode == "function" and isinstance(layer, DeployDCD):
-                fs = FunctionScope(g, path, x)
-                out = layer.emit(fs, "x", in_shape, out_shape)
-                y = fs.finish(out, kind=f"DCD{layer.kind.capitalize()}{layer.strategy.capitalize()}")
-            else:
-                y = layer.emit(g.scope(path), x, in_shape, out_shape)
-            alias[node.output[0]] = y
-            result.layers.append(_record(path, layer, x, y, folded_bn))
-            continue
-        perm = _perm(node)
-        if perm == _fused.TO_NHWC and name(node.input[0]) in layout.nhwc:
-            # the model's own NCHW -> NHWC of a fused layer's output: read the NHWC twin
-            alias[node.output[0]] = layout.nhwc[name(node.input[0])]
-            continue
-        copy = onnx.NodeProto()
-        copy.CopyFrom(node)
-        if _spatial_mean(node, shapes, const_of):  # as GlobalAveragePool: ORT keeps its blocked layout
-            copy = helper.make_node("GlobalAveragePool", [node.input[0]], list(node.output), name=node.name)
-            copy.metadata_props.extend(node.metadata_props)
-        for k, inp in enumerate(copy.input):
-            if inp in alias:
-                copy.input[k] = alias[inp]
-        if perm == _fused.TO_NCHW:  # a fused layer reading this reads its NHWC input instead
-            layout.nhwc.setdefault(copy.output[0], copy.input[0])
-        scope = _scope(node)
-        renamed_scope[len(g.nodes)] = scope
-        copy.name = g.unique(f"{scope or 'model'}/{node.op_type}")
-        keep = [p for p in copy.metadata_props if p.key == "namespace"]
-        del copy.metadata_props[:]
-        copy.metadata_props.extend(keep)
-        g.nodes.append(copy)
-
-    # A graph output a layer produced keeps its name (an Identity from our tensor).
-    for out in graph.output:
-        if out.name in alias:
-            g.nodes.append(helper.make_node("Identity", [alias[out.name]], [out.name],
-                                            name=g.unique(f"output/{out.name}")))
-    result.layers = _with_static_layers(result.layers, g.nodes, renamed_scope, modules, folded_bn,
-                                        consts, graph_outputs)
+def _write_back(proto: onnx.ModelProto, g: GraphBuilder, graph_outputs: set[str], gone: set[str]) -> None:
+    """Put the new nodes, initializers, functions and opset imports into ``proto``."""
+    graph = proto.graph
     del graph.node[:]
     graph.node.extend(_live(g.nodes, graph_outputs))
     graph.initializer.extend(g.initializers)
@@ -216,7 +241,6 @@ def emit_layers(proto: onnx.ModelProto, *, emitters: dict[str, nn.Module], mode:
         del graph.initializer[:]
         graph.initializer.extend(kept_init)
     # Shapes of replaced tensors no longer hold (fused NHWC names, renamed outputs).
-    gone = set(alias)
     kept = [vi for vi in graph.value_info if vi.name not in gone]
     del graph.value_info[:]
     graph.value_info.extend(kept)
@@ -228,7 +252,6 @@ def emit_layers(proto: onnx.ModelProto, *, emitters: dict[str, nn.Module], mode:
         proto.functions.extend(g.functions.values())
     del proto.opset_import[:]
     proto.opset_import.extend(imports)
-    return result
 
 
 def _spatial_mean(node: onnx.NodeProto, shapes, const_of) -> bool:

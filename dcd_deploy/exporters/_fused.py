@@ -14,9 +14,9 @@ model-local function whose body is standard ops (in NHWC), so ONNX Runtime and a
 other runtime inline and run it. All bodies share the op type; they differ by their
 ONNX overload.
 
-Inputs of the node, in order (``docs/design.md#fused-op``): ``x``, ``residual`` (if
-fused), ``fc1``, ``gate`` (SE), ``scale_w`` (Λ), ``phi_w``, ``phi_b``, ``q``, ``q_b``,
-``p``, ``w0``, ``bias``. Attributes: ``pool``, ``se``, ``attention``, ``residual``,
+Inputs of the node, in order (``docs/design.md#fused-op``; the one table is
+:func:`._fused_contract.fused_inputs`): ``x``, ``residual`` (if fused), ``fc1``, ``gate``
+(SE), ``scale_w`` (Λ), ``phi_w``, ``phi_b``, ``q``, ``q_b``, ``p``, ``w0``, ``bias``. Attributes: ``pool``, ``se``, ``attention``, ``residual``,
 ``activation``, ``form`` (the cost model's pick; both forms compute the same function).
 
 A k x k or strided channel-fusion layer (ResNet's 3x3 layers, the strided 1x1 ones;
@@ -33,8 +33,8 @@ Inputs: ``conv``, ``x``, ``residual`` (if fused), then the DCDPointwise weights 
 The epilogue is matched on the exported ONNX graph (:func:`plan`): a same-shape Add
 and then a Relu or Clip(0, 6), each only where the tensor before it feeds nothing else.
 Other DCD kinds (depthwise, joint, several latent blocks, the classifier) stay standard
-ops in this mode: they are not fused yet, and :func:`why_not` says why for the export's
-report.
+ops in this mode: they are not fused yet, and :func:`why_not` (the kind's
+``why_not_fused``) says why for the export's report.
 """
 
 from __future__ import annotations
@@ -45,11 +45,12 @@ from torch import nn
 
 from ._builder import FunctionScope, GraphBuilder
 from ._deploy_dcd import DeployDCD
+from ._fused_contract import ACTIVATIONS, EPILOGUE, POINTWISE, fused_inputs
 
 #: Op type of the fused node (domain ``dcd_deploy``).
-OP_TYPE = "DCDPointwise"
+OP_TYPE = POINTWISE
 #: Op type of the fused node of a k x k or strided layer, after the standard Conv of W0.
-EPILOGUE_OP_TYPE = "DCDConvEpilogue"
+EPILOGUE_OP_TYPE = EPILOGUE
 #: Both fused op types.
 OP_TYPES = (OP_TYPE, EPILOGUE_OP_TYPE)
 #: NCHW -> NHWC and back.
@@ -80,37 +81,14 @@ def fusable(layer: nn.Module) -> bool:
 def around_conv(layer: DeployDCD) -> bool:
     """Whether a fusable layer is emitted as Conv + DCDConvEpilogue (k x k or strided)
     rather than one DCDPointwise node (1x1, stride 1)."""
-    return layer.kernel_size != 1 or layer.stride != 1
+    return layer.form_kind.fused_op(layer) == EPILOGUE_OP_TYPE
 
 
 def why_not(layer: nn.Module) -> str | None:
     """Why a deploy-form DCD layer is not fused (None when it is fusable)."""
     if not isinstance(layer, DeployDCD):
         return "not a DCD layer"
-    if layer.kind == "linear":
-        return "classifier (DCD linear layer)"
-    if layer.kind == "depthwise":
-        return "depthwise"
-    if layer.kind == "joint":
-        return "joint fusion"
-    (kh, kw), (sh, sw) = layer.kernel2, layer.stride2
-    if kh != kw:
-        return f"{kh}x{kw} kernel"
-    if kh % 2 == 0:  # the centre tap is not a pixel
-        return f"{kh}x{kh} kernel (even)"
-    if sh != sw:
-        return f"stride {sh}x{sw}"
-    if tuple(layer.dilation2) != (1, 1):
-        return f"dilation {layer.dilation2[0]}x{layer.dilation2[1]}"
-    if tuple(layer.pads) != (kh // 2,) * 4:  # the fused ops read the centre tap at padding k//2
-        return f"padding {tuple(layer.pads)}"
-    if not layer.channel_fusion:
-        return "no channel fusion"
-    if layer.num_blocks != 1:
-        return f"{layer.num_blocks} latent blocks"
-    if layer.pool_size not in (1, 2):
-        return f"pool {layer.pool_size}"
-    return None
+    return layer.form_kind.why_not_fused(layer)
 
 
 def plan(nodes, layers: dict[int, nn.Module], consumers, shape_of, const_of, graph_outputs) -> dict[int, FusedLayer]:
@@ -196,13 +174,13 @@ def emit(g: GraphBuilder, layout: Layout, layer: DeployDCD, activation: str, pat
     """Emit one fused node (NCHW in and out); returns the output name."""
     if around_conv(layer):
         return _emit_around_conv(g, layout, layer, activation, path, x, residual, in_shape)
-    fs = FunctionScope(g, path, layout.to_nhwc(x, path))
-    if residual is not None:
-        fs.input("residual", layout.to_nhwc(residual, path))
-    w = _weights(fs, layer)
-    out = _body(fs, layer, w, in_shape, residual=residual is not None, activation=activation)
     attrs = dict(pool=layer.pool_size, se=int(layer.se), attention=int(layer.scale_w is not None),
                  residual=int(residual is not None), activation=activation, form=layer.strategy)
+    activations = {"x": layout.to_nhwc(x, path)}
+    if residual is not None:
+        activations["residual"] = layout.to_nhwc(residual, path)
+    fs, w = _inputs(g, path, layer, fused_inputs(attrs, OP_TYPE), activations)
+    out = _body(fs, layer, w, in_shape, residual=residual is not None, activation=activation)
     y = fs.finish(out, kind=f"DCDPointwise{layer.strategy.capitalize()}", op_type=OP_TYPE, attrs=attrs)
     return layout.to_nchw(y, path)
 
@@ -214,35 +192,31 @@ def _emit_around_conv(g: GraphBuilder, layout: Layout, layer: DeployDCD, activat
     k, stride = layer.kernel_size, layer.stride
     conv = g.scope(path).op("Conv", [x, g.scope(path).const("w0", layer.w0)], kernel_shape=[k, k],
                             strides=[stride] * 2, pads=[k // 2] * 4)  # (B, C_out, H', W')
-    fs = FunctionScope(g, path, layout.to_nhwc(conv, path))
-    fs.formals[0] = "conv"  # the body's first input is the convolution, then x
-    fs.input("x", layout.to_nhwc(x, path))
-    if residual is not None:
-        fs.input("residual", layout.to_nhwc(residual, path))
-    w = _weights(fs, layer, with_w0=False)
-    out = _body(fs, layer, w, in_shape, residual=residual is not None, activation=activation, stride=stride)
     attrs = dict(pool=layer.pool_size, se=int(layer.se), attention=int(layer.scale_w is not None),
                  residual=int(residual is not None), activation=activation, stride=stride, offset=0)
+    activations = {"conv": layout.to_nhwc(conv, path), "x": layout.to_nhwc(x, path)}
+    if residual is not None:
+        activations["residual"] = layout.to_nhwc(residual, path)
+    fs, w = _inputs(g, path, layer, fused_inputs(attrs, EPILOGUE_OP_TYPE), activations)
+    out = _body(fs, layer, w, in_shape, residual=residual is not None, activation=activation, stride=stride)
     y = fs.finish(out, kind=EPILOGUE_OP_TYPE, op_type=EPILOGUE_OP_TYPE, attrs=attrs)
     return layout.to_nchw(y, path)
 
 
-def _weights(fs: FunctionScope, layer: DeployDCD, *, with_w0: bool = True) -> dict[str, str]:
-    """The node's constant inputs, in the contract's order (DCDConvEpilogue: no w0)."""
-    w = {"fc1": fs.const("fc1", layer.fc1)}  # (S, C_in·P²)
-    if layer.se:
-        w["gate"] = fs.const("gate", layer.gate)  # (S, S)
-    if layer.scale_w is not None:
-        w["scale_w"] = fs.const("scale_w", layer.scale_w)  # (C_out, S)
-    w["phi_w"] = fs.const("phi_w", layer.phi_w)  # (L², S)
-    w["phi_b"] = fs.const("phi_b", layer.phi_b)  # (L²,)
-    w["q"] = fs.const("q", layer.q.flatten(1))  # (L, C_in)
-    w["q_b"] = fs.const("q_b", layer.q_b)  # (L,)
-    w["p"] = fs.const("p", layer.p.flatten(1))  # (C_out, L)
-    if with_w0:
-        w["w0"] = fs.const("w0", layer.w0.flatten(1))  # (C_out, C_in)
-    w["bias"] = fs.const("bias", layer.bias)  # (C_out,)
-    return w
+def _inputs(g: GraphBuilder, path: str, layer: DeployDCD, names: list[str],
+            activations: dict[str, str]) -> tuple[FunctionScope, dict[str, str]]:
+    """The node's function scope with its inputs in the contract's order (``names``);
+    returns it and the body's names of the constant inputs."""
+    fs = FunctionScope(g, path, activations[names[0]])
+    fs.formals[0] = names[0]
+    constants = layer.form_kind.fused_constants(layer)
+    w = {}
+    for name in names[1:]:
+        if name in ACTIVATIONS:
+            fs.input(name, activations[name])
+        else:
+            w[name] = fs.const(name, constants[name])
+    return fs, w
 
 
 def _reduce_mean_hw(fs: FunctionScope, x: str) -> str:

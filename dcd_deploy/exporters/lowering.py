@@ -30,7 +30,8 @@ from torch.utils import _pytree as pytree
 from ..errors import ExportError
 from ..layers import DCDConv2d, DCDLinear, MixtureConv2d
 from ..models import check_input_size
-from ._deploy_dcd import STRATEGIES, DeployDCD, prefers_weight_form
+from ._deploy_dcd import STRATEGIES, DeployDCD
+from ._kinds import deploy_kind
 from ._deploy_mixture import DeployMixture
 from ._fold import fold_conv_bn, fold_linear_bn
 
@@ -212,7 +213,7 @@ def to_deploy(model: nn.Module, *, strategy: str = "auto", input_size: int | tup
     Args:
         model: any module using this package's dynamic layers; it is not modified.
         strategy: ``latent``, ``weight`` or ``auto`` (per-layer cost model at the size
-            each layer sees on the example inputs; see :func:`prefers_weight_form`).
+            each layer sees on the example inputs; see :func:`._kinds.prefers_weight_form`).
         input_size: side or ``(H, W)`` of the default example image.
         example_inputs: a tensor or tuple of tensors passed positionally to ``forward``
             (default: one zero (1, 3, H, W) image).
@@ -266,15 +267,7 @@ def to_deploy(model: nn.Module, *, strategy: str = "auto", input_size: int | tup
 def _lower_dynamic(layer: nn.Module, bn, out_shape, strategy: str) -> nn.Module:
     if isinstance(layer, MixtureConv2d):
         return DeployMixture(layer, bn).eval()
-    chosen = strategy
-    if strategy == "auto":
-        chosen = "latent"
-        if DeployDCD.supports_weight_form(layer) and out_shape is not None and len(out_shape) == 4:
-            hw = out_shape[-1] * out_shape[-2]
-            if prefers_weight_form(c_in=layer.in_channels, c_out=layer.out_channels,
-                                   latent=layer.latent_dim, hw=hw):
-                chosen = "weight"
-    return DeployDCD(layer, bn, chosen).eval()
+    return DeployDCD(layer, bn, deploy_kind(layer).choose_form(layer, strategy, out_shape)).eval()
 
 
 def _replace(root: nn.Module, target: str, new: nn.Module) -> None:

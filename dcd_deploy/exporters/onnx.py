@@ -355,7 +355,7 @@ def _output_names(deploy: nn.Module, example, given) -> list[str]:
 def _check_dynamic_size(deploy: nn.Module) -> None:
     """Refuse ``dynamic_size`` when one of our layers needs fixed spatial sizes."""
     for path, m in deploy.named_modules():
-        if isinstance(m, DeployDCD) and m.kind != "linear" and m.pool_size != 1:
+        if isinstance(m, DeployDCD) and m.pool_size > 1:  # 0: a linear layer, no pool
             raise ExportError(f"{path}: a DCD layer with a {m.pool_size}x{m.pool_size} adaptive pool needs fixed "
                               "input sizes (its pooling windows depend on them): export without dynamic_size")
 

@@ -60,6 +60,61 @@ def _require_dynamic(channel_attention: bool, channel_fusion: bool) -> None:
         raise ValueError("with Λ and Φ both off a DCD layer is static: use nn.Conv2d / nn.Linear")
 
 
+def _check_conv(in_channels: int, out_channels: int, kernel: tuple[int, int], strides: tuple[int, int],
+                dilations: tuple[int, int], padding, groups: int, *, pool_size: int, num_blocks: int | None,
+                joint_fusion: bool, latent_bn: bool, channel_fusion: bool):
+    """Validate DCDConv2d's arguments; returns (padding resolved, depthwise, joint, num_blocks)."""
+    if min(kernel + strides + dilations) < 1 or in_channels < 1 or out_channels < 1 or groups < 1:
+        raise ValueError("channels, kernel_size, stride, dilation and groups must be positive")
+    padding = resolve_padding(padding, kernel, dilations)
+    if padding == "same" and strides != (1, 1):
+        raise ValueError("padding='same' is not supported for strided convolutions (as in nn.Conv2d)")
+    if pool_size not in (1, 2):
+        raise ValueError("pool_size must be 1 or 2")
+    if in_channels % groups or out_channels % groups:
+        raise ValueError(f"groups={groups} must divide in_channels={in_channels} and out_channels={out_channels}")
+    big = kernel != (1, 1)
+    depthwise = groups > 1 and groups == in_channels == out_channels
+    if depthwise and not big:
+        raise ValueError("a 1x1 depthwise DCD layer has no kernel to decompose (Eq. 7 needs k > 1); "
+                         "use groups < channels, or nn.Conv2d")
+    joint = joint_fusion and big and not depthwise
+    if joint and groups != 1:
+        raise ValueError("joint fusion (Eq. 8) needs groups == 1")
+    if (depthwise or joint) and (num_blocks not in (None, 1) or latent_bn):
+        raise ValueError("num_blocks and latent_bn apply to channel fusion only")
+    channel = not (depthwise or joint)
+    if channel and channel_fusion and (kernel[0] % 2 == 0 or kernel[1] % 2 == 0):
+        raise ValueError("k x k channel fusion puts its 1x1 residual at the centre tap and needs an odd "
+                         f"kernel_size, got {square(kernel)!r} (joint_fusion=True or channel_fusion=False "
+                         "take even sizes)")
+    num_blocks = 1 if not channel else (groups if num_blocks is None else num_blocks)
+    if channel and (num_blocks < 1 or num_blocks % groups):
+        raise ValueError(f"num_blocks={num_blocks} must be a multiple of groups={groups}")
+    if in_channels % num_blocks or out_channels % num_blocks:
+        raise ValueError(f"num_blocks={num_blocks} must divide in and out channels")
+    return padding, depthwise, joint, num_blocks
+
+
+def _latent_dims(in_channels: int, out_channels: int, kernel: tuple[int, int], groups: int, num_blocks: int, *,
+                 depthwise: bool, joint: bool, latent_dim: int | None, kernel_latent_dim: int | None):
+    """(L, L_k): the arguments', or the paper's defaults (Section 3.2, 4.2, 4.3)."""
+    k_lat = 1
+    k_elems = kernel[0] * kernel[1]
+    if depthwise:
+        latent = latent_dim or max(1, k_elems // 2)
+    elif joint:
+        k_lat = kernel_latent_dim or max(1, k_elems // 2)
+        latent = latent_dim or default_latent_dim(max(1, min(in_channels, out_channels) // k_lat))
+    elif groups > 1:
+        latent = latent_dim or num_blocks * default_latent_dim(min(in_channels, out_channels) // num_blocks)
+    else:
+        latent = latent_dim or default_latent_dim(min(in_channels, out_channels))
+    if latent % num_blocks:
+        raise ValueError(f"num_blocks={num_blocks} must divide latent_dim={latent}")
+    return latent, k_lat
+
+
 @dataclass(frozen=True)
 class DCDForm:
     """Which of the paper's forms a layer takes (derived from its arguments)."""
@@ -68,6 +123,11 @@ class DCDForm:
     joint: bool  # Eq. 8: k > 1, joint channel and kernel-element fusion
     latent_dim: int  # L (or L_k for depthwise)
     kernel_latent_dim: int  # L_k for Eq. 8; 1 otherwise
+
+    @property
+    def kind(self) -> str:
+        """``depthwise`` (Eq. 7), ``joint`` (Eq. 8) or ``channel`` (Eq. 5, 6; the centre tap)."""
+        return "depthwise" if self.depthwise else "joint" if self.joint else "channel"
 
 
 class _DCDBase(nn.Module):
@@ -166,35 +226,9 @@ class DCDConv2d(_DCDBase):
         super().__init__()
         kernel, strides, dilations = (pair(v, n) for v, n in (
             (kernel_size, "kernel_size"), (stride, "stride"), (dilation, "dilation")))
-        if min(kernel + strides + dilations) < 1 or in_channels < 1 or out_channels < 1 or groups < 1:
-            raise ValueError("channels, kernel_size, stride, dilation and groups must be positive")
-        padding = resolve_padding(padding, kernel, dilations)
-        if padding == "same" and strides != (1, 1):
-            raise ValueError("padding='same' is not supported for strided convolutions (as in nn.Conv2d)")
-        if pool_size not in (1, 2):
-            raise ValueError("pool_size must be 1 or 2")
-        if in_channels % groups or out_channels % groups:
-            raise ValueError(f"groups={groups} must divide in_channels={in_channels} and out_channels={out_channels}")
-        big = kernel != (1, 1)
-        depthwise = groups > 1 and groups == in_channels == out_channels
-        if depthwise and not big:
-            raise ValueError("a 1x1 depthwise DCD layer has no kernel to decompose (Eq. 7 needs k > 1); "
-                             "use groups < channels, or nn.Conv2d")
-        joint = joint_fusion and big and not depthwise
-        if joint and groups != 1:
-            raise ValueError("joint fusion (Eq. 8) needs groups == 1")
-        if (depthwise or joint) and (num_blocks not in (None, 1) or latent_bn):
-            raise ValueError("num_blocks and latent_bn apply to channel fusion only")
-        channel = not (depthwise or joint)
-        if channel and channel_fusion and (kernel[0] % 2 == 0 or kernel[1] % 2 == 0):
-            raise ValueError("k x k channel fusion puts its 1x1 residual at the centre tap and needs an odd "
-                             f"kernel_size, got {kernel_size!r} (joint_fusion=True or channel_fusion=False "
-                             "take even sizes)")
-        num_blocks = 1 if not channel else (groups if num_blocks is None else num_blocks)
-        if channel and (num_blocks < 1 or num_blocks % groups):
-            raise ValueError(f"num_blocks={num_blocks} must be a multiple of groups={groups}")
-        if in_channels % num_blocks or out_channels % num_blocks:
-            raise ValueError(f"num_blocks={num_blocks} must divide in and out channels")
+        padding, depthwise, joint, num_blocks = _check_conv(
+            in_channels, out_channels, kernel, strides, dilations, padding, groups, pool_size=pool_size,
+            num_blocks=num_blocks, joint_fusion=joint_fusion, latent_bn=latent_bn, channel_fusion=channel_fusion)
         _require_dynamic(channel_attention, channel_fusion)
 
         self.in_channels, self.out_channels = in_channels, out_channels
@@ -203,20 +237,8 @@ class DCDConv2d(_DCDBase):
         self.padding, self.groups = padding, groups
         self.pool_size, self.num_blocks = pool_size, num_blocks
         self.channel_attention, self.channel_fusion = channel_attention, channel_fusion
-
-        k_lat = 1
-        k_elems = kernel[0] * kernel[1]
-        if depthwise:
-            latent = latent_dim or max(1, k_elems // 2)
-        elif joint:
-            k_lat = kernel_latent_dim or max(1, k_elems // 2)
-            latent = latent_dim or default_latent_dim(max(1, min(in_channels, out_channels) // k_lat))
-        elif groups > 1:
-            latent = latent_dim or num_blocks * default_latent_dim(min(in_channels, out_channels) // num_blocks)
-        else:
-            latent = latent_dim or default_latent_dim(min(in_channels, out_channels))
-        if latent % num_blocks:
-            raise ValueError(f"num_blocks={num_blocks} must divide latent_dim={latent}")
+        latent, k_lat = _latent_dims(in_channels, out_channels, kernel, groups, num_blocks, depthwise=depthwise,
+                                     joint=joint, latent_dim=latent_dim, kernel_latent_dim=kernel_latent_dim)
         self.form = DCDForm(depthwise=depthwise, joint=joint, latent_dim=latent, kernel_latent_dim=k_lat)
         self.latent_dim = latent
 
@@ -226,39 +248,46 @@ class DCDConv2d(_DCDBase):
         self.tap_pads = centre_tap_pads(explicit_pads(padding, kernel, dilations), kernel, dilations)
         self.pool = nn.AdaptiveAvgPool2d(pool_size)
         pooled = in_channels * pool_size * pool_size
-        squeeze = squeeze or max(pooled // reduction, MIN_SQUEEZE)
-
         # Static factors of the dynamic residual; none exist without channel fusion.
         self.conv_q = self.conv_p = self.bn1 = self.bn2 = None
         self.kernel_r = self.weight_p = None
-        if channel_fusion:
-            if depthwise:
-                self.kernel_r = nn.Parameter(torch.empty(latent, 1, *kernel))  # R: (L_k, 1, k, k)
-                self.weight_p = nn.Parameter(torch.empty(out_channels, latent))  # P: (C, L_k)
-                phi_numel = latent * latent
-            elif joint:
-                self.conv_q = nn.Conv2d(in_channels, latent, 1, bias=False)
-                self.kernel_r = nn.Parameter(torch.empty(k_lat, 1, *kernel))  # R: (L_k, 1, k, k)
-                self.conv_p = nn.Conv2d(latent, out_channels, 1, bias=False)
-                phi_numel = latent * latent * k_lat
-            else:
-                self.conv_q = nn.Conv2d(in_channels, latent, 1, strides, groups=num_blocks, bias=False)
-                self.conv_p = nn.Conv2d(latent, out_channels, 1, groups=num_blocks, bias=False)
-                phi_numel = latent * latent // num_blocks
-                if latent_bn:
-                    self.bn1 = nn.BatchNorm2d(latent)
-                    self.bn2 = nn.BatchNorm1d(latent)
-        else:
-            phi_numel = 0
+        phi_numel = self._build_factors(kernel, strides, latent_bn) if channel_fusion else 0
         self._build_branch(
-            in_features=pooled, out_channels=out_channels, phi_numel=phi_numel, squeeze=squeeze,
-            gate=gate, channel_attention=channel_attention, channel_fusion=channel_fusion,
+            in_features=pooled, out_channels=out_channels, phi_numel=phi_numel,
+            squeeze=squeeze or max(pooled // reduction, MIN_SQUEEZE), gate=gate,
+            channel_attention=channel_attention, channel_fusion=channel_fusion,
         )
         if bias:
             self.bias = nn.Parameter(torch.empty(out_channels))
         else:
             self.register_parameter("bias", None)
         self.reset_parameters()
+
+    def _build_factors(self, kernel: tuple[int, int], strides: tuple[int, int], latent_bn: bool) -> int:
+        """The static factors of the dynamic residual (its form's); returns Φ's numel."""
+        return getattr(self, f"_build_{self.form.kind}")(kernel, strides, latent_bn)
+
+    def _build_depthwise(self, kernel: tuple[int, int], strides: tuple[int, int], latent_bn: bool) -> int:
+        latent = self.latent_dim
+        self.kernel_r = nn.Parameter(torch.empty(latent, 1, *kernel))  # R: (L_k, 1, k, k)
+        self.weight_p = nn.Parameter(torch.empty(self.out_channels, latent))  # P: (C, L_k)
+        return latent * latent
+
+    def _build_joint(self, kernel: tuple[int, int], strides: tuple[int, int], latent_bn: bool) -> int:
+        latent, k_lat = self.latent_dim, self.form.kernel_latent_dim
+        self.conv_q = nn.Conv2d(self.in_channels, latent, 1, bias=False)
+        self.kernel_r = nn.Parameter(torch.empty(k_lat, 1, *kernel))  # R: (L_k, 1, k, k)
+        self.conv_p = nn.Conv2d(latent, self.out_channels, 1, bias=False)
+        return latent * latent * k_lat
+
+    def _build_channel(self, kernel: tuple[int, int], strides: tuple[int, int], latent_bn: bool) -> int:
+        latent, nb = self.latent_dim, self.num_blocks
+        self.conv_q = nn.Conv2d(self.in_channels, latent, 1, strides, groups=nb, bias=False)
+        self.conv_p = nn.Conv2d(latent, self.out_channels, 1, groups=nb, bias=False)
+        if latent_bn:
+            self.bn1 = nn.BatchNorm2d(latent)
+            self.bn2 = nn.BatchNorm1d(latent)
+        return latent * latent // nb
 
     def __setstate__(self, state: dict) -> None:
         # A module pickled before padding, dilation and bias existed had k // 2, 1, none.
@@ -323,26 +352,31 @@ class DCDConv2d(_DCDBase):
 
     def _residual(self, x: torch.Tensor, y: torch.Tensor, b: int, h: int, w: int) -> torch.Tensor:
         """The dynamic residual's output (B, C_out, H', W') for branch features y."""
-        phi_flat = self.fc_phi(y)
-        conv = self.conv
-        if self.form.depthwise:
-            lk = self.latent_dim
-            c = self.in_channels
-            basis = self.kernel_r.repeat(c, 1, 1, 1)  # (C * L_k, 1, k, k)
-            z = F.conv2d(x, basis, None, conv.stride, conv.padding, conv.dilation, groups=c)
-            z = z.view(b, c, lk, h * w)  # (B, C, L_k, N)
-            phi = phi_flat.view(b, 1, lk, lk)  # (B, 1, L_k, L_k)
-            u = torch.matmul(phi, z)  # (B, C, L_k, N)
-            dyn = (self.weight_p.view(1, c, lk, 1) * u).sum(2)  # (B, C, N)
-            return dyn.view(b, c, h, w)
-        if self.form.joint:
-            lat, lk = self.latent_dim, self.form.kernel_latent_dim
-            z = self.conv_q(x)  # (B, L, H, W)
-            basis = self.kernel_r.repeat(lat, 1, 1, 1)  # (L * L_k, 1, k, k)
-            z = F.conv2d(z, basis, None, conv.stride, conv.padding, conv.dilation, groups=lat)
-            phi = phi_flat.view(b, lat, lat * lk)  # (B, L_out, L_in * L_k)
-            u = torch.matmul(phi, z.view(b, lat * lk, h * w))  # (B, L, N)
-            return self.conv_p(u.view(b, lat, h, w))
+        return getattr(self, f"_residual_{self.form.kind}")(x, self.fc_phi(y), b, h, w)
+
+    def _residual_depthwise(self, x: torch.Tensor, phi_flat: torch.Tensor, b: int, h: int, w: int) -> torch.Tensor:
+        """Eq. 7: per channel, Φ mixes the L_k responses to the latent kernel elements R."""
+        conv, lk, c = self.conv, self.latent_dim, self.in_channels
+        basis = self.kernel_r.repeat(c, 1, 1, 1)  # (C * L_k, 1, k, k)
+        z = F.conv2d(x, basis, None, conv.stride, conv.padding, conv.dilation, groups=c)
+        z = z.view(b, c, lk, h * w)  # (B, C, L_k, N)
+        phi = phi_flat.view(b, 1, lk, lk)  # (B, 1, L_k, L_k)
+        u = torch.matmul(phi, z)  # (B, C, L_k, N)
+        dyn = (self.weight_p.view(1, c, lk, 1) * u).sum(2)  # (B, C, N)
+        return dyn.view(b, c, h, w)
+
+    def _residual_joint(self, x: torch.Tensor, phi_flat: torch.Tensor, b: int, h: int, w: int) -> torch.Tensor:
+        """Eq. 8: Q to L channels, R's L_k kernel elements each, Φ over both, P out."""
+        conv, lat, lk = self.conv, self.latent_dim, self.form.kernel_latent_dim
+        z = self.conv_q(x)  # (B, L, H, W)
+        basis = self.kernel_r.repeat(lat, 1, 1, 1)  # (L * L_k, 1, k, k)
+        z = F.conv2d(z, basis, None, conv.stride, conv.padding, conv.dilation, groups=lat)
+        phi = phi_flat.view(b, lat, lat * lk)  # (B, L_out, L_in * L_k)
+        u = torch.matmul(phi, z.view(b, lat * lk, h * w))  # (B, L, N)
+        return self.conv_p(u.view(b, lat, h, w))
+
+    def _residual_channel(self, x: torch.Tensor, phi_flat: torch.Tensor, b: int, h: int, w: int) -> torch.Tensor:
+        """Eq. 5, 6: the 1x1 latent path, at the centre tap of a k x k layer."""
         z = self.conv_q(pad_input(x, self.tap_pads))  # (B, L, H', W'): the centre tap's 1x1 view
         if self.bn1 is not None:
             z = self.bn1(z)
@@ -350,7 +384,7 @@ class DCDConv2d(_DCDBase):
         return self.conv_p(u.view(b, self.latent_dim, h, w))
 
     def extra_repr(self) -> str:
-        kind = "depthwise" if self.form.depthwise else "joint" if self.form.joint else "channel"
+        kind = self.form.kind
         geometry = f"k={self.kernel_size}, s={self.stride}"
         if self.padding != tuple(d * (k // 2) for k, d in zip(self.conv.kernel_size, self.conv.dilation)):
             geometry += f", padding={self.padding}"

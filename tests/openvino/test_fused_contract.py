@@ -6,40 +6,20 @@ from __future__ import annotations
 
 import ctypes
 import itertools
-from types import SimpleNamespace
 
 import pytest
 
 pytest.importorskip("openvino")
 
-from dcd_deploy.exporters import _fused  # noqa: E402
+from dcd_deploy.exporters import _fused, fused_inputs  # noqa: E402
 from dcd_deploy.openvino import build_extension  # noqa: E402
 
 
-# --- adapter: the one place that reads the Python side's description ------------------
-class _AnyTensor:
-    def flatten(self, _dim):
-        return self
-
-
-class _NamesOnly:
-    """Stands in for the exporter's FunctionScope: a constant input is named by its hint."""
-
-    def const(self, hint, _value):
-        return hint
-
-
 def python_inputs(op_type: str, attrs: dict) -> list[str]:
-    """The node's inputs in order, as the exporter emits them (exporters/_fused.py: the
-    activations of ``emit``/``_emit_around_conv``, then ``_weights``)."""
-    t = _AnyTensor()
-    layer = SimpleNamespace(se=bool(attrs["se"]), scale_w=t if attrs["attention"] else None, fc1=t, gate=t,
-                            phi_w=t, phi_b=t, q=t, q_b=t, p=t, w0=t, bias=t)
-    around_conv = op_type == _fused.EPILOGUE_OP_TYPE
-    acts = ["conv", "x"] if around_conv else ["x"]
-    acts += ["residual"] if attrs["residual"] else []
-    return acts + list(_fused._weights(_NamesOnly(), layer, with_w0=not around_conv))
-# ----------------------------------------------------------------------------------------
+    """The node's inputs in order, as the exporter emits them (its one description)."""
+    return fused_inputs(attrs, op_type)
+
+
 
 
 def _emitted_attributes():

@@ -1,0 +1,48 @@
+"""The fused ops' input order, one table for the exporter and the C++ side's test.
+
+``DCDPointwise`` and ``DCDConvEpilogue`` (docs/design.md#fused-op) take their inputs in
+the order of :data:`INPUTS`; an input with a condition is present only when that
+attribute is 1. :func:`fused_inputs` is a pure function of the op type and the node's
+attributes: :mod:`._fused` emits the nodes by it, and the OpenVINO extension's test
+reads it to check the C++ op's input indices.
+"""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+from typing import Mapping
+
+POINTWISE = "DCDPointwise"
+EPILOGUE = "DCDConvEpilogue"
+
+#: Per op type: (input, attribute that must be 1 for it to be present, or None).
+INPUTS: Mapping[str, tuple[tuple[str, str | None], ...]] = MappingProxyType({
+    POINTWISE: (
+        ("x", None), ("residual", "residual"), ("fc1", None), ("gate", "se"), ("scale_w", "attention"),
+        ("phi_w", None), ("phi_b", None), ("q", None), ("q_b", None), ("p", None), ("w0", None), ("bias", None),
+    ),
+    EPILOGUE: (
+        ("conv", None), ("x", None), ("residual", "residual"), ("fc1", None), ("gate", "se"),
+        ("scale_w", "attention"), ("phi_w", None), ("phi_b", None), ("q", None), ("q_b", None), ("p", None),
+        ("bias", None),
+    ),
+})
+#: Inputs that are activations (NHWC tensors of the graph); the rest are constants.
+ACTIVATIONS = frozenset({"x", "conv", "residual"})
+
+
+def fused_inputs(attrs: Mapping[str, object], op_type: str = POINTWISE) -> list[str]:
+    """The names of a fused node's inputs, in order, for its attributes.
+
+    Args:
+        attrs: the node's attributes (``residual``, ``se``, ``attention`` as 0/1; any
+            others are ignored).
+        op_type: ``DCDPointwise`` or ``DCDConvEpilogue``.
+
+    Returns:
+        Input names, e.g. ``["x", "fc1", "phi_w", "phi_b", "q", "q_b", "p", "w0", "bias"]``
+        for a DCDPointwise node without residual, SE gate or Λ.
+    """
+    if op_type not in INPUTS:
+        raise ValueError(f"op_type must be one of {tuple(INPUTS)}, not {op_type!r}")
+    return [name for name, flag in INPUTS[op_type] if flag is None or int(attrs.get(flag, 0)) == 1]

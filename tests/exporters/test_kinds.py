@@ -1,0 +1,85 @@
+"""One deploy class per DCD kind: which layer gets which, and what each says about itself.
+
+Oracles: the paper's forms (Eq. 5-8) as the layer's arguments select them, and the MAdd
+formulas of docs/design.md#counting-conventions computed by hand for small layers.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from dcd_deploy.exporters import DeployDCD, deploy_kind
+from dcd_deploy.exporters._kinds import CentreTap, Depthwise, Joint, Linear, Pointwise
+from dcd_deploy.layers import DCDConv2d, DCDLinear
+
+
+@pytest.mark.parametrize("layer, kind", [
+    (DCDConv2d(8, 16, 1), Pointwise),
+    (DCDConv2d(8, 16, 1, stride=2, num_blocks=2), Pointwise),
+    (DCDConv2d(8, 16, 3), CentreTap),
+    (DCDConv2d(8, 8, 3, groups=8), Depthwise),
+    (DCDConv2d(8, 16, 3, joint_fusion=True), Joint),
+    (DCDConv2d(8, 16, 3, channel_fusion=False), CentreTap),
+    (DCDLinear(16, 10), Linear),
+], ids=["1x1", "1x1 s2 B2", "3x3", "dw", "joint", "3x3 Λ only", "linear"])
+def test_each_form_gets_its_kind_and_keeps_its_label(layer, kind):
+    assert type(deploy_kind(layer)) is kind
+    assert DeployDCD(layer.eval()).kind == kind.name
+
+
+def test_only_dcd_layers_have_a_kind():
+    with pytest.raises(TypeError):
+        deploy_kind(nn.Conv2d(8, 8, 1))
+
+
+def test_only_unpadded_stride_1_single_block_1x1_layers_have_the_weight_form():
+    assert DeployDCD.supports_weight_form(DCDConv2d(8, 16, 1))
+    for layer in (DCDConv2d(8, 16, 1, stride=2), DCDConv2d(8, 16, 1, num_blocks=2), DCDConv2d(8, 16, 3),
+                  DCDConv2d(8, 8, 3, groups=8), DCDLinear(16, 10), DCDConv2d(8, 16, 1, channel_fusion=False)):
+        assert not DeployDCD.supports_weight_form(layer)
+        assert DeployDCD(layer.eval(), strategy="weight").strategy == "latent"
+
+
+def test_pointwise_madds_by_hand():
+    """C_in 8, C_out 16, L 4, 5x5 map: latent per pixel W0 128 + Λ 16 + Q 32 + Φ 16 + P 64;
+    weight once: Λ ⊙ W0 128 + PΦ 16·16 + (PΦ)Q 16·4·8, plus W(x) x per pixel 128."""
+    layer = DCDConv2d(8, 16, 1, latent_dim=4)
+    n = 25
+    assert deploy_kind(layer).madds(layer, n, n) == ((128 + 16 + 32 + 16 + 64) * n, 128 * n + 128 + 256 + 512)
+
+
+def test_depthwise_and_joint_madds_by_hand():
+    """Depthwise C 8, 3x3, L_k 4: per pixel W0 72 + Λ 8 + R 8·4·9 + Φ 8·16 + P 8·4. Joint C 8 -> 8,
+    3x3, L 2, L_k 4 without Λ: per input pixel Q 16; per output pixel W0 576 + R 2·4·9 + Φ 2·2·4 + P 16."""
+    dw = DCDConv2d(8, 8, 3, groups=8)
+    latent, _ = deploy_kind(dw).madds(dw, 16, 16)
+    assert latent == (72 + 8 + 288 + 128 + 32) * 16
+    joint = DCDConv2d(8, 8, 3, joint_fusion=True, latent_dim=2, kernel_latent_dim=4, channel_attention=False)
+    latent, weight = deploy_kind(joint).madds(joint, 16, 4)
+    assert latent == 16 * 16 + (576 + 72 + 16 + 16) * 4
+    assert weight == 576 * 4 + 2 * 2 * 4 * 9 + 8 * 2 * 2 * 9 + 8 * 2 * 8 * 9
+
+
+@pytest.mark.parametrize("layer, reason", [
+    (DCDConv2d(8, 8, 3, groups=8), "depthwise"),
+    (DCDConv2d(8, 16, 3, joint_fusion=True), "joint fusion"),
+    (DCDLinear(16, 10), "classifier (DCD linear layer)"),
+    (DCDConv2d(8, 16, 1, num_blocks=2), "2 latent blocks"),
+    (DCDConv2d(8, 16, 3, padding=0), "padding (0, 0, 0, 0)"),
+    (DCDConv2d(8, 16, 1), None),
+    (DCDConv2d(8, 16, 3, stride=2), None),
+])
+def test_fused_contract_per_kind(layer, reason):
+    deploy = DeployDCD(layer.eval())
+    assert deploy.form_kind.why_not_fused(deploy) == reason
+    if reason is None:
+        want = "DCDPointwise" if layer.kernel_size == 1 and layer.stride == 1 else "DCDConvEpilogue"
+        assert deploy.form_kind.fused_op(deploy) == want
+
+
+def test_meta_layers_are_counted_without_weights():
+    with torch.device("meta"):
+        layer = DCDConv2d(8, 16, 3)
+    assert deploy_kind(layer).madds(layer, 4, 4)[0] > 0
