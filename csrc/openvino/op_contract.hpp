@@ -1,7 +1,7 @@
 // The contract both fused ops share with the exporter (docs/design.md "Fused op"): their
 // common attributes and the positions of their inputs. The Python side's description of
 // the same inputs is compared with InputLayout through the C entry point
-// dcd_deploy_ov_inputs (tests/openvino/test_fused_contract.py).
+// dcd_deploy_ov_inputs (tests/openvino/test_fused_contract_cpp.py).
 #pragma once
 
 #include <openvino/core/attribute_visitor.hpp>
