@@ -15,8 +15,18 @@ from .errors import DCDDeployError
 from .models import create_model, list_models, pseudo_train
 
 __all__ = [
-    "DCDDeployError", "__version__", "check_parity", "convert", "create_model", "export_onnx",
-    "list_models", "load_checkpoint", "openvino_extension", "pseudo_train", "save_checkpoint", "to_deploy",
+    "DCDDeployError",
+    "__version__",
+    "check_parity",
+    "convert",
+    "create_model",
+    "export_onnx",
+    "list_models",
+    "load_checkpoint",
+    "openvino_extension",
+    "pseudo_train",
+    "save_checkpoint",
+    "to_deploy",
     "to_static",
 ]
 

@@ -13,8 +13,7 @@ import sys
 from ._version import __version__
 
 #: Subcommand -> module whose click command ``main`` runs it.
-COMMANDS = {"export": "dcd_deploy.cli.export", "validate": "dcd_deploy.cli.validate",
-            "bench": "dcd_deploy.cli.bench"}
+COMMANDS = {"export": "dcd_deploy.cli.export", "validate": "dcd_deploy.cli.validate", "bench": "dcd_deploy.cli.bench"}
 PROG = "python -m dcd_deploy"
 USAGE = f"usage: {PROG} {{{','.join(COMMANDS)}}} [ARGS]...  (each command takes --help)"
 

@@ -19,15 +19,20 @@ import os
 import re
 import secrets
 import stat
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterable, Iterator
 
 from . import _cleanup
 from .errors import DCDDeployError
 
-_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"),
-          (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
+_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+)
 
 #: Errors of a write that ran out of room: disk full, quota, file size limit.
 _FULL = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
@@ -60,11 +65,12 @@ def write_target(path: str | os.PathLike, *, error: type[DCDDeployError] = DCDDe
         raise error(f"cannot write {path}: {exc.strerror or exc}") from None
     if not stat.S_ISREG(st.st_mode):
         via = f" (via the symlink {path})" if target is not path else ""
-        raise error(f"output path {target}{via} is {file_kind(st.st_mode)}, not a regular file; "
-                    "refusing to replace it")
+        raise error(f"output path {target}{via} is {file_kind(st.st_mode)}, not a regular file; refusing to replace it")
     if st.st_nlink > 1:
-        raise error(f"output path {target} has {st.st_nlink} hard links; replacing it would split it from "
-                    "the others; remove it or choose another name")
+        raise error(
+            f"output path {target} has {st.st_nlink} hard links; replacing it would split it from "
+            "the others; remove it or choose another name"
+        )
     return target
 
 
@@ -94,8 +100,12 @@ def _identity(path: str | os.PathLike) -> tuple | None:
         return (os.path.realpath(path),)
 
 
-def check_distinct(*, outputs: Iterable[str | os.PathLike | None], inputs: Iterable[str | os.PathLike | None] = (),
-                   error: type[DCDDeployError] = DCDDeployError) -> None:
+def check_distinct(
+    *,
+    outputs: Iterable[str | os.PathLike | None],
+    inputs: Iterable[str | os.PathLike | None] = (),
+    error: type[DCDDeployError] = DCDDeployError,
+) -> None:
     """Refuse an output that is an input, or two outputs that are the same file.
 
     Links and relative spellings are seen through (same device and inode, or the same
@@ -142,8 +152,9 @@ def atomic_output(path: str | os.PathLike, *, error: type[DCDDeployError] = DCDD
         except OSError as exc:
             if exc.errno not in _FULL:
                 raise
-            raise error(f"cannot write {path}: {exc.strerror or exc} (nothing written; the previous file, "
-                        "if any, is intact)") from None
+            raise error(
+                f"cannot write {path}: {exc.strerror or exc} (nothing written; the previous file, if any, is intact)"
+            ) from None
         except DCDDeployError as exc:
             _name_the_output(exc, tmp, path)
             raise

@@ -18,7 +18,7 @@ import shutil
 import signal
 import tempfile
 import threading
-from typing import Iterator
+from collections.abc import Iterator
 
 _lock = threading.Lock()
 _paths: dict[str, None] = {}

@@ -86,14 +86,17 @@ def build_from_factory(spec: str | FactorySpec) -> nn.Module:
     """
     parsed = spec if isinstance(spec, FactorySpec) else parse_factory_spec(spec)
     if parsed is None:
-        raise ModelSpecError(f"{spec}: expected MODULE:FUNCTION (a Python file or module, and the function "
-                             "that returns the model, e.g. mynet.py:build)")
+        raise ModelSpecError(
+            f"{spec}: expected MODULE:FUNCTION (a Python file or module, and the function "
+            "that returns the model, e.g. mynet.py:build)"
+        )
     module = _import(parsed)
     factory = _attribute(module, parsed)
     where = f"{parsed.module}:{parsed.function}"
     if not callable(factory):
-        raise ModelSpecError(f"{where} is a value of type {type(factory).__name__}, not a function that "
-                             "returns the model")
+        raise ModelSpecError(
+            f"{where} is a value of type {type(factory).__name__}, not a function that returns the model"
+        )
     _check_no_required_arguments(factory, where)
     try:
         model = _run_user_code(factory, parsed)
@@ -135,9 +138,11 @@ def _import_module(parsed: FactorySpec):
         return _run_user_code(importlib.import_module, parsed, parsed.module)
     except _UserCodeFailed as exc:
         wanted = parsed.module.split(".")
-        if exc.missing is not None and exc.missing.split(".") == wanted[:len(exc.missing.split("."))]:
-            raise ModelSpecError(f"{parsed.module}: no such module (nor a file: a file path ends in .py); MODEL "
-                                 f"{parsed.spec} names a Python file or an importable module, and a function") from None
+        if exc.missing is not None and exc.missing.split(".") == wanted[: len(exc.missing.split("."))]:
+            raise ModelSpecError(
+                f"{parsed.module}: no such module (nor a file: a file path ends in .py); MODEL "
+                f"{parsed.spec} names a Python file or an importable module, and a function"
+            ) from None
         raise ModelSpecError(f"importing {parsed.module} failed: {exc.text}") from None
 
 
@@ -150,8 +155,9 @@ def _attribute(module, parsed: FactorySpec):
             names = [n for n in dir(obj) if not n.startswith("_") and callable(getattr(obj, n, None))]
             own = [n for n in names if getattr(getattr(obj, n), "__module__", None) == getattr(module, "__name__", "")]
             close = difflib.get_close_matches(part, names, n=3, cutoff=0.5)
-            hint = (f"; did you mean {', '.join(close)}?" if close
-                    else f" (it defines {', '.join(own[:8])})" if own else "")
+            hint = (
+                f"; did you mean {', '.join(close)}?" if close else f" (it defines {', '.join(own[:8])})" if own else ""
+            )
             raise ModelSpecError(f"{owner} has no function {part!r}{hint}")
         obj = getattr(obj, part)
     return obj
@@ -162,11 +168,16 @@ def _check_no_required_arguments(factory, where: str) -> None:
         signature = inspect.signature(factory)
     except (TypeError, ValueError):  # builtins and some C callables: just call them
         return
-    required = [p.name for p in signature.parameters.values()
-                if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    required = [
+        p.name
+        for p in signature.parameters.values()
+        if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+    ]
     if required:
-        raise ModelSpecError(f"{where} takes required arguments ({', '.join(required)}); the factory is called "
-                             "with none: give them defaults, or wrap it in a function without arguments")
+        raise ModelSpecError(
+            f"{where} takes required arguments ({', '.join(required)}); the factory is called "
+            "with none: give them defaults, or wrap it in a function without arguments"
+        )
 
 
 class _UserCodeFailed(Exception):
@@ -205,11 +216,14 @@ def _describe(exc: BaseException, parsed: FactorySpec) -> str:
     """``Type: message (at file, line N)``: the deepest frame in the user's own code."""
     text = " ".join(str(exc).split())
     if len(text) > _MAX_QUOTED:
-        text = text[:_MAX_QUOTED - 3] + "..."
+        text = text[: _MAX_QUOTED - 3] + "..."
     line = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
     package = str(Path(__file__).resolve().parent)
-    frames = [f for f in traceback.extract_tb(exc.__traceback__)
-              if not f.filename.startswith(package) and "importlib" not in f.filename]
+    frames = [
+        f
+        for f in traceback.extract_tb(exc.__traceback__)
+        if not f.filename.startswith(package) and "importlib" not in f.filename
+    ]
     if parsed.is_file:
         target = str(Path(parsed.module).resolve())
         mine = [f for f in frames if os.path.abspath(f.filename) == target]

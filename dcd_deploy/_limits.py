@@ -66,7 +66,8 @@ def check_memory(*, input_size: int, batch: int, n_inputs: int = 0, what: str = 
         raise UnsupportedInputError(
             f"{what} at input size {input_size} with batch {batch}{extra} would need about "
             f"{need / 2**30:.0f} GiB of memory, above the {MAX_PEAK_BYTES >> 30} GiB limit; "
-            "use a smaller input size, batch or input count")
+            "use a smaller input size, batch or input count"
+        )
 
 
 def check_input_size_range(size: int, *, source: str) -> int:
@@ -109,8 +110,9 @@ def check_config(config: dict, *, source: str, error: type[DCDDeployError]) -> d
         if ok:
             ok = (low <= value if low_ok else low < value) and value <= high
         if not ok:
-            raise error(f"{source}: config {key}={value!r} is not a number in "
-                        f"{'[' if low_ok else '('}{low:g}, {high:g}]")
+            raise error(
+                f"{source}: config {key}={value!r} is not a number in {'[' if low_ok else '('}{low:g}, {high:g}]"
+            )
     return config
 
 
@@ -145,8 +147,10 @@ def load_onnx_checked(path):
     if not stat.S_ISREG(st.st_mode):
         raise DCDDeployError(f"{path} is not a regular file")
     if st.st_size > MAX_ONNX_BYTES:
-        raise DCDDeployError(f"{path} is {st.st_size / 2**30:.1f} GiB; an ONNX model without external data "
-                             f"is at most 2 GiB (protobuf's limit), so it is not one this toolkit wrote")
+        raise DCDDeployError(
+            f"{path} is {st.st_size / 2**30:.1f} GiB; an ONNX model without external data "
+            f"is at most 2 GiB (protobuf's limit), so it is not one this toolkit wrote"
+        )
     if st.st_size == 0:
         raise DCDDeployError(f"{path} is empty, not an ONNX model")
     try:

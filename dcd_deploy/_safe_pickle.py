@@ -84,10 +84,12 @@ def check_zip(zf: zipfile.ZipFile, *, path: Path, file_size: int) -> None:
         if info.file_size > (1 << 20) and info.file_size > MAX_INFLATION * max(info.compress_size, 1):
             raise CheckpointError(
                 f"{path}: zip member {info.filename} inflates from {info.compress_size} to {info.file_size} bytes "
-                f"(more than {MAX_INFLATION}x); torch checkpoints store their data uncompressed; refusing it")
+                f"(more than {MAX_INFLATION}x); torch checkpoints store their data uncompressed; refusing it"
+            )
     if total > (1 << 20) + MAX_TOTAL_INFLATION * file_size:
-        raise CheckpointError(f"{path}: its zip members inflate to {total} bytes, more than {MAX_TOTAL_INFLATION}x "
-                              "the file; refusing it")
+        raise CheckpointError(
+            f"{path}: its zip members inflate to {total} bytes, more than {MAX_TOTAL_INFLATION}x the file; refusing it"
+        )
 
 
 class _Reader:
@@ -102,7 +104,7 @@ class _Reader:
 
     def read(self, n: int = -1) -> bytes:
         end = len(self.buf) if n is None or n < 0 else min(len(self.buf), self.pos + n)
-        data = bytes(self.buf[self.pos:end])
+        data = bytes(self.buf[self.pos : end])
         self.pos = end
         return data
 
@@ -178,8 +180,9 @@ class _Machine:
     def call(self, func: list, args: list, what: str) -> list:
         if args[1] > self.int_limit:
             name = f" {func[2]}" if func[2] else ""
-            raise _Refused(f"asks to build an object ({what}{name}) from the number {args[1]}, "
-                           "far larger than the file")
+            raise _Refused(
+                f"asks to build an object ({what}{name}) from the number {args[1]}, far larger than the file"
+            )
         cell = self.new([args])
         cell[1] = 0  # the count was consumed by the call
         return cell
@@ -278,8 +281,9 @@ def _scan_all(stream: _Reader, path: Path, int_limit: int, count: int) -> None:
             if stream.at_end():
                 break
     except _Refused as exc:
-        raise CheckpointError(f"{path} is not a plausible checkpoint: its pickled data {exc}; refusing to "
-                              "load it") from None
+        raise CheckpointError(
+            f"{path} is not a plausible checkpoint: its pickled data {exc}; refusing to load it"
+        ) from None
     except Exception:  # _Damaged, or whatever genops's parsers raise on garbage
         raise CheckpointError(f"{path} {_DAMAGED}") from None
 

@@ -12,7 +12,7 @@ their own counts for what they time (``dcd_deploy.bench.harness.pinned_threads``
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator
+from collections.abc import Iterator
 
 #: Intra-op threads for model preparation.
 PREPARATION_THREADS = 1

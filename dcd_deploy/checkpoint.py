@@ -29,12 +29,12 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from ._atomic import atomic_output
 from ._limits import check_config
 from ._safe_pickle import check_regular_file, check_zip, scan_pickle
 from .errors import CheckpointError, StateDictMismatchError, UnsafeCheckpointError
 from .models import authors
-from .state_dict import first_line as _first_line, listing as _listing
+from .state_dict import first_line as _first_line
+from .state_dict import listing as _listing
 from .state_dict import load_weights, save_atomic, strip_module_prefix  # noqa: F401  (public here too)
 
 FORMAT = "dcd-deploy"
@@ -70,17 +70,27 @@ def save_checkpoint(model: nn.Module, path: str | os.PathLike) -> Path:
     if not isinstance(arch, str):
         raise CheckpointError(
             f"{type(model).__name__} has no .arch, the architecture name a checkpoint records; "
-            "build it with create_model() or set model.arch and model.config")
+            "build it with create_model() or set model.arch and model.config"
+        )
     config = getattr(model, "config", {})
     if not isinstance(config, dict):
         raise CheckpointError(f"model.config is a {type(config).__name__}, not a dict of create_model() knobs")
     config = _plain(config, "model.config")
-    return save_atomic({"format": FORMAT, "format_version": FORMAT_VERSION, "arch": arch,
-                        "config": config, "state_dict": model.state_dict()}, path)
+    return save_atomic(
+        {
+            "format": FORMAT,
+            "format_version": FORMAT_VERSION,
+            "arch": arch,
+            "config": config,
+            "state_dict": model.state_dict(),
+        },
+        path,
+    )
 
 
-def load_checkpoint(path: str | os.PathLike, *, arch: str | None = None, trust_checkpoint: bool = False,
-                    **overrides) -> nn.Module:
+def load_checkpoint(
+    path: str | os.PathLike, *, arch: str | None = None, trust_checkpoint: bool = False, **overrides
+) -> nn.Module:
     """Build the model a checkpoint file describes and load its weights.
 
     Args:
@@ -122,10 +132,12 @@ def load_checkpoint(path: str | os.PathLike, *, arch: str | None = None, trust_c
         raise _arch_conflict(path, file_arch, arch)
     arch = arch or file_arch
     if arch is None:
-        raise CheckpointError(f"{path} is a plain state dict that does not name its architecture; "
-                              "pass --arch NAME for a zoo architecture (arch=...; names from list_models()), "
-                              "or give your own model as MODULE:FUNCTION (e.g. mynet.py:build) with "
-                              f"--weights {path}")
+        raise CheckpointError(
+            f"{path} is a plain state dict that does not name its architecture; "
+            "pass --arch NAME for a zoo architecture (arch=...; names from list_models()), "
+            "or give your own model as MODULE:FUNCTION (e.g. mynet.py:build) with "
+            f"--weights {path}"
+        )
     model = authors.build_model(arch, **{**config, **overrides})
     # Plain state dicts may come from the authors' code with a zoo name given.
     load_weights(model, state_dict if ours else authors.to_zoo_layout(state_dict))
@@ -135,8 +147,11 @@ def load_checkpoint(path: str | os.PathLike, *, arch: str | None = None, trust_c
 def _own_module(obj) -> bool:
     """A pickled ``nn.Module`` (only from a trusted file) that is not a zoo model; not
     TorchScript, whose program the exporters cannot trace."""
-    return (isinstance(obj, nn.Module) and not isinstance(obj, torch.jit.ScriptModule)
-            and not (isinstance(getattr(obj, "arch", None), str) and isinstance(getattr(obj, "config", None), dict)))
+    return (
+        isinstance(obj, nn.Module)
+        and not isinstance(obj, torch.jit.ScriptModule)
+        and not (isinstance(getattr(obj, "arch", None), str) and isinstance(getattr(obj, "config", None), dict))
+    )
 
 
 def _plain(value, where: str):
@@ -149,16 +164,19 @@ def _plain(value, where: str):
         return {_plain(v, f"{where} item") for v in value}
     if isinstance(value, dict) and all(isinstance(k, str) for k in value):
         return {k: _plain(v, f"{where}[{k!r}]") for k, v in value.items()}
-    raise CheckpointError(f"{where} holds a {type(value).__name__}, which a safely loadable checkpoint "
-                          "cannot store; use numbers, strings, lists, sets and dicts")
+    raise CheckpointError(
+        f"{where} holds a {type(value).__name__}, which a safely loadable checkpoint "
+        "cannot store; use numbers, strings, lists, sets and dicts"
+    )
 
 
 def _read(path: Path, trust: bool):
     """The object stored in ``path``, loaded safely unless ``trust``."""
     kind = _sniff(path)  # also scans the pickled data: nothing below reads an implausible file
     if kind == "torchscript" and not trust:
-        raise UnsafeCheckpointError(f"{path} is a TorchScript archive; reading its weights means loading "
-                                    f"the program it holds; {_TRUST_HINT}")
+        raise UnsafeCheckpointError(
+            f"{path} is a TorchScript archive; reading its weights means loading the program it holds; {_TRUST_HINT}"
+        )
     if kind != "torchscript":
         try:
             with warnings.catch_warnings():
@@ -176,13 +194,15 @@ def _read(path: Path, trust: bool):
                 refs = f" (it references {', '.join(names)})" if names else ""
                 raise UnsafeCheckpointError(
                     f"{path} needs full unpickling to load{refs}, which runs any code stored in the file "
-                    f"(it holds more than tensors and plain data); {_TRUST_HINT}") from exc
+                    f"(it holds more than tensors and plain data); {_TRUST_HINT}"
+                ) from exc
         except MemoryError:
             raise CheckpointError(f"cannot read {path}: out of memory while loading it") from None
         except Exception as exc:
             raise CheckpointError(f"cannot read {path} (damaged or truncated?): {_first_line(exc)}") from exc
-    warnings.warn(f"loading {path} with trust_checkpoint=True: this runs any code stored in the file",
-                  UserWarning, stacklevel=3)
+    warnings.warn(
+        f"loading {path} with trust_checkpoint=True: this runs any code stored in the file", UserWarning, stacklevel=3
+    )
     # A pickled model's classes live in the user's project: importable from where they run
     # the command, as under `python -m` (console scripts leave the working directory out).
     cwd = os.getcwd()
@@ -194,9 +214,11 @@ def _read(path: Path, trust: bool):
             return torch.jit.load(str(path), map_location="cpu")
         return torch.load(path, map_location="cpu", weights_only=False)
     except ModuleNotFoundError as exc:
-        raise CheckpointError(f"cannot read {path}: it pickles objects of module {exc.name!r}, which is not "
-                              "importable here (run from the directory that holds it, or add it to "
-                              "PYTHONPATH)") from exc
+        raise CheckpointError(
+            f"cannot read {path}: it pickles objects of module {exc.name!r}, which is not "
+            "importable here (run from the directory that holds it, or add it to "
+            "PYTHONPATH)"
+        ) from exc
     except Exception as exc:
         raise CheckpointError(f"cannot read {path}: {_first_line(exc)}") from exc
     finally:
@@ -253,8 +275,10 @@ def _unpack(obj, path: Path) -> tuple[Mapping[str, torch.Tensor], str | None, di
     if obj.get("format") == FORMAT:
         version = obj.get("format_version")
         if not isinstance(version, int) or version > FORMAT_VERSION:
-            raise CheckpointError(f"{path} has dcd-deploy format version {version!r}; this version of "
-                                  f"dcd-deploy reads up to {FORMAT_VERSION} (upgrade dcd-deploy)")
+            raise CheckpointError(
+                f"{path} has dcd-deploy format version {version!r}; this version of "
+                f"dcd-deploy reads up to {FORMAT_VERSION} (upgrade dcd-deploy)"
+            )
         arch, config = obj.get("arch"), obj.get("config")
         if not isinstance(arch, str) or not isinstance(config, dict):
             raise CheckpointError(f"{path} is a damaged dcd-deploy checkpoint (no arch or config)")
@@ -265,8 +289,9 @@ def _unpack(obj, path: Path) -> tuple[Mapping[str, torch.Tensor], str | None, di
         return _state_dict(obj["state_dict"], path), arch if isinstance(arch, str) else None, {}, False
     if obj and all(isinstance(v, torch.Tensor) for v in obj.values()):
         return _state_dict(obj, path), None, {}, False
-    raise CheckpointError(f"{path} holds a dict that is neither a checkpoint nor a state dict "
-                          f"(keys: {_listing([str(k) for k in obj])})")
+    raise CheckpointError(
+        f"{path} holds a dict that is neither a checkpoint nor a state dict (keys: {_listing([str(k) for k in obj])})"
+    )
 
 
 def _state_dict(obj, path: Path) -> Mapping[str, torch.Tensor]:
@@ -279,8 +304,9 @@ def _state_dict(obj, path: Path) -> Mapping[str, torch.Tensor]:
             raise CheckpointError(f"{path}: its state_dict maps {key!r} to a {type(value).__name__}, not a tensor")
         problem = _tensor_problem(key, value)
         if problem:
-            raise CheckpointError(f"{path}: its state_dict entry {key} is {problem}; a checkpoint holds dense "
-                                  "CPU floating-point weights")
+            raise CheckpointError(
+                f"{path}: its state_dict entry {key} is {problem}; a checkpoint holds dense CPU floating-point weights"
+            )
     return obj
 
 
@@ -298,8 +324,10 @@ def _tensor_problem(key: str, t: torch.Tensor) -> str | None:
     if t.is_quantized:
         return "a quantized tensor"
     # BatchNorm's step counter is the one integer entry of a state dict.
-    if not (t.is_floating_point() or (key.endswith("num_batches_tracked") and t.numel() == 1
-                                      and not t.is_complex() and t.dtype != torch.bool)):
+    if not (
+        t.is_floating_point()
+        or (key.endswith("num_batches_tracked") and t.numel() == 1 and not t.is_complex() and t.dtype != torch.bool)
+    ):
         return f"a {str(t.dtype).replace('torch.', '')} tensor"
     if t.numel() == 0:
         return None
@@ -313,13 +341,21 @@ def _tensor_problem(key: str, t: torch.Tensor) -> str | None:
 
 
 def _arch_conflict(path: Path, found: str, given: str) -> CheckpointError:
-    return CheckpointError(f"{path} holds a {found} checkpoint, but arch {given!r} was given; "
-                           "leave --arch out or name the matching architecture")
+    return CheckpointError(
+        f"{path} holds a {found} checkpoint, but arch {given!r} was given; "
+        "leave --arch out or name the matching architecture"
+    )
 
 
-def resolve_model(spec: str, *, arch: str | None = None, weights: str | os.PathLike | None = None,
-                  trust_checkpoint: bool = False, seed: int | None = 0,
-                  input_size: int | tuple[int, int] = 224) -> nn.Module:
+def resolve_model(
+    spec: str,
+    *,
+    arch: str | None = None,
+    weights: str | os.PathLike | None = None,
+    trust_checkpoint: bool = False,
+    seed: int | None = 0,
+    input_size: int | tuple[int, int] = 224,
+) -> nn.Module:
     """A MODEL argument as the commands take it: a checkpoint path, a zoo name or ``MODULE:FUNCTION``.
 
     A zoo name gives the model with :func:`~dcd_deploy.models.pseudo_train` weights for
@@ -368,14 +404,17 @@ def resolve_model(spec: str, *, arch: str | None = None, weights: str | os.PathL
         if not path.exists():
             close = closest_models(spec)
             hint = f"; did you mean {', '.join(close)}?" if close else ""
-            raise CheckpointError(f"{spec}: no such file, and not a model name{hint} (a model of your own: "
-                                  "MODULE:FUNCTION, e.g. mynet.py:build)")
+            raise CheckpointError(
+                f"{spec}: no such file, and not a model name{hint} (a model of your own: "
+                "MODULE:FUNCTION, e.g. mynet.py:build)"
+            )
         if path.suffix == ".py":
-            raise CheckpointError(f"{spec} is Python source, not a checkpoint: name the function that returns "
-                                  f"the model, {spec}:FUNCTION (e.g. {spec}:build)")
+            raise CheckpointError(
+                f"{spec} is Python source, not a checkpoint: name the function that returns "
+                f"the model, {spec}:FUNCTION (e.g. {spec}:build)"
+            )
         if weights is not None:
-            raise CheckpointError(f"{spec} is a checkpoint already; --weights goes with a zoo name or "
-                                  "MODULE:FUNCTION")
+            raise CheckpointError(f"{spec} is a checkpoint already; --weights goes with a zoo name or MODULE:FUNCTION")
         named = path.name.split(".")[0]
         try:
             try:
@@ -385,8 +424,9 @@ def resolve_model(spec: str, *, arch: str | None = None, weights: str | os.PathL
                     raise
                 model = load_checkpoint(path, arch=named, trust_checkpoint=trust_checkpoint)
         except UnknownModelError as exc:
-            raise UnknownModelError(f"{exc}; a model of your own is given as MODULE:FUNCTION (e.g. "
-                                    "mynet.py:build) with --weights FILE") from None
+            raise UnknownModelError(
+                f"{exc}; a model of your own is given as MODULE:FUNCTION (e.g. mynet.py:build) with --weights FILE"
+            ) from None
         _check_sides(model, sides, check_input_size)
         return model
     if arch not in (None, spec):
@@ -404,8 +444,9 @@ def resolve_model(spec: str, *, arch: str | None = None, weights: str | os.PathL
     return model
 
 
-def load_weights_file(model: nn.Module, path: str | os.PathLike, *, trust_checkpoint: bool = False,
-                      label: str | None = None) -> nn.Module:
+def load_weights_file(
+    model: nn.Module, path: str | os.PathLike, *, trust_checkpoint: bool = False, label: str | None = None
+) -> nn.Module:
     """Load the state dict stored in ``path`` into ``model`` (in place), strictly.
 
     ``path`` may hold a plain state dict, ``{"state_dict": ...}`` (the authors' release

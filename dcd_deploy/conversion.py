@@ -14,8 +14,8 @@ import copy
 import fnmatch
 import inspect
 import re
-from dataclasses import dataclass, field
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from typing import Union
 
 import torch
@@ -57,8 +57,9 @@ def _matcher(spec: NameFilter | None, argument: str) -> Callable[[str], bool] | 
     if isinstance(spec, Iterable):
         parts = [_matcher(s, argument) for s in spec]
         return lambda path: any(m(path) for m in parts)
-    raise TypeError(f"{argument} must be a glob string, a compiled regex, a callable or a list of these, "
-                    f"not {type(spec).__name__}")
+    raise TypeError(
+        f"{argument} must be a glob string, a compiled regex, a callable or a list of these, not {type(spec).__name__}"
+    )
 
 
 def _kernel_set(kernel_sizes) -> set[tuple[int, int]] | None:
@@ -96,8 +97,15 @@ def _replace_modules(model: nn.Module, make: Callable[[str, nn.Module], nn.Modul
 
 
 def convert(
-    model: nn.Module, *, kernel_sizes=(1,), min_channels: int = 16, include: NameFilter | None = None,
-    exclude: NameFilter | None = None, verbose: bool = False, return_report: bool = False, **layer_options,
+    model: nn.Module,
+    *,
+    kernel_sizes=(1,),
+    min_channels: int = 16,
+    include: NameFilter | None = None,
+    exclude: NameFilter | None = None,
+    verbose: bool = False,
+    return_report: bool = False,
+    **layer_options,
 ):
     """A copy of ``model`` with chosen ``nn.Conv2d`` layers replaced by DCD layers.
 
@@ -186,19 +194,35 @@ def to_static(model: nn.Module) -> nn.Module:
     The result has the same shapes and the static network's cost (what ``dcd-bench``
     compares against); it does not compute what the dynamic network computes.
     """
+
     def make(path: str, module: nn.Module) -> nn.Module | None:
         if isinstance(module, DCDConv2d):
             conv = module.conv
-            new = nn.Conv2d(conv.in_channels, conv.out_channels, conv.kernel_size, conv.stride, conv.padding,
-                            conv.dilation, conv.groups, bias=module.bias is not None)
+            new = nn.Conv2d(
+                conv.in_channels,
+                conv.out_channels,
+                conv.kernel_size,
+                conv.stride,
+                conv.padding,
+                conv.dilation,
+                conv.groups,
+                bias=module.bias is not None,
+            )
             weight, bias = conv.weight, module.bias
         elif isinstance(module, DCDLinear):
             new = nn.Linear(module.in_features, module.out_features, bias=module.cls.bias is not None)
             weight, bias = module.cls.weight, module.cls.bias
         elif isinstance(module, MixtureConv2d):
-            new = nn.Conv2d(module.in_channels, module.out_channels, tuple(module.weight.shape[-2:]),
-                            module.stride, module.padding, module.dilation, module.groups,
-                            bias=module.bias is not None)
+            new = nn.Conv2d(
+                module.in_channels,
+                module.out_channels,
+                tuple(module.weight.shape[-2:]),
+                module.stride,
+                module.padding,
+                module.dilation,
+                module.groups,
+                bias=module.bias is not None,
+            )
             weight = module.weight.mean(0)
             bias = module.bias.mean(0) if module.bias is not None else None
         else:

@@ -56,7 +56,8 @@ def load_inputs(path: str | os.PathLike, *, input_size: int | None = None) -> to
         raise UnsupportedInputError(f"inputs file {path} holds {h}x{w} images; the export takes square inputs")
     if input_size is not None and h != input_size:
         raise UnsupportedInputError(
-            f"inputs file {path} holds {h}x{w} images, but the model takes {input_size}x{input_size}")
+            f"inputs file {path} holds {h}x{w} images, but the model takes {input_size}x{input_size}"
+        )
     return data.to(torch.float32).contiguous()
 
 
@@ -69,18 +70,23 @@ def _read(path: Path) -> torch.Tensor:
         try:  # memory-mapped: the shape is checked before anything is read into memory
             array = np.load(path, mmap_mode="r", allow_pickle=False)
         except (ValueError, OSError, EOFError) as exc:
-            raise UnsupportedInputError(f"inputs file {path} is not a readable NumPy .npy file: "
-                                        f"{(str(exc).splitlines() or [type(exc).__name__])[0]}") from None
+            raise UnsupportedInputError(
+                f"inputs file {path} is not a readable NumPy .npy file: "
+                f"{(str(exc).splitlines() or [type(exc).__name__])[0]}"
+            ) from None
         _check_size(path, array.shape)
         if array.dtype.kind != "f":
-            raise UnsupportedInputError(f"inputs file {path} holds {array.dtype} values; expected floating-point images")
+            raise UnsupportedInputError(
+                f"inputs file {path} holds {array.dtype} values; expected floating-point images"
+            )
         return torch.from_numpy(np.array(array, dtype=np.float32))
     _check_pt_bytes(path)
     try:
         data = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # torch.load raises many types for foreign or damaged files
-        raise UnsupportedInputError(f"cannot read inputs file {path} as a tensor: "
-                                    f"{(str(exc).splitlines() or [type(exc).__name__])[0]}") from None
+        raise UnsupportedInputError(
+            f"cannot read inputs file {path} as a tensor: {(str(exc).splitlines() or [type(exc).__name__])[0]}"
+        ) from None
     if not isinstance(data, torch.Tensor):
         raise UnsupportedInputError(f"inputs file {path} holds a {type(data).__name__}, not one tensor")
     _check_dense(path, data)
@@ -94,8 +100,9 @@ def _check_size(path: Path, shape: tuple) -> None:
         raise UnsupportedInputError(f"inputs file {path} holds {values} values; at most {MAX_VALUES} are checked")
 
 
-def load_images(path: str | os.PathLike, *, input_size: int | tuple[int, int] | None = None,
-                preprocess=None) -> tuple[torch.Tensor, str]:
+def load_images(
+    path: str | os.PathLike, *, input_size: int | tuple[int, int] | None = None, preprocess=None
+) -> tuple[torch.Tensor, str]:
     """Read a batch of images for a parity check, in whichever form they were saved.
 
     * floating-point, (N, 3, H, W) or (N, H, W, 3): taken as the model takes them
@@ -126,11 +133,14 @@ def load_images(path: str | os.PathLike, *, input_size: int | tuple[int, int] | 
         data = _read(path)
     shape = tuple(data.shape)
     if data.dtype != torch.uint8 and not data.is_floating_point():
-        raise UnsupportedInputError(f"inputs file {path} holds {data.dtype} values; expected floating-point "
-                                    "(preprocessed) or uint8 (pixel) images")
+        raise UnsupportedInputError(
+            f"inputs file {path} holds {data.dtype} values; expected floating-point "
+            "(preprocessed) or uint8 (pixel) images"
+        )
     if data.dim() != 4 or 3 not in (shape[1], shape[3]):
-        raise UnsupportedInputError(f"inputs file {path} holds a tensor of shape {shape}; expected N x 3 x H x W "
-                                    "or N x H x W x 3")
+        raise UnsupportedInputError(
+            f"inputs file {path} holds a tensor of shape {shape}; expected N x 3 x H x W or N x H x W x 3"
+        )
     layout = "NCHW" if shape[1] == 3 else "NHWC"
     if layout == "NHWC":
         data = data.permute(0, 3, 1, 2)
@@ -142,8 +152,9 @@ def load_images(path: str | os.PathLike, *, input_size: int | tuple[int, int] | 
     if input_size is not None:
         want = (input_size, input_size) if isinstance(input_size, int) else tuple(input_size)
         if (h, w) != want:
-            raise UnsupportedInputError(f"inputs file {path} holds {h}x{w} images, but the model takes "
-                                        f"{want[0]}x{want[1]}")
+            raise UnsupportedInputError(
+                f"inputs file {path} holds {h}x{w} images, but the model takes {want[0]}x{want[1]}"
+            )
     if data.dtype == torch.uint8:
         pre = make_preprocess(preprocess)
         images = pre.apply(data.to(torch.float32) / 255.0).contiguous()
@@ -156,8 +167,9 @@ def _checked_path(path) -> Path:
     """``path`` as a Path: an existing regular file named ``.npy`` or ``.pt``."""
     path = Path(path)
     if not path.is_file():
-        raise UnsupportedInputError(f"inputs file {path}: no such file" if not path.exists()
-                                    else f"inputs file {path} is not a regular file")
+        raise UnsupportedInputError(
+            f"inputs file {path}: no such file" if not path.exists() else f"inputs file {path} is not a regular file"
+        )
     if path.suffix.lower() not in SUFFIXES:
         raise UnsupportedInputError(f"inputs file {path}: expected a .npy or .pt file")
     return path
@@ -183,6 +195,7 @@ def _read_uint8_npy(path: Path) -> torch.Tensor | None:
 
 # -- limits: every size in the file is checked before anything is inflated or allocated --
 
+
 def _check_npy_header(path: Path) -> None:
     """The .npy header's shape, read before NumPy maps the file: non-negative integers,
     at most :data:`MAX_VALUES` values, and no more than the file holds."""
@@ -195,16 +208,21 @@ def _check_npy_header(path: Path) -> None:
             shape, _, dtype = read[version](fh, max_header_size=10_000)
             offset = fh.tell()
     except (ValueError, OSError, EOFError, OverflowError, SyntaxError, TypeError) as exc:
-        raise UnsupportedInputError(f"inputs file {path} is not a readable NumPy .npy file: "
-                                    f"{(str(exc).splitlines() or [type(exc).__name__])[0][:200]}") from None
+        raise UnsupportedInputError(
+            f"inputs file {path} is not a readable NumPy .npy file: "
+            f"{(str(exc).splitlines() or [type(exc).__name__])[0][:200]}"
+        ) from None
     if any(not isinstance(d, int) or d < 0 for d in shape):
-        raise UnsupportedInputError(f"inputs file {path}: its header's shape {str(shape)[:100]} has a negative "
-                                    "dimension; the file is damaged")
+        raise UnsupportedInputError(
+            f"inputs file {path}: its header's shape {str(shape)[:100]} has a negative dimension; the file is damaged"
+        )
     _check_size(path, shape)
     need = offset + int(np.prod(shape, dtype=np.float64)) * dtype.itemsize
     if need > path.stat().st_size:
-        raise UnsupportedInputError(f"inputs file {path} is truncated: its header's shape {shape} needs {need} bytes, "
-                                    f"the file has {path.stat().st_size}")
+        raise UnsupportedInputError(
+            f"inputs file {path} is truncated: its header's shape {shape} needs {need} bytes, "
+            f"the file has {path.stat().st_size}"
+        )
 
 
 def _check_pt_bytes(path: Path) -> None:
@@ -225,13 +243,16 @@ def _check_pt_bytes(path: Path) -> None:
                     pkl = next((n for n in zf.namelist() if n.endswith("data.pkl")), None)
                     if pkl is not None:
                         scan_pickle(path, file_size=size, member=zf.read(pkl))
-            elif fh.seek(0) == 0 and fh.read(1) == b"\x80":  # a pickle (torch's legacy format); anything else torch refuses
+            elif (
+                fh.seek(0) == 0 and fh.read(1) == b"\x80"
+            ):  # a pickle (torch's legacy format); anything else torch refuses
                 scan_pickle(path, file_size=size, count=5)
     except CheckpointError as exc:
         raise UnsupportedInputError(f"inputs file {exc}") from None
     except (OSError, zipfile.BadZipFile, EOFError, NotImplementedError) as exc:
-        raise UnsupportedInputError(f"cannot read inputs file {path}: "
-                                    f"{(str(exc).splitlines() or [type(exc).__name__])[0][:200]}") from None
+        raise UnsupportedInputError(
+            f"cannot read inputs file {path}: {(str(exc).splitlines() or [type(exc).__name__])[0][:200]}"
+        ) from None
 
 
 def _check_dense(path: Path, data: torch.Tensor) -> None:
@@ -241,5 +262,6 @@ def _check_dense(path: Path, data: torch.Tensor) -> None:
         layout = str(data.layout).replace("torch.", "")
         raise UnsupportedInputError(f"inputs file {path} holds a {layout} tensor; expected a dense tensor of images")
     if data.device.type != "cpu":
-        raise UnsupportedInputError(f"inputs file {path} holds a tensor on device {data.device.type}, without "
-                                    "values; expected images")
+        raise UnsupportedInputError(
+            f"inputs file {path} holds a tensor on device {data.device.type}, without values; expected images"
+        )

@@ -42,8 +42,9 @@ class Preprocess:
 
     def __post_init__(self):
         if len(self.mean) != len(self.std) or not self.mean:
-            raise DCDDeployError(f"preprocessing needs one mean and one std per channel, got {len(self.mean)} "
-                                 f"and {len(self.std)}")
+            raise DCDDeployError(
+                f"preprocessing needs one mean and one std per channel, got {len(self.mean)} and {len(self.std)}"
+            )
         if not all(s > 0 for s in self.std) or not self.scale > 0:
             raise DCDDeployError("preprocessing std and scale must be positive")
         if not all(abs(v) < 1e6 for v in (*self.mean, *self.std, self.scale)):
@@ -63,11 +64,14 @@ class Preprocess:
 
     def describe(self) -> str:
         """``imagenet (scale 1, mean 0.485,0.456,0.406, std 0.229,0.224,0.225, RGB)``."""
+
         def fmt(v):
             return ",".join(f"{x:g}" for x in v)
 
-        return (f"{self.name} (scale {self.scale:g}, mean {fmt(self.mean)}, std {fmt(self.std)}, "
-                f"{'BGR' if self.bgr else 'RGB'})")
+        return (
+            f"{self.name} (scale {self.scale:g}, mean {fmt(self.mean)}, std {fmt(self.std)}, "
+            f"{'BGR' if self.bgr else 'RGB'})"
+        )
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -80,14 +84,20 @@ PRESETS = {
     "unit": Preprocess((0.0, 0.0, 0.0), (1.0, 1.0, 1.0), 1.0, False, "unit"),
     "0-255": Preprocess((0.0, 0.0, 0.0), (1.0, 1.0, 1.0), 255.0, False, "0-255"),
     "inception": Preprocess((0.5, 0.5, 0.5), (0.5, 0.5, 0.5), 1.0, False, "inception"),
-    "bgr-imagenet": Preprocess(tuple(255 * m for m in reversed(_IMAGENET_MEAN)),
-                               tuple(255 * s for s in reversed(_IMAGENET_STD)), 255.0, True, "bgr-imagenet"),
+    "bgr-imagenet": Preprocess(
+        tuple(255 * m for m in reversed(_IMAGENET_MEAN)),
+        tuple(255 * s for s in reversed(_IMAGENET_STD)),
+        255.0,
+        True,
+        "bgr-imagenet",
+    ),
     "caffe": Preprocess((103.939, 116.779, 123.68), (1.0, 1.0, 1.0), 255.0, True, "caffe"),
 }
 
 
-def make_preprocess(preset: str | Preprocess | None = None, *, mean=None, std=None, scale=None,
-                    bgr: bool | None = None) -> Preprocess:
+def make_preprocess(
+    preset: str | Preprocess | None = None, *, mean=None, std=None, scale=None, bgr: bool | None = None
+) -> Preprocess:
     """A preset (default ``imagenet``) with any of its fields overridden.
 
     Raises:
@@ -102,7 +112,10 @@ def make_preprocess(preset: str | Preprocess | None = None, *, mean=None, std=No
         base = PRESETS[name]
     if mean is None and std is None and scale is None and bgr is None:
         return base
-    return Preprocess(tuple(float(v) for v in (base.mean if mean is None else mean)),
-                      tuple(float(v) for v in (base.std if std is None else std)),
-                      float(base.scale if scale is None else scale), base.bgr if bgr is None else bool(bgr),
-                      "custom")
+    return Preprocess(
+        tuple(float(v) for v in (base.mean if mean is None else mean)),
+        tuple(float(v) for v in (base.std if std is None else std)),
+        float(base.scale if scale is None else scale),
+        base.bgr if bgr is None else bool(bgr),
+        "custom",
+    )

@@ -36,11 +36,16 @@ def load_weights(model: nn.Module, state_dict: Mapping[str, torch.Tensor]) -> No
             state_dict[key] = value
     missing = [k for k in expected if k not in state_dict]
     unexpected = [k for k in state_dict if k not in expected]
-    misshaped = [f"{k}: checkpoint {tuple(v.shape)} vs model {tuple(expected[k].shape)}"
-                 for k, v in state_dict.items() if k in expected and v.shape != expected[k].shape]
-    parts = [f"{len(keys)} {label} ({listing(keys)})"
-             for label, keys in (("missing", missing), ("unexpected", unexpected), ("mis-shaped", misshaped))
-             if keys]
+    misshaped = [
+        f"{k}: checkpoint {tuple(v.shape)} vs model {tuple(expected[k].shape)}"
+        for k, v in state_dict.items()
+        if k in expected and v.shape != expected[k].shape
+    ]
+    parts = [
+        f"{len(keys)} {label} ({listing(keys)})"
+        for label, keys in (("missing", missing), ("unexpected", unexpected), ("mis-shaped", misshaped))
+        if keys
+    ]
     if parts:
         label = getattr(model, "arch", type(model).__name__)
         raise StateDictMismatchError(f"the checkpoint does not fit {label}: {', '.join(parts)}")
@@ -52,7 +57,7 @@ def strip_module_prefix(state_dict: Mapping[str, torch.Tensor]) -> dict[str, tor
     out = {}
     for key, value in state_dict.items():
         while key.startswith("module."):
-            key = key[len("module."):]
+            key = key[len("module.") :]
         out[key] = value
     return out
 

@@ -20,8 +20,8 @@ import zlib
 from pathlib import Path
 
 import numpy as np
-import torch
 import onnx
+import torch
 from onnx import TensorProto, helper, numpy_helper
 
 BIN = Path(sys.executable).parent
@@ -35,6 +35,7 @@ def cap_memory():
 
 
 # -- a .pt of 2.4e9 deflated zeros, written without deflating them -----------------------------
+
 
 def _affine_of_chunk(chunk: bytes):
     """crc32(chunk, c) is affine in c over GF(2): (images of the 32 unit vectors, constant)."""
@@ -86,8 +87,29 @@ def write_zip(path, members) -> None:
         out.write(struct.pack("<IHHHHHIIIHH", 0x04034B50, 20, 0, method, 0, 0x21, crc, len(data), size, len(n), 0))
         out.write(n)
         out.write(data)
-        central.append(struct.pack("<IHHHHHHIIIHHHHHII", 0x02014B50, 20, 20, 0, method, 0, 0x21, crc, len(data),
-                                   size, len(n), 0, 0, 0, 0, 0, offset) + n)
+        central.append(
+            struct.pack(
+                "<IHHHHHHIIIHHHHHII",
+                0x02014B50,
+                20,
+                20,
+                0,
+                method,
+                0,
+                0x21,
+                crc,
+                len(data),
+                size,
+                len(n),
+                0,
+                0,
+                0,
+                0,
+                0,
+                offset,
+            )
+            + n
+        )
     start = out.tell()
     for c in central:
         out.write(c)
@@ -100,7 +122,7 @@ def inputs_bomb(path, n_chunks: int = 2289) -> None:
     """A .pt of one 4x3x64x64 view of a storage of n_chunks MiB of deflated zeros (2.4e9 bytes)."""
     marker = 123457
     buf = io.BytesIO()
-    torch.save(torch.zeros(marker)[:4 * 3 * 64 * 64].view(4, 3, 64, 64), buf)
+    torch.save(torch.zeros(marker)[: 4 * 3 * 64 * 64].view(4, 3, 64, 64), buf)
     members = []
     with zipfile.ZipFile(io.BytesIO(buf.getvalue())) as zf:
         for info in zf.infolist():
@@ -117,22 +139,33 @@ def inputs_bomb(path, n_chunks: int = 2289) -> None:
     write_zip(path, members)
 
 
-
 def loop_model(path: Path, trips: int = 10**15) -> None:
     """An image model whose graph is a Loop of ``trips`` iterations (forever, in practice)."""
     body = helper.make_graph(
         [helper.make_node("Identity", ["cond_in"], ["cond_out"]), helper.make_node("Identity", ["v_in"], ["v_out"])],
-        "body", [helper.make_tensor_value_info("i", TensorProto.INT64, []),
-                 helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
-                 helper.make_tensor_value_info("v_in", TensorProto.FLOAT, None)],
-        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
-         helper.make_tensor_value_info("v_out", TensorProto.FLOAT, None)])
+        "body",
+        [
+            helper.make_tensor_value_info("i", TensorProto.INT64, []),
+            helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("v_in", TensorProto.FLOAT, None),
+        ],
+        [
+            helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("v_out", TensorProto.FLOAT, None),
+        ],
+    )
     inits = [numpy_helper.from_array(np.array(trips, np.int64), "M"), numpy_helper.from_array(np.array(True), "c")]
-    nodes = [helper.make_node("Loop", ["M", "c", "x"], ["v"], body=body),
-             helper.make_node("ReduceMean", ["v"], ["y"], axes=[2, 3], keepdims=0)]
-    graph = helper.make_graph(nodes, "loop",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, SIZE, SIZE])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 3])], inits)
+    nodes = [
+        helper.make_node("Loop", ["M", "c", "x"], ["v"], body=body),
+        helper.make_node("ReduceMean", ["v"], ["y"], axes=[2, 3], keepdims=0),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "loop",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, SIZE, SIZE])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 3])],
+        inits,
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     model.ir_version = 8
     helper.set_model_props(model, {"input_size": str(SIZE)})
@@ -157,14 +190,33 @@ def sigterm_inside_inference(tmp_path: Path, backend: str) -> subprocess.Complet
     loop_model(path)
     hook = tmp_path / "hook"
     hook.mkdir()
-    module, cls, method = (("onnxruntime", "InferenceSession", "run") if backend == "onnxruntime" else
-                           ("openvino", "InferRequest", "infer"))
+    module, cls, method = (
+        ("onnxruntime", "InferenceSession", "run")
+        if backend == "onnxruntime"
+        else ("openvino", "InferRequest", "infer")
+    )
     (hook / "sitecustomize.py").write_text(INFER_HOOK.format(module=module, cls=cls, method=method))
     marker = tmp_path / "inside"
     env = {**os.environ, "PYTHONPATH": str(hook), "DCD_TEST_MARKER": str(marker), "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen([str(BIN / "dcd-validate"), "mobilenetv2_035", str(path), "--backend", backend,
-                             "--batch-sizes", "1", "--json", str(tmp_path / "r.json")], env=env, cwd=tmp_path,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=cap_memory)
+    proc = subprocess.Popen(
+        [
+            str(BIN / "dcd-validate"),
+            "mobilenetv2_035",
+            str(path),
+            "--backend",
+            backend,
+            "--batch-sizes",
+            "1",
+            "--json",
+            str(tmp_path / "r.json"),
+        ],
+        env=env,
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=cap_memory,
+    )
     try:
         deadline = time.monotonic() + TIMEOUT
         while not marker.exists() and proc.poll() is None and time.monotonic() < deadline:
@@ -178,5 +230,3 @@ def sigterm_inside_inference(tmp_path: Path, backend: str) -> subprocess.Complet
             proc.kill()
             proc.communicate()
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
-
-

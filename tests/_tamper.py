@@ -74,16 +74,23 @@ def transpose_phi(proto):
     node.output[0] = out + "/untransposed"
     index = list(proto.graph.node).index(node)
     perm = [*range(rank - 2), rank - 1, rank - 2]  # (.., L, L) -> Φᵀ
-    proto.graph.node.insert(index + 1, helper.make_node("Transpose", [node.output[0]], [out], perm=perm,
-                                                       name=node.name + "/tamper"))
+    proto.graph.node.insert(
+        index + 1, helper.make_node("Transpose", [node.output[0]], [out], perm=perm, name=node.name + "/tamper")
+    )
     return _owner(node.name)
 
 
 def negate_head(proto):
     """One layer's dynamic head negated: Φ's (DCD), else Λ's, else the routing's (DY-Conv,
     CondConv): a sign lost in a lowering."""
-    for weight, bias in (("fc_phi", "fc_phi_b"), ("phi_w", "phi_b"), ("fc_scale", None), ("scale_w", None),
-                         ("fc2_w", "fc2_b"), ("fc1_w", "fc1_b")):
+    for weight, bias in (
+        ("fc_phi", "fc_phi_b"),
+        ("phi_w", "phi_b"),
+        ("fc_scale", None),
+        ("scale_w", None),
+        ("fc2_w", "fc2_b"),
+        ("fc1_w", "fc1_b"),
+    ):
         names = _weights(proto, weight)
         if names:
             name = _mid(names)
@@ -97,8 +104,11 @@ def negate_head(proto):
 
 def scale_classifier(proto):
     """The classifier's W0 (a DCD classifier) or weight scaled by 5%."""
-    names = [t.name for t in proto.graph.initializer
-             if t.name.startswith(("classifier", "fc")) and t.name.rsplit(".", 1)[-1] in ("w0", "weight")]
+    names = [
+        t.name
+        for t in proto.graph.initializer
+        if t.name.startswith(("classifier", "fc")) and t.name.rsplit(".", 1)[-1] in ("w0", "weight")
+    ]
     name = names[-1]
     _edit_initializer(proto, name, lambda w: w * 1.05)
     return _owner(name)
@@ -111,8 +121,14 @@ def perturb_p(proto):
     return _owner(name)
 
 
-TAMPERS = {"negate": negate_weight, "scale_5pct": scale_weight, "drop_bias": drop_bias,
-           "transpose_phi": transpose_phi, "negate_head": negate_head, "classifier_w0_5pct": scale_classifier,
-           "p_1pct": perturb_p}
+TAMPERS = {
+    "negate": negate_weight,
+    "scale_5pct": scale_weight,
+    "drop_bias": drop_bias,
+    "transpose_phi": transpose_phi,
+    "negate_head": negate_head,
+    "classifier_w0_5pct": scale_classifier,
+    "p_1pct": perturb_p,
+}
 #: Tampers that need a DCD layer (Φ, P).
 DCD_ONLY = frozenset({"transpose_phi", "p_1pct"})

@@ -17,7 +17,7 @@ from torch import nn
 import dcd_deploy
 from dcd_deploy.layers import DCDConv2d
 
-SOURCE = '''\
+SOURCE = """\
 import torch
 from torch import nn
 
@@ -45,7 +45,7 @@ def build():
 
 class nets:
     build = staticmethod(build)
-'''
+"""
 
 
 def write_factory(directory: Path, name: str = "tiny") -> Path:

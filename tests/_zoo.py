@@ -7,7 +7,7 @@ import mode puts this directory on ``sys.path`` when it loads tests/conftest.py.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from torch import nn
 
@@ -43,8 +43,14 @@ class ZooCache:
     build: how a model is made (``pseudo_trained``).
     """
 
-    def __init__(self, *, size: Callable[[str], int] = input_size, seed: int | None = 0,
-                 keep_one: bool = False, build: Callable[..., nn.Module] = pseudo_trained):
+    def __init__(
+        self,
+        *,
+        size: Callable[[str], int] = input_size,
+        seed: int | None = 0,
+        keep_one: bool = False,
+        build: Callable[..., nn.Module] = pseudo_trained,
+    ):
         self.size, self.seed, self.keep_one, self.build = size, seed, keep_one, build
         self._models: dict = {}
         self._built = 0

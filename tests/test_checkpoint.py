@@ -5,6 +5,7 @@ import zipfile
 
 import pytest
 import torch
+from _zoo import ZooCache
 from torch import nn
 
 from dcd_deploy import create_model, load_checkpoint, save_checkpoint
@@ -16,8 +17,6 @@ from dcd_deploy.errors import (
     UnsafeCheckpointError,
 )
 from dcd_deploy.models import synthetic_images
-
-from _zoo import ZooCache
 
 SIZE = 64  # MobileNetV2 and static ResNets take any input size
 
@@ -42,12 +41,16 @@ def assert_same_model(loaded, model):
 
 # -- round trips -------------------------------------------------------------------
 
-@pytest.mark.parametrize("arch, config", [
-    ("mobilenetv2_050_dcd", {}),
-    ("mobilenetv2_100_dcd", {"num_classes": 10, "latent_mult": 0.5}),
-    ("mobilenetv2_035_dyconv", {}),
-    ("resnet10", {"num_classes": 7}),
-])
+
+@pytest.mark.parametrize(
+    "arch, config",
+    [
+        ("mobilenetv2_050_dcd", {}),
+        ("mobilenetv2_100_dcd", {"num_classes": 10, "latent_mult": 0.5}),
+        ("mobilenetv2_035_dyconv", {}),
+        ("resnet10", {"num_classes": 7}),
+    ],
+)
 def test_round_trip_is_bit_identical(tmp_path, trained, arch, config):
     model = trained(arch, **config)
     path = save_checkpoint(model, tmp_path / "m.pt")
@@ -61,7 +64,11 @@ def test_file_layout(tmp_path):
     save_checkpoint(model, tmp_path / "m.pt")
     raw = torch.load(tmp_path / "m.pt", weights_only=True)
     assert {k: raw[k] for k in ("format", "format_version", "arch", "config")} == {
-        "format": "dcd-deploy", "format_version": 1, "arch": "mobilenetv2_035_dcd", "config": {"num_classes": 10}}
+        "format": "dcd-deploy",
+        "format_version": 1,
+        "arch": "mobilenetv2_035_dcd",
+        "config": {"num_classes": 10},
+    }
     assert raw["state_dict"].keys() == model.state_dict().keys()
 
 
@@ -78,12 +85,16 @@ def test_overrides_replace_recorded_config(tmp_path):
     save_checkpoint(model, tmp_path / "m.pt")
     loaded = load_checkpoint(tmp_path / "m.pt", dropout=0.2)
     assert loaded.config == {"dropout": 0.2}
-    with pytest.raises(StateDictMismatchError, match=r"classifier\.1\.cls\.weight: checkpoint \(1000, 1280\) "
-                                                     r"vs model \(10, 1280\)"):
+    with pytest.raises(
+        StateDictMismatchError,
+        match=r"classifier\.1\.cls\.weight: checkpoint \(1000, 1280\) "
+        r"vs model \(10, 1280\)",
+    ):
         load_checkpoint(tmp_path / "m.pt", num_classes=10)
 
 
 # -- saving --------------------------------------------------------------------------
+
 
 def test_save_is_atomic(tmp_path, monkeypatch):
     path = tmp_path / "m.pt"
@@ -121,11 +132,15 @@ def test_save_into_missing_directory(tmp_path):
 
 # -- plain state dicts ---------------------------------------------------------------
 
-@pytest.mark.parametrize("wrap", [
-    pytest.param(lambda sd: sd, id="plain"),
-    pytest.param(lambda sd: {f"module.{k}": v for k, v in sd.items()}, id="module-prefix"),
-    pytest.param(lambda sd: {"state_dict": sd}, id="state_dict-only"),
-])
+
+@pytest.mark.parametrize(
+    "wrap",
+    [
+        pytest.param(lambda sd: sd, id="plain"),
+        pytest.param(lambda sd: {f"module.{k}": v for k, v in sd.items()}, id="module-prefix"),
+        pytest.param(lambda sd: {"state_dict": sd}, id="state_dict-only"),
+    ],
+)
 def test_plain_state_dict_with_arch(tmp_path, trained, wrap):
     model = trained("mobilenetv2_050_dcd")
     torch.save(wrap(model.state_dict()), tmp_path / "sd.pt")
@@ -185,8 +200,10 @@ def test_mismatch_lists_missing_unexpected_and_misshaped_keys(tmp_path):
     assert "\n" not in msg
     assert "4 missing (features.0.0.weight, features.0.1.weight, features.0.1.bias, ...)" in msg
     assert "1 unexpected (extra.weight)" in msg
-    assert ("2 mis-shaped (conv.0.weight: checkpoint (1280, 111, 1, 1) vs model (1280, 112, 1, 1), "
-            "classifier.1.cls.bias: checkpoint (10,) vs model (1000,))") in msg
+    assert (
+        "2 mis-shaped (conv.0.weight: checkpoint (1280, 111, 1, 1) vs model (1280, 112, 1, 1), "
+        "classifier.1.cls.bias: checkpoint (10,) vs model (1000,))"
+    ) in msg
 
 
 def test_unknown_arch_suggests_close_names(tmp_path):
@@ -198,13 +215,22 @@ def test_unknown_arch_suggests_close_names(tmp_path):
 
 def test_newer_format_version_is_refused(tmp_path):
     model = create_model("mobilenetv2_035")
-    torch.save({"format": "dcd-deploy", "format_version": 2, "arch": "mobilenetv2_035", "config": {},
-                "state_dict": model.state_dict()}, tmp_path / "m.pt")
+    torch.save(
+        {
+            "format": "dcd-deploy",
+            "format_version": 2,
+            "arch": "mobilenetv2_035",
+            "config": {},
+            "state_dict": model.state_dict(),
+        },
+        tmp_path / "m.pt",
+    )
     with pytest.raises(CheckpointError, match="format version 2.*upgrade"):
         load_checkpoint(tmp_path / "m.pt")
 
 
 # -- safe loading ----------------------------------------------------------------------
+
 
 class CreatesFile:
     """Unpickling this opens (creates) a file: stands in for any code a pickle can run."""
@@ -216,11 +242,14 @@ class CreatesFile:
         return (open, (self.path, "w"))
 
 
-@pytest.mark.parametrize("write", [
-    pytest.param(lambda obj, p: torch.save(obj, p), id="torch-zip"),
-    pytest.param(lambda obj, p: torch.save(obj, p, _use_new_zipfile_serialization=False), id="torch-legacy"),
-    pytest.param(lambda obj, p: p.write_bytes(pickle.dumps(obj, protocol=4)), id="pickle"),
-])
+@pytest.mark.parametrize(
+    "write",
+    [
+        pytest.param(lambda obj, p: torch.save(obj, p), id="torch-zip"),
+        pytest.param(lambda obj, p: torch.save(obj, p, _use_new_zipfile_serialization=False), id="torch-legacy"),
+        pytest.param(lambda obj, p: p.write_bytes(pickle.dumps(obj, protocol=4)), id="pickle"),
+    ],
+)
 def test_code_in_a_pickle_is_never_run(tmp_path, write):
     marker = tmp_path / "marker"
     sd = create_model("mobilenetv2_035").state_dict()
@@ -257,6 +286,7 @@ def test_torchscript_archive_needs_trust(tmp_path):
 
 # -- bad files -------------------------------------------------------------------------
 
+
 def _zip_of_text(path):
     with zipfile.ZipFile(path, "w") as zf:
         zf.writestr("notes/readme.txt", "not a model")
@@ -281,9 +311,12 @@ BAD_FILES = {
     "truncated": (_half_of, "truncated"),
     "truncated-legacy": (lambda p: _half_of(p, _use_new_zipfile_serialization=False), "damaged or truncated"),
     "text": (lambda p: p.write_text("epoch: 3\nbest_prec1: 71.2\n"), "not a PyTorch checkpoint"),
-    "random-bytes": (lambda p: p.write_bytes(bytes(torch.randint(0, 256, (4096,),
-                                                                  generator=torch.Generator().manual_seed(3))
-                                                     .to(torch.uint8).tolist())), ""),
+    "random-bytes": (
+        lambda p: p.write_bytes(
+            bytes(torch.randint(0, 256, (4096,), generator=torch.Generator().manual_seed(3)).to(torch.uint8).tolist())
+        ),
+        "",
+    ),
     "zip-of-text": (_zip_of_text, "zip archive but not a PyTorch checkpoint"),
     "zip-garbage-pickle": (_zip_with_garbage_pickle, "damaged or truncated"),
     "a-list": (lambda p: torch.save([1, 2, 3], p), "holds a list"),

@@ -84,12 +84,16 @@ def state(model):
 ALL_KERNELS = dict(kernel_sizes=None)
 
 
-@pytest.mark.parametrize("options", [
-    {},
-    {"gate": "se", "latent_bn": True, "pool_size": 2},  # the release's latent path: P starts at 0
-    {"channel_fusion": False},
-    {"channel_attention": False, "reduction": 4},
-], ids=["paper", "release", "lam-only", "phi-only"])
+@pytest.mark.parametrize(
+    "options",
+    [
+        {},
+        {"gate": "se", "latent_bn": True, "pool_size": 2},  # the release's latent path: P starts at 0
+        {"channel_fusion": False},
+        {"channel_attention": False, "reduction": 4},
+    ],
+    ids=["paper", "release", "lam-only", "phi-only"],
+)
 def test_converted_network_computes_what_the_original_computed(options):
     net, x = trained_net(), image()
     before = state(net)
@@ -161,15 +165,19 @@ def test_verbose_prints_the_report(capsys):
     assert "converted pw" in out and "skipped   stem" in out
 
 
-@pytest.mark.parametrize("kw, expected", [
-    ({"include": "p*"}, {"pw", "pair", "pw_stride"}),
-    ({"include": ["pw", "grouped"]}, {"pw", "grouped"}),
-    ({"include": re.compile(r"^(pw|valid)$")}, {"pw", "valid"}),
-    ({"exclude": lambda path: path.startswith("pw")}, {"dw", "valid", "strided", "pair", "grouped"}),
-    ({"include": "p*", "exclude": "pair"}, {"pw", "pw_stride"}),
-    ({"kernel_sizes": (3,), "min_channels": 32}, {"dw", "valid", "strided", "pair", "grouped"}),
-    ({"kernel_sizes": (3,), "min_channels": 33}, set()),  # every 3x3 conv has a 32-wide side
-], ids=["glob", "list", "regex", "callable-exclude", "exclude-wins", "min-channels-32", "min-channels-33"])
+@pytest.mark.parametrize(
+    "kw, expected",
+    [
+        ({"include": "p*"}, {"pw", "pair", "pw_stride"}),
+        ({"include": ["pw", "grouped"]}, {"pw", "grouped"}),
+        ({"include": re.compile(r"^(pw|valid)$")}, {"pw", "valid"}),
+        ({"exclude": lambda path: path.startswith("pw")}, {"dw", "valid", "strided", "pair", "grouped"}),
+        ({"include": "p*", "exclude": "pair"}, {"pw", "pw_stride"}),
+        ({"kernel_sizes": (3,), "min_channels": 32}, {"dw", "valid", "strided", "pair", "grouped"}),
+        ({"kernel_sizes": (3,), "min_channels": 33}, set()),  # every 3x3 conv has a 32-wide side
+    ],
+    ids=["glob", "list", "regex", "callable-exclude", "exclude-wins", "min-channels-32", "min-channels-33"],
+)
 def test_name_filters_and_widths(kw, expected):
     kw = {"kernel_sizes": None, **kw}
     _, report = convert(trained_net(), return_report=True, **kw)
@@ -233,8 +241,9 @@ def test_to_static_gives_w0s_convolution():
     for name in ("pw", "dw", "pair", "grouped"):
         old, new = net.get_submodule(name), static.get_submodule(name)
         assert type(new) is nn.Conv2d
-        assert all(getattr(new, a) == getattr(old, a) for a in ("kernel_size", "stride", "padding", "dilation",
-                                                                 "groups"))
+        assert all(
+            getattr(new, a) == getattr(old, a) for a in ("kernel_size", "stride", "padding", "dilation", "groups")
+        )
 
 
 def test_to_static_linear_and_mixtures():
@@ -261,8 +270,9 @@ def test_to_static_of_a_zoo_model_has_no_dynamic_layer_and_runs():
     static = to_static(model)
     assert not any(isinstance(m, (DCDConv2d, DCDLinear)) for m in static.modules())
     ref = dcd_deploy.create_model("mobilenetv2_035").eval()
-    assert [type(m).__name__ for m in static.modules() if isinstance(m, (nn.Conv2d, nn.Linear))] == \
-        [type(m).__name__ for m in ref.modules() if isinstance(m, (nn.Conv2d, nn.Linear))]
+    assert [type(m).__name__ for m in static.modules() if isinstance(m, (nn.Conv2d, nn.Linear))] == [
+        type(m).__name__ for m in ref.modules() if isinstance(m, (nn.Conv2d, nn.Linear))
+    ]
     assert sum(p.numel() for p in static.parameters()) == sum(p.numel() for p in ref.parameters())
     with torch.no_grad():
         assert static(torch.randn(1, 3, 64, 64)).shape == (1, 1000)

@@ -30,9 +30,9 @@ import subprocess
 import sys
 import warnings
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import pytest
 import torch
@@ -52,11 +52,18 @@ MARKER = "UNPICKLED_MARKER"
 def run(script: str, *args, cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
     exe = BIN / script
     assert exe.is_file(), f"console script {exe} is not installed (pip install -e .)"
-    return subprocess.run([str(exe), *map(str, args)], cwd=cwd, capture_output=True, text=True,
-                          timeout=TIMEOUT, env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [str(exe), *map(str, args)],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        env={**os.environ, **(env or {})},
+    )
 
 
 # -- inputs ----------------------------------------------------------------------------
+
 
 class _Double(nn.Module):
     def forward(self, x):
@@ -112,8 +119,11 @@ def assets(tmp_path_factory) -> Path:
     torch.save(sd, a / "sd035.pt")
     torch.save(sd, a / "legacy035.pt", _use_new_zipfile_serialization=False)
     # missing (4 keys), unexpected (1) and, against mobilenetv2_050, mis-shaped keys
-    doctored = {k: v for k, v in sd.items() if not k.startswith("classifier.")
-                and k not in ("features.0.1.weight", "features.0.1.bias")}
+    doctored = {
+        k: v
+        for k, v in sd.items()
+        if not k.startswith("classifier.") and k not in ("features.0.1.weight", "features.0.1.bias")
+    }
     doctored["extra_head.weight"] = torch.zeros(3)
     torch.save(doctored, a / "doctored.pt")
     torch.save(model, a / "fullmodule.pt")  # a pickled nn.Module needs full unpickling
@@ -121,8 +131,12 @@ def assets(tmp_path_factory) -> Path:
         warnings.simplefilter("ignore", DeprecationWarning)
         torch.jit.script(_Double()).save(str(a / "torchscript.pt"))
     # a valid ONNX file of mobilenetv2_035 with other weights (pseudo-train seed 1)
-    export_onnx(pseudo_train(create_model("mobilenetv2_035"), seed=1, input_size=SIZE), a / "seed1.onnx",
-                input_size=SIZE, check=False)
+    export_onnx(
+        pseudo_train(create_model("mobilenetv2_035"), seed=1, input_size=SIZE),
+        a / "seed1.onnx",
+        input_size=SIZE,
+        check=False,
+    )
     (a / "parity_hook").mkdir()
     (a / "parity_hook" / "sitecustomize.py").write_text(PARITY_HOOK)
     (a / "bug_hook").mkdir()
@@ -134,6 +148,7 @@ def _half_of(asset: str) -> Callable[[Path, Path], bytes]:
     def data(d: Path, a: Path) -> bytes:
         raw = (a / asset).read_bytes()
         return raw[: len(raw) // 2]
+
     return data
 
 
@@ -164,6 +179,7 @@ def _marker_torch_save(d: Path, a: Path) -> bytes:
 
 # -- the table -------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class Case:
     """One bad input. ``args`` may use ``{d}`` (the case's directory) and ``{a}`` (assets)."""
@@ -183,92 +199,240 @@ EXPORT = ("-o", "{d}/out/model.onnx", "--input-size", str(SIZE))
 CASES = [
     # -- paths that are not checkpoint files
     Case("missing-path", "dcd-export", ("{d}/no_such_model.pt", *EXPORT), ("no_such_model.pt", "no such file")),
-    Case("directory", "dcd-export", ("{d}/a_dir", *EXPORT), ("a_dir is a directory",),
-         files={"a_dir/": ""}),
+    Case("directory", "dcd-export", ("{d}/a_dir", *EXPORT), ("a_dir is a directory",), files={"a_dir/": ""}),
     Case("empty-file", "dcd-export", ("{d}/empty.pt", *EXPORT), ("empty.pt is empty",), files={"empty.pt": b""}),
-    Case("truncated-checkpoint", "dcd-export", ("{d}/half.pt", *EXPORT), ("half.pt", "truncated"),
-         files={"half.pt": _half_of("m035.pt")}),
-    Case("truncated-legacy-checkpoint", "dcd-export", ("{d}/half.pt", "--arch", "mobilenetv2_035", *EXPORT),
-         ("half.pt", "truncated"), files={"half.pt": _half_of("legacy035.pt")}),
-    Case("text-file", "dcd-export", ("{d}/notes.pt", *EXPORT), ("notes.pt is not a PyTorch checkpoint",),
-         files={"notes.pt": "epoch 90, top-1 72.8%\nthis is not a checkpoint\n"}),
-    Case("random-bytes", "dcd-export", ("{d}/noise.pt", *EXPORT), ("noise.pt is not a PyTorch checkpoint",),
-         files={"noise.pt": b"\x13" + random.Random(0).randbytes(4095)}),
-    Case("random-bytes-after-pickle-header", "dcd-export", ("{d}/noise.pt", *EXPORT),
-         ("noise.pt is damaged or truncated",), files={"noise.pt": b"\x80\x02" + random.Random(1).randbytes(4094)}),
-    Case("zip-of-something-else", "dcd-export", ("{d}/bundle.zip", *EXPORT),
-         ("bundle.zip is a zip archive but not a PyTorch checkpoint",), files={"bundle.zip": _zip_of_something_else}),
+    Case(
+        "truncated-checkpoint",
+        "dcd-export",
+        ("{d}/half.pt", *EXPORT),
+        ("half.pt", "truncated"),
+        files={"half.pt": _half_of("m035.pt")},
+    ),
+    Case(
+        "truncated-legacy-checkpoint",
+        "dcd-export",
+        ("{d}/half.pt", "--arch", "mobilenetv2_035", *EXPORT),
+        ("half.pt", "truncated"),
+        files={"half.pt": _half_of("legacy035.pt")},
+    ),
+    Case(
+        "text-file",
+        "dcd-export",
+        ("{d}/notes.pt", *EXPORT),
+        ("notes.pt is not a PyTorch checkpoint",),
+        files={"notes.pt": "epoch 90, top-1 72.8%\nthis is not a checkpoint\n"},
+    ),
+    Case(
+        "random-bytes",
+        "dcd-export",
+        ("{d}/noise.pt", *EXPORT),
+        ("noise.pt is not a PyTorch checkpoint",),
+        files={"noise.pt": b"\x13" + random.Random(0).randbytes(4095)},
+    ),
+    Case(
+        "random-bytes-after-pickle-header",
+        "dcd-export",
+        ("{d}/noise.pt", *EXPORT),
+        ("noise.pt is damaged or truncated",),
+        files={"noise.pt": b"\x80\x02" + random.Random(1).randbytes(4094)},
+    ),
+    Case(
+        "zip-of-something-else",
+        "dcd-export",
+        ("{d}/bundle.zip", *EXPORT),
+        ("bundle.zip is a zip archive but not a PyTorch checkpoint",),
+        files={"bundle.zip": _zip_of_something_else},
+    ),
     # -- architectures
-    Case("unknown-arch-flag", "dcd-export", ("{a}/sd035.pt", "--arch", "mobilenetv2_100_dcdd", *EXPORT),
-         ("unknown model 'mobilenetv2_100_dcdd'", "did you mean mobilenetv2_100_dcd")),
-    Case("unknown-zoo-name", "dcd-export", ("mobilenetv2_100_dcdd", *EXPORT),
-         ("mobilenetv2_100_dcdd: no such file, and not a model name", "did you mean mobilenetv2_100_dcd")),
-    Case("plain-state-dict-without-arch", "dcd-export", ("{a}/sd035.pt", *EXPORT),
-         ("does not name its architecture", "--arch")),
-    Case("arch-disagrees-with-checkpoint", "dcd-export", ("{a}/m035.pt", "--arch", "mobilenetv2_050", *EXPORT),
-         ("holds a mobilenetv2_035 checkpoint, but arch 'mobilenetv2_050' was given",)),
-    Case("state-dict-does-not-fit", "dcd-export", ("{a}/sd035.pt", "--arch", "mobilenetv2_050", *EXPORT),
-         ("does not fit mobilenetv2_050", "mis-shaped",
-          "features.2.conv.6.weight: checkpoint (8, 48, 1, 1) vs model (16, 48, 1, 1)", ", ...")),
-    Case("state-dict-missing-unexpected-misshaped", "dcd-export",
-         ("{a}/doctored.pt", "--arch", "mobilenetv2_050", *EXPORT),
-         ("does not fit mobilenetv2_050",
-          "4 missing (features.0.1.weight, features.0.1.bias, classifier.1.weight, ...)",
-          "1 unexpected (extra_head.weight)",
-          "mis-shaped (features.2.conv.6.weight: checkpoint (8, 48, 1, 1) vs model (16, 48, 1, 1)")),
+    Case(
+        "unknown-arch-flag",
+        "dcd-export",
+        ("{a}/sd035.pt", "--arch", "mobilenetv2_100_dcdd", *EXPORT),
+        ("unknown model 'mobilenetv2_100_dcdd'", "did you mean mobilenetv2_100_dcd"),
+    ),
+    Case(
+        "unknown-zoo-name",
+        "dcd-export",
+        ("mobilenetv2_100_dcdd", *EXPORT),
+        ("mobilenetv2_100_dcdd: no such file, and not a model name", "did you mean mobilenetv2_100_dcd"),
+    ),
+    Case(
+        "plain-state-dict-without-arch",
+        "dcd-export",
+        ("{a}/sd035.pt", *EXPORT),
+        ("does not name its architecture", "--arch"),
+    ),
+    Case(
+        "arch-disagrees-with-checkpoint",
+        "dcd-export",
+        ("{a}/m035.pt", "--arch", "mobilenetv2_050", *EXPORT),
+        ("holds a mobilenetv2_035 checkpoint, but arch 'mobilenetv2_050' was given",),
+    ),
+    Case(
+        "state-dict-does-not-fit",
+        "dcd-export",
+        ("{a}/sd035.pt", "--arch", "mobilenetv2_050", *EXPORT),
+        (
+            "does not fit mobilenetv2_050",
+            "mis-shaped",
+            "features.2.conv.6.weight: checkpoint (8, 48, 1, 1) vs model (16, 48, 1, 1)",
+            ", ...",
+        ),
+    ),
+    Case(
+        "state-dict-missing-unexpected-misshaped",
+        "dcd-export",
+        ("{a}/doctored.pt", "--arch", "mobilenetv2_050", *EXPORT),
+        (
+            "does not fit mobilenetv2_050",
+            "4 missing (features.0.1.weight, features.0.1.bias, classifier.1.weight, ...)",
+            "1 unexpected (extra_head.weight)",
+            "mis-shaped (features.2.conv.6.weight: checkpoint (8, 48, 1, 1) vs model (16, 48, 1, 1)",
+        ),
+    ),
     # -- files that would run code
-    Case("pickle-needing-full-unpickling", "dcd-export", ("{d}/evil.pkl", "--arch", "mobilenetv2_035", *EXPORT),
-         ("evil.pkl needs full unpickling", "--trust-checkpoint"), files={"evil.pkl": _marker_pickle}),
-    Case("pickle-default-protocol-needing-full-unpickling", "dcd-export",
-         ("{d}/evil.pkl", "--arch", "mobilenetv2_035", *EXPORT),
-         ("evil.pkl needs full unpickling", "--trust-checkpoint"),
-         files={"evil.pkl": lambda d, a: pickle.dumps({"state_dict": {"w": _Marker(str(d / MARKER))}})}),
-    Case("shell-payload-needing-full-unpickling", "dcd-export", ("{d}/evil.pt", *EXPORT),
-         ("evil.pt needs full unpickling", "--trust-checkpoint"),
-         files={"evil.pt": lambda d, a: _saved({"state_dict": {"w": _ShellMarker(str(d / MARKER))}}, d)}),
-    Case("torch-save-needing-full-unpickling", "dcd-export", ("{d}/evil.pt", *EXPORT),
-         ("evil.pt needs full unpickling", "--trust-checkpoint"), files={"evil.pt": _marker_torch_save}),
-    Case("pickled-nn-module", "dcd-export", ("{a}/fullmodule.pt", *EXPORT),
-         ("needs full unpickling", "MobileNetV2", "--trust-checkpoint")),
-    Case("torchscript-archive", "dcd-export", ("{a}/torchscript.pt", *EXPORT),
-         ("is a TorchScript archive", "--trust-checkpoint")),
+    Case(
+        "pickle-needing-full-unpickling",
+        "dcd-export",
+        ("{d}/evil.pkl", "--arch", "mobilenetv2_035", *EXPORT),
+        ("evil.pkl needs full unpickling", "--trust-checkpoint"),
+        files={"evil.pkl": _marker_pickle},
+    ),
+    Case(
+        "pickle-default-protocol-needing-full-unpickling",
+        "dcd-export",
+        ("{d}/evil.pkl", "--arch", "mobilenetv2_035", *EXPORT),
+        ("evil.pkl needs full unpickling", "--trust-checkpoint"),
+        files={"evil.pkl": lambda d, a: pickle.dumps({"state_dict": {"w": _Marker(str(d / MARKER))}})},
+    ),
+    Case(
+        "shell-payload-needing-full-unpickling",
+        "dcd-export",
+        ("{d}/evil.pt", *EXPORT),
+        ("evil.pt needs full unpickling", "--trust-checkpoint"),
+        files={"evil.pt": lambda d, a: _saved({"state_dict": {"w": _ShellMarker(str(d / MARKER))}}, d)},
+    ),
+    Case(
+        "torch-save-needing-full-unpickling",
+        "dcd-export",
+        ("{d}/evil.pt", *EXPORT),
+        ("evil.pt needs full unpickling", "--trust-checkpoint"),
+        files={"evil.pt": _marker_torch_save},
+    ),
+    Case(
+        "pickled-nn-module",
+        "dcd-export",
+        ("{a}/fullmodule.pt", *EXPORT),
+        ("needs full unpickling", "MobileNetV2", "--trust-checkpoint"),
+    ),
+    Case(
+        "torchscript-archive",
+        "dcd-export",
+        ("{a}/torchscript.pt", *EXPORT),
+        ("is a TorchScript archive", "--trust-checkpoint"),
+    ),
     # -- inputs the architecture cannot take
-    Case("input-size-resnet-fixed-pool", "dcd-export",
-         ("resnet18_dcd", "--input-size", "100", "-o", "{d}/out/model.onnx"),
-         ("input size 100", "fixed 7x7", "use 193-224")),
+    Case(
+        "input-size-resnet-fixed-pool",
+        "dcd-export",
+        ("resnet18_dcd", "--input-size", "100", "-o", "{d}/out/model.onnx"),
+        ("input size 100", "fixed 7x7", "use 193-224"),
+    ),
     # -- outputs that cannot be written
-    Case("output-in-missing-directory", "dcd-export", ("{a}/m035.pt", "-o", "{d}/missing/sub/model.onnx",
-                                                       "--input-size", str(SIZE)),
-         ("missing/sub does not exist",), output="missing"),
-    Case("output-directory-is-a-file", "dcd-export", ("{a}/m035.pt", "-o", "{d}/a_file/model.onnx",
-                                                      "--input-size", str(SIZE)),
-         ("a_file is not a directory",), files={"a_file": b"x"}, output="a_file/model.onnx"),
-    Case("output-in-read-only-directory", "dcd-export", ("{a}/m035.pt", *EXPORT),
-         ("out is not writable",), readonly_out=True),
+    Case(
+        "output-in-missing-directory",
+        "dcd-export",
+        ("{a}/m035.pt", "-o", "{d}/missing/sub/model.onnx", "--input-size", str(SIZE)),
+        ("missing/sub does not exist",),
+        output="missing",
+    ),
+    Case(
+        "output-directory-is-a-file",
+        "dcd-export",
+        ("{a}/m035.pt", "-o", "{d}/a_file/model.onnx", "--input-size", str(SIZE)),
+        ("a_file is not a directory",),
+        files={"a_file": b"x"},
+        output="a_file/model.onnx",
+    ),
+    Case(
+        "output-in-read-only-directory",
+        "dcd-export",
+        ("{a}/m035.pt", *EXPORT),
+        ("out is not writable",),
+        readonly_out=True,
+    ),
     # -- parity failure (the hook makes every tolerance negative)
-    Case("parity-failure", "dcd-export", ("{a}/m035.pt", *EXPORT),
-         ("parity check failed: FAIL", "atol -1 + rtol 0"), env_hook="parity_hook", stderr_before_error=True),
+    Case(
+        "parity-failure",
+        "dcd-export",
+        ("{a}/m035.pt", *EXPORT),
+        ("parity check failed: FAIL", "atol -1 + rtol 0"),
+        env_hook="parity_hook",
+        stderr_before_error=True,
+    ),
     # -- dcd-validate
-    Case("validate-missing-onnx", "dcd-validate", ("{a}/m035.pt", "{d}/model.onnx", "--json", "{d}/out/report.json"),
-         ("model.onnx: no such ONNX file",), output="out/report.json"),
-    Case("validate-onnx-is-a-directory", "dcd-validate", ("{a}/m035.pt", "{d}/out", "--json", "{d}/out/report.json"),
-         ("no such ONNX file",), output="out/report.json"),
-    Case("validate-non-onnx-file", "dcd-validate", ("{a}/m035.pt", "{d}/notes.onnx", "--json", "{d}/out/report.json"),
-         ("notes.onnx is not an ONNX model",), files={"notes.onnx": "not a protobuf at all \xff\n"},
-         output="out/report.json"),
-    Case("validate-empty-onnx", "dcd-validate", ("{a}/m035.pt", "{d}/empty.onnx", "--json", "{d}/out/report.json"),
-         ("empty.onnx is empty, not an ONNX model",), files={"empty.onnx": b""}, output="out/report.json"),
-    Case("validate-bad-checkpoint", "dcd-validate", ("{d}/notes.pt", "{a}/seed1.onnx", "--json", "{d}/out/report.json"),
-         ("notes.pt is not a PyTorch checkpoint",), files={"notes.pt": "text"}, output="out/report.json"),
-    Case("validate-pickle-needing-full-unpickling", "dcd-validate",
-         ("{d}/evil.pt", "{a}/seed1.onnx", "--json", "{d}/out/report.json"),
-         ("evil.pt needs full unpickling", "--trust-checkpoint"), files={"evil.pt": _marker_torch_save},
-         output="out/report.json"),
+    Case(
+        "validate-missing-onnx",
+        "dcd-validate",
+        ("{a}/m035.pt", "{d}/model.onnx", "--json", "{d}/out/report.json"),
+        ("model.onnx: no such ONNX file",),
+        output="out/report.json",
+    ),
+    Case(
+        "validate-onnx-is-a-directory",
+        "dcd-validate",
+        ("{a}/m035.pt", "{d}/out", "--json", "{d}/out/report.json"),
+        ("no such ONNX file",),
+        output="out/report.json",
+    ),
+    Case(
+        "validate-non-onnx-file",
+        "dcd-validate",
+        ("{a}/m035.pt", "{d}/notes.onnx", "--json", "{d}/out/report.json"),
+        ("notes.onnx is not an ONNX model",),
+        files={"notes.onnx": "not a protobuf at all \xff\n"},
+        output="out/report.json",
+    ),
+    Case(
+        "validate-empty-onnx",
+        "dcd-validate",
+        ("{a}/m035.pt", "{d}/empty.onnx", "--json", "{d}/out/report.json"),
+        ("empty.onnx is empty, not an ONNX model",),
+        files={"empty.onnx": b""},
+        output="out/report.json",
+    ),
+    Case(
+        "validate-bad-checkpoint",
+        "dcd-validate",
+        ("{d}/notes.pt", "{a}/seed1.onnx", "--json", "{d}/out/report.json"),
+        ("notes.pt is not a PyTorch checkpoint",),
+        files={"notes.pt": "text"},
+        output="out/report.json",
+    ),
+    Case(
+        "validate-pickle-needing-full-unpickling",
+        "dcd-validate",
+        ("{d}/evil.pt", "{a}/seed1.onnx", "--json", "{d}/out/report.json"),
+        ("evil.pt needs full unpickling", "--trust-checkpoint"),
+        files={"evil.pt": _marker_torch_save},
+        output="out/report.json",
+    ),
     # -- dcd-bench
-    Case("bench-json-in-missing-directory", "dcd-bench", ("complexity", "--json", "{d}/missing/dir/x.json"),
-         ("cannot write", "no directory", "missing/dir"), output="missing"),
-    Case("bench-json-in-read-only-directory", "dcd-bench", ("complexity", "--json", "{d}/out/x.json"),
-         ("cannot write", "x.json"), output="out/x.json", readonly_out=True),
+    Case(
+        "bench-json-in-missing-directory",
+        "dcd-bench",
+        ("complexity", "--json", "{d}/missing/dir/x.json"),
+        ("cannot write", "no directory", "missing/dir"),
+        output="missing",
+    ),
+    Case(
+        "bench-json-in-read-only-directory",
+        "dcd-bench",
+        ("complexity", "--json", "{d}/out/x.json"),
+        ("cannot write", "x.json"),
+        output="out/x.json",
+        readonly_out=True,
+    ),
 ]
 
 
@@ -304,8 +468,11 @@ def _prepare(case: Case, d: Path, a: Path) -> list[str]:
 def runs(request, assets, tmp_path_factory):
     """Run the selected cases concurrently; maps case id -> (CompletedProcess, dir) or a skip reason."""
     base = tmp_path_factory.mktemp("cases")
-    selected = {item.callspec.params["case"].id for item in request.session.items
-                if getattr(item, "originalname", None) == "test_bad_input" and hasattr(item, "callspec")}
+    selected = {
+        item.callspec.params["case"].id
+        for item in request.session.items
+        if getattr(item, "originalname", None) == "test_bad_input" and hasattr(item, "callspec")
+    }
     root_writes = _root_writes_read_only_dirs(base)
     results = {}
     with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
@@ -314,8 +481,11 @@ def runs(request, assets, tmp_path_factory):
             if case.id not in selected:
                 continue
             if case.readonly_out and root_writes:
-                results[case.id] = ("skip", "running as root (euid 0): chmod 0o555 does not stop writes, "
-                                            "so a read-only directory cannot be made")
+                results[case.id] = (
+                    "skip",
+                    "running as root (euid 0): chmod 0o555 does not stop writes, "
+                    "so a read-only directory cannot be made",
+                )
                 continue
             d = base / case.id
             args = _prepare(case, d, assets)
@@ -366,10 +536,21 @@ def test_table_covers_every_script():
 
 # -- trusted checkpoints ------------------------------------------------------------------
 
+
 def test_trust_checkpoint_loads_a_pickled_module_with_a_warning(assets, tmp_path):
     out = tmp_path / "m.onnx"
-    result = run("dcd-export", assets / "fullmodule.pt", "--trust-checkpoint", "--input-size", SIZE,
-                 "--no-check", "--no-simplify", "-o", out, cwd=tmp_path)
+    result = run(
+        "dcd-export",
+        assets / "fullmodule.pt",
+        "--trust-checkpoint",
+        "--input-size",
+        SIZE,
+        "--no-check",
+        "--no-simplify",
+        "-o",
+        out,
+        cwd=tmp_path,
+    )
     assert result.returncode == 0, result.stderr
     assert "trust_checkpoint=True: this runs any code stored in the file" in result.stderr
     assert out.is_file() and sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx"]
@@ -377,12 +558,23 @@ def test_trust_checkpoint_loads_a_pickled_module_with_a_warning(assets, tmp_path
 
 # -- parity failures -----------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def validate_mismatch(assets, tmp_path_factory):
     """dcd-validate of mobilenetv2_035 (seed 0) against an export of other weights (seed 1)."""
     d = tmp_path_factory.mktemp("validate_mismatch")
-    return run("dcd-validate", "mobilenetv2_035", assets / "seed1.onnx", "--seed", "0", "--batch-sizes", "1,2",
-               "--num-inputs", "2", cwd=d), d
+    return run(
+        "dcd-validate",
+        "mobilenetv2_035",
+        assets / "seed1.onnx",
+        "--seed",
+        "0",
+        "--batch-sizes",
+        "1,2",
+        "--num-inputs",
+        "2",
+        cwd=d,
+    ), d
 
 
 def test_validate_parity_failure_exits_1_with_the_report(validate_mismatch):
@@ -403,9 +595,16 @@ def test_validate_parity_failure_has_an_error_line(validate_mismatch):
 
 # -- a bug is not a user error ---------------------------------------------------------------
 
+
 def test_a_bug_keeps_its_traceback_in_the_installed_script(assets, tmp_path):
-    result = run("dcd-export", assets / "m035.pt", "-o", tmp_path / "m.onnx", cwd=tmp_path,
-                 env={"PYTHONPATH": str(assets / "bug_hook")})
+    result = run(
+        "dcd-export",
+        assets / "m035.pt",
+        "-o",
+        tmp_path / "m.onnx",
+        cwd=tmp_path,
+        env={"PYTHONPATH": str(assets / "bug_hook")},
+    )
     assert result.returncode != 0
     assert "Traceback (most recent call last)" in result.stderr
     assert error_line(result.stderr) == "RuntimeError: injected bug, not a user error"
@@ -441,6 +640,7 @@ def test_a_user_error_becomes_one_line_in_process(monkeypatch):
 
 # -- layers the exporter cannot lower (Python API: the CLI only builds zoo models) -----------
 
+
 class _Functional(nn.Module):
     def forward(self, x):
         return F.gelu(x)
@@ -457,10 +657,17 @@ class _Net(nn.Module):
         return torch.flatten(self.head(self.body(self.stem(x))), 1)
 
 
-@pytest.mark.parametrize("mid", [
-    nn.GELU(), nn.LayerNorm([8, 8, 8]), nn.Upsample(scale_factor=2),
-    nn.Conv2d(8, 8, 3, padding=1, padding_mode="reflect"), _Functional(),
-], ids=["GELU", "LayerNorm", "Upsample", "reflect-padding", "functional-gelu"])
+@pytest.mark.parametrize(
+    "mid",
+    [
+        nn.GELU(),
+        nn.LayerNorm([8, 8, 8]),
+        nn.Upsample(scale_factor=2),
+        nn.Conv2d(8, 8, 3, padding=1, padding_mode="reflect"),
+        _Functional(),
+    ],
+    ids=["GELU", "LayerNorm", "Upsample", "reflect-padding", "functional-gelu"],
+)
 def test_layers_the_old_emitter_refused_now_export(tmp_path, mid):
     """These once stopped the export (issue 18); torch.onnx writes them now, parity-checked."""
     path = tmp_path / "m.onnx"
@@ -470,6 +677,7 @@ def test_layers_the_old_emitter_refused_now_export(tmp_path, mid):
 
 
 # -- parity failure and atomic writes of export_onnx -----------------------------------------
+
 
 class _Tiny(nn.Module):
     def __init__(self):
@@ -532,8 +740,19 @@ def test_exported_file_has_the_umask_mode(tmp_path):
 def test_export_json_in_missing_directory_leaves_no_onnx(assets, tmp_path):
     out = tmp_path / "out"
     out.mkdir()
-    result = run("dcd-export", assets / "m035.pt", "--input-size", SIZE, "--no-check", "--no-simplify",
-                 "-o", out / "model.onnx", "--json", tmp_path / "missing" / "report.json", cwd=tmp_path)
+    result = run(
+        "dcd-export",
+        assets / "m035.pt",
+        "--input-size",
+        SIZE,
+        "--no-check",
+        "--no-simplify",
+        "-o",
+        out / "model.onnx",
+        "--json",
+        tmp_path / "missing" / "report.json",
+        cwd=tmp_path,
+    )
     assert result.returncode == 1
     assert error_line(result.stderr).startswith("Error: cannot write")
     assert list(out.iterdir()) == []

@@ -37,17 +37,16 @@ import subprocess
 import sys
 import time
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import pytest
 import torch
+from _hostile import inputs_bomb, sigterm_inside_inference
 
 from dcd_deploy import create_model, export_onnx, save_checkpoint
 from dcd_deploy.errors import DCDDeployError, ExportError
-
-from _hostile import inputs_bomb, sigterm_inside_inference
 
 BIN = Path(sys.executable).parent
 SIZE = 32
@@ -63,11 +62,19 @@ def _cap_memory():
 def run(script: str, *args, cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
     exe = BIN / script
     assert exe.is_file(), f"console script {exe} is not installed (pip install -e .)"
-    return subprocess.run([str(exe), *map(str, args)], cwd=cwd, capture_output=True, text=True, timeout=TIMEOUT,
-                          env={**os.environ, **(env or {})}, preexec_fn=_cap_memory)
+    return subprocess.run(
+        [str(exe), *map(str, args)],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        env={**os.environ, **(env or {})},
+        preexec_fn=_cap_memory,
+    )
 
 
 # -- hostile files ------------------------------------------------------------------------
+
 
 def _deep_tuple_key(depth: int) -> bytes:
     """``{((...(),),): 1}`` nested ``depth`` deep: protocol 2, one TUPLE1 opcode per level."""
@@ -76,7 +83,7 @@ def _deep_tuple_key(depth: int) -> bytes:
 
 def _bytearray_bomb() -> bytes:
     """36 bytes that unpickle to ``bytearray(4_000_000_000)`` (bytearray is allowed by weights_only)."""
-    return (b"\x80\x02cbuiltins\nbytearray\n\x8a\x05" + (4_000_000_000).to_bytes(5, "little") + b"\x85R.")
+    return b"\x80\x02cbuiltins\nbytearray\n\x8a\x05" + (4_000_000_000).to_bytes(5, "little") + b"\x85R."
 
 
 def _zip_bomb(path: Path) -> None:
@@ -86,8 +93,13 @@ def _zip_bomb(path: Path) -> None:
 
 
 def _ours(config: dict, state_dict: dict | None = None) -> dict:
-    return {"format": "dcd-deploy", "format_version": 1, "arch": "mobilenetv2_035", "config": config,
-            "state_dict": state_dict or {"w": torch.zeros(1)}}
+    return {
+        "format": "dcd-deploy",
+        "format_version": 1,
+        "arch": "mobilenetv2_035",
+        "config": config,
+        "state_dict": state_dict or {"w": torch.zeros(1)},
+    }
 
 
 def _onnx(path: Path, shape, *, elem=None, props=None, n_inputs=1, fail_at_run_time=False) -> None:
@@ -105,8 +117,9 @@ def _onnx(path: Path, shape, *, elem=None, props=None, n_inputs=1, fail_at_run_t
         nodes = [helper.make_node("Identity", ["x0"], ["y"])]
     else:
         nodes = [helper.make_node("Constant", [], ["y"], value=helper.make_tensor("c", TensorProto.FLOAT, [1], [1.0]))]
-    model = helper.make_model(helper.make_graph(nodes, "g", inputs, [out], inits),
-                              opset_imports=[helper.make_opsetid("", 17)])
+    model = helper.make_model(
+        helper.make_graph(nodes, "g", inputs, [out], inits), opset_imports=[helper.make_opsetid("", 17)]
+    )
     model.ir_version = 8
     if props:
         helper.set_model_props(model, props)
@@ -165,17 +178,21 @@ raise ImportError("libopenvino.so.2641: cannot open shared object file: No such 
 
 def _npy_with_shape(name: str, shape: str):
     """A float32 .npy whose header claims ``shape`` (e.g. a negative dimension)."""
+
     def make(d: Path, a: Path) -> None:
         import numpy as np
 
         np.save(d / name, np.zeros((1, 3, SIZE, SIZE), np.float32))
         data = (d / name).read_bytes()
-        (d / name).write_bytes(data.replace(f"(1, 3, {SIZE}, {SIZE})".encode(), shape.encode().ljust(
-            len(f"(1, 3, {SIZE}, {SIZE})"))))
+        (d / name).write_bytes(
+            data.replace(f"(1, 3, {SIZE}, {SIZE})".encode(), shape.encode().ljust(len(f"(1, 3, {SIZE}, {SIZE})")))
+        )
+
     return make
 
 
 # -- the table ----------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Case:
@@ -200,18 +217,21 @@ def _files(**contents) -> Callable[[Path, Path], None]:
     def make(d: Path, a: Path) -> None:
         for name, data in contents.items():
             (d / name).write_bytes(data)
+
     return make
 
 
 def _saved(name: str, obj_fn: Callable[[], object]) -> Callable[[Path, Path], None]:
     def make(d: Path, a: Path) -> None:
         torch.save(obj_fn(), d / name)
+
     return make
 
 
 def _copy_m035(name: str = "m.pt"):
     def make(d: Path, a: Path) -> None:
         (d / name).write_bytes((a / "m035.pt").read_bytes())
+
     return make
 
 
@@ -219,6 +239,7 @@ def _both(*makers):
     def make(d: Path, a: Path) -> None:
         for m in makers:
             m(d, a)
+
     return make
 
 
@@ -247,6 +268,7 @@ def _sparse(name: str, size: int):
     def make(d: Path, a: Path) -> None:
         with open(d / name, "wb") as f:
             f.truncate(size)
+
     return make
 
 
@@ -254,105 +276,281 @@ OUT = ("-o", "{d}/out.onnx", "--input-size", str(SIZE))
 VALIDATE = ("{a}/m035.pt", "{d}/m.onnx")
 CASES = [
     # -- outputs that must never be replaced
-    Case("output-char-device", "dcd-export", ("{a}/m035.pt", "-o", "{d}/null", "--input-size", str(SIZE)),
-         ("null is a character device", "refusing to replace it"), make=_char_device("null"), root_only=True),
-    Case("output-fifo", "dcd-export", ("{a}/m035.pt", "-o", "{d}/fifo", "--input-size", str(SIZE)),
-         ("fifo is a FIFO",), make=_fifo("fifo")),
-    Case("json-fifo", "dcd-export", ("{a}/m035.pt", *OUT, "--json", "{d}/fifo"), ("fifo is a FIFO",),
-         make=_fifo("fifo")),
-    Case("output-symlink-to-fifo", "dcd-export", ("{a}/m035.pt", "-o", "{d}/link", "--input-size", str(SIZE)),
-         ("fifo (via the symlink", "is a FIFO"), make=_both(_fifo("fifo"), _symlink("link", "fifo"))),
-    Case("output-directory", "dcd-export", ("{a}/m035.pt", "-o", "{d}/adir", "--input-size", str(SIZE)),
-         ("adir is a directory",), make=lambda d, a: (d / "adir").mkdir()),
-    Case("output-trailing-separator", "dcd-export", ("{a}/m035.pt", "-o", "{d}/newdir/", "--input-size", str(SIZE)),
-         ("ends in a path separator",), status=2),
-    Case("output-is-the-input", "dcd-export", ("{d}/m.pt", "-o", "{d}/m.pt", "--input-size", str(SIZE)),
-         ("is the same file as the input",), make=_copy_m035()),
-    Case("output-links-to-the-input", "dcd-export", ("{d}/m.pt", "-o", "{d}/link.onnx", "--input-size", str(SIZE)),
-         ("is the same file as the input",), make=_both(_copy_m035(), _symlink("link.onnx", "m.pt"))),
-    Case("output-hard-link", "dcd-export", ("{a}/m035.pt", "-o", "{d}/b.onnx", "--input-size", str(SIZE)),
-         ("b.onnx has 2 hard links",), make=_both(_files(**{"a.onnx": b"old"}), _hardlink("b.onnx", "a.onnx"))),
-    Case("json-is-the-output", "dcd-export", ("{a}/m035.pt", *OUT, "--json", "{d}/out.onnx"),
-         ("is the same file as the output",)),
-    Case("json-is-the-input", "dcd-export", ("{d}/m.pt", *OUT, "--json", "{d}/m.pt"),
-         ("is the same file as the input",), make=_copy_m035()),
+    Case(
+        "output-char-device",
+        "dcd-export",
+        ("{a}/m035.pt", "-o", "{d}/null", "--input-size", str(SIZE)),
+        ("null is a character device", "refusing to replace it"),
+        make=_char_device("null"),
+        root_only=True,
+    ),
+    Case(
+        "output-fifo",
+        "dcd-export",
+        ("{a}/m035.pt", "-o", "{d}/fifo", "--input-size", str(SIZE)),
+        ("fifo is a FIFO",),
+        make=_fifo("fifo"),
+    ),
+    Case(
+        "json-fifo", "dcd-export", ("{a}/m035.pt", *OUT, "--json", "{d}/fifo"), ("fifo is a FIFO",), make=_fifo("fifo")
+    ),
+    Case(
+        "output-symlink-to-fifo",
+        "dcd-export",
+        ("{a}/m035.pt", "-o", "{d}/link", "--input-size", str(SIZE)),
+        ("fifo (via the symlink", "is a FIFO"),
+        make=_both(_fifo("fifo"), _symlink("link", "fifo")),
+    ),
+    Case(
+        "output-directory",
+        "dcd-export",
+        ("{a}/m035.pt", "-o", "{d}/adir", "--input-size", str(SIZE)),
+        ("adir is a directory",),
+        make=lambda d, a: (d / "adir").mkdir(),
+    ),
+    Case(
+        "output-trailing-separator",
+        "dcd-export",
+        ("{a}/m035.pt", "-o", "{d}/newdir/", "--input-size", str(SIZE)),
+        ("ends in a path separator",),
+        status=2,
+    ),
+    Case(
+        "output-is-the-input",
+        "dcd-export",
+        ("{d}/m.pt", "-o", "{d}/m.pt", "--input-size", str(SIZE)),
+        ("is the same file as the input",),
+        make=_copy_m035(),
+    ),
+    Case(
+        "output-links-to-the-input",
+        "dcd-export",
+        ("{d}/m.pt", "-o", "{d}/link.onnx", "--input-size", str(SIZE)),
+        ("is the same file as the input",),
+        make=_both(_copy_m035(), _symlink("link.onnx", "m.pt")),
+    ),
+    Case(
+        "output-hard-link",
+        "dcd-export",
+        ("{a}/m035.pt", "-o", "{d}/b.onnx", "--input-size", str(SIZE)),
+        ("b.onnx has 2 hard links",),
+        make=_both(_files(**{"a.onnx": b"old"}), _hardlink("b.onnx", "a.onnx")),
+    ),
+    Case(
+        "json-is-the-output",
+        "dcd-export",
+        ("{a}/m035.pt", *OUT, "--json", "{d}/out.onnx"),
+        ("is the same file as the output",),
+    ),
+    Case(
+        "json-is-the-input",
+        "dcd-export",
+        ("{d}/m.pt", *OUT, "--json", "{d}/m.pt"),
+        ("is the same file as the input",),
+        make=_copy_m035(),
+    ),
     # -- checkpoints that crash, hang or blow up torch's loader
-    Case("tuple-key-a-million-deep", "dcd-export", ("{d}/deep.pt", "--arch", "mobilenetv2_035", *OUT),
-         ("deep.pt is not a plausible checkpoint", "more than 100 levels deep"),
-         make=_files(**{"deep.pt": _deep_tuple_key(1_000_000)})),
-    Case("tuple-key-a-million-deep-bench", "dcd-bench", ("latency", "--models", "{d}/deep.pt", "--quick"),
-         ("more than 100 levels deep",), make=_files(**{"deep.pt": _deep_tuple_key(1_000_000)}),
-         progress_before_error=True),
-    Case("tuple-key-5000-deep", "dcd-export", ("{d}/deep.pt", "--arch", "mobilenetv2_035", *OUT),
-         ("more than 100 levels deep",), make=_files(**{"deep.pt": _deep_tuple_key(5000)})),
+    Case(
+        "tuple-key-a-million-deep",
+        "dcd-export",
+        ("{d}/deep.pt", "--arch", "mobilenetv2_035", *OUT),
+        ("deep.pt is not a plausible checkpoint", "more than 100 levels deep"),
+        make=_files(**{"deep.pt": _deep_tuple_key(1_000_000)}),
+    ),
+    Case(
+        "tuple-key-a-million-deep-bench",
+        "dcd-bench",
+        ("latency", "--models", "{d}/deep.pt", "--quick"),
+        ("more than 100 levels deep",),
+        make=_files(**{"deep.pt": _deep_tuple_key(1_000_000)}),
+        progress_before_error=True,
+    ),
+    Case(
+        "tuple-key-5000-deep",
+        "dcd-export",
+        ("{d}/deep.pt", "--arch", "mobilenetv2_035", *OUT),
+        ("more than 100 levels deep",),
+        make=_files(**{"deep.pt": _deep_tuple_key(5000)}),
+    ),
     Case("model-is-a-fifo", "dcd-export", ("{d}/fifo.pt", *OUT), ("fifo.pt is a FIFO",), make=_fifo("fifo.pt")),
     Case("model-is-dev-zero", "dcd-export", ("/dev/zero", *OUT), ("/dev/zero is a character device",)),
-    Case("bytearray-4e9", "dcd-export", ("{d}/ba.pt", "--arch", "mobilenetv2_035", *OUT),
-         ("builtins.bytearray", "4000000000", "far larger than the file"),
-         make=_files(**{"ba.pt": _bytearray_bomb()})),
-    Case("zip-bomb", "dcd-export", ("{d}/bomb.pt", *OUT), ("archive/data.pkl inflates", "more than 100x"),
-         make=lambda d, a: _zip_bomb(d / "bomb.pt")),
-    Case("stride-0-classifier", "dcd-export", ("{d}/rel.pt", *OUT),
-         ("classifier.0.cls.weight is an expanded view of shape (1000000, 1280)",),
-         make=_saved("rel.pt", lambda: {"arch": "mobilenetv2_dcd", "epoch": 1, "state_dict": {
-             "classifier.0.cls.weight": torch.zeros(1280).expand(1_000_000, 1280)}})),
-    Case("meta-tensor", "dcd-export", ("{d}/t.pt", "--arch", "mobilenetv2_035", *OUT),
-         ("entry w is a tensor on device meta",), make=_saved("t.pt", lambda: {"w": torch.zeros(3, device="meta")})),
-    Case("sparse-tensor", "dcd-export", ("{d}/t.pt", "--arch", "mobilenetv2_035", *OUT),
-         ("entry w is a sparse_coo tensor",), make=_saved("t.pt", lambda: {"w": torch.zeros(3, 3).to_sparse()})),
-    Case("quantized-tensor", "dcd-export", ("{d}/t.pt", "--arch", "mobilenetv2_035", *OUT),
-         ("entry w is a quantized tensor",),
-         make=_saved("t.pt", lambda: {"w": torch.quantize_per_tensor(torch.zeros(3), 0.1, 0, torch.qint8)})),
-    *[Case(f"config-{label}", "dcd-export", ("{d}/c.pt", *OUT), (f"config {key}={shown}",),
-           make=_saved("c.pt", lambda key=key, value=value: _ours({key: value})))
-      for label, key, value, shown in (("classes-negative", "num_classes", -1, "-1"),
-                                       ("classes-1e7", "num_classes", 10**7, "10000000"),
-                                       ("classes-1e12", "num_classes", 10**12, "1000000000000"),
-                                       ("dropout-nan", "dropout", float("nan"), "nan"))],
+    Case(
+        "bytearray-4e9",
+        "dcd-export",
+        ("{d}/ba.pt", "--arch", "mobilenetv2_035", *OUT),
+        ("builtins.bytearray", "4000000000", "far larger than the file"),
+        make=_files(**{"ba.pt": _bytearray_bomb()}),
+    ),
+    Case(
+        "zip-bomb",
+        "dcd-export",
+        ("{d}/bomb.pt", *OUT),
+        ("archive/data.pkl inflates", "more than 100x"),
+        make=lambda d, a: _zip_bomb(d / "bomb.pt"),
+    ),
+    Case(
+        "stride-0-classifier",
+        "dcd-export",
+        ("{d}/rel.pt", *OUT),
+        ("classifier.0.cls.weight is an expanded view of shape (1000000, 1280)",),
+        make=_saved(
+            "rel.pt",
+            lambda: {
+                "arch": "mobilenetv2_dcd",
+                "epoch": 1,
+                "state_dict": {"classifier.0.cls.weight": torch.zeros(1280).expand(1_000_000, 1280)},
+            },
+        ),
+    ),
+    Case(
+        "meta-tensor",
+        "dcd-export",
+        ("{d}/t.pt", "--arch", "mobilenetv2_035", *OUT),
+        ("entry w is a tensor on device meta",),
+        make=_saved("t.pt", lambda: {"w": torch.zeros(3, device="meta")}),
+    ),
+    Case(
+        "sparse-tensor",
+        "dcd-export",
+        ("{d}/t.pt", "--arch", "mobilenetv2_035", *OUT),
+        ("entry w is a sparse_coo tensor",),
+        make=_saved("t.pt", lambda: {"w": torch.zeros(3, 3).to_sparse()}),
+    ),
+    Case(
+        "quantized-tensor",
+        "dcd-export",
+        ("{d}/t.pt", "--arch", "mobilenetv2_035", *OUT),
+        ("entry w is a quantized tensor",),
+        make=_saved("t.pt", lambda: {"w": torch.quantize_per_tensor(torch.zeros(3), 0.1, 0, torch.qint8)}),
+    ),
+    *[
+        Case(
+            f"config-{label}",
+            "dcd-export",
+            ("{d}/c.pt", *OUT),
+            (f"config {key}={shown}",),
+            make=_saved("c.pt", lambda key=key, value=value: _ours({key: value})),
+        )
+        for label, key, value, shown in (
+            ("classes-negative", "num_classes", -1, "-1"),
+            ("classes-1e7", "num_classes", 10**7, "10000000"),
+            ("classes-1e12", "num_classes", 10**12, "1000000000000"),
+            ("dropout-nan", "dropout", float("nan"), "nan"),
+        )
+    ],
     # -- within every range, but too much memory together
-    Case("memory-estimate", "dcd-export", ("mobilenetv2_035", "--input-size", "1024", "--batch", "1024",
-                                           "-o", "{d}/o.onnx"), ("would need about", "GiB of memory", "limit")),
+    Case(
+        "memory-estimate",
+        "dcd-export",
+        ("mobilenetv2_035", "--input-size", "1024", "--batch", "1024", "-o", "{d}/o.onnx"),
+        ("would need about", "GiB of memory", "limit"),
+    ),
     # -- ONNX files an image model cannot be checked against
-    Case("onnx-rank-2-input", "dcd-validate", VALIDATE, ("has shape (1, 10)", "(N, 3, S, S)"),
-         make=_onnx_file("m.onnx", [1, 10])),
+    Case(
+        "onnx-rank-2-input",
+        "dcd-validate",
+        VALIDATE,
+        ("has shape (1, 10)", "(N, 3, S, S)"),
+        make=_onnx_file("m.onnx", [1, 10]),
+    ),
     Case("onnx-no-input", "dcd-validate", VALIDATE, ("has 0 inputs",), make=_onnx_file("m.onnx", None, n_inputs=0)),
-    Case("onnx-float64-input", "dcd-validate", VALIDATE, ("is double", "float32"),
-         make=_onnx_file("m.onnx", [1, 3, 32, 32], elem=11)),
-    Case("onnx-rank-3-input", "dcd-validate", VALIDATE, ("has shape (1, 3, 32)",),
-         make=_onnx_file("m.onnx", [1, 3, 32])),
-    Case("onnx-metadata-superscript", "dcd-validate", VALIDATE, ("metadata input_size '²' is not an integer",),
-         make=_onnx_file("m.onnx", [1, 3, 32, 32], props={"input_size": "²"})),
-    Case("onnx-metadata-20000-zoo-name", "dcd-validate", ("mobilenetv2_035", "{d}/m.onnx"),
-         ("input size 20000 is outside 1-1024",),
-         make=_onnx_file("m.onnx", ["N", 3, "H", "W"], props={"input_size": "20000"})),
-    Case("onnx-sparse-6GB", "dcd-validate", ("{a}/m035.pt", "{d}/big.onnx"), ("big.onnx is 6.0 GiB", "at most 2 GiB"),
-         make=_sparse("big.onnx", 6 << 30)),
-    Case("onnx-fails-at-run-time", "dcd-validate", (*VALIDATE, "--batch-sizes", "1"),
-         ("ONNX Runtime failed running", "Reshape"),
-         make=_onnx_file("m.onnx", [1, 3, 32, 32], props={"input_size": "32"}, fail_at_run_time=True)),
+    Case(
+        "onnx-float64-input",
+        "dcd-validate",
+        VALIDATE,
+        ("is double", "float32"),
+        make=_onnx_file("m.onnx", [1, 3, 32, 32], elem=11),
+    ),
+    Case(
+        "onnx-rank-3-input", "dcd-validate", VALIDATE, ("has shape (1, 3, 32)",), make=_onnx_file("m.onnx", [1, 3, 32])
+    ),
+    Case(
+        "onnx-metadata-superscript",
+        "dcd-validate",
+        VALIDATE,
+        ("metadata input_size '²' is not an integer",),
+        make=_onnx_file("m.onnx", [1, 3, 32, 32], props={"input_size": "²"}),
+    ),
+    Case(
+        "onnx-metadata-20000-zoo-name",
+        "dcd-validate",
+        ("mobilenetv2_035", "{d}/m.onnx"),
+        ("input size 20000 is outside 1-1024",),
+        make=_onnx_file("m.onnx", ["N", 3, "H", "W"], props={"input_size": "20000"}),
+    ),
+    Case(
+        "onnx-sparse-6GB",
+        "dcd-validate",
+        ("{a}/m035.pt", "{d}/big.onnx"),
+        ("big.onnx is 6.0 GiB", "at most 2 GiB"),
+        make=_sparse("big.onnx", 6 << 30),
+    ),
+    Case(
+        "onnx-fails-at-run-time",
+        "dcd-validate",
+        (*VALIDATE, "--batch-sizes", "1"),
+        ("ONNX Runtime failed running", "Reshape"),
+        make=_onnx_file("m.onnx", [1, 3, 32, 32], props={"input_size": "32"}, fail_at_run_time=True),
+    ),
     # -- the machine's state
-    Case("disk-full", "dcd-export", ("{a}/m035.pt", "-o", "{d}/old.onnx", "--input-size", str(SIZE), "--no-check",
-                                 "--no-simplify"),
-         ("cannot write", "old.onnx", "No space left on device"), make=_files(**{"old.onnx": b"previous model"}),
-         env_hook="disk_full"),
+    Case(
+        "disk-full",
+        "dcd-export",
+        ("{a}/m035.pt", "-o", "{d}/old.onnx", "--input-size", str(SIZE), "--no-check", "--no-simplify"),
+        ("cannot write", "old.onnx", "No space left on device"),
+        make=_files(**{"old.onnx": b"previous model"}),
+        env_hook="disk_full",
+    ),
     Case("out-of-memory", "dcd-export", ("{a}/m035.pt", *OUT), ("out of memory",), env_hook="oom"),
     # -- round 3 (issue #21): --inputs files, an openvino that fails to import
-    Case("inputs-deflate-bomb", "dcd-validate", (*VALIDATE, "--inputs", "{d}/bomb.pt"),
-         ("inputs file", "bomb.pt: zip member archive/data/0 inflates from", "to 2400190464 bytes", "more than 100x"),
-         make=_both(_onnx_file("m.onnx", [1, 3, SIZE, SIZE], props={"input_size": str(SIZE)}),
-                    lambda d, a: inputs_bomb(d / "bomb.pt"))),
-    Case("inputs-npy-negative-dimension", "dcd-validate", (*VALIDATE, "--inputs", "{d}/x.npy"),
-         ("x.npy: its header's shape (-1, 3, 32, 32) has a negative dimension",),
-         make=_both(_onnx_file("m.onnx", [1, 3, SIZE, SIZE], props={"input_size": str(SIZE)}),
-                    _npy_with_shape("x.npy", f"(-1, 3, {SIZE}, {SIZE})"))),
-    *[Case(f"openvino-fails-to-import-{script[4:]}", script, args, ("openvino is installed but fails to import",
-                                                                     "libopenvino.so.2641", "pip install"),
-           make=_onnx_file("m.onnx", ["N", 3, SIZE, SIZE], props={"input_size": str(SIZE)}),
-           env_hook="broken_openvino", progress_before_error=script == "dcd-bench")
-      for script, args in (("dcd-validate", (*VALIDATE, "--backend", "openvino")),
-                           ("dcd-export", ("mobilenetv2_035_dcd", "--mode", "fused", *OUT)),
-                           ("dcd-bench", ("latency", "--quick", "--models", "mobilenetv2_035", "--backends", "openvino",
-                                          "--input-size", str(SIZE))))],
+    Case(
+        "inputs-deflate-bomb",
+        "dcd-validate",
+        (*VALIDATE, "--inputs", "{d}/bomb.pt"),
+        ("inputs file", "bomb.pt: zip member archive/data/0 inflates from", "to 2400190464 bytes", "more than 100x"),
+        make=_both(
+            _onnx_file("m.onnx", [1, 3, SIZE, SIZE], props={"input_size": str(SIZE)}),
+            lambda d, a: inputs_bomb(d / "bomb.pt"),
+        ),
+    ),
+    Case(
+        "inputs-npy-negative-dimension",
+        "dcd-validate",
+        (*VALIDATE, "--inputs", "{d}/x.npy"),
+        ("x.npy: its header's shape (-1, 3, 32, 32) has a negative dimension",),
+        make=_both(
+            _onnx_file("m.onnx", [1, 3, SIZE, SIZE], props={"input_size": str(SIZE)}),
+            _npy_with_shape("x.npy", f"(-1, 3, {SIZE}, {SIZE})"),
+        ),
+    ),
+    *[
+        Case(
+            f"openvino-fails-to-import-{script[4:]}",
+            script,
+            args,
+            ("openvino is installed but fails to import", "libopenvino.so.2641", "pip install"),
+            make=_onnx_file("m.onnx", ["N", 3, SIZE, SIZE], props={"input_size": str(SIZE)}),
+            env_hook="broken_openvino",
+            progress_before_error=script == "dcd-bench",
+        )
+        for script, args in (
+            ("dcd-validate", (*VALIDATE, "--backend", "openvino")),
+            ("dcd-export", ("mobilenetv2_035_dcd", "--mode", "fused", *OUT)),
+            (
+                "dcd-bench",
+                (
+                    "latency",
+                    "--quick",
+                    "--models",
+                    "mobilenetv2_035",
+                    "--backends",
+                    "openvino",
+                    "--input-size",
+                    str(SIZE),
+                ),
+            ),
+        )
+    ],
 ]
 
 
@@ -360,19 +558,57 @@ CASES = [
 #: opened, so they run in process (:func:`test_hostile_usage_error`); the table keeps a
 #: usage error of the real script (``output-trailing-separator``).
 USAGE_CASES = [
-    Case("input-size-10000", "dcd-export", ("mobilenetv2_035", "--input-size", "10000", "-o", "{d}/o.onnx"),
-         ("--input-size", "1<=x<=1024"), status=2),
-    Case("input-size-2000", "dcd-export", ("mobilenetv2_035", "--input-size", "2000", "-o", "{d}/o.onnx"),
-         ("--input-size", "1<=x<=1024"), status=2),
-    Case("batch-100000", "dcd-export", ("mobilenetv2_035", "--batch", "100000", "-o", "{d}/o.onnx"),
-         ("'dynamic' (a batch of at most 1024)",), status=2),
-    Case("batch-sizes-100000", "dcd-validate", ("{a}/m035.pt", "{d}/m.onnx", "--batch-sizes", "1,100000"),
-         ("positive integers up to 1024",), status=2, make=_onnx_file("m.onnx", [1, 3, 32, 32])),
-    Case("validate-num-inputs-1e8", "dcd-validate", ("{a}/m035.pt", "{d}/m.onnx", "--num-inputs", "100000000"),
-         ("1<=x<=10000",), status=2, make=_onnx_file("m.onnx", [1, 3, 32, 32])),
-    Case("seed-1e17", "dcd-export", ("mobilenetv2_035", "--seed", "100000000000000000", "-o", "{d}/o.onnx"),
-         ("--seed", "0<=x<=4294967295"), status=2),
-    Case("bench-threads-1000", "dcd-bench", ("latency", "--threads", "1000", "--quick"), ("--threads", "1<=x<=64"), status=2),
+    Case(
+        "input-size-10000",
+        "dcd-export",
+        ("mobilenetv2_035", "--input-size", "10000", "-o", "{d}/o.onnx"),
+        ("--input-size", "1<=x<=1024"),
+        status=2,
+    ),
+    Case(
+        "input-size-2000",
+        "dcd-export",
+        ("mobilenetv2_035", "--input-size", "2000", "-o", "{d}/o.onnx"),
+        ("--input-size", "1<=x<=1024"),
+        status=2,
+    ),
+    Case(
+        "batch-100000",
+        "dcd-export",
+        ("mobilenetv2_035", "--batch", "100000", "-o", "{d}/o.onnx"),
+        ("'dynamic' (a batch of at most 1024)",),
+        status=2,
+    ),
+    Case(
+        "batch-sizes-100000",
+        "dcd-validate",
+        ("{a}/m035.pt", "{d}/m.onnx", "--batch-sizes", "1,100000"),
+        ("positive integers up to 1024",),
+        status=2,
+        make=_onnx_file("m.onnx", [1, 3, 32, 32]),
+    ),
+    Case(
+        "validate-num-inputs-1e8",
+        "dcd-validate",
+        ("{a}/m035.pt", "{d}/m.onnx", "--num-inputs", "100000000"),
+        ("1<=x<=10000",),
+        status=2,
+        make=_onnx_file("m.onnx", [1, 3, 32, 32]),
+    ),
+    Case(
+        "seed-1e17",
+        "dcd-export",
+        ("mobilenetv2_035", "--seed", "100000000000000000", "-o", "{d}/o.onnx"),
+        ("--seed", "0<=x<=4294967295"),
+        status=2,
+    ),
+    Case(
+        "bench-threads-1000",
+        "dcd-bench",
+        ("latency", "--threads", "1000", "--quick"),
+        ("--threads", "1<=x<=64"),
+        status=2,
+    ),
 ]
 
 
@@ -394,8 +630,11 @@ def _snapshot(d: Path) -> dict:
 def runs(request, assets, tmp_path_factory):
     """Run the selected cases, two at a time; maps case id -> (result, dir, snapshot) or a skip reason."""
     base = tmp_path_factory.mktemp("hostile")
-    selected = {item.callspec.params["case"].id for item in request.session.items
-                if getattr(item, "originalname", None) == "test_hostile_input" and hasattr(item, "callspec")}
+    selected = {
+        item.callspec.params["case"].id
+        for item in request.session.items
+        if getattr(item, "originalname", None) == "test_hostile_input" and hasattr(item, "callspec")
+    }
     results = {}
     with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
         futures = {}
@@ -479,6 +718,7 @@ def test_hostile_usage_error(tmp_path, monkeypatch, assets, case: Case):
 
 # -- outputs that are written: through a symlink, keeping the mode, never over the input --
 
+
 def test_symlink_output_is_written_through_and_keeps_its_mode(assets, tmp_path):
     real = tmp_path / "real"
     real.mkdir()
@@ -487,8 +727,9 @@ def test_symlink_output_is_written_through_and_keeps_its_mode(assets, tmp_path):
     target.chmod(0o600)
     link = tmp_path / "model.onnx"
     link.symlink_to(target)
-    result = run("dcd-export", assets / "m035.pt", "-o", link, "--input-size", SIZE, "--no-check", "--no-simplify",
-                 cwd=tmp_path)
+    result = run(
+        "dcd-export", assets / "m035.pt", "-o", link, "--input-size", SIZE, "--no-check", "--no-simplify", cwd=tmp_path
+    )
     assert result.returncode == 0, result.stderr
     assert link.is_symlink() and os.readlink(link) == str(target)
     assert target.read_bytes() != b"previous model" and target.stat().st_size > 1000
@@ -508,6 +749,7 @@ def test_default_output_is_never_the_input(assets, tmp_path):
 
 # -- termination: the same clean-up as Ctrl-C ------------------------------------------------
 
+
 def _stop_at(where: str, hook_dir: Path, *, module: str, name: str, after: bool) -> dict:
     hook_dir.mkdir()
     (hook_dir / "sitecustomize.py").write_text(WAIT_HOOK.format(where=where, module=module, name=name, after=after))
@@ -516,8 +758,15 @@ def _stop_at(where: str, hook_dir: Path, *, module: str, name: str, after: bool)
 
 def _signal_when_reached(args: list, env: dict, sig: int, cwd: Path) -> subprocess.CompletedProcess:
     marker = Path(env["DCD_TEST_MARKER"])
-    proc = subprocess.Popen(args, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, **env}, preexec_fn=_cap_memory)
+    proc = subprocess.Popen(
+        args,
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **env},
+        preexec_fn=_cap_memory,
+    )
     try:
         deadline = time.monotonic() + TIMEOUT
         while not marker.exists() and proc.poll() is None and time.monotonic() < deadline:
@@ -537,14 +786,26 @@ def test_export_signal_during_parity_check_leaves_the_old_file(assets, tmp_path,
     out = tmp_path / "out"
     out.mkdir()
     (out / "model.onnx").write_bytes(b"previous model")
-    env = _stop_at("the parity check", tmp_path / "hook", module="dcd_deploy.parity", name="check_parity",
-                   after=False)
-    result = _signal_when_reached([str(BIN / "dcd-export"), str(assets / "m035.pt"), "-o", str(out / "model.onnx"),
-                                   "--input-size", str(SIZE), "--no-simplify"], env, sig, tmp_path)
+    env = _stop_at("the parity check", tmp_path / "hook", module="dcd_deploy.parity", name="check_parity", after=False)
+    result = _signal_when_reached(
+        [
+            str(BIN / "dcd-export"),
+            str(assets / "m035.pt"),
+            "-o",
+            str(out / "model.onnx"),
+            "--input-size",
+            str(SIZE),
+            "--no-simplify",
+        ],
+        env,
+        sig,
+        tmp_path,
+    )
     assert result.returncode == 128 + sig, result.stderr
     assert "Traceback" not in result.stderr
-    assert result.stderr.strip().splitlines()[-1] == (f"Error: stopped by {signal.Signals(sig).name}; "
-                                                      "temporary files removed, nothing written")
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"Error: stopped by {signal.Signals(sig).name}; temporary files removed, nothing written"
+    )
     assert sorted(p.name for p in out.iterdir()) == ["model.onnx"]
     assert (out / "model.onnx").read_bytes() == b"previous model"
 
@@ -552,10 +813,13 @@ def test_export_signal_during_parity_check_leaves_the_old_file(assets, tmp_path,
 def test_validate_sigterm_exits_cleanly(assets, tmp_path):
     onnx_path = tmp_path / "m.onnx"
     export_onnx(create_model("mobilenetv2_035"), onnx_path, input_size=SIZE, check=False, simplify=False)
-    env = _stop_at("the parity check", tmp_path / "hook", module="dcd_deploy.parity", name="check_parity",
-                   after=False)
-    result = _signal_when_reached([str(BIN / "dcd-validate"), str(assets / "m035.pt"), str(onnx_path),
-                                   "--json", str(tmp_path / "r.json")], env, signal.SIGTERM, tmp_path)
+    env = _stop_at("the parity check", tmp_path / "hook", module="dcd_deploy.parity", name="check_parity", after=False)
+    result = _signal_when_reached(
+        [str(BIN / "dcd-validate"), str(assets / "m035.pt"), str(onnx_path), "--json", str(tmp_path / "r.json")],
+        env,
+        signal.SIGTERM,
+        tmp_path,
+    )
     assert result.returncode == 128 + signal.SIGTERM, result.stderr
     assert "Traceback" not in result.stderr
     assert result.stderr.strip().splitlines()[-1].startswith("Error: stopped by SIGTERM")
@@ -565,12 +829,26 @@ def test_validate_sigterm_exits_cleanly(assets, tmp_path):
 def test_bench_sigterm_removes_its_temporary_directory(tmp_path):
     tmp = tmp_path / "tmp"
     tmp.mkdir()
-    env = _stop_at("the first export", tmp_path / "hook", module="dcd_deploy.exporters", name="export_onnx",
-                   after=True)
+    env = _stop_at("the first export", tmp_path / "hook", module="dcd_deploy.exporters", name="export_onnx", after=True)
     env["TMPDIR"] = str(tmp)
-    result = _signal_when_reached([str(BIN / "dcd-bench"), "latency", "--quick", "--models", "mobilenetv2_035",
-                                   "--backends", "onnxruntime", "--input-size", "32", "--seed", "1"],
-                                  env, signal.SIGTERM, tmp_path)
+    result = _signal_when_reached(
+        [
+            str(BIN / "dcd-bench"),
+            "latency",
+            "--quick",
+            "--models",
+            "mobilenetv2_035",
+            "--backends",
+            "onnxruntime",
+            "--input-size",
+            "32",
+            "--seed",
+            "1",
+        ],
+        env,
+        signal.SIGTERM,
+        tmp_path,
+    )
     assert result.returncode == 128 + signal.SIGTERM, result.stderr
     assert "Traceback" not in result.stderr
     assert result.stderr.strip().splitlines()[-1].startswith("Error: stopped by SIGTERM")
@@ -579,6 +857,7 @@ def test_bench_sigterm_removes_its_temporary_directory(tmp_path):
 
 
 # -- the same guarantees through the Python API ------------------------------------------------
+
 
 def test_disk_full_while_exporting_keeps_the_old_file(tmp_path, monkeypatch):
     import onnx
@@ -630,12 +909,15 @@ def test_check_distinct_sees_through_spellings(tmp_path, monkeypatch):
     check_distinct(outputs=["new.onnx", "new.json", None], inputs=["a.pt", "mobilenetv2_035"])
 
 
-@pytest.mark.parametrize("data, message", [
-    (_deep_tuple_key(101), "more than 100 levels deep"),
-    (_bytearray_bomb(), "far larger than the file"),
-    (b"\x80\x02]q\x00(K\x01K\x02e", "damaged or truncated"),  # no STOP
-    (b"\x80\x02\x8e" + (4 << 30).to_bytes(8, "little"), "damaged or truncated"),  # BYTES8 of 4 GiB, absent
-])
+@pytest.mark.parametrize(
+    "data, message",
+    [
+        (_deep_tuple_key(101), "more than 100 levels deep"),
+        (_bytearray_bomb(), "far larger than the file"),
+        (b"\x80\x02]q\x00(K\x01K\x02e", "damaged or truncated"),  # no STOP
+        (b"\x80\x02\x8e" + (4 << 30).to_bytes(8, "little"), "damaged or truncated"),  # BYTES8 of 4 GiB, absent
+    ],
+)
 def test_scan_pickle_refuses_without_building(tmp_path, data, message):
     from dcd_deploy._safe_pickle import scan_pickle
     from dcd_deploy.errors import CheckpointError
@@ -668,6 +950,7 @@ def test_scan_pickle_accepts_real_checkpoints(assets, tmp_path):
 
 # -- more of the same, in process (the table above covers each mechanism through the scripts) --
 
+
 def _invoke(main, args: list[str]):
     from click.testing import CliRunner
 
@@ -683,7 +966,9 @@ def test_more_outputs_that_are_inputs_or_each_other(tmp_path):
     _onnx(onnx_path, [1, 3, SIZE, SIZE])
     code, line = _invoke(validate.main, ["mobilenetv2_035", onnx_path, "--json", onnx_path])
     assert code == 1 and "is the same file as the input" in line
-    code, line = _invoke(bench.main, ["latency", "--quick", "--json", tmp_path / "r.json", "--markdown", tmp_path / "r.json"])
+    code, line = _invoke(
+        bench.main, ["latency", "--quick", "--json", tmp_path / "r.json", "--markdown", tmp_path / "r.json"]
+    )
     assert code == 1 and "is the same file as the output" in line
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx"]
 
@@ -697,13 +982,17 @@ def test_more_bench_limits(tmp_path):
     assert code == 1 and "GiB of memory" in line
 
 
-@pytest.mark.parametrize("obj, message", [
-    ({"w": torch.zeros(3, dtype=torch.long)}, "entry w is a int64 tensor"),
-    ({"w": torch.zeros(4).as_strided((3, 2), (1, 1))}, "over a storage of only 16 bytes"),
-    (_ours({"num_classes": "1000"}), "config num_classes='1000' is not an integer"),
-    (_ours({"dropout": 2.0}), "config dropout=2.0 is not a number in [0, 1]"),
-    (_ours({1: 2}), "config key 1 is not a knob name"),
-], ids=["integer", "overlapping", "classes-string", "dropout-2", "int-key"])
+@pytest.mark.parametrize(
+    "obj, message",
+    [
+        ({"w": torch.zeros(3, dtype=torch.long)}, "entry w is a int64 tensor"),
+        ({"w": torch.zeros(4).as_strided((3, 2), (1, 1))}, "over a storage of only 16 bytes"),
+        (_ours({"num_classes": "1000"}), "config num_classes='1000' is not an integer"),
+        (_ours({"dropout": 2.0}), "config dropout=2.0 is not a number in [0, 1]"),
+        (_ours({1: 2}), "config key 1 is not a knob name"),
+    ],
+    ids=["integer", "overlapping", "classes-string", "dropout-2", "int-key"],
+)
 def test_more_implausible_checkpoints(tmp_path, obj, message):
     from dcd_deploy import load_checkpoint
     from dcd_deploy.errors import CheckpointError
@@ -731,12 +1020,19 @@ def test_zip_members_may_not_inflate_far_beyond_the_file(tmp_path):
 
 # -- round 3 (issue #21): more of the same in process ------------------------------------------------
 
-@pytest.mark.parametrize("make, message", [
-    (lambda: torch.zeros(3, 3).to_sparse(), "holds a sparse_coo tensor"),
-    (lambda: torch.zeros(1, 3, SIZE, SIZE).to_sparse_csr() if False else torch.zeros(2, 3).to_sparse_csr(),
-     "holds a sparse_csr tensor"),
-    (lambda: torch.zeros(1, 3, SIZE, SIZE, device="meta"), "holds a tensor on device meta"),
-], ids=["sparse-coo", "sparse-csr", "meta"])
+
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda: torch.zeros(3, 3).to_sparse(), "holds a sparse_coo tensor"),
+        (
+            lambda: torch.zeros(1, 3, SIZE, SIZE).to_sparse_csr() if False else torch.zeros(2, 3).to_sparse_csr(),
+            "holds a sparse_csr tensor",
+        ),
+        (lambda: torch.zeros(1, 3, SIZE, SIZE, device="meta"), "holds a tensor on device meta"),
+    ],
+    ids=["sparse-coo", "sparse-csr", "meta"],
+)
 def test_inputs_that_are_not_dense_tensors(tmp_path, make, message):
     from dcd_deploy.inputs import load_inputs
 
@@ -767,11 +1063,14 @@ def test_legacy_pickled_inputs_are_scanned_too(tmp_path):
         load_inputs(tmp_path / "deep.pt")
 
 
-@pytest.mark.parametrize("header, message", [
-    ("(1, 3, 32, -32)", "has a negative dimension"),
-    ("(99999999999999999999, 3, 32, 32)", "at most 67108864 are checked"),
-    ("(4, 3, 32, 32)", "is truncated"),
-])
+@pytest.mark.parametrize(
+    "header, message",
+    [
+        ("(1, 3, 32, -32)", "has a negative dimension"),
+        ("(99999999999999999999, 3, 32, 32)", "at most 67108864 are checked"),
+        ("(4, 3, 32, 32)", "is truncated"),
+    ],
+)
 def test_npy_headers_that_lie(tmp_path, header, message):
     from dcd_deploy.inputs import load_inputs
 
@@ -795,9 +1094,23 @@ def test_a_non_utf8_output_name_works(tmp_path):
     run: click's runner cannot print such a name)."""
     out = tmp_path / "out"
     out.mkdir()
-    result = subprocess.run([str(BIN / "dcd-export"), "mobilenetv2_035", "-o", b"\xff\xfe-model.onnx",
-                             "--input-size", str(SIZE), "--no-simplify", "--json", b"\xfa.json"], cwd=out,
-                            capture_output=True, timeout=TIMEOUT, preexec_fn=_cap_memory)
+    result = subprocess.run(
+        [
+            str(BIN / "dcd-export"),
+            "mobilenetv2_035",
+            "-o",
+            b"\xff\xfe-model.onnx",
+            "--input-size",
+            str(SIZE),
+            "--no-simplify",
+            "--json",
+            b"\xfa.json",
+        ],
+        cwd=out,
+        capture_output=True,
+        timeout=TIMEOUT,
+        preexec_fn=_cap_memory,
+    )
     assert result.returncode == 0, result.stderr.decode(errors="replace")
     assert sorted(os.listdir(os.fsencode(out))) == [b"\xfa.json", b"\xff\xfe-model.onnx"]
 
@@ -828,12 +1141,12 @@ def test_warnings_show_after_success_and_never_before_an_error(capsys):
 
     @run_cli
     def fails():
-        warnings.warn("numpy said something", RuntimeWarning)
+        warnings.warn("numpy said something", RuntimeWarning, stacklevel=1)
         raise DCDDeployError("the reason")
 
     @run_cli
     def works():
-        warnings.warn("torch said something", UserWarning)
+        warnings.warn("torch said something", UserWarning, stacklevel=1)
         click.echo("done")
 
     with pytest.raises(SystemExit) as exit_:
@@ -862,8 +1175,9 @@ def test_sigterm_ends_an_endless_onnxruntime_inference(tmp_path):
     handlers run; the watchdog cleans up and exits within its grace period."""
     result = sigterm_inside_inference(tmp_path, "onnxruntime")
     assert result.returncode == 128 + signal.SIGTERM, result.stderr
-    assert result.stderr.strip().splitlines()[-1] == ("Error: stopped by SIGTERM; temporary files removed, "
-                                                      "nothing written")
+    assert result.stderr.strip().splitlines()[-1] == (
+        "Error: stopped by SIGTERM; temporary files removed, nothing written"
+    )
     assert "Traceback" not in result.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["hook", "inside", "loop.onnx"]
 

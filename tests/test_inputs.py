@@ -21,13 +21,16 @@ def test_npy_and_pt_of_any_float_dtype_load_as_float32(tmp_path):
     assert torch.equal(load_inputs(tmp_path / "x.pt"), torch.from_numpy(x).float())
 
 
-@pytest.mark.parametrize("write, message", [
-    (lambda p: torch.save({"x": torch.zeros(1, 3, 8, 8)}, p.with_suffix(".pt")), "holds a dict, not one tensor"),
-    (lambda p: p.with_suffix(".pt").write_bytes(b"garbage"), "cannot read inputs file"),
-    (lambda p: np.save(p.with_suffix(".npy"), np.zeros((0, 3, 8, 8), np.float32)), "empty tensor"),
-    (lambda p: np.save(p.with_suffix(".npy"), np.zeros((1, 3, 8, 8), complex)), "expected floating-point"),
-    (lambda p: p.with_suffix(".txt").write_text("1 2 3"), "expected a .npy or .pt file"),
-])
+@pytest.mark.parametrize(
+    "write, message",
+    [
+        (lambda p: torch.save({"x": torch.zeros(1, 3, 8, 8)}, p.with_suffix(".pt")), "holds a dict, not one tensor"),
+        (lambda p: p.with_suffix(".pt").write_bytes(b"garbage"), "cannot read inputs file"),
+        (lambda p: np.save(p.with_suffix(".npy"), np.zeros((0, 3, 8, 8), np.float32)), "empty tensor"),
+        (lambda p: np.save(p.with_suffix(".npy"), np.zeros((1, 3, 8, 8), complex)), "expected floating-point"),
+        (lambda p: p.with_suffix(".txt").write_text("1 2 3"), "expected a .npy or .pt file"),
+    ],
+)
 def test_what_is_not_a_batch_of_images_is_refused(tmp_path, write, message):
     write(tmp_path / "in")
     path = next(tmp_path.iterdir())
@@ -43,8 +46,7 @@ def test_object_arrays_are_never_unpickled(tmp_path):
 
 def test_image_count_is_bounded_before_reading(tmp_path):
     # a header claiming MAX_IMAGES + 1 images; memory-mapped, so nothing is allocated
-    arr = np.lib.format.open_memmap(tmp_path / "big.npy", mode="w+", dtype=np.float32,
-                                    shape=(MAX_IMAGES + 1, 3, 1, 1))
+    arr = np.lib.format.open_memmap(tmp_path / "big.npy", mode="w+", dtype=np.float32, shape=(MAX_IMAGES + 1, 3, 1, 1))
     del arr
     with pytest.raises(UnsupportedInputError, match=f"at most {MAX_IMAGES}"):
         load_inputs(tmp_path / "big.npy")

@@ -39,16 +39,25 @@ def test_imagenet_preset_is_exactly_the_builtin_images():
     assert torch.equal(PRESETS["imagenet"].apply(pixels), synthetic_images(3, (16, 24), seed=4))
 
 
-@pytest.mark.parametrize("name, expected", [
-    ("imagenet", [(0.2 - 0.485) / 0.229, (0.5 - 0.456) / 0.224, (0.9 - 0.406) / 0.225]),
-    ("unit", [0.2, 0.5, 0.9]),
-    ("0-255", [51.0, 127.5, 229.5]),
-    ("inception", [-0.6, 0.0, 0.8]),
-    # BGR: channel 0 is blue, normalised with blue's statistics, in [0, 255] units
-    ("bgr-imagenet", [(229.5 - 255 * 0.406) / (255 * 0.225), (127.5 - 255 * 0.456) / (255 * 0.224),
-                      (51.0 - 255 * 0.485) / (255 * 0.229)]),
-    ("caffe", [229.5 - 103.939, 127.5 - 116.779, 51.0 - 123.68]),
-])
+@pytest.mark.parametrize(
+    "name, expected",
+    [
+        ("imagenet", [(0.2 - 0.485) / 0.229, (0.5 - 0.456) / 0.224, (0.9 - 0.406) / 0.225]),
+        ("unit", [0.2, 0.5, 0.9]),
+        ("0-255", [51.0, 127.5, 229.5]),
+        ("inception", [-0.6, 0.0, 0.8]),
+        # BGR: channel 0 is blue, normalised with blue's statistics, in [0, 255] units
+        (
+            "bgr-imagenet",
+            [
+                (229.5 - 255 * 0.406) / (255 * 0.225),
+                (127.5 - 255 * 0.456) / (255 * 0.224),
+                (51.0 - 255 * 0.485) / (255 * 0.229),
+            ],
+        ),
+        ("caffe", [229.5 - 103.939, 127.5 - 116.779, 51.0 - 123.68]),
+    ],
+)
 def test_presets_follow_their_formula(name, expected):
     got = PRESETS[name].apply(pixel_image(0.2, 0.5, 0.9)).flatten().tolist()
     assert got == pytest.approx(expected, rel=1e-5, abs=1e-5)
@@ -76,8 +85,9 @@ def test_uint8_nhwc_pixels_are_preprocessed_and_float_nhwc_only_transposed(tmp_p
     assert torch.allclose(got, torch.from_numpy(pixels.transpose(0, 3, 1, 2).astype(np.float32)), atol=1e-4)
     assert "uint8 NHWC pixels" in what and "0-255" in what
     got, _ = load_images(tmp_path / "u8.npy")  # imagenet by default
-    expected = (pixels.transpose(0, 3, 1, 2) / 255.0 - np.array([0.485, 0.456, 0.406]).reshape(1, 3, 1, 1)) \
-        / np.array([0.229, 0.224, 0.225]).reshape(1, 3, 1, 1)
+    expected = (pixels.transpose(0, 3, 1, 2) / 255.0 - np.array([0.485, 0.456, 0.406]).reshape(1, 3, 1, 1)) / np.array(
+        [0.229, 0.224, 0.225]
+    ).reshape(1, 3, 1, 1)
     assert np.allclose(got.numpy(), expected, atol=1e-5)
     torch.save(torch.from_numpy(pixels.transpose(0, 3, 1, 2).copy()), tmp_path / "u8.pt")  # NCHW uint8 in .pt
     assert torch.allclose(load_images(tmp_path / "u8.pt")[0], got)
@@ -88,11 +98,14 @@ def test_uint8_nhwc_pixels_are_preprocessed_and_float_nhwc_only_transposed(tmp_p
     assert "taken as preprocessed" in what
 
 
-@pytest.mark.parametrize("array, message", [
-    (np.zeros((2, 8, 8, 3), np.int16), "expected floating-point"),
-    (np.zeros((2, 4, 8, 8), np.uint8), "expected N x 3 x H x W or N x H x W x 3"),
-    (np.zeros((2, 3, 8, 9), np.uint8), "holds 8x9 images, but the model takes 8x8"),
-])
+@pytest.mark.parametrize(
+    "array, message",
+    [
+        (np.zeros((2, 8, 8, 3), np.int16), "expected floating-point"),
+        (np.zeros((2, 4, 8, 8), np.uint8), "expected N x 3 x H x W or N x H x W x 3"),
+        (np.zeros((2, 3, 8, 9), np.uint8), "holds 8x9 images, but the model takes 8x8"),
+    ],
+)
 def test_what_is_not_an_image_batch_is_refused(tmp_path, array, message):
     np.save(tmp_path / "x.npy", array)
     with pytest.raises(UnsupportedInputError, match=message):
@@ -149,16 +162,45 @@ def run(cmd, args):
 
 def test_cli_preprocessing_options_and_what_is_recorded(tmp_path, unit_model):
     out, report = tmp_path / "m.onnx", tmp_path / "r.json"
-    result = run(export_main, ["mobilenetv2_035_dcd", "--input-size", SIZE, "-o", out, "--preprocess", "caffe",
-                               "--scale", "1", "--json", report, "-q"])
+    result = run(
+        export_main,
+        [
+            "mobilenetv2_035_dcd",
+            "--input-size",
+            SIZE,
+            "-o",
+            out,
+            "--preprocess",
+            "caffe",
+            "--scale",
+            "1",
+            "--json",
+            report,
+            "-q",
+        ],
+    )
     assert result.exit_code == 0, result.output
     meta = {p.key: p.value for p in onnx.load(str(out)).metadata_props}
-    assert meta["dcd_deploy.parity_inputs"].startswith("built-in natural images, preprocessed: custom (scale 1, "
-                                                       "mean 103.939,116.779,123.68, std 1,1,1, BGR)")
+    assert meta["dcd_deploy.parity_inputs"].startswith(
+        "built-in natural images, preprocessed: custom (scale 1, mean 103.939,116.779,123.68, std 1,1,1, BGR)"
+    )
     assert json.loads(report.read_text())["parity"]["preprocess"]["bgr"] is True
     np.save(tmp_path / "px.npy", np.full((2, SIZE, SIZE, 3), 128, np.uint8))
-    result = run(validate_main, ["mobilenetv2_035_dcd", out, "--inputs", tmp_path / "px.npy", "--batch-sizes", "2",
-                                 "--preprocess", "unit", "--json", report])
+    result = run(
+        validate_main,
+        [
+            "mobilenetv2_035_dcd",
+            out,
+            "--inputs",
+            tmp_path / "px.npy",
+            "--batch-sizes",
+            "2",
+            "--preprocess",
+            "unit",
+            "--json",
+            report,
+        ],
+    )
     assert result.exit_code == 0, result.output
     data = json.loads(report.read_text())
     assert "uint8 NHWC pixels, preprocessed: unit" in data["inputs_description"] and data["preprocess"] is None

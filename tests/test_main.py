@@ -52,7 +52,8 @@ def test_subcommand_passes_its_arguments_on(capsys):
 
 def test_installed_entry_points():
     runs = [[sys.executable, "-m", "dcd_deploy", "--help"]] + [
-        [str(BIN / f"dcd-{name}"), "--version"] for name in COMMANDS]
+        [str(BIN / f"dcd-{name}"), "--version"] for name in COMMANDS
+    ]
     procs = [subprocess.run(cmd, capture_output=True, text=True, timeout=300) for cmd in runs]
     assert all(p.returncode == 0 and "Traceback" not in p.stderr for p in procs), [p.stderr for p in procs]
     assert procs[0].stdout.startswith(USAGE)

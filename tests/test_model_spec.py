@@ -13,13 +13,17 @@ import sys
 
 import pytest
 import torch
+from _user_net import write_factory
 from torch import nn
 
-from _user_net import write_factory
 from dcd_deploy._factory_spec import build_from_factory, parse_factory_spec
 from dcd_deploy.checkpoint import resolve_model
 from dcd_deploy.errors import (
-    CheckpointError, ModelSpecError, StateDictMismatchError, UnknownModelError, UnsafeCheckpointError,
+    CheckpointError,
+    ModelSpecError,
+    StateDictMismatchError,
+    UnknownModelError,
+    UnsafeCheckpointError,
 )
 from dcd_deploy.layers import DCDConv2d
 
@@ -38,16 +42,19 @@ def factory(tmp_path, monkeypatch):
     return write_factory(tmp_path)
 
 
-@pytest.mark.parametrize("spec, expected", [
-    ("mynet.py:build", ("mynet.py", "build", True)),
-    ("path/to/net.py:nets.build", ("path/to/net.py", "nets.build", True)),
-    ("pkg.nets:build", ("pkg.nets", "build", False)),
-    ("mobilenetv2_100_dcd", None),
-    ("ckpt.pt", None),
-    ("mynet.py:1build", None),
-    ("mynet.py:", None),
-    (":build", None),
-])
+@pytest.mark.parametrize(
+    "spec, expected",
+    [
+        ("mynet.py:build", ("mynet.py", "build", True)),
+        ("path/to/net.py:nets.build", ("path/to/net.py", "nets.build", True)),
+        ("pkg.nets:build", ("pkg.nets", "build", False)),
+        ("mobilenetv2_100_dcd", None),
+        ("ckpt.pt", None),
+        ("mynet.py:1build", None),
+        ("mynet.py:", None),
+        (":build", None),
+    ],
+)
 def test_parse(spec, expected):
     parsed = parse_factory_spec(spec)
     assert (None if parsed is None else (parsed.module, parsed.function, parsed.is_file)) == expected
@@ -88,20 +95,32 @@ def test_dotted_module(tmp_path, monkeypatch):
 
 BROKEN = {
     "syntax.py": ("def build(:\n", "build", r"importing syntax\.py failed: SyntaxError in syntax\.py, line 1"),
-    "raises.py": ("def build():\n    x = 1\n    return x / 0\n", "build",
-                  r"raises\.py:build raised ZeroDivisionError: division by zero \(at raises\.py, line 3\)"),
-    "returns.py": ("def build():\n    return (1, 2)\n", "build",
-                   r"returns\.py:build returned a value of type tuple, not a torch\.nn\.Module"),
+    "raises.py": (
+        "def build():\n    x = 1\n    return x / 0\n",
+        "build",
+        r"raises\.py:build raised ZeroDivisionError: division by zero \(at raises\.py, line 3\)",
+    ),
+    "returns.py": (
+        "def build():\n    return (1, 2)\n",
+        "build",
+        r"returns\.py:build returned a value of type tuple, not a torch\.nn\.Module",
+    ),
     "typo.py": ("def build():\n    pass\n", "buidl", r"typo\.py has no function 'buidl'; did you mean build\?"),
     "none.py": ("def make():\n    pass\n", "build", r"none\.py has no function 'build' \(it defines make\)"),
     "args.py": ("def build(width):\n    pass\n", "build", r"args\.py:build takes required arguments \(width\)"),
     "notfn.py": ("build = 3\n", "build", r"notfn\.py:build is a value of type int, not a function"),
-    "dep.py": ("import no_such_dependency_xyz\n", "build",
-               r"importing dep\.py failed: ModuleNotFoundError: No module named 'no_such_dependency_xyz' "
-               r"\(at dep\.py, line 1\)"),
+    "dep.py": (
+        "import no_such_dependency_xyz\n",
+        "build",
+        r"importing dep\.py failed: ModuleNotFoundError: No module named 'no_such_dependency_xyz' "
+        r"\(at dep\.py, line 1\)",
+    ),
     "exits.py": ("import sys\nsys.exit(3)\n", "build", r"importing exits\.py failed: SystemExit\(3\)"),
-    "toplevel.py": ("raise RuntimeError('bad config')\n", "build",
-                    r"importing toplevel\.py failed: RuntimeError: bad config \(at toplevel\.py, line 1\)"),
+    "toplevel.py": (
+        "raise RuntimeError('bad config')\n",
+        "build",
+        r"importing toplevel\.py failed: RuntimeError: bad config \(at toplevel\.py, line 1\)",
+    ),
 }
 
 
@@ -140,12 +159,16 @@ def test_weights_that_do_not_fit(factory, tmp_path):
     wrong_key = dict(sd)
     wrong_key["extra.weight"] = wrong_key.pop("head.weight")
     torch.save(wrong_key, tmp_path / "keys.pt")
-    with pytest.raises(StateDictMismatchError,
-                       match=r"keys\.pt does not fit tiny:build: 1 missing \(head\.weight\), 1 unexpected \(extra\.weight\)"):
+    with pytest.raises(
+        StateDictMismatchError,
+        match=r"keys\.pt does not fit tiny:build: 1 missing \(head\.weight\), 1 unexpected \(extra\.weight\)",
+    ):
         resolve_model("tiny.py:build", weights=tmp_path / "keys.pt")
     wrong_shape = dict(sd, **{"head.weight": torch.zeros(7, 16)})
     torch.save(wrong_shape, tmp_path / "shape.pt")
-    with pytest.raises(StateDictMismatchError, match=r"1 mis-shaped \(head\.weight: checkpoint \(7, 16\) vs model \(5, 16\)\)"):
+    with pytest.raises(
+        StateDictMismatchError, match=r"1 mis-shaped \(head\.weight: checkpoint \(7, 16\) vs model \(5, 16\)\)"
+    ):
         resolve_model("tiny.py:build", weights=tmp_path / "shape.pt")
 
 
@@ -162,8 +185,11 @@ def test_weights_file_is_read_safely(factory, tmp_path):
 
 def test_errors_say_what_to_do(factory, tmp_path):
     torch.save(direct(factory).state_dict(), tmp_path / "sd.pt")
-    with pytest.raises(CheckpointError, match=r"pass --arch NAME .*or give your own model as MODULE:FUNCTION "
-                                              r"\(e\.g\. mynet\.py:build\) with --weights .*sd\.pt"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"pass --arch NAME .*or give your own model as MODULE:FUNCTION "
+        r"\(e\.g\. mynet\.py:build\) with --weights .*sd\.pt",
+    ):
         resolve_model(str(tmp_path / "sd.pt"))
     with pytest.raises(UnknownModelError, match=r"unknown model 'TinyNet'.*MODULE:FUNCTION"):
         resolve_model(str(tmp_path / "sd.pt"), arch="TinyNet")

@@ -23,14 +23,17 @@ def write(path, shape, metadata=None):
     return path
 
 
-@pytest.mark.parametrize("shape, metadata, size", [
-    (["N", 3, 32, 48], None, (32, 48)),
-    (["N", 3, 32, 48], "32x48", (32, 48)),
-    (["N", 3, "H", "W"], "[256, 320]", (256, 320)),
-    (["N", 3, "H", "W"], "(256, 320)", (256, 320)),
-    (["N", 3, 64, 64], "64", (64, 64)),
-    (["N", 3, "H", "W"], None, (224, 224)),
-])
+@pytest.mark.parametrize(
+    "shape, metadata, size",
+    [
+        (["N", 3, 32, 48], None, (32, 48)),
+        (["N", 3, 32, 48], "32x48", (32, 48)),
+        (["N", 3, "H", "W"], "[256, 320]", (256, 320)),
+        (["N", 3, "H", "W"], "(256, 320)", (256, 320)),
+        (["N", 3, 64, 64], "64", (64, 64)),
+        (["N", 3, "H", "W"], None, (224, 224)),
+    ],
+)
 def test_size_from_shape_or_metadata(tmp_path, shape, metadata, size):
     assert read_onnx_image_size(write(tmp_path / "m.onnx", shape, metadata)) == size
 
@@ -41,12 +44,15 @@ def test_square_only_reader_keeps_refusing_non_square(tmp_path):
         read_onnx_input_size(write(tmp_path / "r.onnx", ["N", 3, 32, 48]))
 
 
-@pytest.mark.parametrize("shape, metadata, message", [
-    (["N", 3, 32, 48], "48x32", "disagrees with its input shape"),
-    (["N", 3, 32, 48], "²", "is not an integer or HxW"),
-    (["N", 3, 2000, 48], None, "outside 1-1024"),
-    (["N", 3, "H", "W"], "64x5000", "outside 1-1024"),
-])
+@pytest.mark.parametrize(
+    "shape, metadata, message",
+    [
+        (["N", 3, 32, 48], "48x32", "disagrees with its input shape"),
+        (["N", 3, 32, 48], "²", "is not an integer or HxW"),
+        (["N", 3, 2000, 48], None, "outside 1-1024"),
+        (["N", 3, "H", "W"], "64x5000", "outside 1-1024"),
+    ],
+)
 def test_bad_sizes(tmp_path, shape, metadata, message):
     with pytest.raises(UnsupportedInputError, match=message):
         read_onnx_image_size(write(tmp_path / "b.onnx", shape, metadata))

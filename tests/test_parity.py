@@ -21,8 +21,8 @@ import pytest
 import torch
 
 from dcd_deploy import check_parity, create_model, export_onnx, pseudo_train
-from dcd_deploy.models import synthetic_images
 from dcd_deploy.errors import DCDDeployError, ExportError, NonFiniteOutputError
+from dcd_deploy.models import synthetic_images
 from dcd_deploy.parity import DEFAULT_ATOL, DEFAULT_K, DEFAULT_RTOL, LayerRow, ParityReport, ParityRow, _compare
 
 NAN, INF = float("nan"), float("inf")
@@ -156,8 +156,9 @@ def test_export_as_good_as_ill_conditioned_pytorch_is_inconclusive_not_a_pass():
     assert report.ill_conditioned and report.inconclusive and report.end_to_end_passed
     # no layer was checked on its own: nothing decided, so no PASS
     assert not report and report.verdict == "INCONCLUSIVE"
-    assert report.summary().startswith("INCONCLUSIVE: end to end inconclusive, fp32 is 0.05 of scale off "
-                                       "float64 on these images")
+    assert report.summary().startswith(
+        "INCONCLUSIVE: end to end inconclusive, fp32 is 0.05 of scale off float64 on these images"
+    )
     assert "top-1" not in report.summary()  # no evidence where the comparison has no power
     report.accept_inconclusive = True
     assert report and report.summary().startswith("PASS (accepted inconclusive: end to end inconclusive")
@@ -165,19 +166,29 @@ def test_export_as_good_as_ill_conditioned_pytorch_is_inconclusive_not_a_pass():
 
 
 def layer(path, kind="DCD", form="weight", max_rel=1e-6, bound_rel=1e-4, backend="onnxruntime", level="all"):
-    return LayerRow(path, kind, form, backend, level, max_rel * 10, max_rel, 10.0, bound_rel * 10, 1e-7,
-                    max_rel <= bound_rel)
+    return LayerRow(
+        path, kind, form, backend, level, max_rel * 10, max_rel, 10.0, bound_rel * 10, 1e-7, max_rel <= bound_rel
+    )
 
 
 def test_inconclusive_end_to_end_is_decided_layer_by_layer():
     ref = [[10.0, 2.0, 1.0]]
     row = compare(ref, [[10.8, 2.0, 1.0]], torch32=[[9.5, 2.0, 1.0]])
-    report = ParityReport("m.onnx", 8, 1e-5, 1e-3, rows=[row], layer_record=True,
-                          layers=[layer("a"), layer("b", max_rel=2e-6), layer("c", "Conv", None, 3e-7)])
+    report = ParityReport(
+        "m.onnx",
+        8,
+        1e-5,
+        1e-3,
+        rows=[row],
+        layer_record=True,
+        layers=[layer("a"), layer("b", max_rel=2e-6), layer("c", "Conv", None, 3e-7)],
+    )
     assert report and report.verdict == "PASS" and report.decided_by == "layers"
-    assert report.summary() == ("PASS (decided layer by layer: 2 DCD layers within 2e-06, 1 Conv layer within "
-                                "3e-07 of float64 on their own inputs; end to end inconclusive, fp32 is 0.05 of "
-                                "scale off float64 on these images)")
+    assert report.summary() == (
+        "PASS (decided layer by layer: 2 DCD layers within 2e-06, 1 Conv layer within "
+        "3e-07 of float64 on their own inputs; end to end inconclusive, fp32 is 0.05 of "
+        "scale off float64 on these images)"
+    )
     # static layers alone do not decide
     report.layers = [layer("c", "Conv", None, 3e-7)]
     assert not report and report.verdict == "INCONCLUSIVE"
@@ -186,15 +197,20 @@ def test_inconclusive_end_to_end_is_decided_layer_by_layer():
 
 def test_a_layer_out_of_bound_fails_and_is_named_first_in_graph_order():
     row = compare([[10.0, 2.0, 1.0]], [[10.0, 2.0, 1.0]])
-    layers = [layer("a"), layer("b", max_rel=0.87), layer("c", max_rel=0.5),
-              layer("a", backend="openvino", level="openvino"),
-              layer("b", backend="openvino", level="openvino"),
-              layer("c", backend="openvino", level="openvino", max_rel=0.9)]
+    layers = [
+        layer("a"),
+        layer("b", max_rel=0.87),
+        layer("c", max_rel=0.5),
+        layer("a", backend="openvino", level="openvino"),
+        layer("b", backend="openvino", level="openvino"),
+        layer("c", backend="openvino", level="openvino", max_rel=0.9),
+    ]
     report = ParityReport("m.onnx", 8, 1e-5, 1e-3, rows=[row], layer_record=True, layers=layers)
     assert report.end_to_end_passed and not report and report.verdict == "FAIL"
     assert report.first_failing_layer.path == "b"
-    assert report.summary().startswith("FAIL at b (DCD, weight form): max rel 0.87 > 0.0001 in ORT all; "
-                                       "2 of 3 layers out of bound; end to end passed")
+    assert report.summary().startswith(
+        "FAIL at b (DCD, weight form): max rel 0.87 > 0.0001 in ORT all; 2 of 3 layers out of bound; end to end passed"
+    )
     d = json.loads(json.dumps(report.to_dict()))
     assert d["first_failing_layer"] == "b" and d["verdict"] == "FAIL" and len(d["layers"]) == 6
     table = report.layer_table().splitlines()
@@ -227,8 +243,23 @@ def test_errors_are_measured_against_the_reference_not_pytorch_fp32():
 # ------------------------------------------------------------------------ the report
 def row(passed: bool, max_abs=0.0, max_rel=0.0, level="all", batch=1, nonfinite=0, match=True) -> ParityRow:
     scale = max_abs / max_rel if max_rel else 1.0
-    return ParityRow(level, batch, 8, max_abs, max_rel, max_abs / 2, 0.0, scale, 1e-3 * scale, False, 1.0, 0,
-                     nonfinite, match, passed)
+    return ParityRow(
+        level,
+        batch,
+        8,
+        max_abs,
+        max_rel,
+        max_abs / 2,
+        0.0,
+        scale,
+        1e-3 * scale,
+        False,
+        1.0,
+        0,
+        nonfinite,
+        match,
+        passed,
+    )
 
 
 def test_report_truth_and_aggregates():
@@ -305,7 +336,8 @@ def test_extreme_but_finite_inputs_pass(exported):
     report = check_parity(model, path, batch_sizes=(1, 2, 3), inputs=x)
     assert report, report.table()
     assert [(r.optimization, r.batch_size, r.n_inputs) for r in report.rows] == [
-        (level, b, 6) for b in (1, 2, 3) for level in ("disabled", "all")]
+        (level, b, 6) for b in (1, 2, 3) for level in ("disabled", "all")
+    ]
     assert all(r.nonfinite == 0 for r in report.rows)
     # Independently: ONNX Runtime's outputs are within the tolerance of PyTorch's.
     with torch.no_grad():
@@ -344,7 +376,8 @@ def test_inf_inputs_do_not_crash_and_the_verdict_matches_an_independent_check(ex
     for r, out in zip(report.rows, ort_outputs(path, x)):
         finite = np.isfinite(ref)
         same_places = np.array_equal(finite, np.isfinite(out)) and np.array_equal(
-            ref[~finite], out[~finite], equal_nan=True)
+            ref[~finite], out[~finite], equal_nan=True
+        )
         scale = np.abs(ref[finite & np.isfinite(out)]).max()
         close = np.abs(ref[finite] - out[finite]).max() <= DEFAULT_ATOL + DEFAULT_RTOL * scale
         assert r.nonfinite == int((~finite).sum())
@@ -461,7 +494,9 @@ def test_a_model_that_outputs_nan_is_refused_and_nothing_is_written(tmp_path, mb
     broken = copy.deepcopy(model)
     with torch.no_grad():
         broken.features[3].conv[3].weight[0, 0, 0, 0] = float("nan")  # one weight of a depthwise conv
-    with pytest.raises(NonFiniteOutputError, match="the PyTorch model outputs NaN on finite inputs: check the checkpoint"):
+    with pytest.raises(
+        NonFiniteOutputError, match="the PyTorch model outputs NaN on finite inputs: check the checkpoint"
+    ):
         export_onnx(broken, tmp_path / "nan.onnx", input_size=64)
     assert list(tmp_path.iterdir()) == []
     # NaN *inputs* still only have to propagate identically.
@@ -494,9 +529,26 @@ def test_openvino_nan_turned_into_numbers_is_named_not_refused(exported):
         assert "NaN/Inf outputs became numbers in OpenVINO (not compared" in report.summary()
     # a number where PyTorch has one must still match, and NaN where PyTorch has a number fails
     ref = [[1.0, 2.0], [NAN, NAN]]
-    assert _compare(arr(ref).astype(np.float64), arr(ref), arr([[1.0, 2.0], [5.0, 7.0]]), "openvino", 2,
-                    atol=1e-5, rtol=1e-3, nan_to_number=True).passed
-    assert not _compare(arr(ref).astype(np.float64), arr(ref), arr([[1.0, NAN], [5.0, 7.0]]), "openvino", 2,
-                        atol=1e-5, rtol=1e-3, nan_to_number=True).passed
-    assert not _compare(arr(ref).astype(np.float64), arr(ref), arr([[1.0, 2.0], [5.0, 7.0]]), "all", 2,
-                        atol=1e-5, rtol=1e-3).passed
+    assert _compare(
+        arr(ref).astype(np.float64),
+        arr(ref),
+        arr([[1.0, 2.0], [5.0, 7.0]]),
+        "openvino",
+        2,
+        atol=1e-5,
+        rtol=1e-3,
+        nan_to_number=True,
+    ).passed
+    assert not _compare(
+        arr(ref).astype(np.float64),
+        arr(ref),
+        arr([[1.0, NAN], [5.0, 7.0]]),
+        "openvino",
+        2,
+        atol=1e-5,
+        rtol=1e-3,
+        nan_to_number=True,
+    ).passed
+    assert not _compare(
+        arr(ref).astype(np.float64), arr(ref), arr([[1.0, 2.0], [5.0, 7.0]]), "all", 2, atol=1e-5, rtol=1e-3
+    ).passed

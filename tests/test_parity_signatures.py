@@ -78,8 +78,15 @@ def _export(model, args, path, *, names, outputs, dynamic_hw=False):
             axes.update({2: torch.export.Dim("h", min=8, max=256), 3: torch.export.Dim("w", min=8, max=256)})
         shapes[name] = axes
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-        torch.onnx.export(model.eval(), tuple(args), str(path), dynamo=True, input_names=names,
-                          output_names=outputs, dynamic_shapes=shapes)
+        torch.onnx.export(
+            model.eval(),
+            tuple(args),
+            str(path),
+            dynamo=True,
+            input_names=names,
+            output_names=outputs,
+            dynamic_shapes=shapes,
+        )
     return path
 
 
@@ -98,14 +105,28 @@ def files(tmp_path_factory):
     torch.manual_seed(0)
     built = {}
     m = TwoInputs()
-    built["two"] = m, _export(m, (torch.randn(2, 3, 16, 20), torch.randn(2, 5)), d / "two.onnx",
-                              names=["image", "meta"], outputs=["logits"])
+    built["two"] = (
+        m,
+        _export(
+            m,
+            (torch.randn(2, 3, 16, 20), torch.randn(2, 5)),
+            d / "two.onnx",
+            names=["image", "meta"],
+            outputs=["logits"],
+        ),
+    )
     m = Segmenter()
-    built["dict"] = m, _export(m, (torch.randn(2, 3, 24, 32),), d / "dict.onnx", names=["x"],
-                               outputs=["logits", "mask"])
+    built["dict"] = (
+        m,
+        _export(m, (torch.randn(2, 3, 24, 32),), d / "dict.onnx", names=["x"], outputs=["logits", "mask"]),
+    )
     m = Pair()
-    built["pair"] = m, _export(m, (torch.randn(2, 3, 12, 18),), d / "pair.onnx", names=["x"],
-                               outputs=["pooled", "map"], dynamic_hw=True)
+    built["pair"] = (
+        m,
+        _export(
+            m, (torch.randn(2, 3, 12, 18),), d / "pair.onnx", names=["x"], outputs=["pooled", "map"], dynamic_hw=True
+        ),
+    )
     return built
 
 
@@ -143,8 +164,14 @@ def test_non_image_inputs_follow_the_example(files):
     seen = []
     hook = model.side.register_forward_pre_hook(lambda mod, args: seen.append(args[0].clone()))
     try:
-        check_parity(model, path, batch_sizes=(2,), n_inputs=2, seed=3,
-                     example_inputs=(torch.zeros(1, 3, 16, 20), torch.zeros(1, 5)))
+        check_parity(
+            model,
+            path,
+            batch_sizes=(2,),
+            n_inputs=2,
+            seed=3,
+            example_inputs=(torch.zeros(1, 3, 16, 20), torch.zeros(1, 5)),
+        )
     finally:
         hook.remove()
     meta = seen[-1]

@@ -25,6 +25,8 @@ import numpy as np
 import onnx
 import pytest
 import torch
+from _tamper import DCD_ONLY, TAMPERS
+from _zoo import ZooCache, input_size
 from click.testing import CliRunner
 from torch import nn
 
@@ -35,9 +37,6 @@ from dcd_deploy.exporters import _deploy_dcd, _deploy_mixture, _fold
 from dcd_deploy.models import synthetic_images
 from dcd_deploy.models._pseudo_train import VAR_FLOOR
 from dcd_deploy.models.authors import save_release_checkpoint
-
-from _tamper import DCD_ONLY, TAMPERS
-from _zoo import ZooCache, input_size
 
 #: One model per layer kind: DCD MobileNetV2, DCD ResNet, DY-Conv, CondConv.
 MODELS = ("mobilenetv2_035_dcd", "resnet10_dcd", "mobilenetv2_050_dyconv", "mobilenetv2_035_condconv")
@@ -56,7 +55,8 @@ def user_inputs(arch):
     """The caller's own images: other content than the defaults, and a little noisier."""
     size = input_size(arch)
     return 0.7 * synthetic_images(2, size, seed=11) + 0.1 * torch.randn(
-        2, 3, size, size, generator=torch.Generator().manual_seed(3))
+        2, 3, size, size, generator=torch.Generator().manual_seed(3)
+    )
 
 
 @pytest.fixture(scope="module")
@@ -93,8 +93,9 @@ def _assert_fails_at(report, layer):
 
 
 #: Every (model, tamper) that applies: Φ and P exist in DCD layers only.
-FILE_CASES = [(arch, tamper) for arch in MODELS for tamper in TAMPERS
-              if tamper not in DCD_ONLY or arch.endswith("_dcd")]
+FILE_CASES = [
+    (arch, tamper) for arch in MODELS for tamper in TAMPERS if tamper not in DCD_ONLY or arch.endswith("_dcd")
+]
 
 
 @pytest.mark.slow
@@ -157,8 +158,10 @@ def _unit_images(seed):
 
 
 #: name -> (zoo architecture, the images its BN statistics describe)
-RELEASE = {"x0.5 on white noise": ("mobilenetv2_050_dcd", _noise),
-           "x1.0 on [0, 1] images": ("mobilenetv2_100_dcd", _unit_images)}
+RELEASE = {
+    "x0.5 on white noise": ("mobilenetv2_050_dcd", _noise),
+    "x1.0 on [0, 1] images": ("mobilenetv2_100_dcd", _unit_images),
+}
 
 
 def run(cmd, args):
@@ -170,8 +173,7 @@ def release(request, tmp_path_factory):
     """(checkpoint, correct export, its own images .npy) of an off-range release checkpoint."""
     arch, images = RELEASE[request.param]
     d = tmp_path_factory.mktemp("release")
-    model = calibrate_on(pseudo_train(create_model(arch), seed=0, input_size=SIZE),
-                         [images(100 + i) for i in range(3)])
+    model = calibrate_on(pseudo_train(create_model(arch), seed=0, input_size=SIZE), [images(100 + i) for i in range(3)])
     ckpt = d / "model.pth.tar"
     save_release_checkpoint(model, ckpt)
     good = d / "good.onnx"

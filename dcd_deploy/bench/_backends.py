@@ -10,7 +10,7 @@ a *runtime* with *options* (``torch-paper``: eager PyTorch with oneDNN off).
 from __future__ import annotations
 
 import importlib.util
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from ..errors import DCDDeployError
 from ..runtimes import BENCH_BACKENDS as BACKENDS
@@ -28,8 +28,14 @@ def default_backends(threads: int = 1) -> tuple[str, ...]:
     return DEFAULT_BACKENDS if threads == 1 else tuple(b for b in DEFAULT_BACKENDS if b != PAPER_BACKEND)
 
 
-def select_backends(backends: Sequence[str], notes: list[str], progress: Callable[[str], None], *,
-                    threads: int = 1, files: Sequence[str] = ()) -> list[str]:
+def select_backends(
+    backends: Sequence[str],
+    notes: list[str],
+    progress: Callable[[str], None],
+    *,
+    threads: int = 1,
+    files: Sequence[str] = (),
+) -> list[str]:
     """``backends`` checked, duplicates dropped, those whose package is missing skipped
     (with a note and a progress line).
 
@@ -41,11 +47,14 @@ def select_backends(backends: Sequence[str], notes: list[str], progress: Callabl
     for name in backends:
         b = backend(name)
         if files and not b.runs_file:
-            raise DCDDeployError(f"{name} times a PyTorch model, and {files[0]} is an ONNX file: time files on "
-                                 f"{', '.join(FILE_BACKENDS)}")
+            raise DCDDeployError(
+                f"{name} times a PyTorch model, and {files[0]} is an ONNX file: time files on "
+                f"{', '.join(FILE_BACKENDS)}"
+            )
         if name == PAPER_BACKEND and threads != 1:
-            raise DCDDeployError(f"{PAPER_BACKEND} is the paper's single-thread condition; run it with "
-                                 f"--threads 1, not {threads}")
+            raise DCDDeployError(
+                f"{PAPER_BACKEND} is the paper's single-thread condition; run it with --threads 1, not {threads}"
+            )
         if name in out:
             continue
         if b.requires and importlib.util.find_spec(b.requires) is None:
@@ -63,5 +72,15 @@ def legend_lines(names: Sequence[str], indent: str = "    ") -> list[str]:
     return [f"{indent}{name} = {backend(name).legend}" for name in names]
 
 
-__all__ = ["BACKENDS", "Backend", "DEFAULT_BACKENDS", "FILE_BACKENDS", "OPENVINO_BACKENDS",
-           "PAPER_BACKEND", "backend", "default_backends", "legend_lines", "select_backends"]
+__all__ = [
+    "BACKENDS",
+    "Backend",
+    "DEFAULT_BACKENDS",
+    "FILE_BACKENDS",
+    "OPENVINO_BACKENDS",
+    "PAPER_BACKEND",
+    "backend",
+    "default_backends",
+    "legend_lines",
+    "select_backends",
+]

@@ -3,8 +3,9 @@ from raw timings (the JSON schema is docs/bench.md's)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -21,14 +22,17 @@ SCHEMA = "dcd-bench.latency/2"
 #: ``ratio_ci_method`` values: whole paired rounds resampled, or single runs (< 2 rounds).
 CI_ROUNDS, CI_RUNS = "paired rounds bootstrap", "runs bootstrap"
 #: How each figure is computed (JSON ``settings.statistics``).
-STATISTICS = {"quantiles": "linear interpolation", "ratio": "median(variant) / median(static)",
-              "ratio_mean": "mean(variant) / mean(static): the paper's protocol",
-              "ratio_ci95": f"percentile bootstrap, {_stats.DEFAULT_BOOTSTRAP} resamples, seed 0, "
-                            "of whole interleaved rounds (ratio_ci_method)",
-              "ratio_rounds": "quantiles of per-round ratios of medians",
-              "ratio_p10": "p10(variant) / p10(static): less sensitive to preemption",
-              "ratio_cpu": "median thread CPU time (variant) / (static), one thread only: "
-                           "leaves out time the thread was preempted"}
+STATISTICS = {
+    "quantiles": "linear interpolation",
+    "ratio": "median(variant) / median(static)",
+    "ratio_mean": "mean(variant) / mean(static): the paper's protocol",
+    "ratio_ci95": f"percentile bootstrap, {_stats.DEFAULT_BOOTSTRAP} resamples, seed 0, "
+    "of whole interleaved rounds (ratio_ci_method)",
+    "ratio_rounds": "quantiles of per-round ratios of medians",
+    "ratio_p10": "p10(variant) / p10(static): less sensitive to preemption",
+    "ratio_cpu": "median thread CPU time (variant) / (static), one thread only: "
+    "leaves out time the thread was preempted",
+}
 
 
 @dataclass
@@ -87,8 +91,13 @@ class ModelProfile:
     backend: str = "onnxruntime"
 
     def to_dict(self) -> dict:
-        return {"model": self.model, "variant": self.variant, "name": self.name, "backend": self.backend,
-                **self.breakdown.to_dict()}
+        return {
+            "model": self.model,
+            "variant": self.variant,
+            "name": self.name,
+            "backend": self.backend,
+            **self.breakdown.to_dict(),
+        }
 
 
 @dataclass
@@ -110,18 +119,22 @@ class BenchResult:
     notes: list[str] = field(default_factory=list)
 
     def record(self, model: str, variant: str, backend: str) -> LatencyRecord | None:
-        return next((r for r in self.records
-                     if (r.model, r.variant, r.backend) == (model, variant, backend)), None)
+        return next((r for r in self.records if (r.model, r.variant, r.backend) == (model, variant, backend)), None)
 
     def __bool__(self) -> bool:
         return bool(self.records)
 
     def to_dict(self) -> dict:
         """The stable JSON form (``schema`` :data:`SCHEMA`)."""
-        return {"schema": SCHEMA, "version": __version__, "machine": asdict(self.machine),
-                "settings": dict(self.settings),
-                "records": [r.to_dict() for r in self.records],
-                "profiles": [p.to_dict() for p in self.profiles], "notes": list(self.notes)}
+        return {
+            "schema": SCHEMA,
+            "version": __version__,
+            "machine": asdict(self.machine),
+            "settings": dict(self.settings),
+            "records": [r.to_dict() for r in self.records],
+            "profiles": [p.to_dict() for p in self.profiles],
+            "notes": list(self.notes),
+        }
 
 
 def paper_ms(model: str, variant: str) -> float | None:
@@ -136,9 +149,16 @@ def paper_ratio(model: str, variant: str) -> float | None:
     return num / den if num is not None and den else None
 
 
-def build_records(entries: Sequence[ModelEntry], backends: Sequence[str], timings: Mapping[tuple, Timing],
-                  meta: Mapping[str, dict], forms: Callable[[str, str], dict | None], *, cpu_time: bool = True,
-                  paper: bool = False) -> list[LatencyRecord]:
+def build_records(
+    entries: Sequence[ModelEntry],
+    backends: Sequence[str],
+    timings: Mapping[tuple, Timing],
+    meta: Mapping[str, dict],
+    forms: Callable[[str, str], dict | None],
+    *,
+    cpu_time: bool = True,
+    paper: bool = False,
+) -> list[LatencyRecord]:
     """Records in print order (backend, pair, static first).
 
     Args:
@@ -166,18 +186,37 @@ def build_records(entries: Sequence[ModelEntry], backends: Sequence[str], timing
     return records
 
 
-def _record(e: ModelEntry, backend: str, t: Timing, meta: Mapping[str, Any], forms: dict | None, *,
-            cpu_time: bool) -> LatencyRecord:
+def _record(
+    e: ModelEntry, backend: str, t: Timing, meta: Mapping[str, Any], forms: dict | None, *, cpu_time: bool
+) -> LatencyRecord:
     """One model's record without its ratios."""
     s = _stats.summarize(t.samples_ms)
     rec = LatencyRecord(
-        model=e.model, variant=e.variant, name=e.name, source=meta["source"], backend=backend,
-        params_m=meta["params_m"], madds_m=meta["madds_m"], madds_form=meta["madds_form"],
-        madds_latent_m=meta["madds_latent_m"], madds_weight_m=meta["madds_weight_m"],
-        p50_ms=s.p50, p10_ms=_stats.quantile(t.samples_ms, 0.1), p90_ms=s.p90, mean_ms=s.mean,
-        std_ms=s.std, min_ms=s.min, max_ms=s.max,
-        first_run_ms=t.first_ms, n_runs=s.n, n_rounds=len(t.rounds), total_s=t.total_s,
-        paper_ms=paper_ms(e.model, e.variant), paper_ratio=paper_ratio(e.model, e.variant), dcd_forms=forms)
+        model=e.model,
+        variant=e.variant,
+        name=e.name,
+        source=meta["source"],
+        backend=backend,
+        params_m=meta["params_m"],
+        madds_m=meta["madds_m"],
+        madds_form=meta["madds_form"],
+        madds_latent_m=meta["madds_latent_m"],
+        madds_weight_m=meta["madds_weight_m"],
+        p50_ms=s.p50,
+        p10_ms=_stats.quantile(t.samples_ms, 0.1),
+        p90_ms=s.p90,
+        mean_ms=s.mean,
+        std_ms=s.std,
+        min_ms=s.min,
+        max_ms=s.max,
+        first_run_ms=t.first_ms,
+        n_runs=s.n,
+        n_rounds=len(t.rounds),
+        total_s=t.total_s,
+        paper_ms=paper_ms(e.model, e.variant),
+        paper_ratio=paper_ratio(e.model, e.variant),
+        dcd_forms=forms,
+    )
     if cpu_time and t.cpu_ms:
         rec.cpu_p50_ms = float(np.median(t.cpu_ms))
     return rec
@@ -200,5 +239,15 @@ def _add_ratios(rec: LatencyRecord, t: Timing, ts: Timing) -> None:
         rec.ratio_cpu = _stats.ratio_of_medians(t.cpu_ms, ts.cpu_ms)
 
 
-__all__ = ["BenchResult", "CI_ROUNDS", "CI_RUNS", "LatencyRecord", "ModelProfile", "SCHEMA", "STATISTICS",
-           "build_records", "paper_ms", "paper_ratio"]
+__all__ = [
+    "BenchResult",
+    "CI_ROUNDS",
+    "CI_RUNS",
+    "LatencyRecord",
+    "ModelProfile",
+    "SCHEMA",
+    "STATISTICS",
+    "build_records",
+    "paper_ms",
+    "paper_ratio",
+]

@@ -9,19 +9,35 @@ baseline file (:mod:`dcd_deploy.bench._models` names and pairs).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from ..errors import DCDDeployError
-from ._models import ModelEntry, dynamic_variant, is_onnx_file, load_model, onnx_input, pair_models
-from ._models import split_kind, static_counterpart
+from ._models import (
+    ModelEntry,
+    dynamic_variant,
+    is_onnx_file,
+    load_model,
+    onnx_input,
+    pair_models,
+    split_kind,
+    static_counterpart,
+)
 from .harness import input_hw
 
 Progress = Callable[[str], None]
 
 
-def build_models(specs: Sequence[str], *, input_size, seed: int, trust_checkpoint: bool, progress: Progress,
-                 baseline: str | None = None) -> tuple[list[ModelEntry], dict[str, Any], dict[str, dict]]:
+def build_models(
+    specs: Sequence[str],
+    *,
+    input_size,
+    seed: int,
+    trust_checkpoint: bool,
+    progress: Progress,
+    baseline: str | None = None,
+) -> tuple[list[ModelEntry], dict[str, Any], dict[str, dict]]:
     """Load every model, then name and pair them: a checkpoint by the arch it holds, a
     factory with its static counterpart (``to_static``) or with ``baseline``, an ONNX
     file with ``baseline``."""
@@ -66,9 +82,12 @@ def build_models(specs: Sequence[str], *, input_size, seed: int, trust_checkpoin
         model, source, seconds = loaded[e.spec]
         built[e.name] = model
         meta[e.name] = {"source": source, **size_counts(model, input_size)}
-        how = {"zoo": f"pseudo-trained (seed {seed})", "factory": f"built by {e.spec}",
-               "static counterpart": "to_static() of it", "onnx": "ONNX file"}.get(
-            source, f"checkpoint of {archs.get(e.spec)}")
+        how = {
+            "zoo": f"pseudo-trained (seed {seed})",
+            "factory": f"built by {e.spec}",
+            "static counterpart": "to_static() of it",
+            "onnx": "ONNX file",
+        }.get(source, f"checkpoint of {archs.get(e.spec)}")
         progress(f"[build] {e.name}: {how}, {meta[e.name]['params_m']:.2f}M params, {seconds:.1f} s")
     return entries, built, meta
 
@@ -89,9 +108,13 @@ def size_counts(model, input_size) -> dict:
     except (TypeError, DCDDeployError):  # a checkpoint with a layer the counter has no rule for
         return {"params_m": params, **unknown}
     dynamic = c.madds_latent != c.madds_weight
-    return {"params_m": c.params / MILLION, "madds_m": c.madds_min / MILLION,
-            "madds_form": "min" if dynamic else "any",
-            "madds_latent_m": c.madds_latent / MILLION, "madds_weight_m": c.madds_weight / MILLION}
+    return {
+        "params_m": c.params / MILLION,
+        "madds_m": c.madds_min / MILLION,
+        "madds_form": "min" if dynamic else "any",
+        "madds_latent_m": c.madds_latent / MILLION,
+        "madds_weight_m": c.madds_weight / MILLION,
+    }
 
 
 def onnx_files(specs: Sequence[str], baseline: str | None) -> list[str]:
@@ -100,8 +123,10 @@ def onnx_files(specs: Sequence[str], baseline: str | None) -> list[str]:
     files = [s for s in every if is_onnx_file(s)]
     if files and len(files) != len(every):
         other = next(s for s in every if not is_onnx_file(s))
-        raise DCDDeployError(f"{files[0]} is an ONNX file and {other} a PyTorch model: time ONNX files and "
-                             "PyTorch models in separate runs (a file pairs with --baseline FILE)")
+        raise DCDDeployError(
+            f"{files[0]} is an ONNX file and {other} a PyTorch model: time ONNX files and "
+            "PyTorch models in separate runs (a file pairs with --baseline FILE)"
+        )
     return files
 
 
@@ -113,8 +138,10 @@ def file_backends(files: Sequence[str], backends: Sequence[str] | None) -> list[
     if backends is None:
         return ["onnxruntime", "openvino-fused" if fused else "openvino"]
     if "openvino-fused" in backends and not fused:
-        raise DCDDeployError(f"openvino-fused times a file with fused dcd_deploy.DCDPointwise nodes (dcd-export "
-                             f"--mode fused), and {files[0]} has none: use openvino")
+        raise DCDDeployError(
+            f"openvino-fused times a file with fused dcd_deploy.DCDPointwise nodes (dcd-export "
+            f"--mode fused), and {files[0]} has none: use openvino"
+        )
     return list(backends)
 
 
@@ -133,8 +160,11 @@ def file_input_shape(files: Sequence[str], *, batch: int, input_size: tuple[int,
 
 
 def unpaired_notes(entries: Sequence[ModelEntry]) -> list[str]:
-    return [f"{e.name}: no static partner {e.model} given, no ratio" for e in entries
-            if e.variant != "static" and not any(o.model == e.model and o.variant == "static" for o in entries)]
+    return [
+        f"{e.name}: no static partner {e.model} given, no ratio"
+        for e in entries
+        if e.variant != "static" and not any(o.model == e.model and o.variant == "static" for o in entries)
+    ]
 
 
 __all__ = ["build_models", "size_counts", "file_backends", "file_input_shape", "onnx_files", "unpaired_notes"]

@@ -68,11 +68,19 @@ def machine_info(*, threads: int, batch: int, input_size: int, with_openvino: bo
     except (AttributeError, OSError):
         usable = os.cpu_count() or 1
     return MachineInfo(
-        cpu=cpu_model(), cores=os.cpu_count() or 1, cpus_usable=usable,
-        platform=platform.platform(), python=platform.python_version(), torch=torch.__version__,
-        onnxruntime=_version("onnxruntime"), openvino=_version("openvino") if with_openvino else None,
-        dcd_deploy=__version__, threads=threads, torch_interop_threads=torch.get_num_interop_threads(),
-        batch=batch, input_size=input_size,
+        cpu=cpu_model(),
+        cores=os.cpu_count() or 1,
+        cpus_usable=usable,
+        platform=platform.platform(),
+        python=platform.python_version(),
+        torch=torch.__version__,
+        onnxruntime=_version("onnxruntime"),
+        openvino=_version("openvino") if with_openvino else None,
+        dcd_deploy=__version__,
+        threads=threads,
+        torch_interop_threads=torch.get_num_interop_threads(),
+        batch=batch,
+        input_size=input_size,
         date=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         load_avg=_load_avg(),
     )

@@ -13,12 +13,13 @@ baseline file (:func:`onnx_input`, :func:`has_dcd_nodes`).
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
 
 from ..errors import DCDDeployError
-from ..runtimes import OnnxInput, read_onnx_input as onnx_input  # noqa: F401  (the one reader of a file's input)
+from ..runtimes import OnnxInput  # noqa: F401  (the one reader of a file's input)
+from ..runtimes import read_onnx_input as onnx_input
 from .paper import KINDS
 
 #: Pseudo-training seed of zoo models unless told otherwise.
@@ -70,10 +71,10 @@ def entry_name(spec: str) -> str:
         return factory.name
     name = Path(spec).name
     if is_onnx_file(name) and len(name) > len(".onnx"):
-        return name[:-len(".onnx")]
+        return name[: -len(".onnx")]
     for suffix in CHECKPOINT_SUFFIXES:
         if name.lower().endswith(suffix) and len(name) > len(suffix):
-            return name[:-len(suffix)]
+            return name[: -len(suffix)]
     return name or spec
 
 
@@ -85,8 +86,9 @@ def split_kind(arch: str) -> tuple[str, str]:
     return arch, "static"
 
 
-def pair_models(specs: Sequence[str], *, archs: Mapping[str, str | None] | None = None,
-                names: Mapping[str, str] | None = None) -> list[ModelEntry]:
+def pair_models(
+    specs: Sequence[str], *, archs: Mapping[str, str | None] | None = None, names: Mapping[str, str] | None = None
+) -> list[ModelEntry]:
     """Name and pair the models: ``X`` is the static partner of ``X_dcd`` (and ``X_dyconv``...).
 
     A zoo model pairs by its name. A checkpoint pairs by the architecture it holds when
@@ -112,16 +114,18 @@ def pair_models(specs: Sequence[str], *, archs: Mapping[str, str | None] | None 
         seen.add(name)
         model, variant = split_kind(archs.get(spec) or name)
         if (model, variant) in slots:
-            raise DCDDeployError(f"{slots[(model, variant)]} and {name} are both the {variant} {model}; "
-                                 "time them in separate runs")
+            raise DCDDeployError(
+                f"{slots[(model, variant)]} and {name} are both the {variant} {model}; time them in separate runs"
+            )
         slots[(model, variant)] = name
         entries.append(ModelEntry(spec, name, model, variant))
     order = list(dict.fromkeys(e.model for e in entries))
     return sorted(entries, key=lambda e: (order.index(e.model), e.variant != "static"))
 
 
-def load_model(spec: str, *, input_size: int | tuple[int, int], seed: int = DEFAULT_SEED,
-               trust_checkpoint: bool = False):
+def load_model(
+    spec: str, *, input_size: int | tuple[int, int], seed: int = DEFAULT_SEED, trust_checkpoint: bool = False
+):
     """A zoo name (pseudo-trained with ``seed``), a checkpoint path or ``MODULE:FUNCTION``,
     in eval mode; an ONNX file as its checked path.
 
@@ -164,6 +168,7 @@ def static_counterpart(model):
     try:
         to_static = dcd_deploy.to_static
     except AttributeError:
-        raise DCDDeployError("this dcd-deploy has no to_static() to build the static counterpart; give "
-                             "one with --baseline MODEL") from None
+        raise DCDDeployError(
+            "this dcd-deploy has no to_static() to build the static counterpart; give one with --baseline MODEL"
+        ) from None
     return to_static(model).eval()

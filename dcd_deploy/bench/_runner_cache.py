@@ -11,8 +11,9 @@ runtime is the registry's (:data:`dcd_deploy.runtimes.BACKENDS`: its ``source``,
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from ._backends import backend as backend_spec
 from ._runners import bound_runner
@@ -57,8 +58,9 @@ class RunnerCache:
         forms: (form, name) -> DCD layer forms of that form of the model (:func:`forms_of`).
     """
 
-    def __init__(self, built: Mapping[str, Any], *, x, tmp: str, input_size, threads: int,
-                 progress: Callable[[str], None]):
+    def __init__(
+        self, built: Mapping[str, Any], *, x, tmp: str, input_size, threads: int, progress: Callable[[str], None]
+    ):
         self.built, self.x, self.x_np, self.tmp = built, x, x.numpy().copy(), tmp
         # the exporter's spelling: the side of a square input, else (H, W)
         square = isinstance(input_size, int) or input_size[0] != input_size[1]
@@ -79,11 +81,19 @@ class RunnerCache:
 
             t0 = time.perf_counter()
             suffix = "" if mode == ONNX_EXPORT["mode"] else f".{mode}"
-            res = export_onnx(self.built[name], Path(self.tmp) / f"{name}{suffix}.onnx", input_size=self.input_size,
-                              batch=None, check=False, strategy=ONNX_EXPORT["strategy"], mode=mode)
+            res = export_onnx(
+                self.built[name],
+                Path(self.tmp) / f"{name}{suffix}.onnx",
+                input_size=self.input_size,
+                batch=None,
+                check=False,
+                strategy=ONNX_EXPORT["strategy"],
+                mode=mode,
+            )
             self._onnx[name, mode] = Path(res.path)
             self.forms[("onnx" if mode == ONNX_EXPORT["mode"] else mode, name)] = count_forms(
-                getattr(res, "strategies", None))
+                getattr(res, "strategies", None)
+            )
             self.progress(f"[export] {name}{' (' + mode + ')' if suffix else ''}: {time.perf_counter() - t0:.1f} s")
         return self._onnx[name, mode]
 

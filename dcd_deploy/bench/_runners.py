@@ -47,4 +47,3 @@ def bound_runner(spec, source, *, x, x_np: np.ndarray, threads: int):
     if spec.runtime == "onnxruntime":
         return ort_runner(source, x_np, threads)
     return openvino_runner(source, x_np, threads)
-

@@ -15,8 +15,8 @@ Pure numpy, no torch. Conventions (documented in ``docs/bench.md``):
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 
@@ -68,9 +68,15 @@ def summarize(samples: Sequence[float]) -> Summary:
     """:class:`Summary` of one model's runs."""
     a = _array(samples)
     p50, p90 = np.quantile(a, [0.5, 0.9])
-    return Summary(n=int(a.size), p50=float(p50), p90=float(p90), mean=float(a.mean()),
-                   std=float(a.std(ddof=1)) if a.size > 1 else 0.0,
-                   min=float(a.min()), max=float(a.max()))
+    return Summary(
+        n=int(a.size),
+        p50=float(p50),
+        p90=float(p90),
+        mean=float(a.mean()),
+        std=float(a.std(ddof=1)) if a.size > 1 else 0.0,
+        min=float(a.min()),
+        max=float(a.max()),
+    )
 
 
 def ratio_of_medians(numerator: Sequence[float], denominator: Sequence[float]) -> float:
@@ -87,13 +93,18 @@ def _resampled_medians(a: np.ndarray, n_boot: int, rng: np.random.Generator) -> 
     for start in range(0, n_boot, step):
         k = min(step, n_boot - start)
         idx = rng.integers(0, a.size, size=(k, a.size))
-        out[start:start + k] = np.median(a[idx], axis=1)
+        out[start : start + k] = np.median(a[idx], axis=1)
     return out
 
 
-def bootstrap_ratio_ci(numerator: Sequence[float], denominator: Sequence[float], *,
-                       level: float = DEFAULT_LEVEL, n_boot: int = DEFAULT_BOOTSTRAP,
-                       seed: int = 0) -> tuple[float, float]:
+def bootstrap_ratio_ci(
+    numerator: Sequence[float],
+    denominator: Sequence[float],
+    *,
+    level: float = DEFAULT_LEVEL,
+    n_boot: int = DEFAULT_BOOTSTRAP,
+    seed: int = 0,
+) -> tuple[float, float]:
     """Percentile bootstrap interval of :func:`ratio_of_medians`.
 
     Each resample draws ``len(numerator)`` runs of the numerator and
@@ -116,10 +127,14 @@ def bootstrap_ratio_ci(numerator: Sequence[float], denominator: Sequence[float],
     return float(low), float(high)
 
 
-def paired_rounds_bootstrap_ci(numerator_rounds: Sequence[Sequence[float]],
-                               denominator_rounds: Sequence[Sequence[float]], *,
-                               level: float = DEFAULT_LEVEL, n_boot: int = DEFAULT_BOOTSTRAP,
-                               seed: int = 0) -> tuple[float, float]:
+def paired_rounds_bootstrap_ci(
+    numerator_rounds: Sequence[Sequence[float]],
+    denominator_rounds: Sequence[Sequence[float]],
+    *,
+    level: float = DEFAULT_LEVEL,
+    n_boot: int = DEFAULT_BOOTSTRAP,
+    seed: int = 0,
+) -> tuple[float, float]:
     """Bootstrap interval of :func:`ratio_of_medians` that resamples whole interleaved rounds.
 
     Each resample draws rounds with replacement, the *same* rounds for both models (so
@@ -150,13 +165,13 @@ def paired_rounds_bootstrap_ci(numerator_rounds: Sequence[Sequence[float]],
     return float(low), float(high)
 
 
-def round_ratios(numerator_rounds: Sequence[Sequence[float]],
-                 denominator_rounds: Sequence[Sequence[float]]) -> list[float]:
+def round_ratios(
+    numerator_rounds: Sequence[Sequence[float]], denominator_rounds: Sequence[Sequence[float]]
+) -> list[float]:
     """One ratio of medians per interleaved round (rounds where either has no run are skipped)."""
     if len(numerator_rounds) != len(denominator_rounds):
         raise ValueError("both models must have the same number of rounds")
-    return [ratio_of_medians(a, b) for a, b in zip(numerator_rounds, denominator_rounds)
-            if len(a) and len(b)]
+    return [ratio_of_medians(a, b) for a, b in zip(numerator_rounds, denominator_rounds) if len(a) and len(b)]
 
 
 def spread(values: Sequence[float]) -> dict[str, float | int]:

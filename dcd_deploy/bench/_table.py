@@ -10,13 +10,13 @@ columns right-aligned (``---:``); verbatim rows are left out.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence, Union
 
 #: The cell of a missing value.
 DASH = "-"
 
-Row = Union[Sequence[str], str]
+Row = Sequence[str] | str
 
 
 @dataclass(frozen=True)
@@ -58,7 +58,8 @@ def markdown_table(columns: Sequence[Column], rows: Sequence[Row]) -> list[str]:
     """The header, the alignment line and every row that has cells, as Markdown lines."""
     align = "|" + "|".join("---:" if col.align == ">" else "---" for col in columns) + "|"
     return [markdown_row([col.head for col in columns]), align] + [
-        markdown_row(r) for r in rows if not isinstance(r, str)]
+        markdown_row(r) for r in rows if not isinstance(r, str)
+    ]
 
 
 __all__ = ["Column", "DASH", "markdown_row", "markdown_table", "number", "text_header", "text_row", "text_table"]

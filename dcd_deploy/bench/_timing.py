@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import gc
 import time
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Hashable, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -65,12 +66,18 @@ def _timed_cpu(fn: Callable[[], Any], clock: Callable[[], int], cpu_clock: Calla
     return (end - start) / 1e6, (cpu_end - cpu) / 1e6
 
 
-def measure_interleaved(runners: Mapping[str, Callable[[], Any]], *, runs: int, min_time: float,
-                        warmup: int, burst_s: float = DEFAULT_BURST_S,
-                        clock: Callable[[], int] = time.perf_counter_ns,
-                        max_rounds: int = 1_000_000,
-                        cpu_clock: Callable[[], int] = time.thread_time_ns,
-                        on_round: Callable[[int, float], None] | None = None) -> dict[Hashable, Timing]:
+def measure_interleaved(
+    runners: Mapping[str, Callable[[], Any]],
+    *,
+    runs: int,
+    min_time: float,
+    warmup: int,
+    burst_s: float = DEFAULT_BURST_S,
+    clock: Callable[[], int] = time.perf_counter_ns,
+    max_rounds: int = 1_000_000,
+    cpu_clock: Callable[[], int] = time.thread_time_ns,
+    on_round: Callable[[int, float], None] | None = None,
+) -> dict[Hashable, Timing]:
     """Time every runner interleaved with the others (see the module docstring).
 
     Args:
@@ -97,7 +104,7 @@ def measure_interleaved(runners: Mapping[str, Callable[[], Any]], *, runs: int, 
     try:
         timings = {k: Timing(first_ms=_timed(runners[k], clock)) for k in keys}
         for i in range(warmup):
-            for k in (keys if i % 2 == 0 else keys[::-1]):
+            for k in keys if i % 2 == 0 else keys[::-1]:
                 timings[k].warmup_ms.append(_timed(runners[k], clock))
         for k in keys:
             t = timings[k]
@@ -105,12 +112,14 @@ def measure_interleaved(runners: Mapping[str, Callable[[], Any]], *, runs: int, 
             t.burst = int(min(MAX_BURST, max(1, round(burst_s * 1000.0 / max(estimate, 1e-6)))))
 
         def fraction() -> float:
-            return min(min(1.0, len(t.samples_ms) / runs, t.total_s / min_time if min_time > 0 else 1.0)
-                       for t in timings.values())
+            return min(
+                min(1.0, len(t.samples_ms) / runs, t.total_s / min_time if min_time > 0 else 1.0)
+                for t in timings.values()
+            )
 
         r = 0
         while fraction() < 1.0 and r < max_rounds:
-            for k in (keys if r % 2 == 0 else keys[::-1]):
+            for k in keys if r % 2 == 0 else keys[::-1]:
                 t = timings[k]
                 pairs = [_timed_cpu(runners[k], clock, cpu_clock) for _ in range(t.burst)]
                 batch = [w for w, _ in pairs]
@@ -124,4 +133,3 @@ def measure_interleaved(runners: Mapping[str, Callable[[], Any]], *, runs: int, 
         if gc_was_enabled:
             gc.enable()
     return timings
-

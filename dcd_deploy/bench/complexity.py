@@ -62,17 +62,17 @@ ResNet convention (parameters excluding the classifier, docs/design.md#counting-
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Callable, Iterable, Mapping, NamedTuple, Sequence
+from typing import NamedTuple
 
 import torch
 from torch import nn
 from torch.func import functional_call
 
 from ..exporters import deploy_kind
-from ..layers import DCDConv2d, DCDLinear
-from ..layers import MixtureConv2d
+from ..layers import DCDConv2d, DCDLinear, MixtureConv2d
 from ..layers.common import SEGate
 from ..models import create_model
 from .paper import PAPER_ROWS, PARAMS_EXCL_CLASSIFIER, PaperRow, parse_figure
@@ -87,16 +87,27 @@ IMAGE_CHANNELS = 3
 #: Counts are reported in millions.
 MILLION = 1e6
 #: Allowed deviation from the paper per model kind, in percent (either cell).
-TOLERANCE_PCT: Mapping[str, float] = MappingProxyType(
-    {"static": 2.0, "dcd": 5.0, "dyconv": 10.0, "condconv": 10.0})
+TOLERANCE_PCT: Mapping[str, float] = MappingProxyType({"static": 2.0, "dcd": 5.0, "dyconv": 10.0, "condconv": 10.0})
 #: Row statuses; legend: "ok" both cells within tolerance (or equal at the paper's
 #: printed precision), "miss" otherwise (the row's note says what is known about why).
 STATUS_OK, STATUS_MISS = "ok", "miss"
 
 # Module types whose forward costs no counted MAdds (see the module docstring).
-_FREE = (nn.modules.batchnorm._BatchNorm, nn.ReLU, nn.ReLU6, nn.Sigmoid, nn.Hardsigmoid,
-         nn.Hardswish, nn.SiLU, nn.Softmax, nn.Dropout, nn.Identity, nn.Flatten,
-         nn.MaxPool2d, nn.AdaptiveMaxPool2d)
+_FREE = (
+    nn.modules.batchnorm._BatchNorm,
+    nn.ReLU,
+    nn.ReLU6,
+    nn.Sigmoid,
+    nn.Hardsigmoid,
+    nn.Hardswish,
+    nn.SiLU,
+    nn.Softmax,
+    nn.Dropout,
+    nn.Identity,
+    nn.Flatten,
+    nn.MaxPool2d,
+    nn.AdaptiveMaxPool2d,
+)
 _DYNAMIC = (DCDConv2d, DCDLinear, MixtureConv2d)
 _DCD_NAMES = {DCDConv2d.__name__, DCDLinear.__name__}
 _COUNTED = (nn.Conv1d, nn.Conv2d, nn.Linear, nn.AdaptiveAvgPool2d, nn.AvgPool2d)
@@ -120,10 +131,14 @@ class LayerCost:
     madds_weight: int = 0
     madds_min: int = 0
 
-    def __add__(self, other: "LayerCost") -> "LayerCost":
-        return LayerCost(self.count + other.count, self.params + other.params,
-                         self.madds_latent + other.madds_latent,
-                         self.madds_weight + other.madds_weight, self.madds_min + other.madds_min)
+    def __add__(self, other: LayerCost) -> LayerCost:
+        return LayerCost(
+            self.count + other.count,
+            self.params + other.params,
+            self.madds_latent + other.madds_latent,
+            self.madds_weight + other.madds_weight,
+            self.madds_min + other.madds_min,
+        )
 
 
 @dataclass(frozen=True)
@@ -230,7 +245,7 @@ def _dcd_cost(layer: DCDConv2d | DCDLinear, in_shape: torch.Size, out_shape: tor
 
 
 def _mixture_cost(layer: MixtureConv2d, in_shape: torch.Size, out_shape: torch.Size) -> _Cost:
-    numel = layer.out_channels * (layer.in_channels // layer.groups) * layer.kernel_size ** 2
+    numel = layer.out_channels * (layer.in_channels // layer.groups) * layer.kernel_size**2
     total = layer.num_kernels * numel + numel * _pixels(out_shape)  # aggregate, one conv
     if layer.bias is not None:
         total += layer.num_kernels * layer.out_channels
@@ -279,14 +294,19 @@ def _units(model: nn.Module) -> tuple[list[nn.Module], list[nn.Module]]:
 
 def _shape_only_forward(model: nn.Module, input_size: int, in_channels: int) -> None:
     """Run ``model`` once on meta tensors: shapes flow, nothing is computed or changed."""
-    meta = {name: torch.empty_like(t, device="meta")
-            for name, t in (*model.named_parameters(), *model.named_buffers())}
+    meta = {name: torch.empty_like(t, device="meta") for name, t in (*model.named_parameters(), *model.named_buffers())}
     x = torch.empty(1, in_channels, input_size, input_size, device="meta")
     functional_call(model, meta, (x,))
 
 
-def _count_calls(model: nn.Module, units: list[nn.Module], add: Callable[[str, LayerCost], None], *,
-                 input_size: int, in_channels: int) -> int:
+def _count_calls(
+    model: nn.Module,
+    units: list[nn.Module],
+    add: Callable[[str, LayerCost], None],
+    *,
+    input_size: int,
+    in_channels: int,
+) -> int:
     """Add every unit's MAdds per call of one shape-only forward; returns the branch pooling adds."""
     branch_pool = 0
 
@@ -309,8 +329,9 @@ def _count_calls(model: nn.Module, units: list[nn.Module], add: Callable[[str, L
     return branch_pool
 
 
-def count_complexity(model: nn.Module, *, input_size: int = DEFAULT_INPUT_SIZE,
-                     in_channels: int = IMAGE_CHANNELS) -> Complexity:
+def count_complexity(
+    model: nn.Module, *, input_size: int = DEFAULT_INPUT_SIZE, in_channels: int = IMAGE_CHANNELS
+) -> Complexity:
     """Count parameters and MAdds (every form) of ``model`` on one (1, C, S, S) input.
 
     The model runs once in eval mode on meta tensors (shapes only; its weights, buffers
@@ -386,16 +407,26 @@ class PaperCheck:
         """The JSON record of this row (plain types only)."""
         c, p = self.complexity, self.paper
         return {
-            "table": p.table, "row": p.row, "model": p.model,
+            "table": p.table,
+            "row": p.row,
+            "model": p.model,
             "kwargs": {k: list(v) if isinstance(v, tuple) else v for k, v in p.kwargs.items()},
-            "params_m": self.params_m, "madds_m": self.madds_m,
-            "paper_params_m": p.params_m, "paper_madds_m": p.madds_m,
-            "params_dev_pct": self.params_dev_pct, "madds_dev_pct": self.madds_dev_pct,
-            "madds_form": self.madds_form, "params_convention": p.params_convention,
-            "status": self.status, "note": p.note,
-            "tolerance_pct": self.tolerance_pct, "params_all_m": c.params / MILLION,
-            "madds_latent_m": c.madds_latent / MILLION, "madds_weight_m": c.madds_weight / MILLION,
-            "madds_min_m": c.madds_min / MILLION, "branch_pool_m": c.branch_pool_madds / MILLION,
+            "params_m": self.params_m,
+            "madds_m": self.madds_m,
+            "paper_params_m": p.params_m,
+            "paper_madds_m": p.madds_m,
+            "params_dev_pct": self.params_dev_pct,
+            "madds_dev_pct": self.madds_dev_pct,
+            "madds_form": self.madds_form,
+            "params_convention": p.params_convention,
+            "status": self.status,
+            "note": p.note,
+            "tolerance_pct": self.tolerance_pct,
+            "params_all_m": c.params / MILLION,
+            "madds_latent_m": c.madds_latent / MILLION,
+            "madds_weight_m": c.madds_weight / MILLION,
+            "madds_min_m": c.madds_min / MILLION,
+            "branch_pool_m": c.branch_pool_madds / MILLION,
             "input_size": c.input_size,
         }
 
@@ -417,24 +448,31 @@ def check_row(row: PaperRow, complexity: Complexity) -> PaperCheck:
         row: the paper's row.
         complexity: the count of ``create_model(row.model, **row.kwargs)``.
     """
-    params = complexity.params_excl_classifier if row.params_convention == PARAMS_EXCL_CLASSIFIER \
-        else complexity.params
+    params = complexity.params_excl_classifier if row.params_convention == PARAMS_EXCL_CLASSIFIER else complexity.params
     form = "min" if _DCD_NAMES & complexity.breakdown.keys() else "any"
     params_m, madds_m = params / MILLION, complexity.madds_min / MILLION
     tol = TOLERANCE_PCT[row.kind]
     ok = _within(params_m, row.params, tol) and _within(madds_m, row.madds, tol)
     return PaperCheck(
-        paper=row, complexity=complexity, params_m=params_m, madds_m=madds_m, madds_form=form,
+        paper=row,
+        complexity=complexity,
+        params_m=params_m,
+        madds_m=madds_m,
+        madds_form=form,
         params_dev_pct=_deviation_pct(params_m, row.params_m),
-        madds_dev_pct=_deviation_pct(madds_m, row.madds_m), tolerance_pct=tol,
+        madds_dev_pct=_deviation_pct(madds_m, row.madds_m),
+        tolerance_pct=tol,
         status=STATUS_OK if ok else STATUS_MISS,
     )
 
 
-def compare_with_paper(*, rows: Iterable[PaperRow] = PAPER_ROWS,
-                       input_size: int = DEFAULT_INPUT_SIZE,
-                       create: Callable[..., nn.Module] | None = None,
-                       progress: Callable[[str], None] | None = None) -> list[PaperCheck]:
+def compare_with_paper(
+    *,
+    rows: Iterable[PaperRow] = PAPER_ROWS,
+    input_size: int = DEFAULT_INPUT_SIZE,
+    create: Callable[..., nn.Module] | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> list[PaperCheck]:
     """Count every model of ``rows`` (each distinct one built once, on meta) and check it.
 
     Args:
@@ -462,16 +500,22 @@ def compare_with_paper(*, rows: Iterable[PaperRow] = PAPER_ROWS,
             counted[key] = count_complexity(model, input_size=input_size)
             if progress is not None:
                 config = " ".join(f"{k}={v}" for k, v in key[1])
-                progress(f"[count] {len(counted)}/{distinct} {row.model}{' ' + config if config else ''} "
-                         f"({time.perf_counter() - started:.0f} s)")
+                progress(
+                    f"[count] {len(counted)}/{distinct} {row.model}{' ' + config if config else ''} "
+                    f"({time.perf_counter() - started:.0f} s)"
+                )
         checks.append(check_row(row, counted[key]))
     return checks
 
 
-def complexity_document(checks: Sequence["PaperCheck"], *, input_size: int) -> dict:
+def complexity_document(checks: Sequence[PaperCheck], *, input_size: int) -> dict:
     """The ``--complexity --json`` document: schema, version, the input size counted at and
     one record per paper row (:meth:`PaperCheck.to_record`)."""
     from .._version import __version__
 
-    return {"schema": SCHEMA, "version": __version__, "input_size": input_size,
-            "records": [c.to_record() for c in checks]}
+    return {
+        "schema": SCHEMA,
+        "version": __version__,
+        "input_size": input_size,
+        "records": [c.to_record() for c in checks],
+    }

@@ -20,8 +20,8 @@ included) as long as the branch itself runs as these standard ops.
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Callable, Mapping, Sequence
 
 import numpy as np
 import onnx
@@ -72,8 +72,7 @@ class FloorDCD(nn.Module):
         return layer.emit_static(s, x)  # W0 alone, as its kind has it
 
 
-def floor_onnx(model: nn.Module, *, stage: str, input_size: int = 224,
-               opset: int = DEFAULT_OPSET) -> onnx.ModelProto:
+def floor_onnx(model: nn.Module, *, stage: str, input_size: int = 224, opset: int = DEFAULT_OPSET) -> onnx.ModelProto:
     """The ``stage`` floor variant of ``model`` (eval mode) as an ONNX model, dynamic batch.
 
     ``to_deploy`` picks each layer's form as ``dcd-export`` does (strategy ``auto``).
@@ -87,8 +86,14 @@ def floor_onnx(model: nn.Module, *, stage: str, input_size: int = 224,
     for name, mod in layers:
         parent, _, child = name.rpartition(".")
         setattr(floor.get_submodule(parent) if parent else floor, child, FloorDCD(mod, stage, side))
-    proto = build_onnx(floor, input_size=input_size, batch=None, opset=opset, mode="standard",
-                       arch=getattr(model, "arch", type(model).__name__) + f"@floor-{stage}")
+    proto = build_onnx(
+        floor,
+        input_size=input_size,
+        batch=None,
+        opset=opset,
+        mode="standard",
+        arch=getattr(model, "arch", type(model).__name__) + f"@floor-{stage}",
+    )
     _tie_to_output(proto.graph, side)
     onnx.checker.check_model(proto)
     return proto
@@ -100,12 +105,14 @@ def _tie_to_output(graph: onnx.GraphProto, side: Sequence[str]) -> None:
     logits = final.input[0]
     graph.initializer.append(numpy_helper.from_array(np.zeros((), np.float32), "floor/zero"))
     graph.node.remove(final)
-    graph.node.extend([
-        helper.make_node("Concat", list(side), ["floor/side"], axis=1, name="floor/Concat"),
-        helper.make_node("ReduceSum", ["floor/side"], ["floor/sum"], keepdims=1, name="floor/ReduceSum"),
-        helper.make_node("Mul", ["floor/sum", "floor/zero"], ["floor/nil"], name="floor/Mul"),
-        helper.make_node("Add", [logits, "floor/nil"], [final.output[0]], name="floor/Add"),
-    ])
+    graph.node.extend(
+        [
+            helper.make_node("Concat", list(side), ["floor/side"], axis=1, name="floor/Concat"),
+            helper.make_node("ReduceSum", ["floor/side"], ["floor/sum"], keepdims=1, name="floor/ReduceSum"),
+            helper.make_node("Mul", ["floor/sum", "floor/zero"], ["floor/nil"], name="floor/Mul"),
+            helper.make_node("Add", [logits, "floor/nil"], [final.output[0]], name="floor/Add"),
+        ]
+    )
 
 
 @dataclass
@@ -142,15 +149,31 @@ class FloorResult:
     def to_dict(self) -> dict:
         from .._version import __version__
 
-        return {"schema": SCHEMA, "version": __version__, "threads": self.threads,
-                "input_size": self.input_size, "settings": dict(self.settings),
-                "records": [asdict(r) for r in self.records]}
+        return {
+            "schema": SCHEMA,
+            "version": __version__,
+            "threads": self.threads,
+            "input_size": self.input_size,
+            "settings": dict(self.settings),
+            "records": [asdict(r) for r in self.records],
+        }
 
 
-def run_floor(models: Sequence[str] = DEFAULT_FLOOR_MODELS, *, threads: int = 1, input_size: int = 224,
-              quick: bool = False, runs: int | None = None, min_time: float | None = None,
-              warmup: int | None = None, burst_s: float | None = None, seed: int = 0,
-              trust_checkpoint: bool = False, workdir, progress: Callable[[str], None] = quiet) -> FloorResult:
+def run_floor(
+    models: Sequence[str] = DEFAULT_FLOOR_MODELS,
+    *,
+    threads: int = 1,
+    input_size: int = 224,
+    quick: bool = False,
+    runs: int | None = None,
+    min_time: float | None = None,
+    warmup: int | None = None,
+    burst_s: float | None = None,
+    seed: int = 0,
+    trust_checkpoint: bool = False,
+    workdir,
+    progress: Callable[[str], None] = quiet,
+) -> FloorResult:
     """Time static, ``branch``, ``forming`` and the real export of each DCD zoo model.
 
     Args:
@@ -174,21 +197,33 @@ def run_floor(models: Sequence[str] = DEFAULT_FLOOR_MODELS, *, threads: int = 1,
         x = fixed_input((1, 3, input_size, input_size), seed=seed, images=True).numpy()
         runners, pairs = {}, []
         for spec in models:
-            name, static_name, files = _floor_files(spec, input_size=input_size, seed=seed,
-                                                    trust_checkpoint=trust_checkpoint, workdir=workdir,
-                                                    progress=progress)
+            name, static_name, files = _floor_files(
+                spec,
+                input_size=input_size,
+                seed=seed,
+                trust_checkpoint=trust_checkpoint,
+                workdir=workdir,
+                progress=progress,
+            )
             for key, path in files.items():
                 runners[(name, key)] = ort_runner(path, x, threads)
             pairs.append((name, static_name))
         timings = time_interleaved(runners, timing=timing, progress=progress, what="floor runners")
-    settings = {"models": list(models), "seed": seed, "runs": timing["runs"], "min_time_s": timing["min_time"],
-                "warmup": timing["warmup"], "quick": quick, "backend": "onnxruntime"}
-    return FloorResult(threads=threads, input_size=input_size, settings=settings,
-                       records=floor_records(pairs, timings))
+    settings = {
+        "models": list(models),
+        "seed": seed,
+        "runs": timing["runs"],
+        "min_time_s": timing["min_time"],
+        "warmup": timing["warmup"],
+        "quick": quick,
+        "backend": "onnxruntime",
+    }
+    return FloorResult(threads=threads, input_size=input_size, settings=settings, records=floor_records(pairs, timings))
 
 
-def _floor_files(spec: str, *, input_size: int, seed: int, trust_checkpoint: bool, workdir,
-                 progress: Callable[[str], None]) -> tuple[str, str, dict]:
+def _floor_files(
+    spec: str, *, input_size: int, seed: int, trust_checkpoint: bool, workdir, progress: Callable[[str], None]
+) -> tuple[str, str, dict]:
     """``spec``'s name, its static partner's zoo name, and ``{static, dcd, branch,
     forming: the ONNX file}`` written to ``workdir``."""
     from ..exporters.onnx import export_onnx
@@ -199,8 +234,10 @@ def _floor_files(spec: str, *, input_size: int, seed: int, trust_checkpoint: boo
     arch = getattr(dcd, "arch", "")
     static_name = arch[: -len("_dcd")] if arch.endswith("_dcd") else ""
     if not is_model(static_name):
-        raise UnsupportedInputError(f"--floor takes DCD models (a zoo X_dcd or a checkpoint of one), "
-                                    f"not {spec!r} ({arch or 'no architecture name'})")
+        raise UnsupportedInputError(
+            f"--floor takes DCD models (a zoo X_dcd or a checkpoint of one), "
+            f"not {spec!r} ({arch or 'no architecture name'})"
+        )
     static, _ = load_model(static_name, input_size=input_size, seed=seed)
     name = entry_name(spec)
     files = {"static": workdir / f"{name}.static.onnx", "dcd": workdir / f"{name}.onnx"}
@@ -220,23 +257,46 @@ def floor_records(pairs: Sequence[tuple[str, str]], timings: Mapping[tuple[str, 
     for name, static_name in pairs:
         keys = ("static", *STAGES, "dcd")
         med = {k: _stats.summarize(timings[(name, k)].samples_ms).p50 for k in keys}
-        records.append(FloorRecord(
-            model=name, static_model=static_name, static_ms=med["static"], branch_ms=med["branch"],
-            forming_ms=med["forming"], dcd_ms=med["dcd"], branch_ratio=med["branch"] / med["static"],
-            forming_ratio=med["forming"] / med["static"], dcd_ratio=med["dcd"] / med["static"],
-            runs=min(len(timings[(name, k)].samples_ms) for k in keys)))
+        records.append(
+            FloorRecord(
+                model=name,
+                static_model=static_name,
+                static_ms=med["static"],
+                branch_ms=med["branch"],
+                forming_ms=med["forming"],
+                dcd_ms=med["dcd"],
+                branch_ratio=med["branch"] / med["static"],
+                forming_ratio=med["forming"] / med["static"],
+                dcd_ratio=med["dcd"] / med["static"],
+                runs=min(len(timings[(name, k)].samples_ms) for k in keys),
+            )
+        )
     return records
 
 
-_FLOOR_COLUMNS = (Column("model", 22), Column("static ms", 9, ">"), Column("branch", 14, ">"),
-                  Column("+ forming W(x)", 16, ">"), Column("full DCD", 14, ">"), Column("runs", 5, ">"))
+_FLOOR_COLUMNS = (
+    Column("model", 22),
+    Column("static ms", 9, ">"),
+    Column("branch", 14, ">"),
+    Column("+ forming W(x)", 16, ">"),
+    Column("full DCD", 14, ">"),
+    Column("runs", 5, ">"),
+)
 
 
 def format_floor_table(result: FloorResult) -> list[str]:
     """The floor table and its legend, as printed by ``dcd-bench --floor``."""
-    rows = [[r.model, f"{r.static_ms:.2f}", f"{r.branch_ms:7.2f} x{r.branch_ratio:5.3f}",
-             f"{r.forming_ms:9.2f} x{r.forming_ratio:5.3f}", f"{r.dcd_ms:7.2f} x{r.dcd_ratio:5.3f}", str(r.runs)]
-            for r in result.records]
+    rows = [
+        [
+            r.model,
+            f"{r.static_ms:.2f}",
+            f"{r.branch_ms:7.2f} x{r.branch_ratio:5.3f}",
+            f"{r.forming_ms:9.2f} x{r.forming_ratio:5.3f}",
+            f"{r.dcd_ms:7.2f} x{r.dcd_ratio:5.3f}",
+            str(r.runs),
+        ]
+        for r in result.records
+    ]
     return text_table(_FLOOR_COLUMNS, rows) + [
         "",
         "ONNX Runtime, one session per file, interleaved; ms = medians, xN = / the static model's median.",
@@ -247,5 +307,14 @@ def format_floor_table(result: FloorResult) -> list[str]:
     ]
 
 
-__all__ = ["DEFAULT_FLOOR_MODELS", "FloorDCD", "FloorRecord", "FloorResult", "STAGES",
-           "floor_onnx", "floor_records", "format_floor_table", "run_floor"]
+__all__ = [
+    "DEFAULT_FLOOR_MODELS",
+    "FloorDCD",
+    "FloorRecord",
+    "FloorResult",
+    "STAGES",
+    "floor_onnx",
+    "floor_records",
+    "format_floor_table",
+    "run_floor",
+]

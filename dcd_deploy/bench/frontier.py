@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import tempfile
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from .._version import __version__
 from ..errors import DCDDeployError
@@ -40,8 +41,10 @@ DEFAULT_BACKEND = "onnxruntime"
 #: a ratio of close times; here models differ by up to 100x in time.
 DEFAULT_TIMING = {"runs": 20, "min_time": 2.0, "warmup": 2}
 #: Where each figure comes from (printed and in the JSON).
-SOURCES = {"top1": "the paper's Table 4 (ImageNet top-1 %, quoted, not measured here)",
-           "p50_ms": "measured here (median ms per image, batch 1)"}
+SOURCES = {
+    "top1": "the paper's Table 4 (ImageNet top-1 %, quoted, not measured here)",
+    "p50_ms": "measured here (median ms per image, batch 1)",
+}
 
 Progress = Callable[[str], None]
 
@@ -105,9 +108,15 @@ class FrontierResult:
 
     def to_dict(self) -> dict:
         """The stable JSON form (``schema`` :data:`SCHEMA`)."""
-        return {"schema": SCHEMA, "version": __version__, "machine": asdict(self.machine),
-                "settings": dict(self.settings), "sources": dict(SOURCES),
-                "records": [r.to_dict() for r in self.records], "notes": list(self.notes)}
+        return {
+            "schema": SCHEMA,
+            "version": __version__,
+            "machine": asdict(self.machine),
+            "settings": dict(self.settings),
+            "sources": dict(SOURCES),
+            "records": [r.to_dict() for r in self.records],
+            "notes": list(self.notes),
+        }
 
 
 def pareto_flags(points: Sequence[tuple[float, float]]) -> list[bool]:
@@ -154,8 +163,9 @@ def select_rows(models: Sequence[str] | None) -> list[PaperRow]:
     known = {r.model: r for r in rows}
     bad = [m for m in models if m not in known]
     if bad:
-        raise DCDDeployError(f"not in the paper's Table 4: {', '.join(bad)}; --frontier takes some of "
-                             f"{', '.join(known)}")
+        raise DCDDeployError(
+            f"not in the paper's Table 4: {', '.join(bad)}; --frontier takes some of {', '.join(known)}"
+        )
     return [known[m] for m in dict.fromkeys(models)]
 
 
@@ -178,10 +188,19 @@ def _build_rows(rows: Sequence[PaperRow], *, input_size: int, seed: int, progres
     return built, failed
 
 
-def run_frontier(*, models: Sequence[str] | None = None, backend: str = DEFAULT_BACKEND, threads: int = 1,
-                 input_size: int = 224, quick: bool = False, runs: int | None = None,
-                 min_time: float | None = None, warmup: int | None = None, seed: int = 0,
-                 progress: Progress | None = None) -> FrontierResult:
+def run_frontier(
+    *,
+    models: Sequence[str] | None = None,
+    backend: str = DEFAULT_BACKEND,
+    threads: int = 1,
+    input_size: int = 224,
+    quick: bool = False,
+    runs: int | None = None,
+    min_time: float | None = None,
+    warmup: int | None = None,
+    seed: int = 0,
+    progress: Progress | None = None,
+) -> FrontierResult:
     """Time Table 4's models on ``backend`` and mark each family's accuracy-latency frontier.
 
     Args:
@@ -203,24 +222,33 @@ def run_frontier(*, models: Sequence[str] | None = None, backend: str = DEFAULT_
     notes: list[str] = []
     (backend,) = select_backends([backend], notes, progress, threads=threads)
     timing = timing_settings(
-        quick=quick, runs=runs if runs is not None or quick else DEFAULT_TIMING["runs"],
+        quick=quick,
+        runs=runs if runs is not None or quick else DEFAULT_TIMING["runs"],
         min_time=min_time if min_time is not None or quick else DEFAULT_TIMING["min_time"],
-        warmup=warmup if warmup is not None or quick else DEFAULT_TIMING["warmup"])
+        warmup=warmup if warmup is not None or quick else DEFAULT_TIMING["warmup"],
+    )
     check_arguments(threads=threads, batch=1, input_size=input_size, timing=timing)
     with pinned_threads(threads):
-        machine = machine_info(threads=threads, batch=1, input_size=input_size,
-                               with_openvino=backend_spec(backend).requires == "openvino")
+        machine = machine_info(
+            threads=threads, batch=1, input_size=input_size, with_openvino=backend_spec(backend).requires == "openvino"
+        )
         built, failed = _build_rows(rows, input_size=input_size, seed=seed, progress=progress)
         x = fixed_input((1, 3, input_size, input_size), seed=seed)
         with tempfile.TemporaryDirectory(prefix="dcd-frontier-") as tmp:
             cache = RunnerCache(built, x=x, tmp=tmp, input_size=input_size, threads=threads, progress=progress)
             coverage = _prepare(cache, backend, failed, progress)
-            timings = (time_interleaved(cache.runners, timing=timing, progress=progress,
-                                        what="model x backend runners") if cache.runners else {})
+            timings = (
+                time_interleaved(cache.runners, timing=timing, progress=progress, what="model x backend runners")
+                if cache.runners
+                else {}
+            )
     records = _records(rows, timings, failed, backend, coverage)
-    return FrontierResult(machine=machine, settings=_settings(rows, backend, timing, threads=threads,
-                                                              input_size=input_size, quick=quick, seed=seed),
-                          records=records, notes=notes)
+    return FrontierResult(
+        machine=machine,
+        settings=_settings(rows, backend, timing, threads=threads, input_size=input_size, quick=quick, seed=seed),
+        records=records,
+        notes=notes,
+    )
 
 
 def _prepare(cache: RunnerCache, backend: str, failed: dict[str, str], progress: Progress) -> dict:
@@ -238,13 +266,22 @@ def _prepare(cache: RunnerCache, backend: str, failed: dict[str, str], progress:
     return coverage
 
 
-def _settings(rows: Sequence[PaperRow], backend: str, timing: dict, *, threads: int, input_size: int,
-              quick: bool, seed: int) -> dict:
-    settings = {"models": [r.model for r in rows], "backend": backend, "threads": threads, "batch": 1,
-                "input_size": input_size, "runs": timing["runs"], "min_time_s": timing["min_time"],
-                "warmup": timing["warmup"], "quick": quick, "seed": seed,
-                "frontier_rule": "per family: no other model at least as fast and at least as accurate, "
-                                 "strictly better in one"}
+def _settings(
+    rows: Sequence[PaperRow], backend: str, timing: dict, *, threads: int, input_size: int, quick: bool, seed: int
+) -> dict:
+    settings = {
+        "models": [r.model for r in rows],
+        "backend": backend,
+        "threads": threads,
+        "batch": 1,
+        "input_size": input_size,
+        "runs": timing["runs"],
+        "min_time_s": timing["min_time"],
+        "warmup": timing["warmup"],
+        "quick": quick,
+        "seed": seed,
+        "frontier_rule": "per family: no other model at least as fast and at least as accurate, strictly better in one",
+    }
     form = backend_spec(backend).source
     if form in ("onnx", "fused"):
         settings["onnx_export"] = dict(ONNX_EXPORT)
@@ -269,12 +306,24 @@ def _fused_nodes(onnx_path) -> int:
     return sum(n.domain == "dcd_deploy" and n.op_type in FUSED_OP_TYPES for n in graph.node)
 
 
-def _records(rows: Sequence[PaperRow], timings: dict, failed: dict[str, str], backend: str,
-             coverage: dict[str, tuple[int, int]] | None = None) -> list[FrontierRecord]:
+def _records(
+    rows: Sequence[PaperRow],
+    timings: dict,
+    failed: dict[str, str],
+    backend: str,
+    coverage: dict[str, tuple[int, int]] | None = None,
+) -> list[FrontierRecord]:
     records = []
     for row in rows:
-        rec = FrontierRecord(name=row.model, label=row.row, family=TABLE4_FAMILIES[row.table], variant=row.kind,
-                             top1=float(row.top1), params=row.params, madds=row.madds)
+        rec = FrontierRecord(
+            name=row.model,
+            label=row.row,
+            family=TABLE4_FAMILIES[row.table],
+            variant=row.kind,
+            top1=float(row.top1),
+            params=row.params,
+            madds=row.madds,
+        )
         t = timings.get((backend, row.model))
         if t is None:
             rec.status, rec.reason = "not built", failed.get(row.model, "not timed")
@@ -288,5 +337,14 @@ def _records(rows: Sequence[PaperRow], timings: dict, failed: dict[str, str], ba
     return sorted(records, key=lambda r: (r.p50_ms is None, r.p50_ms or 0.0, r.family, r.name))
 
 
-__all__ = ["DEFAULT_BACKEND", "FrontierRecord", "FrontierResult", "SCHEMA", "SOURCES", "mark_frontier",
-           "pareto_flags", "run_frontier", "select_rows"]
+__all__ = [
+    "DEFAULT_BACKEND",
+    "FrontierRecord",
+    "FrontierResult",
+    "SCHEMA",
+    "SOURCES",
+    "mark_frontier",
+    "pareto_flags",
+    "run_frontier",
+    "select_rows",
+]

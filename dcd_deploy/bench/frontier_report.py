@@ -9,8 +9,14 @@ from .frontier import SOURCES, FrontierRecord, FrontierResult
 
 # Each frontier table column.
 _COLUMNS = (
-    Column("model", 25), Column("paper row", 18), Column("family", 11), Column("variant", 8),
-    Column("top-1 %", 7, ">"), Column("p50 ms", 8, ">"), Column("p90 ms", 8, ">"), Column("runs", 5, ">"),
+    Column("model", 25),
+    Column("paper row", 18),
+    Column("family", 11),
+    Column("variant", 8),
+    Column("top-1 %", 7, ">"),
+    Column("p50 ms", 8, ">"),
+    Column("p90 ms", 8, ">"),
+    Column("runs", 5, ">"),
     Column("frontier", 8),
 )
 #: Marker of a row on its family's frontier.
@@ -19,8 +25,17 @@ ON = "*"
 
 def _cells(r: FrontierRecord) -> list[str]:
     frontier = ON if r.on_frontier else ("not built" if r.status != "ok" else "")
-    return [r.name, r.label, r.family, r.variant, f"{r.top1:.1f}", number(r.p50_ms, ".2f"),
-            number(r.p90_ms, ".2f"), number(r.n_runs, "d"), frontier]
+    return [
+        r.name,
+        r.label,
+        r.family,
+        r.variant,
+        f"{r.top1:.1f}",
+        number(r.p50_ms, ".2f"),
+        number(r.p90_ms, ".2f"),
+        number(r.n_runs, "d"),
+        frontier,
+    ]
 
 
 def header_lines(result: FrontierResult) -> list[str]:
@@ -40,8 +55,9 @@ def frontier_summary(result: FrontierResult) -> list[str]:
     for family in dict.fromkeys(r.family for r in result.records):
         front = result.frontier(family)
         if front:
-            lines.append(f"{family} frontier: " + " -> ".join(
-                f"{r.label} ({r.p50_ms:.1f} ms, {r.top1:.1f}%)" for r in front))
+            lines.append(
+                f"{family} frontier: " + " -> ".join(f"{r.label} ({r.p50_ms:.1f} ms, {r.top1:.1f}%)" for r in front)
+            )
     return lines
 
 
@@ -50,8 +66,10 @@ def coverage_lines(result: FrontierResult) -> list[str]:
     recs = [r for r in result.records if r.dcd_layers]
     if not recs:
         return []
-    return ["DCD layers run by the fused op (the others, and static models, as OpenVINO's standard ops): "
-            + ", ".join(f"{r.label} {r.fused_nodes}/{r.dcd_layers}" for r in recs)]
+    return [
+        "DCD layers run by the fused op (the others, and static models, as OpenVINO's standard ops): "
+        + ", ".join(f"{r.label} {r.fused_nodes}/{r.dcd_layers}" for r in recs)
+    ]
 
 
 def format_frontier_table(result: FrontierResult) -> list[str]:
@@ -60,23 +78,34 @@ def format_frontier_table(result: FrontierResult) -> list[str]:
     lines += [""] + frontier_summary(result) + coverage_lines(result)
     lines += [f"not built: {r.name}: {r.reason}" for r in result.records if r.status != "ok"]
     lines += [f"note: {n}" for n in result.notes]
-    lines += ["", f"{ON} = on its family's accuracy-latency frontier: no other model of the family is at least "
-              "as fast (p50) and at least as accurate (top-1), and strictly better in one.",
-              "Weights are pseudo-trained (latency does not depend on them); accuracy was not measured here."]
+    lines += [
+        "",
+        f"{ON} = on its family's accuracy-latency frontier: no other model of the family is at least "
+        "as fast (p50) and at least as accurate (top-1), and strictly better in one.",
+        "Weights are pseudo-trained (latency does not depend on them); accuracy was not measured here.",
+    ]
     return lines
 
 
 def to_markdown(result: FrontierResult) -> str:
     """The frontier as Markdown."""
     m, s = result.machine, result.settings
-    out = ["# dcd-bench frontier", "",
-           f"- measured on this machine, {m.date}; CPU: {m.cpu}",
-           f"- backend {s['backend']}, threads {s['threads']}, batch 1, input {s['input_size']}x{s['input_size']}"
-           + (" (--quick: not a measurement)" if s.get("quick") else ""),
-           f"- top-1: {SOURCES['top1']}", f"- ms: {SOURCES['p50_ms']}", ""]
+    out = [
+        "# dcd-bench frontier",
+        "",
+        f"- measured on this machine, {m.date}; CPU: {m.cpu}",
+        f"- backend {s['backend']}, threads {s['threads']}, batch 1, input {s['input_size']}x{s['input_size']}"
+        + (" (--quick: not a measurement)" if s.get("quick") else ""),
+        f"- top-1: {SOURCES['top1']}",
+        f"- ms: {SOURCES['p50_ms']}",
+        "",
+    ]
     out += markdown_table(_COLUMNS, [_cells(r) for r in result.records])
     out += [""] + [f"- {line}" for line in frontier_summary(result) + coverage_lines(result)]
     out += [f"- not built: {r.name}: {r.reason}" for r in result.records if r.status != "ok"]
-    out += ["", f"{ON} = on its family's frontier: no other model of the family is at least as fast and at "
-            "least as accurate, and strictly better in one."]
+    out += [
+        "",
+        f"{ON} = on its family's frontier: no other model of the family is at least as fast and at "
+        "least as accurate, and strictly better in one.",
+    ]
     return "\n".join(out) + "\n"

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import contextlib
 import time
-from typing import Any, Callable, Hashable, Iterator, Mapping
+from collections.abc import Callable, Hashable, Iterator, Mapping
+from typing import Any
 
 from ..errors import DCDDeployError
 from . import _stats
@@ -46,18 +47,27 @@ def quiet(_line: str) -> None:
     """The progress callback that prints nothing."""
 
 
-def timing_settings(*, quick: bool, runs: int | None = None, min_time: float | None = None,
-                    warmup: int | None = None, burst_s: float | None = None,
-                    profile_runs: int | None = None) -> dict:
+def timing_settings(
+    *,
+    quick: bool,
+    runs: int | None = None,
+    min_time: float | None = None,
+    warmup: int | None = None,
+    burst_s: float | None = None,
+    profile_runs: int | None = None,
+) -> dict:
     """The timing settings, each the value given or else its default (``QUICK``'s with ``quick``)."""
+
     def pick(value, key, default):
         return value if value is not None else (QUICK[key] if quick else default)
 
-    return {"runs": int(pick(runs, "runs", DEFAULT_RUNS)),
-            "min_time": float(pick(min_time, "min_time", DEFAULT_MIN_TIME)),
-            "warmup": int(pick(warmup, "warmup", DEFAULT_WARMUP)),
-            "burst_s": float(pick(burst_s, "burst_s", DEFAULT_BURST_S)),
-            "profile_runs": int(pick(profile_runs, "profile_runs", DEFAULT_PROFILE_RUNS))}
+    return {
+        "runs": int(pick(runs, "runs", DEFAULT_RUNS)),
+        "min_time": float(pick(min_time, "min_time", DEFAULT_MIN_TIME)),
+        "warmup": int(pick(warmup, "warmup", DEFAULT_WARMUP)),
+        "burst_s": float(pick(burst_s, "burst_s", DEFAULT_BURST_S)),
+        "profile_runs": int(pick(profile_runs, "profile_runs", DEFAULT_PROFILE_RUNS)),
+    }
 
 
 def check_arguments(*, threads: int, batch: int, input_size: int, timing: dict) -> None:
@@ -66,9 +76,14 @@ def check_arguments(*, threads: int, batch: int, input_size: int, timing: dict) 
     Raises:
         DCDDeployError: the first count out of range.
     """
-    for name, value, low in (("threads", threads, 1), ("batch", batch, 1), ("input size", input_size, 1),
-                             ("runs", timing["runs"], 1), ("warm-up runs", timing["warmup"], 0),
-                             ("profile runs", timing["profile_runs"], 1)):
+    for name, value, low in (
+        ("threads", threads, 1),
+        ("batch", batch, 1),
+        ("input size", input_size, 1),
+        ("runs", timing["runs"], 1),
+        ("warm-up runs", timing["warmup"], 0),
+        ("profile runs", timing["profile_runs"], 1),
+    ):
         if value < low:
             raise DCDDeployError(f"{name} must be at least {low}, not {value}")
     if timing["min_time"] < 0:
@@ -115,8 +130,9 @@ def fixed_input(shape: tuple[int, ...], *, seed: int, images: bool = False):
     return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
 
 
-def time_interleaved(runners: Mapping[Hashable, Callable[[], Any]], *, timing: dict,
-                     progress: Progress = quiet, what: str = "runners") -> dict[Hashable, Timing]:
+def time_interleaved(
+    runners: Mapping[Hashable, Callable[[], Any]], *, timing: dict, progress: Progress = quiet, what: str = "runners"
+) -> dict[Hashable, Timing]:
     """Every runner timed interleaved (:func:`measure_interleaved`) under
     ``torch.inference_mode`` (ONNX Runtime and OpenVINO are unaffected), with a progress
     line every :data:`PROGRESS_EVERY_S` seconds and one per runner at the end.
@@ -141,16 +157,39 @@ def time_interleaved(runners: Mapping[Hashable, Callable[[], Any]], *, timing: d
             progress(f"[timing] round {r}: {100 * fraction:.0f}% of the runs/time asked, {now - t0:.0f} s")
 
     with torch.inference_mode():
-        timings = measure_interleaved(runners, runs=timing["runs"], min_time=timing["min_time"],
-                                      warmup=timing["warmup"], burst_s=timing["burst_s"], on_round=on_round)
+        timings = measure_interleaved(
+            runners,
+            runs=timing["runs"],
+            min_time=timing["min_time"],
+            warmup=timing["warmup"],
+            burst_s=timing["burst_s"],
+            on_round=on_round,
+        )
     for key, t in timings.items():
         label = f"[{key[0]}] {key[1]}" if isinstance(key, tuple) and len(key) == 2 else f"[{key}]"
-        progress(f"{label}: p50 {_stats.summarize(t.samples_ms).p50:.2f} ms, first "
-                 f"{t.first_ms:.1f} ms, {len(t.samples_ms)} runs in {len(t.rounds)} rounds")
+        progress(
+            f"{label}: p50 {_stats.summarize(t.samples_ms).p50:.2f} ms, first "
+            f"{t.first_ms:.1f} ms, {len(t.samples_ms)} runs in {len(t.rounds)} rounds"
+        )
     progress(f"[timing] done in {time.perf_counter() - t0:.1f} s")
     return timings
 
 
-__all__ = ["DEFAULT_BURST_S", "DEFAULT_MIN_TIME", "DEFAULT_PROFILE_RUNS", "DEFAULT_RUNS", "DEFAULT_WARMUP",
-           "PROGRESS_EVERY_S", "QUICK", "Timing", "check_arguments", "fixed_input", "input_hw",
-           "measure_interleaved", "pinned_threads", "quiet", "time_interleaved", "timing_settings"]
+__all__ = [
+    "DEFAULT_BURST_S",
+    "DEFAULT_MIN_TIME",
+    "DEFAULT_PROFILE_RUNS",
+    "DEFAULT_RUNS",
+    "DEFAULT_WARMUP",
+    "PROGRESS_EVERY_S",
+    "QUICK",
+    "Timing",
+    "check_arguments",
+    "fixed_input",
+    "input_hw",
+    "measure_interleaved",
+    "pinned_threads",
+    "quiet",
+    "time_interleaved",
+    "timing_settings",
+]

@@ -44,29 +44,64 @@ Method (docs/design.md#measurement, :mod:`.harness`):
 from __future__ import annotations
 
 import time
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from .._cleanup import temporary_directory
 from ..errors import DCDDeployError
-from ._backends import BACKENDS, DEFAULT_BACKENDS, FILE_BACKENDS, OPENVINO_BACKENDS, PAPER_BACKEND
-from ._backends import default_backends, select_backends
-from ._latency_result import CI_ROUNDS, CI_RUNS, SCHEMA, STATISTICS, BenchResult, LatencyRecord, ModelProfile
-from ._latency_result import build_records, paper_ms, paper_ratio
+from ._backends import (
+    BACKENDS,
+    DEFAULT_BACKENDS,
+    FILE_BACKENDS,
+    OPENVINO_BACKENDS,
+    PAPER_BACKEND,
+    default_backends,
+    select_backends,
+)
+from ._latency_result import (
+    CI_ROUNDS,
+    CI_RUNS,
+    SCHEMA,
+    STATISTICS,
+    BenchResult,
+    LatencyRecord,
+    ModelProfile,
+    build_records,
+    paper_ms,
+    paper_ratio,
+)
 from ._lineup import build_models, file_backends, file_input_shape, onnx_files, unpaired_notes
 from ._machine import MachineInfo, machine_info
 from ._models import DEFAULT_SEED, ModelEntry, pair_models
 from ._runner_cache import ONNX_EXPORT, RunnerCache
-from .harness import DEFAULT_MIN_TIME, DEFAULT_PROFILE_RUNS, DEFAULT_RUNS, DEFAULT_WARMUP, QUICK
-from .harness import check_arguments, fixed_input, input_hw, measure_interleaved, pinned_threads, quiet
-from .harness import time_interleaved, timing_settings
+from .harness import (
+    DEFAULT_MIN_TIME,
+    DEFAULT_PROFILE_RUNS,
+    DEFAULT_RUNS,
+    DEFAULT_WARMUP,
+    QUICK,
+    check_arguments,
+    fixed_input,
+    input_hw,
+    measure_interleaved,
+    pinned_threads,
+    quiet,
+    time_interleaved,
+    timing_settings,
+)
 from .paper import PAPER_LATENCY_SETUP
 
 #: The paper's batch and input side (Section 5.4).
 PAPER_BATCH, PAPER_INPUT_SIZE = 1, 224
 #: What ``torch-paper`` changes from ``torch-deploy`` (JSON ``settings.paper_conditions``).
-PAPER_CONDITIONS = {"framework": "PyTorch eager", "form": "deploy (to_deploy, strategy auto, BNs folded)",
-                    "onednn": False, "threads": 1, "batch": PAPER_BATCH, "input_size": PAPER_INPUT_SIZE,
-                    "paper_protocol": "mean of single-image runs (the paper: 5,000 images)"}
+PAPER_CONDITIONS = {
+    "framework": "PyTorch eager",
+    "form": "deploy (to_deploy, strategy auto, BNs folded)",
+    "onednn": False,
+    "threads": 1,
+    "batch": PAPER_BATCH,
+    "input_size": PAPER_INPUT_SIZE,
+    "paper_protocol": "mean of single-image runs (the paper: 5,000 images)",
+}
 DEFAULT_MODELS = ("mobilenetv2_050", "mobilenetv2_050_dcd", "mobilenetv2_100", "mobilenetv2_100_dcd")
 DEFAULT_THREADS = 1
 DEFAULT_BATCH = 1
@@ -78,13 +113,25 @@ PROFILE_WARMUP = 2
 Progress = Callable[[str], None]
 
 
-def run_benchmark(models: Sequence[str] = DEFAULT_MODELS, *, backends: Sequence[str] | None = None,
-                  threads: int = DEFAULT_THREADS, batch: int = DEFAULT_BATCH,
-                  input_size: int = DEFAULT_INPUT_SIZE, runs: int | None = None,
-                  min_time: float | None = None, warmup: int | None = None, quick: bool = False,
-                  profile: bool = False, profile_runs: int | None = None, seed: int = DEFAULT_SEED,
-                  trust_checkpoint: bool = False, burst_s: float | None = None,
-                  progress: Progress | None = None, baseline: str | None = None) -> BenchResult:
+def run_benchmark(
+    models: Sequence[str] = DEFAULT_MODELS,
+    *,
+    backends: Sequence[str] | None = None,
+    threads: int = DEFAULT_THREADS,
+    batch: int = DEFAULT_BATCH,
+    input_size: int = DEFAULT_INPUT_SIZE,
+    runs: int | None = None,
+    min_time: float | None = None,
+    warmup: int | None = None,
+    quick: bool = False,
+    profile: bool = False,
+    profile_runs: int | None = None,
+    seed: int = DEFAULT_SEED,
+    trust_checkpoint: bool = False,
+    burst_s: float | None = None,
+    progress: Progress | None = None,
+    baseline: str | None = None,
+) -> BenchResult:
     """Time ``models`` on ``backends`` and set them beside the paper (module docstring).
 
     Args:
@@ -113,31 +160,74 @@ def run_benchmark(models: Sequence[str] = DEFAULT_MODELS, *, backends: Sequence[
         DCDDeployError: bad arguments, a model that cannot be loaded or exported.
     """
     progress = progress or quiet
-    timing = timing_settings(quick=quick, runs=runs, min_time=min_time, warmup=warmup, burst_s=burst_s,
-                             profile_runs=profile_runs)
+    timing = timing_settings(
+        quick=quick, runs=runs, min_time=min_time, warmup=warmup, burst_s=burst_s, profile_runs=profile_runs
+    )
     check_arguments(threads=threads, batch=batch, input_size=min(input_hw(input_size)), timing=timing)
     notes: list[str] = []
     specs = [s.strip() for s in models if s and s.strip()]
-    files, backends, paper = _plan(specs, baseline=baseline, backends=backends, threads=threads, batch=batch,
-                                   input_size=input_size, notes=notes, progress=progress)
+    files, backends, paper = _plan(
+        specs,
+        baseline=baseline,
+        backends=backends,
+        threads=threads,
+        batch=batch,
+        input_size=input_size,
+        notes=notes,
+        progress=progress,
+    )
     with pinned_threads(threads):
-        shape = tuple(file_input_shape(files, batch=batch, input_size=input_hw(input_size)) if files
-                      else (batch, 3, *input_hw(input_size)))
-        machine = machine_info(threads=threads, batch=batch, input_size=_size_of(shape),
-                               with_openvino=bool(set(OPENVINO_BACKENDS) & set(backends)))
-        entries, built, meta = build_models(specs, input_size=shape[2:], seed=seed, baseline=baseline,
-                                            trust_checkpoint=trust_checkpoint, progress=progress)
+        shape = tuple(
+            file_input_shape(files, batch=batch, input_size=input_hw(input_size))
+            if files
+            else (batch, 3, *input_hw(input_size))
+        )
+        machine = machine_info(
+            threads=threads,
+            batch=batch,
+            input_size=_size_of(shape),
+            with_openvino=bool(set(OPENVINO_BACKENDS) & set(backends)),
+        )
+        entries, built, meta = build_models(
+            specs,
+            input_size=shape[2:],
+            seed=seed,
+            baseline=baseline,
+            trust_checkpoint=trust_checkpoint,
+            progress=progress,
+        )
         notes += unpaired_notes(entries)
-        timings, forms, profiles = _measure(entries, built, backends, shape=shape, seed=seed, threads=threads,
-                                            timing=timing, profile=profile, progress=progress)
-    return BenchResult(machine=machine, records=build_records(entries, backends, timings, meta, forms,
-                                                              cpu_time=threads == 1, paper=paper),
-                       settings=_settings(entries, backends, timing, quick=quick, seed=seed, profile=profile,
-                                          threads=threads), profiles=profiles, notes=notes)
+        timings, forms, profiles = _measure(
+            entries,
+            built,
+            backends,
+            shape=shape,
+            seed=seed,
+            threads=threads,
+            timing=timing,
+            profile=profile,
+            progress=progress,
+        )
+    return BenchResult(
+        machine=machine,
+        records=build_records(entries, backends, timings, meta, forms, cpu_time=threads == 1, paper=paper),
+        settings=_settings(entries, backends, timing, quick=quick, seed=seed, profile=profile, threads=threads),
+        profiles=profiles,
+        notes=notes,
+    )
 
 
-def _plan(specs: list[str], *, baseline: str | None, backends: Sequence[str] | None, threads: int, batch: int,
-          input_size, notes: list[str], progress: Progress) -> tuple[list[str], list[str], bool]:
+def _plan(
+    specs: list[str],
+    *,
+    baseline: str | None,
+    backends: Sequence[str] | None,
+    threads: int,
+    batch: int,
+    input_size,
+    notes: list[str],
+    progress: Progress,
+) -> tuple[list[str], list[str], bool]:
     """The ONNX files among the models, the backends of the run and whether ``torch-paper``
     runs under the paper's conditions; every check before any work."""
     pair_models(specs + ([baseline] if baseline else []))
@@ -146,13 +236,16 @@ def _plan(specs: list[str], *, baseline: str | None, backends: Sequence[str] | N
         raise DCDDeployError(f"--baseline is the static partner of one model; {len(specs)} models given")
     if files:
         backends = file_backends(files, backends)
-    backends = select_backends(default_backends(threads) if backends is None else backends, notes, progress,
-                               threads=threads, files=files)
+    backends = select_backends(
+        default_backends(threads) if backends is None else backends, notes, progress, threads=threads, files=files
+    )
     paper = PAPER_BACKEND in backends and paper_conditions_met(batch=batch, input_size=input_size)
     if PAPER_BACKEND in backends and not paper:
         h, w = input_hw(input_size)
-        notes.append(f"{PAPER_BACKEND} at batch {batch}, {h}x{w}: oneDNN off as in the "
-                     "paper's conditions, but not the paper's batch 1, 224x224")
+        notes.append(
+            f"{PAPER_BACKEND} at batch {batch}, {h}x{w}: oneDNN off as in the "
+            "paper's conditions, but not the paper's batch 1, 224x224"
+        )
     return files, backends, paper
 
 
@@ -161,23 +254,33 @@ def _size_of(shape: Sequence[int]):
     return shape[2] if shape[2] == shape[3] else [shape[2], shape[3]]
 
 
-def _measure(entries, built, backends, *, shape, seed: int, threads: int, timing: dict, profile: bool,
-             progress: Progress):
+def _measure(
+    entries, built, backends, *, shape, seed: int, threads: int, timing: dict, profile: bool, progress: Progress
+):
     """Prepare every runner, time them all interleaved, then profile if asked; the
     timings, the DCD layer forms of what ran, the profiles."""
-    progress(f"dcd-bench: {len(entries)} models x {len(backends)} backends, threads {threads}, batch "
-             f"{shape[0]}, {shape[2]}x{shape[3]}; >= {timing['runs']} runs and >= {timing['min_time']:g} s "
-             "per model and backend, interleaved")
+    progress(
+        f"dcd-bench: {len(entries)} models x {len(backends)} backends, threads {threads}, batch "
+        f"{shape[0]}, {shape[2]}x{shape[3]}; >= {timing['runs']} runs and >= {timing['min_time']:g} s "
+        "per model and backend, interleaved"
+    )
     with temporary_directory(prefix="dcd-bench-") as tmp:  # removed even on an abrupt exit
-        cache = RunnerCache(built, x=fixed_input(tuple(shape), seed=seed), tmp=tmp, input_size=tuple(shape[2:]),
-                            threads=threads, progress=progress)
+        cache = RunnerCache(
+            built,
+            x=fixed_input(tuple(shape), seed=seed),
+            tmp=tmp,
+            input_size=tuple(shape[2:]),
+            threads=threads,
+            progress=progress,
+        )
         for backend in backends:
             for e in entries:
                 cache.add(backend, e.name)
         timings = time_interleaved(cache.runners, timing=timing, progress=progress, what="model x backend runners")
         cache.runners.clear()
-        profiles = (_profile_all(cache, entries, backends, runs=timing["profile_runs"], progress=progress)
-                    if profile else [])
+        profiles = (
+            _profile_all(cache, entries, backends, runs=timing["profile_runs"], progress=progress) if profile else []
+        )
     return timings, cache.forms_of, profiles
 
 
@@ -186,8 +289,9 @@ def paper_conditions_met(*, batch: int, input_size) -> bool:
     return batch == PAPER_BATCH and input_hw(input_size) == (PAPER_INPUT_SIZE, PAPER_INPUT_SIZE)
 
 
-def _profile_all(prep: RunnerCache, entries: Sequence[ModelEntry], backends: Sequence[str], *,
-                 runs: int, progress: Progress) -> list[ModelProfile]:
+def _profile_all(
+    prep: RunnerCache, entries: Sequence[ModelEntry], backends: Sequence[str], *, runs: int, progress: Progress
+) -> list[ModelProfile]:
     """``--profile``: ONNX Runtime's per-node breakdown of each export, under the paper's
     conditions PyTorch's per-module breakdown of each deploy form (:mod:`.profile`), and with
     ``openvino-fused`` OpenVINO's per-node counters split by the fused op's phase timers
@@ -201,37 +305,54 @@ def _profile_all(prep: RunnerCache, entries: Sequence[ModelEntry], backends: Seq
             t0 = time.perf_counter()
             breakdown = profile_torch(prep.deploy(e.name), prep.x, runs=runs, warmup=PROFILE_WARMUP, onednn=False)
             profiles.append(ModelProfile(e.model, e.variant, e.name, breakdown, backend=PAPER_BACKEND))
-            progress(f"[profile] {e.name} ({PAPER_BACKEND}): {breakdown.nodes_ms:.2f} ms in ops per run, "
-                     f"{runs} runs, {time.perf_counter() - t0:.1f} s")
+            progress(
+                f"[profile] {e.name} ({PAPER_BACKEND}): {breakdown.nodes_ms:.2f} ms in ops per run, "
+                f"{runs} runs, {time.perf_counter() - t0:.1f} s"
+            )
         t0 = time.perf_counter()
-        breakdown = profile_onnx(prep.exported(e.name), prep.x_np,
-                                 threads=prep.threads, runs=runs,
-                                 warmup=PROFILE_WARMUP, trace_dir=prep.tmp)
+        breakdown = profile_onnx(
+            prep.exported(e.name), prep.x_np, threads=prep.threads, runs=runs, warmup=PROFILE_WARMUP, trace_dir=prep.tmp
+        )
         profiles.append(ModelProfile(e.model, e.variant, e.name, breakdown))
-        progress(f"[profile] {e.name} (onnxruntime): {breakdown.nodes_ms:.2f} ms in nodes per run, "
-                 f"{runs} runs, {time.perf_counter() - t0:.1f} s")
+        progress(
+            f"[profile] {e.name} (onnxruntime): {breakdown.nodes_ms:.2f} ms in nodes per run, "
+            f"{runs} runs, {time.perf_counter() - t0:.1f} s"
+        )
         if "openvino-fused" in backends:
             from .openvino_profile import profile_openvino
 
             t0 = time.perf_counter()
-            breakdown = profile_openvino(prep.fused_or_standard(e.name), prep.x_np, threads=prep.threads,
-                                         runs=runs, warmup=PROFILE_WARMUP)
+            breakdown = profile_openvino(
+                prep.fused_or_standard(e.name), prep.x_np, threads=prep.threads, runs=runs, warmup=PROFILE_WARMUP
+            )
             profiles.append(ModelProfile(e.model, e.variant, e.name, breakdown, backend="openvino-fused"))
-            progress(f"[profile] {e.name} (openvino-fused): {breakdown.nodes_ms:.2f} ms in nodes per run, "
-                     f"{runs} runs, {time.perf_counter() - t0:.1f} s")
+            progress(
+                f"[profile] {e.name} (openvino-fused): {breakdown.nodes_ms:.2f} ms in nodes per run, "
+                f"{runs} runs, {time.perf_counter() - t0:.1f} s"
+            )
     return profiles
 
 
 def _settings(entries, backends, timing: dict, *, quick: bool, seed: int, profile: bool, threads: int) -> dict:
     return {
-        "models": [e.spec for e in entries], "backends": list(backends), "runs": timing["runs"],
-        "min_time_s": timing["min_time"], "warmup": timing["warmup"], "burst_s": timing["burst_s"],
-        "quick": quick, "seed": seed, "profile": profile,
+        "models": [e.spec for e in entries],
+        "backends": list(backends),
+        "runs": timing["runs"],
+        "min_time_s": timing["min_time"],
+        "warmup": timing["warmup"],
+        "burst_s": timing["burst_s"],
+        "quick": quick,
+        "seed": seed,
+        "profile": profile,
         "profile_runs": timing["profile_runs"] if profile else None,
         "onnx_export": dict(ONNX_EXPORT),
-        "onnxruntime": {"intra_op_num_threads": threads, "inter_op_num_threads": threads,
-                        "execution_mode": "ORT_SEQUENTIAL", "graph_optimization_level": "ORT_ENABLE_ALL",
-                        "providers": ["CPUExecutionProvider"]},
+        "onnxruntime": {
+            "intra_op_num_threads": threads,
+            "inter_op_num_threads": threads,
+            "execution_mode": "ORT_SEQUENTIAL",
+            "graph_optimization_level": "ORT_ENABLE_ALL",
+            "providers": ["CPUExecutionProvider"],
+        },
         "paper_setup": PAPER_LATENCY_SETUP,
         "paper_conditions": PAPER_CONDITIONS if PAPER_BACKEND in backends else None,
         "statistics": STATISTICS,
@@ -239,9 +360,34 @@ def _settings(entries, backends, timing: dict, *, quick: bool, seed: int, profil
 
 
 __all__ = [
-    "BACKENDS", "BenchResult", "CI_ROUNDS", "CI_RUNS", "DEFAULT_BACKENDS", "DEFAULT_MIN_TIME", "DEFAULT_MODELS",
-    "DEFAULT_PROFILE_RUNS", "DEFAULT_RUNS", "DEFAULT_WARMUP", "FILE_BACKENDS", "LatencyRecord", "MachineInfo",
-    "ModelEntry", "ModelProfile", "ONNX_EXPORT", "OPENVINO_BACKENDS", "PAPER_BACKEND", "PAPER_CONDITIONS", "QUICK",
-    "SCHEMA", "STATISTICS", "default_backends", "measure_interleaved", "pair_models", "paper_conditions_met",
-    "paper_ms", "paper_ratio", "run_benchmark", "timing_settings",
+    "BACKENDS",
+    "BenchResult",
+    "CI_ROUNDS",
+    "CI_RUNS",
+    "DEFAULT_BACKENDS",
+    "DEFAULT_MIN_TIME",
+    "DEFAULT_MODELS",
+    "DEFAULT_PROFILE_RUNS",
+    "DEFAULT_RUNS",
+    "DEFAULT_WARMUP",
+    "FILE_BACKENDS",
+    "LatencyRecord",
+    "MachineInfo",
+    "ModelEntry",
+    "ModelProfile",
+    "ONNX_EXPORT",
+    "OPENVINO_BACKENDS",
+    "PAPER_BACKEND",
+    "PAPER_CONDITIONS",
+    "QUICK",
+    "SCHEMA",
+    "STATISTICS",
+    "default_backends",
+    "measure_interleaved",
+    "pair_models",
+    "paper_conditions_met",
+    "paper_ms",
+    "paper_ratio",
+    "run_benchmark",
+    "timing_settings",
 ]

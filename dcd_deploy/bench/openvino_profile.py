@@ -30,8 +30,7 @@ ELEMENTWISE_TYPES = frozenset({"Eltwise", "Subgraph", "HardSigmoid", "Multiply",
 #: The plugin's node type of an extension op without a native implementation.
 EXTENSION_TYPES = frozenset({"Reference", "DCDPointwise", "DCDConvEpilogue"})
 #: Kernel phases (:data:`dcd_deploy.openvino.PROFILE_PHASES`) -> group.
-PHASE_GROUPS = {"pool": "dynamic_branch", "branch": "dynamic_branch", "form": "weight_build",
-                "gemm": "weight_apply"}
+PHASE_GROUPS = {"pool": "dynamic_branch", "branch": "dynamic_branch", "form": "weight_build", "gemm": "weight_apply"}
 
 
 def profile_openvino(path, x: np.ndarray, *, threads: int, runs: int, warmup: int) -> TraceBreakdown:
@@ -87,8 +86,9 @@ def _group(per_node, node_type, phases, *, runs: int, wall_ms: float) -> TraceBr
             fused_ms += t
             fused_nodes += 1
             continue
-        group = ("static_conv" if kind in STATIC_TYPES else "elementwise" if kind in ELEMENTWISE_TYPES
-                 else "layout_other")
+        group = (
+            "static_conv" if kind in STATIC_TYPES else "elementwise" if kind in ELEMENTWISE_TYPES else "layout_other"
+        )
         ms[group] += t
         ops[group][kind] += t
         nodes[group] += 1
@@ -102,7 +102,19 @@ def _group(per_node, node_type, phases, *, runs: int, wall_ms: float) -> TraceBr
         for group in set(PHASE_GROUPS.values()):
             nodes[group] += fused_nodes
     total = sum(ms.values())
-    groups = {g: GroupTime(ms=ms[g], pct=100.0 * ms[g] / total if total else 0.0, nodes=nodes[g],
-                           ops=dict(sorted(ops[g].items(), key=lambda kv: -kv[1]))) for g in GROUPS}
-    return TraceBreakdown(runs=runs, wall_ms=wall_ms, nodes_ms=total, groups=groups,
-                          layer_forms={"fused": fused_nodes} if fused_nodes else {})
+    groups = {
+        g: GroupTime(
+            ms=ms[g],
+            pct=100.0 * ms[g] / total if total else 0.0,
+            nodes=nodes[g],
+            ops=dict(sorted(ops[g].items(), key=lambda kv: -kv[1])),
+        )
+        for g in GROUPS
+    }
+    return TraceBreakdown(
+        runs=runs,
+        wall_ms=wall_ms,
+        nodes_ms=total,
+        groups=groups,
+        layer_forms={"fused": fused_nodes} if fused_nodes else {},
+    )

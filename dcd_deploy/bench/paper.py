@@ -38,9 +38,10 @@ are those papers'.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any
 
 #: Params conventions (see the legend).
 PARAMS_ALL = "all"
@@ -103,30 +104,53 @@ class PaperRow:
         return parse_figure(self.madds)[0]
 
 
-def _row(table: str, row: str, model: str, params: str, madds: str, *, note: str = "",
-         convention: str = PARAMS_ALL, top1: float | None = None, **kwargs) -> PaperRow:
+def _row(
+    table: str,
+    row: str,
+    model: str,
+    params: str,
+    madds: str,
+    *,
+    note: str = "",
+    convention: str = PARAMS_ALL,
+    top1: float | None = None,
+    **kwargs,
+) -> PaperRow:
     return PaperRow(table, row, model, MappingProxyType(kwargs), params, madds, convention, note, top1)
 
 
 # -- reasons and assumptions quoted by several rows --------------------------------------
 _RESNET = PARAMS_EXCL_CLASSIFIER
-_STRIDE_1X1 = ("stride in the first 1x1 (stride_in_1x1=True), the original ResNet-50 the "
-               "paper's 3.8G counts; the authors' code puts it on the 3x3 (4.09G static)")
-_BLOCKS = ("the paper does not say how L scales with B; here each block gets the latent dim "
-           "the release gives a C/B-channel layer (Q, P grouped, Φ head B·L_b² wide)")
-_DW = ("no released depthwise DCD exists; the zoo's is Eq. 7 (L_k = 4) with the release's "
-       "branch for a C -> C layer (global pool, squeeze C / fc_squeeze, SE gate), an assumption")
-_DYCONV_MBV2 = ("the paper (quoting DY-Conv's original figures) does not say which convs "
-                "DY-Conv makes dynamic; the zoo makes every block conv dynamic and keeps the "
-                "stem, the 1x1 head and the classifier static")
-_RESNET10 = ("the paper does not define ResNet-10 (its static and DY-Conv figures are quoted "
-             "from the original papers); the zoo's is BasicBlock x (1,1,1,1)")
-_RESNET10_PARAMS = (f"{_RESNET10}; its params excluding and including the classifier "
-                    "bracket the paper's figure")
-_LAMBDA_ONLY = ("with Φ off the zoo's branch pools globally (Λ alone is SE-like channel "
-                "attention; the release's 2x2 pool feeds Φ): an assumption fitted to Table 1's ΛW0 rows")
-_RESNET50_DCD = ("params unexplained: the authors' ResNet-50 DCD has 29.84M with its DCD "
-                 "classifier (docs/design.md#release-format), under 30.7M with or without it")
+_STRIDE_1X1 = (
+    "stride in the first 1x1 (stride_in_1x1=True), the original ResNet-50 the "
+    "paper's 3.8G counts; the authors' code puts it on the 3x3 (4.09G static)"
+)
+_BLOCKS = (
+    "the paper does not say how L scales with B; here each block gets the latent dim "
+    "the release gives a C/B-channel layer (Q, P grouped, Φ head B·L_b² wide)"
+)
+_DW = (
+    "no released depthwise DCD exists; the zoo's is Eq. 7 (L_k = 4) with the release's "
+    "branch for a C -> C layer (global pool, squeeze C / fc_squeeze, SE gate), an assumption"
+)
+_DYCONV_MBV2 = (
+    "the paper (quoting DY-Conv's original figures) does not say which convs "
+    "DY-Conv makes dynamic; the zoo makes every block conv dynamic and keeps the "
+    "stem, the 1x1 head and the classifier static"
+)
+_RESNET10 = (
+    "the paper does not define ResNet-10 (its static and DY-Conv figures are quoted "
+    "from the original papers); the zoo's is BasicBlock x (1,1,1,1)"
+)
+_RESNET10_PARAMS = f"{_RESNET10}; its params excluding and including the classifier bracket the paper's figure"
+_LAMBDA_ONLY = (
+    "with Φ off the zoo's branch pools globally (Λ alone is SE-like channel "
+    "attention; the release's 2x2 pool feeds Φ): an assumption fitted to Table 1's ΛW0 rows"
+)
+_RESNET50_DCD = (
+    "params unexplained: the authors' ResNet-50 DCD has 29.84M with its DCD "
+    "classifier (docs/design.md#release-format), under 30.7M with or without it"
+)
 
 _PW = ("pw",)
 _MBV2 = "mobilenetv2_050"
@@ -141,10 +165,20 @@ PAPER_ROWS: tuple[PaperRow, ...] = (
     _row("1a", "ΛW0+PΦQᵀ", _MBV2_DCD, "2.9M", "104.6M", roles=_PW),
     # Table 1b: ResNet-18, DCD formulations on every block conv.
     _row("1b", "W0 (static)", "resnet18", "11.1M", "1.81G", convention=_RESNET),
-    _row("1b", "ΛW0", "resnet18_dcd", "11.7M", "1.81G", convention=_RESNET, note=_LAMBDA_ONLY,
-         roles=("conv",), channel_fusion=False),
-    _row("1b", "W0+PΦQᵀ", "resnet18_dcd", "13.6M", "1.83G", convention=_RESNET,
-         roles=("conv",), channel_attention=False),
+    _row(
+        "1b",
+        "ΛW0",
+        "resnet18_dcd",
+        "11.7M",
+        "1.81G",
+        convention=_RESNET,
+        note=_LAMBDA_ONLY,
+        roles=("conv",),
+        channel_fusion=False,
+    ),
+    _row(
+        "1b", "W0+PΦQᵀ", "resnet18_dcd", "13.6M", "1.83G", convention=_RESNET, roles=("conv",), channel_attention=False
+    ),
     _row("1b", "ΛW0+PΦQᵀ", "resnet18_dcd", "14.0M", "1.83G", convention=_RESNET, roles=("conv",)),
     # Table 2: latent dim multiplier on MobileNetV2 x0.5 (ΛW0+PΦQᵀ on the pointwise convs).
     _row("2", "static", _MBV2, "2.0M", "97.0M"),
@@ -155,12 +189,15 @@ PAPER_ROWS: tuple[PaperRow, ...] = (
     # Table 3a: diagonal blocks B of the dynamic residual, MobileNetV2 x0.5.
     _row("3a", "W0 (static)", _MBV2, "2.0M", "97.0M"),
     _row("3a", "W0+PΦQᵀ B=1", _MBV2_DCD, "2.7M", "104.4M", roles=_PW, channel_attention=False),
-    _row("3a", "W0+PΦQᵀ B=2", _MBV2_DCD, "2.6M", "101.0M", note=_BLOCKS, roles=_PW,
-         channel_attention=False, num_blocks=2),
-    _row("3a", "W0+PΦQᵀ B=4", _MBV2_DCD, "2.5M", "99.1M", note=_BLOCKS, roles=_PW,
-         channel_attention=False, num_blocks=4),
-    _row("3a", "W0+PΦQᵀ B=8", _MBV2_DCD, "2.5M", "98.5M", note=_BLOCKS, roles=_PW,
-         channel_attention=False, num_blocks=8),
+    _row(
+        "3a", "W0+PΦQᵀ B=2", _MBV2_DCD, "2.6M", "101.0M", note=_BLOCKS, roles=_PW, channel_attention=False, num_blocks=2
+    ),
+    _row(
+        "3a", "W0+PΦQᵀ B=4", _MBV2_DCD, "2.5M", "99.1M", note=_BLOCKS, roles=_PW, channel_attention=False, num_blocks=4
+    ),
+    _row(
+        "3a", "W0+PΦQᵀ B=8", _MBV2_DCD, "2.5M", "98.5M", note=_BLOCKS, roles=_PW, channel_attention=False, num_blocks=8
+    ),
     _row("3a", "ΛW0+PΦQᵀ B=1", _MBV2_DCD, "2.9M", "104.6M", roles=_PW),
     _row("3a", "ΛW0+PΦQᵀ B=2", _MBV2_DCD, "2.8M", "101.3M", note=_BLOCKS, roles=_PW, num_blocks=2),
     _row("3a", "ΛW0+PΦQᵀ B=4", _MBV2_DCD, "2.7M", "99.4M", note=_BLOCKS, roles=_PW, num_blocks=4),
@@ -187,19 +224,34 @@ PAPER_ROWS: tuple[PaperRow, ...] = (
     _row("4a", "x0.35 DY-Conv", "mobilenetv2_035_dyconv", "2.8M", "62.0M", note=_DYCONV_MBV2, top1=65.9),
     _row("4a", "x0.35 DCD", "mobilenetv2_035_dcd", "2.3M", "63.1M", top1=66.6),
     # Table 4b: ResNet, default roles of each kind; params exclude the classifier.
-    _row("4b", "ResNet-50 static", "resnet50", "23.5M", "3.8G", convention=_RESNET,
-         note=_STRIDE_1X1, stride_in_1x1=True, top1=76.2),
-    _row("4b", "ResNet-50 DCD", "resnet50_dcd", "30.7M", "3.9G", convention=_RESNET,
-         note=f"{_STRIDE_1X1}; {_RESNET50_DCD}", stride_in_1x1=True, top1=77.9),
+    _row(
+        "4b",
+        "ResNet-50 static",
+        "resnet50",
+        "23.5M",
+        "3.8G",
+        convention=_RESNET,
+        note=_STRIDE_1X1,
+        stride_in_1x1=True,
+        top1=76.2,
+    ),
+    _row(
+        "4b",
+        "ResNet-50 DCD",
+        "resnet50_dcd",
+        "30.7M",
+        "3.9G",
+        convention=_RESNET,
+        note=f"{_STRIDE_1X1}; {_RESNET50_DCD}",
+        stride_in_1x1=True,
+        top1=77.9,
+    ),
     _row("4b", "ResNet-18 static", "resnet18", "11.1M", "1.81G", convention=_RESNET, top1=70.4),
     _row("4b", "ResNet-18 DY-Conv", "resnet18_dyconv", "42.7M", "1.85G", convention=_RESNET, top1=72.7),
     _row("4b", "ResNet-18 DCD", "resnet18_dcd", "14.0M", "1.83G", convention=_RESNET, top1=73.1),
-    _row("4b", "ResNet-10 static", "resnet10", "5.2M", "0.89G", convention=_RESNET,
-         note=_RESNET10_PARAMS, top1=63.5),
-    _row("4b", "ResNet-10 DY-Conv", "resnet10_dyconv", "18.6M", "0.91G", convention=_RESNET,
-         note=_RESNET10, top1=67.7),
-    _row("4b", "ResNet-10 DCD", "resnet10_dcd", "6.5M", "0.90G", convention=_RESNET,
-         note=_RESNET10_PARAMS, top1=68.8),
+    _row("4b", "ResNet-10 static", "resnet10", "5.2M", "0.89G", convention=_RESNET, note=_RESNET10_PARAMS, top1=63.5),
+    _row("4b", "ResNet-10 DY-Conv", "resnet10_dyconv", "18.6M", "0.91G", convention=_RESNET, note=_RESNET10, top1=67.7),
+    _row("4b", "ResNet-10 DCD", "resnet10_dcd", "6.5M", "0.90G", convention=_RESNET, note=_RESNET10_PARAMS, top1=68.8),
 )
 
 #: Table 4 (tab:main_res), the paper's main results: the rows the accuracy-latency frontier
@@ -214,12 +266,13 @@ def table4_rows() -> tuple[PaperRow, ...]:
 
 
 #: Where and how the paper timed its models (Section 5.4).
-PAPER_LATENCY_SETUP = ("AMD EPYC 7551P (2.0 GHz), one thread, PyTorch, batch 1, "
-                       "mean over 5,000 images")
+PAPER_LATENCY_SETUP = "AMD EPYC 7551P (2.0 GHz), one thread, PyTorch, batch 1, mean over 5,000 images"
 
 #: The paper's running times in milliseconds (Section 5.4), per zoo width, static vs DCD
 #: (Table 4 models: DCD on the pointwise convs and the classifier).
-PAPER_LATENCY_MS: Mapping[str, Mapping[str, float]] = MappingProxyType({
-    "mobilenetv2_050": MappingProxyType({"static": 91.0, "dcd": 104.0}),
-    "mobilenetv2_100": MappingProxyType({"static": 146.0, "dcd": 163.0}),
-})
+PAPER_LATENCY_MS: Mapping[str, Mapping[str, float]] = MappingProxyType(
+    {
+        "mobilenetv2_050": MappingProxyType({"static": 91.0, "dcd": 104.0}),
+        "mobilenetv2_100": MappingProxyType({"static": 146.0, "dcd": 163.0}),
+    }
+)

@@ -18,8 +18,9 @@ from .paper import PAPER_LATENCY_SETUP
 from .report import size_text
 
 #: Message when ``--plot`` is asked for without matplotlib.
-MATPLOTLIB_MISSING = ("--plot needs matplotlib, which is not installed: pip install matplotlib "
-                      "(or pip install 'dcd-deploy[plot]')")
+MATPLOTLIB_MISSING = (
+    "--plot needs matplotlib, which is not installed: pip install matplotlib (or pip install 'dcd-deploy[plot]')"
+)
 # Short point labels of the frontier plot.
 _SHORT = {"MobileNetV2": "MV2 ", "ResNet": ""}
 
@@ -59,10 +60,24 @@ def _plot_ms(ax, recs: Sequence[LatencyRecord], pairs: Sequence[str], backend: s
                 continue
             x = i + (j - (len(variants) - 1) / 2) * width
             ax.bar([x], [rec.p50_ms], width, color=f"C{j}", label=variant if i == 0 else None)
-            ax.errorbar([x], [rec.p50_ms], yerr=[[0], [rec.p90_ms - rec.p50_ms]], fmt="none", ecolor="black",
-                        capsize=3, linewidth=0.8)
-            ax.annotate(f"{rec.p50_ms:.1f}", (x, rec.p50_ms / 2), ha="center", va="center", fontsize=7,
-                        color="white", rotation=90)
+            ax.errorbar(
+                [x],
+                [rec.p50_ms],
+                yerr=[[0], [rec.p90_ms - rec.p50_ms]],
+                fmt="none",
+                ecolor="black",
+                capsize=3,
+                linewidth=0.8,
+            )
+            ax.annotate(
+                f"{rec.p50_ms:.1f}",
+                (x, rec.p50_ms / 2),
+                ha="center",
+                va="center",
+                fontsize=7,
+                color="white",
+                rotation=90,
+            )
     ax.set_xticks(range(len(pairs)))
     ax.set_xticklabels([_short_model(m) for m in pairs], fontsize=7)
     ax.set_title(backend + ("\n(the paper's conditions)" if backend == "torch-paper" else ""), fontsize=8)
@@ -91,8 +106,15 @@ def _plot_ratios(rax, recs: Sequence[LatencyRecord], backends: Sequence[str]) ->
         bars = rax.bar(xs, ys, 0.5, color=["C2" if groups[x] != "paper" else "C7" for x in xs])
         rax.errorbar(xs, ys, yerr=[lo, hi], fmt="none", ecolor="black", capsize=3)
         for bar, y, up in zip(bars, ys, hi):
-            rax.annotate(f"{y:.2f}", (bar.get_x() + bar.get_width() / 2, bar.get_height() + up),
-                         ha="center", va="bottom", fontsize=8, xytext=(0, 2), textcoords="offset points")
+            rax.annotate(
+                f"{y:.2f}",
+                (bar.get_x() + bar.get_width() / 2, bar.get_height() + up),
+                ha="center",
+                va="bottom",
+                fontsize=8,
+                xytext=(0, 2),
+                textcoords="offset points",
+            )
         rax.axhline(1.0, color="grey", linewidth=0.8)
         # a wide interval (a --quick run) must not flatten the bars: it is cut at twice the largest ratio
         rax.set_ylim(0, min(max(y + h for y, h in zip(ys, hi)) * 1.2, 2 * max(ys)))
@@ -121,9 +143,13 @@ def render_latency_plot(result: BenchResult) -> bytes:
         ax.set_title(f"{model}: DCD / static", fontsize=9)
     m = result.machine
     quick = result.settings.get("quick")
-    fig.suptitle(("--quick: A SMOKE TEST, NOT A MEASUREMENT\n" if quick else "")
-                 + f"dcd-bench: {m.cpu}, {m.threads} thread(s), batch {m.batch}, {size_text(m.input_size)}, "
-                 f"{m.date[:10]}; paper: {PAPER_LATENCY_SETUP}", fontsize=8, color="red" if quick else "black")
+    fig.suptitle(
+        ("--quick: A SMOKE TEST, NOT A MEASUREMENT\n" if quick else "")
+        + f"dcd-bench: {m.cpu}, {m.threads} thread(s), batch {m.batch}, {size_text(m.input_size)}, "
+        f"{m.date[:10]}; paper: {PAPER_LATENCY_SETUP}",
+        fontsize=8,
+        color="red" if quick else "black",
+    )
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110)
     plt.close(fig)
@@ -138,30 +164,47 @@ def render_frontier_plot(result: FrontierResult) -> bytes:
     timed = [r for r in result.records if r.p50_ms is not None]
     for k, family in enumerate(dict.fromkeys(r.family for r in timed)):
         pts = [r for r in timed if r.family == family]
-        ax.scatter([r.p50_ms for r in pts], [r.top1 for r in pts], color=f"C{k}", label=family, zorder=3,
-                   marker="o", facecolors=["none" if not r.on_frontier else f"C{k}" for r in pts])
+        ax.scatter(
+            [r.p50_ms for r in pts],
+            [r.top1 for r in pts],
+            color=f"C{k}",
+            label=family,
+            zorder=3,
+            marker="o",
+            facecolors=["none" if not r.on_frontier else f"C{k}" for r in pts],
+        )
         front = sorted(result.frontier(family), key=lambda r: r.p50_ms)
-        ax.plot([r.p50_ms for r in front], [r.top1 for r in front], color=f"C{k}", linewidth=1.2,
-                label=f"{family} frontier")
+        ax.plot(
+            [r.p50_ms for r in front], [r.top1 for r in front], color=f"C{k}", linewidth=1.2, label=f"{family} frontier"
+        )
         for r in pts:
-            ax.annotate(_SHORT.get(family, "") + r.label, (r.p50_ms, r.top1), fontsize=7,
-                        xytext=(4, -3), textcoords="offset points")
+            ax.annotate(
+                _SHORT.get(family, "") + r.label,
+                (r.p50_ms, r.top1),
+                fontsize=7,
+                xytext=(4, -3),
+                textcoords="offset points",
+            )
     ax.set_xscale("log")  # times span two orders of magnitude (MobileNetV2 x0.35 to ResNet-50)
     from matplotlib.ticker import LogLocator, ScalarFormatter
 
     ax.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))  # 1, 2, 5, 10, 20, 50 ms ... read as numbers
     ax.xaxis.set_major_formatter(ScalarFormatter())
-    ax.set_xlabel(f"p50 ms per image, measured here ({result.settings['backend']}, "
-                  f"{result.settings['threads']} thread(s))")
+    ax.set_xlabel(
+        f"p50 ms per image, measured here ({result.settings['backend']}, {result.settings['threads']} thread(s))"
+    )
     ax.set_ylabel("ImageNet top-1 % (the paper's Table 4, not measured here)")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8, loc="lower right")
     m = result.machine
     quick = result.settings.get("quick")
-    ax.set_title(("--quick: A SMOKE TEST, NOT A MEASUREMENT\n" if quick else "")
-                 + f"accuracy-latency frontier on {result.settings['backend']}: {m.cpu}, {m.date[:10]}; "
-                 "filled = on the frontier",
-                 fontsize=9, color="red" if quick else "black")
+    ax.set_title(
+        ("--quick: A SMOKE TEST, NOT A MEASUREMENT\n" if quick else "")
+        + f"accuracy-latency frontier on {result.settings['backend']}: {m.cpu}, {m.date[:10]}; "
+        "filled = on the frontier",
+        fontsize=9,
+        color="red" if quick else "black",
+    )
     fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110)

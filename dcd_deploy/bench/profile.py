@@ -48,15 +48,15 @@ import bisect
 import json
 import re
 from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
 #: Group keys, in print order.
-GROUPS = ("static_conv", "dynamic_branch", "latent_path", "weight_build", "weight_apply",
-          "elementwise", "layout_other")
+GROUPS = ("static_conv", "dynamic_branch", "latent_path", "weight_build", "weight_apply", "elementwise", "layout_other")
 #: Printable group names.
 GROUP_LABELS: Mapping[str, str] = {
     "static_conv": "static convs/FCs",
@@ -69,8 +69,7 @@ GROUP_LABELS: Mapping[str, str] = {
 }
 
 # Initializer hints (the part of an initializer's name after its layer's path).
-BRANCH_HINTS = frozenset({"fc1", "gate", "fc_scale", "fc_phi", "fc_phi_b",
-                          "fc1_w", "fc1_b", "fc2_w", "fc2_b"})
+BRANCH_HINTS = frozenset({"fc1", "gate", "fc_scale", "fc_phi", "fc_phi_b", "fc1_w", "fc1_b", "fc2_w", "fc2_b"})
 STATIC_HINTS = frozenset({"w0", "b0", "weight", "kbias"})
 LATENT_HINTS = frozenset({"q", "q_b", "p", "r"})
 # Hints a per-sample weight is formed from (weight form).
@@ -79,14 +78,50 @@ _WEIGHT_SOURCE_HINTS = frozenset({"w0", "b0", "q", "q_b", "p", "r"})
 _LAYER_MARKERS = frozenset({"fc1", "fc1_w", "fc_phi", "fc_scale", "gate"})
 
 _POOL_OPS = frozenset({"AveragePool", "GlobalAveragePool", "ReduceMean", "ReduceSum"})
-_PRODUCT_OPS = frozenset({"Conv", "Gemm", "MatMul", "FusedConv", "FusedGemm", "FusedMatMul",
-                          "ConvTranspose", "NchwcConv"})
-ELEMENTWISE_OPS = frozenset({"Add", "Sub", "Mul", "Div", "Sum", "Clip", "Relu", "Sigmoid",
-                             "HardSigmoid", "HardSwish", "Softmax", "LeakyRelu", "Tanh", "Max",
-                             "Min", "Neg", "Abs", "Sqrt", "Pow"})
-SHAPE_OPS = frozenset({"Reshape", "Flatten", "Unsqueeze", "Squeeze", "Transpose", "Concat",
-                       "Split", "Slice", "Shape", "Gather", "Expand", "Identity", "Constant",
-                       "Cast"})
+_PRODUCT_OPS = frozenset(
+    {"Conv", "Gemm", "MatMul", "FusedConv", "FusedGemm", "FusedMatMul", "ConvTranspose", "NchwcConv"}
+)
+ELEMENTWISE_OPS = frozenset(
+    {
+        "Add",
+        "Sub",
+        "Mul",
+        "Div",
+        "Sum",
+        "Clip",
+        "Relu",
+        "Sigmoid",
+        "HardSigmoid",
+        "HardSwish",
+        "Softmax",
+        "LeakyRelu",
+        "Tanh",
+        "Max",
+        "Min",
+        "Neg",
+        "Abs",
+        "Sqrt",
+        "Pow",
+    }
+)
+SHAPE_OPS = frozenset(
+    {
+        "Reshape",
+        "Flatten",
+        "Unsqueeze",
+        "Squeeze",
+        "Transpose",
+        "Concat",
+        "Split",
+        "Slice",
+        "Shape",
+        "Gather",
+        "Expand",
+        "Identity",
+        "Constant",
+        "Cast",
+    }
+)
 _KERNEL_SUFFIX = "_kernel_time"
 _FUSED_PREFIX = "fused "
 _NCHWC_SUFFIX = "_nchwc"
@@ -121,8 +156,12 @@ class GraphIndex:
             initializer names.
     """
 
-    def __init__(self, nodes: Iterable[NodeInfo], initializers: Mapping[str, Sequence[int]] | Iterable[str],
-                 dynamic_layers: Iterable[str] = ()):
+    def __init__(
+        self,
+        nodes: Iterable[NodeInfo],
+        initializers: Mapping[str, Sequence[int]] | Iterable[str],
+        dynamic_layers: Iterable[str] = (),
+    ):
         self.nodes = list(nodes)
         self.by_name = {n.name: n for n in self.nodes}
         self.producer = {o: n for n in self.nodes for o in n.outputs}
@@ -138,7 +177,7 @@ class GraphIndex:
         self._assign()
 
     @classmethod
-    def from_onnx(cls, model, dynamic_layers: Iterable[str] = ()) -> "GraphIndex":
+    def from_onnx(cls, model, dynamic_layers: Iterable[str] = ()) -> GraphIndex:
         """From an ``onnx.ModelProto`` or a path to an ``.onnx`` file."""
         import onnx
 
@@ -170,17 +209,23 @@ class GraphIndex:
             hints = self._hints(n)
             acts = [i for i in n.inputs if i and i not in self.constants]
 
-            def is_full(t: str) -> bool:
+            def is_full(t: str, path: str = n.path) -> bool:
                 p = self.producer.get(t)
-                if p is None or p.path != n.path:  # the layer's input (or a graph input)
+                if p is None or p.path != path:  # the layer's input (or a graph input)
                     return True
                 return full.get(t, True)
 
             # The branch works on pooled features: a pool or a branch FC ends full resolution.
-            out_full = (n.op_type not in _POOL_OPS and not hints & BRANCH_HINTS
-                        and any(is_full(t) for t in acts)) if dyn else True
-            out_weighty = dyn and not out_full and (
-                bool(hints & _WEIGHT_SOURCE_HINTS) or any(weighty.get(t, False) for t in acts))
+            out_full = (
+                (n.op_type not in _POOL_OPS and not hints & BRANCH_HINTS and any(is_full(t) for t in acts))
+                if dyn
+                else True
+            )
+            out_weighty = (
+                dyn
+                and not out_full
+                and (bool(hints & _WEIGHT_SOURCE_HINTS) or any(weighty.get(t, False) for t in acts))
+            )
             for o in n.outputs:
                 full[o], weighty[o] = out_full, out_weighty
             info[n.name] = (out_full, out_weighty, hints)
@@ -218,9 +263,15 @@ class GraphIndex:
         if hints & LATENT_HINTS:
             return "latent_path"
         if n.op_type in _PRODUCT_OPS:
-            small = [i for i in n.inputs if i and i not in self.constants
-                     and self.producer.get(i) is not None and self.producer[i].path == n.path
-                     and not info[self.producer[i].name][0]]
+            small = [
+                i
+                for i in n.inputs
+                if i
+                and i not in self.constants
+                and self.producer.get(i) is not None
+                and self.producer[i].path == n.path
+                and not info[self.producer[i].name][0]
+            ]
             if weight_form and any(weighty.get(i, False) for i in small):
                 return "weight_apply"
             return "latent_path"
@@ -244,15 +295,16 @@ class GraphIndex:
         return "layout_other"
 
     # -- lookup -------------------------------------------------------------------
-    def resolve(self, event_name: str, op_name: str | None = None,
-                args: Mapping[str, Any] | None = None) -> NodeInfo | None:
+    def resolve(
+        self, event_name: str, op_name: str | None = None, args: Mapping[str, Any] | None = None
+    ) -> NodeInfo | None:
         """The exported node a profile event is for, or None if ORT made it up."""
-        name = event_name[:-len(_KERNEL_SUFFIX)] if event_name.endswith(_KERNEL_SUFFIX) else event_name
+        name = event_name[: -len(_KERNEL_SUFFIX)] if event_name.endswith(_KERNEL_SUFFIX) else event_name
         if name.startswith(_FUSED_PREFIX):
-            name = name[len(_FUSED_PREFIX):]
+            name = name[len(_FUSED_PREFIX) :]
         if name in self.by_name:
             return self.by_name[name]
-        tensor = name[:-len(_NCHWC_SUFFIX)] if name.endswith(_NCHWC_SUFFIX) else name
+        tensor = name[: -len(_NCHWC_SUFFIX)] if name.endswith(_NCHWC_SUFFIX) else name
         node = self.producer.get(tensor)
         if node is None:
             return None
@@ -284,8 +336,9 @@ class GraphIndex:
         shape = self.shapes.get(node.inputs[1]) if len(node.inputs) > 1 else None
         return shape[1] * node.group if shape and len(shape) > 1 else None
 
-    def group_of(self, event_name: str, op_name: str | None = None,
-                 args: Mapping[str, Any] | None = None) -> tuple[str, bool]:
+    def group_of(
+        self, event_name: str, op_name: str | None = None, args: Mapping[str, Any] | None = None
+    ) -> tuple[str, bool]:
         """``(group, mapped)`` of a profile event."""
         node = self.resolve(event_name, op_name, args)
         if node is None:
@@ -357,10 +410,15 @@ class TraceBreakdown:
     layer_forms: dict[str, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
-        return {"runs": self.runs, "wall_ms": self.wall_ms, "nodes_ms": self.nodes_ms,
-                "groups": {k: g.to_dict() for k, g in self.groups.items()},
-                "unmapped": list(self.unmapped), "unmapped_ms": self.unmapped_ms,
-                "layer_forms": dict(self.layer_forms)}
+        return {
+            "runs": self.runs,
+            "wall_ms": self.wall_ms,
+            "nodes_ms": self.nodes_ms,
+            "groups": {k: g.to_dict() for k, g in self.groups.items()},
+            "unmapped": list(self.unmapped),
+            "unmapped_ms": self.unmapped_ms,
+            "layer_forms": dict(self.layer_forms),
+        }
 
 
 def load_trace(path) -> list[dict]:
@@ -378,8 +436,9 @@ def group_trace(events: Sequence[Mapping[str, Any]], index: GraphIndex, *, skip_
         index: the exported graph.
         skip_runs: leading runs to drop (warm-up); kept if they are all there is.
     """
-    runs = sorted((e for e in events if e.get("cat") == "Session" and e.get("name") == "model_run"),
-                  key=lambda e: e["ts"])
+    runs = sorted(
+        (e for e in events if e.get("cat") == "Session" and e.get("name") == "model_run"), key=lambda e: e["ts"]
+    )
     kept = runs[skip_runs:] if len(runs) > skip_runs else runs
     starts = [r["ts"] for r in kept]
     n_runs = max(1, len(kept))
@@ -405,25 +464,39 @@ def group_trace(events: Sequence[Mapping[str, Any]], index: GraphIndex, *, skip_
         ms = float(np.median(durs)) / 1000.0
         group, mapped = index.group_of(name, op, args)
         if not mapped:
-            unmapped.append(name[:-len(_KERNEL_SUFFIX)])
+            unmapped.append(name[: -len(_KERNEL_SUFFIX)])
             unmapped_ms += ms
         sums[group] += ms
         ops[group][op or "?"] += ms
         counts[group] += 1
     total = sum(sums.values())
-    groups = {g: GroupTime(ms=sums.get(g, 0.0), pct=100.0 * sums.get(g, 0.0) / total if total else 0.0,
-                           nodes=counts.get(g, 0), ops=dict(sorted(ops[g].items(), key=lambda kv: -kv[1])))
-              for g in GROUPS}
+    groups = {
+        g: GroupTime(
+            ms=sums.get(g, 0.0),
+            pct=100.0 * sums.get(g, 0.0) / total if total else 0.0,
+            nodes=counts.get(g, 0),
+            ops=dict(sorted(ops[g].items(), key=lambda kv: -kv[1])),
+        )
+        for g in GROUPS
+    }
     wall = float(np.median([r["dur"] for r in kept])) / 1000.0 if kept else None
     forms: dict[str, int] = defaultdict(int)
     for form in index.layer_forms.values():
         forms[form] += 1
-    return TraceBreakdown(runs=len(kept) if kept else 1, wall_ms=wall, nodes_ms=total, groups=groups,
-                          unmapped=sorted(unmapped), unmapped_ms=unmapped_ms, layer_forms=dict(forms))
+    return TraceBreakdown(
+        runs=len(kept) if kept else 1,
+        wall_ms=wall,
+        nodes_ms=total,
+        groups=groups,
+        unmapped=sorted(unmapped),
+        unmapped_ms=unmapped_ms,
+        layer_forms=dict(forms),
+    )
 
 
-def profile_onnx(path, x, *, threads: int, runs: int, warmup: int, trace_dir,
-                 dynamic_layers: Iterable[str] = ()) -> TraceBreakdown:
+def profile_onnx(
+    path, x, *, threads: int, runs: int, warmup: int, trace_dir, dynamic_layers: Iterable[str] = ()
+) -> TraceBreakdown:
     """Profile one ``.onnx`` file with ONNX Runtime and group its trace.
 
     Args:

@@ -5,29 +5,60 @@ Markdown, each written atomically (the PNG: :mod:`dcd_deploy.bench.plot`).
 from __future__ import annotations
 
 import os
-from typing import Sequence
+from collections.abc import Sequence
 
 from .._atomic import atomic_output
 from ..errors import DCDDeployError
 from ._backends import PAPER_BACKEND
 from ._backends import backend as backend_spec
 from ._backends import legend_lines as legend_lines_of
-from ._table import DASH, Column, markdown_table, number, text_table
 from ._latency_result import BenchResult, LatencyRecord, paper_ms
+from ._table import DASH, Column, markdown_table, number, text_table
 from .paper import PAPER_LATENCY_SETUP
 from .profile import GROUP_LABELS, GROUPS
 
 # Each latency table column (the backend heads its section).
 _COLUMNS = (
-    Column("model", 16), Column("variant", 7), Column("params M", 8, ">"), Column("MAdds M", 8, ">"),
-    Column("mean ms", 8, ">"), Column("p50 ms", 8, ">"), Column("p90 ms", 8, ">"), Column("1st ms", 7, ">"),
-    Column("runs", 5, ">"), Column("DCD/static [95% CI]", 20, ">"), Column("mean ratio", 10, ">"),
-    Column("CPU ratio", 9, ">"), Column("paper ms", 8, ">"), Column("paper ratio", 11, ">"),
+    Column("model", 16),
+    Column("variant", 7),
+    Column("params M", 8, ">"),
+    Column("MAdds M", 8, ">"),
+    Column("mean ms", 8, ">"),
+    Column("p50 ms", 8, ">"),
+    Column("p90 ms", 8, ">"),
+    Column("1st ms", 7, ">"),
+    Column("runs", 5, ">"),
+    Column("DCD/static [95% CI]", 20, ">"),
+    Column("mean ratio", 10, ">"),
+    Column("CPU ratio", 9, ">"),
+    Column("paper ms", 8, ">"),
+    Column("paper ratio", 11, ">"),
 )
 # The Markdown table's columns (every record in one table, the backend a column).
-_MD_COLUMNS = tuple(Column(h, 0, "<" if i < 3 else ">") for i, h in enumerate((
-    "model", "variant", "backend", "params (M)", "MAdds (M)", "p50 ms", "p90 ms", "mean ms", "min ms", "first ms",
-    "runs", "DCD/static [95% CI]", "mean ratio", "CPU ratio", "p10 ratio", "paper ms", "paper ratio")))
+_MD_COLUMNS = tuple(
+    Column(h, 0, "<" if i < 3 else ">")
+    for i, h in enumerate(
+        (
+            "model",
+            "variant",
+            "backend",
+            "params (M)",
+            "MAdds (M)",
+            "p50 ms",
+            "p90 ms",
+            "mean ms",
+            "min ms",
+            "first ms",
+            "runs",
+            "DCD/static [95% CI]",
+            "mean ratio",
+            "CPU ratio",
+            "p10 ratio",
+            "paper ms",
+            "paper ratio",
+        )
+    )
+)
 
 
 # -- cells --------------------------------------------------------------------------------
@@ -50,19 +81,34 @@ def ratio_cell(r: LatencyRecord) -> str:
 def _cells(r: LatencyRecord) -> list[str]:
     # The paper's ms only beside the paper's conditions: other backends are other machines' worth of speed.
     paper = number(r.paper_ms, ".0f") if r.backend == PAPER_BACKEND else DASH
-    return [r.model, r.variant, f"{r.params_m:.2f}", number(r.madds_m, ".1f"), f"{r.mean_ms:.2f}",
-            f"{r.p50_ms:.2f}", f"{r.p90_ms:.2f}", f"{r.first_run_ms:.1f}", str(r.n_runs), ratio_cell(r),
-            number(r.ratio_mean, ".3f"), number(r.ratio_cpu, ".2f"), paper, number(r.paper_ratio, ".3f")]
+    return [
+        r.model,
+        r.variant,
+        f"{r.params_m:.2f}",
+        number(r.madds_m, ".1f"),
+        f"{r.mean_ms:.2f}",
+        f"{r.p50_ms:.2f}",
+        f"{r.p90_ms:.2f}",
+        f"{r.first_run_ms:.1f}",
+        str(r.n_runs),
+        ratio_cell(r),
+        number(r.ratio_mean, ".3f"),
+        number(r.ratio_cpu, ".2f"),
+        paper,
+        number(r.paper_ratio, ".3f"),
+    ]
 
 
 def _madds_note(result: BenchResult) -> str | None:
     forms = {r.madds_form for r in result.records}
     if "min" not in forms:
         return None
-    return ("MAdds M: per image; a DCD model in the 'min' form (per DCD layer the cheaper of its latent "
-            "and per-sample-weight forms, the paper's Table 4 convention, branch pooling adds included); "
-            "eager torch runs the latent form: " + ", ".join(
-                f"{r.name} {r.madds_latent_m:.1f}M" for r in _unique_models(result) if r.madds_form == "min"))
+    return (
+        "MAdds M: per image; a DCD model in the 'min' form (per DCD layer the cheaper of its latent "
+        "and per-sample-weight forms, the paper's Table 4 convention, branch pooling adds included); "
+        "eager torch runs the latent form: "
+        + ", ".join(f"{r.name} {r.madds_latent_m:.1f}M" for r in _unique_models(result) if r.madds_form == "min")
+    )
 
 
 def _unique_models(result: BenchResult) -> list[LatencyRecord]:
@@ -109,13 +155,17 @@ def busy_warning(result: BenchResult) -> str | None:
     worst = max(slow, default=1.0)
     loaded = bool(m.load_avg) and m.load_avg[0] + m.threads > m.cpus_usable
     if worst > PREEMPTED_RATIO:
-        return (f"warning: runs were preempted by other processes (wall p50 up to {100 * (worst - 1):.0f}% "
-                f"over CPU p50; load {m.load_avg[0] if m.load_avg else '?'} on {m.cpus_usable} CPUs at "
-                "start): a preemption lands in more runs of a longer model, so wall ratios read high; "
-                "the CPU ratio leaves preemption out")
+        return (
+            f"warning: runs were preempted by other processes (wall p50 up to {100 * (worst - 1):.0f}% "
+            f"over CPU p50; load {m.load_avg[0] if m.load_avg else '?'} on {m.cpus_usable} CPUs at "
+            "start): a preemption lands in more runs of a longer model, so wall ratios read high; "
+            "the CPU ratio leaves preemption out"
+        )
     if loaded and not slow:
-        return (f"warning: load {m.load_avg[0]:.2f} on {m.cpus_usable} CPUs at start: other processes "
-                "compete for the CPUs; medians and ratios may read high (p10 ratio in JSON)")
+        return (
+            f"warning: load {m.load_avg[0]:.2f} on {m.cpus_usable} CPUs at start: other processes "
+            "compete for the CPUs; medians and ratios may read high (p10 ratio in JSON)"
+        )
     return None
 
 
@@ -196,14 +246,18 @@ def summary_lines(result: BenchResult) -> list[str]:
         row = [model + " " + variant]
         for b in backends:
             s, v = result.record(model, "static", b), result.record(model, variant, b)
-            row.append(f"{s.p50_ms:.1f} + {v.p50_ms - s.p50_ms:.1f} = {v.ratio_to_static:.2f}"
-                       if s is not None and v is not None and v.ratio_to_static else DASH)
+            row.append(
+                f"{s.p50_ms:.1f} + {v.p50_ms - s.p50_ms:.1f} = {v.ratio_to_static:.2f}"
+                if s is not None and v is not None and v.ratio_to_static
+                else DASH
+            )
         ps, pv = paper_ms(model, "static"), paper_ms(model, variant)
         if has_paper:
             row.append(f"{ps:.0f} + {pv - ps:.0f} = {pv / ps:.3f}" if ps and pv else DASH)
         rows.append(row)
-    return (["Summary: static p50 ms + DCD extra ms = ratio of medians, per step"]
-            + text_table(columns, rows, rule=False))
+    return ["Summary: static p50 ms + DCD extra ms = ratio of medians, per step"] + text_table(
+        columns, rows, rule=False
+    )
 
 
 # -- profile ------------------------------------------------------------------------------
@@ -218,12 +272,12 @@ def _profile_pairs(result: BenchResult):
 
 _PROFILE_TITLES = {
     "torch-paper": "PyTorch profile under the paper's conditions (oneDNN off): each op group's median time "
-                   "over {runs} runs (ms per run, % of the op total)",
+    "over {runs} runs (ms per run, % of the op total)",
     "onnxruntime": "ONNX Runtime profile: each node's median time over {runs} runs, summed per group "
-                   "(ms per run, % of the node total)",
+    "(ms per run, % of the node total)",
     "openvino-fused": "OpenVINO profile (fused kernels): each node's median time over {runs} runs from the "
-                      "CPU plugin's counters, summed per group; the DCDPointwise nodes split by the op's own "
-                      "phase timers (pooling + branch, forming the operand, GEMM + epilogue)",
+    "CPU plugin's counters, summed per group; the DCDPointwise nodes split by the op's own "
+    "phase timers (pooling + branch, forming the operand, GEMM + epilogue)",
 }
 
 
@@ -268,10 +322,13 @@ def _profile_block(result: BenchResult, model: str, profs: Sequence) -> list[str
         for v, pc in zip(ms, pct):
             cells += [number(v, ".2f"), number(pc, ".1f") + ("%" if pc is not None else "")]
         if static is not None:
-            cells += [number(None if ms[j] is None or ms[0] is None else ms[j] - ms[0], "+.2f")
-                      for j, p in enumerate(profs) if p is not static]
+            cells += [
+                number(None if ms[j] is None or ms[0] is None else ms[j] - ms[0], "+.2f")
+                for j, p in enumerate(profs)
+                if p is not static
+            ]
         rows.append(cells)
-        for p in (others if key is not None else []):
+        for p in others if key is not None else []:
             ops = p.breakdown.groups[key].ops
             if key != "static_conv" and len(ops) > 1 and p.breakdown.groups[key].ms > 0:
                 top = ", ".join(f"{op} {v:.2f}" for op, v in list(ops.items())[:5])
@@ -280,16 +337,24 @@ def _profile_block(result: BenchResult, model: str, profs: Sequence) -> list[str
         b = p.breakdown
         forms = ", ".join(f"{n} {f}" for f, n in sorted(b.layer_forms.items()))
         extra = f"; dynamic layers: {forms}" if forms else ""
-        unm = (f"; {len(b.unmapped)} unmapped nodes ({b.unmapped_ms:.2f} ms, in layout/other): "
-               f"{', '.join(b.unmapped[:3])}{' ...' if len(b.unmapped) > 3 else ''}") if b.unmapped else ""
+        unm = (
+            (
+                f"; {len(b.unmapped)} unmapped nodes ({b.unmapped_ms:.2f} ms, in layout/other): "
+                f"{', '.join(b.unmapped[:3])}{' ...' if len(b.unmapped) > 3 else ''}"
+            )
+            if b.unmapped
+            else ""
+        )
         rows.append(f"{'':<16} {p.name}: {b.runs} runs{extra}{unm}")
     return text_table(columns, rows)
 
 
 def _profile_rows(result: BenchResult, profs: Sequence) -> list[tuple]:
     """``(label, ms per variant, % per variant, group key or None)`` of each row."""
-    rows = [(GROUP_LABELS[g], [p.breakdown.groups[g].ms for p in profs],
-             [p.breakdown.groups[g].pct for p in profs], g) for g in GROUPS]
+    rows = [
+        (GROUP_LABELS[g], [p.breakdown.groups[g].ms for p in profs], [p.breakdown.groups[g].pct for p in profs], g)
+        for g in GROUPS
+    ]
     rows.append(("nodes total", [p.breakdown.nodes_ms for p in profs], [100.0] * len(profs), None))
     rows.append(("run, profiled (median)", [p.breakdown.wall_ms for p in profs], [None] * len(profs), None))
     timed = [result.record(p.model, p.variant, p.backend) for p in profs]
@@ -303,22 +368,44 @@ def to_markdown(result: BenchResult) -> str:
     """The report as Markdown (header, latency table, notes, legend, profile)."""
     m = result.machine
     out = ["# dcd-bench latency", ""]
-    out += [f"- measured on this machine, {m.date}",
-            f"- CPU: {m.cpu}, {m.cores} cores ({m.cpus_usable} usable){_load(m)}",
-            f"- torch {m.torch}, onnxruntime {m.onnxruntime or 'not installed'}"
-            + (f", openvino {m.openvino}" if m.openvino else "") + f", dcd-deploy {m.dcd_deploy}",
-            f"- threads {m.threads}, batch {m.batch}, input {size_text(m.input_size)}",
-            f"- per model and backend: >= {result.settings['runs']} runs and >= "
-            f"{result.settings['min_time_s']:g} s, {result.settings['warmup']} warm-up runs, interleaved"
-            + (" (--quick: not a measurement)" if result.settings.get("quick") else "")]
+    out += [
+        f"- measured on this machine, {m.date}",
+        f"- CPU: {m.cpu}, {m.cores} cores ({m.cpus_usable} usable){_load(m)}",
+        f"- torch {m.torch}, onnxruntime {m.onnxruntime or 'not installed'}"
+        + (f", openvino {m.openvino}" if m.openvino else "")
+        + f", dcd-deploy {m.dcd_deploy}",
+        f"- threads {m.threads}, batch {m.batch}, input {size_text(m.input_size)}",
+        f"- per model and backend: >= {result.settings['runs']} runs and >= "
+        f"{result.settings['min_time_s']:g} s, {result.settings['warmup']} warm-up runs, interleaved"
+        + (" (--quick: not a measurement)" if result.settings.get("quick") else ""),
+    ]
     busy = busy_warning(result)
     out += ([f"- {busy}"] if busy else []) + [""]
-    out += markdown_table(_MD_COLUMNS, [[
-        r.model, r.variant, r.backend, f"{r.params_m:.2f}", number(r.madds_m, ".1f"), f"{r.p50_ms:.2f}",
-        f"{r.p90_ms:.2f}", f"{r.mean_ms:.2f}", f"{r.min_ms:.2f}", f"{r.first_run_ms:.1f}", str(r.n_runs),
-        ratio_cell(r), number(r.ratio_mean, ".3f"), number(r.ratio_cpu, ".2f"), number(r.ratio_p10, ".2f"),
-        number(r.paper_ms, ".0f") if r.backend == PAPER_BACKEND else DASH, number(r.paper_ratio, ".3f")]
-        for r in result.records])
+    out += markdown_table(
+        _MD_COLUMNS,
+        [
+            [
+                r.model,
+                r.variant,
+                r.backend,
+                f"{r.params_m:.2f}",
+                number(r.madds_m, ".1f"),
+                f"{r.p50_ms:.2f}",
+                f"{r.p90_ms:.2f}",
+                f"{r.mean_ms:.2f}",
+                f"{r.min_ms:.2f}",
+                f"{r.first_run_ms:.1f}",
+                str(r.n_runs),
+                ratio_cell(r),
+                number(r.ratio_mean, ".3f"),
+                number(r.ratio_cpu, ".2f"),
+                number(r.ratio_p10, ".2f"),
+                number(r.paper_ms, ".0f") if r.backend == PAPER_BACKEND else DASH,
+                number(r.paper_ratio, ".3f"),
+            ]
+            for r in result.records
+        ],
+    )
     summary = summary_lines(result)
     if summary:
         out += ["", "```", *summary, "```"]

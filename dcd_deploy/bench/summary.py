@@ -83,11 +83,15 @@ def paper_lines(doc: dict) -> list[str]:
     recs = [r for r in doc["records"] if r["backend"] == "torch-paper" and r.get("ratio_to_static")]
     if not recs:
         return ["- the paper's ratio: not measured (no torch-paper backend in this run)"]
-    cells = [f"    {r['model']} {r['variant']}: {_ratio(r)}"
-             + (f" (CPU time {r['ratio_cpu']:.2f})" if r.get("ratio_cpu") else "")
-             + (f", the paper {r['paper_ratio']:.3f}" if r.get("paper_ratio") else "") for r in recs]
-    where = ("the paper's conditions" if all(r.get("paper_conditions") for r in recs)
-             else "NOT the paper's batch 1, 224x224")
+    cells = [
+        f"    {r['model']} {r['variant']}: {_ratio(r)}"
+        + (f" (CPU time {r['ratio_cpu']:.2f})" if r.get("ratio_cpu") else "")
+        + (f", the paper {r['paper_ratio']:.3f}" if r.get("paper_ratio") else "")
+        for r in recs
+    ]
+    where = (
+        "the paper's conditions" if all(r.get("paper_conditions") for r in recs) else "NOT the paper's batch 1, 224x224"
+    )
     return [f"- the paper's ratio, DCD/static p50 [95% CI] ({where}: eager PyTorch, oneDNN off, 1 thread):"] + cells
 
 
@@ -99,10 +103,19 @@ def fastest_lines(doc: dict) -> list[str]:
     for model in _pairs(records):
         dcd = [r for r in records if r["model"] == model and r.get("ratio_to_static")]
         best = min(dcd, key=lambda r: r["p50_ms"])
-        static = next((r for r in records if r["model"] == model and r["variant"] == "static"
-                       and r["backend"] == best["backend"]), None)
-        line = (f"    {model} {best['variant']}: {best['backend']} {best['p50_ms']:.2f} ms"
-                + (f" vs static {static['p50_ms']:.2f} ms" if static else "") + f" = {_ratio(best)}")
+        static = next(
+            (
+                r
+                for r in records
+                if r["model"] == model and r["variant"] == "static" and r["backend"] == best["backend"]
+            ),
+            None,
+        )
+        line = (
+            f"    {model} {best['variant']}: {best['backend']} {best['p50_ms']:.2f} ms"
+            + (f" vs static {static['p50_ms']:.2f} ms" if static else "")
+            + f" = {_ratio(best)}"
+        )
         standard = [r for r in dcd if r["backend"] in STANDARD_RUNTIMES and r is not best]
         if standard:
             s = min(standard, key=lambda r: r["ratio_to_static"])
@@ -126,12 +139,17 @@ def payoff_lines(doc: dict) -> list[str]:
         for r in (r for r in dcd if not r["on_frontier"]):
             better = [o for o in members if o is not r and o["p50_ms"] <= r["p50_ms"] and o["top1"] >= r["top1"]]
             by = min(better, key=lambda o: o["p50_ms"], default=None)
-            off.append(f"{r['label']} ({r['p50_ms']:.1f} ms, {r['top1']:.1f}%" +
-                       (f"; {by['label']} is {by['p50_ms']:.1f} ms, {by['top1']:.1f}%)" if by else ")"))
+            off.append(
+                f"{r['label']} ({r['p50_ms']:.1f} ms, {r['top1']:.1f}%"
+                + (f"; {by['label']} is {by['p50_ms']:.1f} ms, {by['top1']:.1f}%)" if by else ")")
+            )
         beaten = []
         for r in (r for r in members if r["variant"] == "static" and not r["on_frontier"]):
-            by = min((d for d in dcd if d["p50_ms"] <= r["p50_ms"] and d["top1"] >= r["top1"]),
-                     key=lambda d: d["p50_ms"], default=None)
+            by = min(
+                (d for d in dcd if d["p50_ms"] <= r["p50_ms"] and d["top1"] >= r["top1"]),
+                key=lambda d: d["p50_ms"],
+                default=None,
+            )
             if by is not None:
                 beaten.append(f"{by['label']} beats {r['label']} ({r['p50_ms']:.1f} ms, {r['top1']:.1f}%)")
         others = sorted({r["variant"] for r in members if r["variant"] not in ("static", "dcd")})
@@ -153,6 +171,7 @@ def preempted_lines(doc: dict) -> list[str]:
     worst = max(slow, default=1.0)
     if worst <= PREEMPTED:
         return []
-    return [f"- warning: other processes took the CPU during the timing (wall p50 up to {100 * (worst - 1):.0f}% "
-            "over CPU p50): ratios read high; compare the CPU-time ratios, or rerun on a quiet machine"]
-
+    return [
+        f"- warning: other processes took the CPU during the timing (wall p50 up to {100 * (worst - 1):.0f}% "
+        "over CPU p50): ratios read high; compare the CPU-time ratios, or rerun on a quiet machine"
+    ]

@@ -41,9 +41,32 @@ from ._runners import onednn_disabled
 from .profile import GROUPS, GroupTime, TraceBreakdown
 
 _PRODUCTS = frozenset({"conv2d", "conv1d", "linear", "matmul", "bmm", "mm", "addmm", "__matmul__"})
-_ELEMENTWISE = frozenset({"add", "__add__", "__iadd__", "__radd__", "mul", "__mul__", "__rmul__", "sub",
-                          "__sub__", "relu", "relu_", "relu6", "hardtanh", "hardtanh_", "hardsigmoid",
-                          "hardswish", "sigmoid", "softmax", "clamp", "clip", "div", "__truediv__"})
+_ELEMENTWISE = frozenset(
+    {
+        "add",
+        "__add__",
+        "__iadd__",
+        "__radd__",
+        "mul",
+        "__mul__",
+        "__rmul__",
+        "sub",
+        "__sub__",
+        "relu",
+        "relu_",
+        "relu6",
+        "hardtanh",
+        "hardtanh_",
+        "hardsigmoid",
+        "hardswish",
+        "sigmoid",
+        "softmax",
+        "clamp",
+        "clip",
+        "div",
+        "__truediv__",
+    }
+)
 _BRANCH_WEIGHTS = frozenset({"scale_w", "phi_w", "phi_b", "fc1", "gate", "fc1_w", "fc1_b", "fc2_w", "fc2_b"})
 _LATENT_WEIGHTS = frozenset({"q", "q_b", "p", "r"})
 _STATIC_WEIGHTS = frozenset({"w0", "b0", "weight", "kbias"})
@@ -200,12 +223,18 @@ def profile_torch(model: nn.Module, x: torch.Tensor, *, runs: int, warmup: int, 
     total = sum(med.values())
     op_keys = {k for r in per_run_ops for k in r}
     op_med = {k: float(np.median([r.get(k, 0.0) for r in per_run_ops])) for k in op_keys}
-    groups = {g: GroupTime(ms=med[g], pct=100.0 * med[g] / total if total else 0.0, nodes=timer.calls.get(g, 0),
-                           ops=dict(sorted(((op, v) for (gg, op), v in op_med.items() if gg == g),
-                                           key=lambda kv: -kv[1])))
-              for g in GROUPS}
+    groups = {
+        g: GroupTime(
+            ms=med[g],
+            pct=100.0 * med[g] / total if total else 0.0,
+            nodes=timer.calls.get(g, 0),
+            ops=dict(sorted(((op, v) for (gg, op), v in op_med.items() if gg == g), key=lambda kv: -kv[1])),
+        )
+        for g in GROUPS
+    }
     forms: dict[str, int] = defaultdict(int)
     for form in (getattr(model, "strategies", None) or {}).values():
         forms[form] += 1
-    return TraceBreakdown(runs=runs, wall_ms=float(np.median(walls)), nodes_ms=total, groups=groups,
-                          layer_forms=dict(forms))
+    return TraceBreakdown(
+        runs=runs, wall_ms=float(np.median(walls)), nodes_ms=total, groups=groups, layer_forms=dict(forms)
+    )

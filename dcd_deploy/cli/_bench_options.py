@@ -52,8 +52,10 @@ def backends_option(*names: str, help: str):
 
 
 #: What --models takes, for the subcommands that time any model.
-ANY_MODEL = ("Zoo names, checkpoint paths, MODULE:FUNCTION (your model: a Python file or module and the function "
-             "returning it; this runs that code) or ONNX files")
+ANY_MODEL = (
+    "Zoo names, checkpoint paths, MODULE:FUNCTION (your model: a Python file or module and the function "
+    "returning it; this runs that code) or ONNX files"
+)
 
 
 def models_option(help: str):
@@ -61,55 +63,105 @@ def models_option(help: str):
 
 
 def quiet_option(fn):
-    return click.option("-q", "--quiet", is_flag=True,
-                        help="No progress lines on stderr (an error still prints its Error: line).")(fn)
+    return click.option(
+        "-q", "--quiet", is_flag=True, help="No progress lines on stderr (an error still prints its Error: line)."
+    )(fn)
 
 
 def input_size_option(*, square: bool):
     note = "square" if square else "or height x width (256x320)"
-    return click.option("--input-size", type=InputSize(MIN_INPUT_SIZE, MAX_INPUT_SIZE), default=str(PAPER_INPUT_SIZE),
-                        show_default=True, help=f"Input side (224), {note}, each {MIN_INPUT_SIZE}-{MAX_INPUT_SIZE}; "
-                                            "the paper's figures are for 224.")
+    return click.option(
+        "--input-size",
+        type=InputSize(MIN_INPUT_SIZE, MAX_INPUT_SIZE),
+        default=str(PAPER_INPUT_SIZE),
+        show_default=True,
+        help=f"Input side (224), {note}, each {MIN_INPUT_SIZE}-{MAX_INPUT_SIZE}; the paper's figures are for 224.",
+    )
 
 
 def timing_options(*, runs: int, min_time: float, warmup: int):
     """``--threads --runs --min-time --warmup --quick``, with this subcommand's defaults in the help."""
+
     def apply(fn):
         fn = click.option("--quick", is_flag=True, help="A few runs only: a smoke test, not a measurement.")(fn)
-        fn = click.option("--warmup", type=click.IntRange(min=0), default=None,
-                          help=f"Warm-up runs dropped per model, after the first run. [default: {warmup}; "
-                               "--quick 1]")(fn)
-        fn = click.option("--min-time", type=click.FloatRange(min=0.0), default=None, metavar="SECONDS",
-                          help=f"Minimum timed seconds per model. [default: {min_time:g}; --quick 0]")(fn)
-        fn = click.option("--runs", type=click.IntRange(min=1), default=None,
-                          help=f"Minimum timed runs per model. [default: {runs}; --quick 5]")(fn)
-        return click.option("--threads", type=click.IntRange(1, MAX_THREADS), default=1, show_default=True,
-                            help="Threads of every backend (torch intra/inter-op, ORT intra = inter).")(fn)
+        fn = click.option(
+            "--warmup",
+            type=click.IntRange(min=0),
+            default=None,
+            help=f"Warm-up runs dropped per model, after the first run. [default: {warmup}; --quick 1]",
+        )(fn)
+        fn = click.option(
+            "--min-time",
+            type=click.FloatRange(min=0.0),
+            default=None,
+            metavar="SECONDS",
+            help=f"Minimum timed seconds per model. [default: {min_time:g}; --quick 0]",
+        )(fn)
+        fn = click.option(
+            "--runs",
+            type=click.IntRange(min=1),
+            default=None,
+            help=f"Minimum timed runs per model. [default: {runs}; --quick 5]",
+        )(fn)
+        return click.option(
+            "--threads",
+            type=click.IntRange(1, MAX_THREADS),
+            default=1,
+            show_default=True,
+            help="Threads of every backend (torch intra/inter-op, ORT intra = inter).",
+        )(fn)
+
     return apply
 
 
 def seed_option(fn):
-    return click.option("--seed", type=click.IntRange(0, MAX_SEED), default=0, show_default=True,
-                        help="Pseudo-training seed of zoo models and the input's seed.")(fn)
+    return click.option(
+        "--seed",
+        type=click.IntRange(0, MAX_SEED),
+        default=0,
+        show_default=True,
+        help="Pseudo-training seed of zoo models and the input's seed.",
+    )(fn)
 
 
 def trust_option(fn):
-    return click.option("--trust-checkpoint", is_flag=True,
-                        help="Allow checkpoints that need full unpickling (runs code from the file).")(fn)
+    return click.option(
+        "--trust-checkpoint",
+        is_flag=True,
+        help="Allow checkpoints that need full unpickling (runs code from the file).",
+    )(fn)
 
 
 def json_option(fn):
-    return click.option("--json", "json_path", type=OutputPath(allow_dash=True), default=None, metavar="PATH",
-                        help="Also write the results as JSON to PATH (atomically; a symlink is written through "
-                             "to its target); '-': the JSON alone on stdout (the table goes to stderr).")(fn)
+    return click.option(
+        "--json",
+        "json_path",
+        type=OutputPath(allow_dash=True),
+        default=None,
+        metavar="PATH",
+        help="Also write the results as JSON to PATH (atomically; a symlink is written through "
+        "to its target); '-': the JSON alone on stdout (the table goes to stderr).",
+    )(fn)
 
 
 def report_options(fn):
     """``--markdown`` and ``--plot``."""
-    fn = click.option("--plot", "plot_path", type=OutputPath(), default=None, metavar="PATH.png",
-                      help="Also draw the results to PATH (needs matplotlib, checked before any timing).")(fn)
-    return click.option("--markdown", "markdown_path", type=OutputPath(), default=None, metavar="PATH",
-                        help="Also write the report as Markdown to PATH.")(fn)
+    fn = click.option(
+        "--plot",
+        "plot_path",
+        type=OutputPath(),
+        default=None,
+        metavar="PATH.png",
+        help="Also draw the results to PATH (needs matplotlib, checked before any timing).",
+    )(fn)
+    return click.option(
+        "--markdown",
+        "markdown_path",
+        type=OutputPath(),
+        default=None,
+        metavar="PATH",
+        help="Also write the report as Markdown to PATH.",
+    )(fn)
 
 
 class Echo:

@@ -8,10 +8,22 @@ from ..bench.paper import PARAMS_EXCL_CLASSIFIER
 
 # Table layout; legend: (header, width, alignment) of each column of the complexity table.
 _COLUMNS = (
-    ("tbl", 3, "<"), ("row", 17, "<"), ("model", 24, "<"), ("conv.", 5, "<"),
-    ("P paper", 7, ">"), ("P ours", 7, ">"), ("dev", 6, ">"),
-    ("M paper", 7, ">"), ("M ours", 8, ">"), ("form", 4, "<"), ("dev", 6, ">"),
-    ("latent", 8, ">"), ("weight", 8, ">"), ("pool", 5, ">"), ("tol", 4, ">"), ("status", 10, "<"),
+    ("tbl", 3, "<"),
+    ("row", 17, "<"),
+    ("model", 24, "<"),
+    ("conv.", 5, "<"),
+    ("P paper", 7, ">"),
+    ("P ours", 7, ">"),
+    ("dev", 6, ">"),
+    ("M paper", 7, ">"),
+    ("M ours", 8, ">"),
+    ("form", 4, "<"),
+    ("dev", 6, ">"),
+    ("latent", 8, ">"),
+    ("weight", 8, ">"),
+    ("pool", 5, ">"),
+    ("tol", 4, ">"),
+    ("status", 10, "<"),
 )
 _CONVENTION_ABBREV = {PARAMS_EXCL_CLASSIFIER: "-cls"}
 
@@ -29,13 +41,28 @@ def format_complexity_table(checks: list[PaperCheck]) -> list[str]:
         status = c.status
         if p.note:
             status += f" [{notes.setdefault(p.note, len(notes) + 1)}]"
-        lines.append(_format_cells([
-            p.table, p.row, p.model, _CONVENTION_ABBREV.get(p.params_convention, "all"),
-            p.params, f"{c.params_m:.2f}M", f"{c.params_dev_pct:+.1f}%",
-            p.madds, f"{c.madds_m:.1f}M", c.madds_form, f"{c.madds_dev_pct:+.1f}%",
-            f"{c.complexity.madds_latent / MILLION:.1f}M", f"{c.complexity.madds_weight / MILLION:.1f}M",
-            f"{c.complexity.branch_pool_madds / MILLION:.2f}", f"{c.tolerance_pct:g}%", status,
-        ]))
+        lines.append(
+            _format_cells(
+                [
+                    p.table,
+                    p.row,
+                    p.model,
+                    _CONVENTION_ABBREV.get(p.params_convention, "all"),
+                    p.params,
+                    f"{c.params_m:.2f}M",
+                    f"{c.params_dev_pct:+.1f}%",
+                    p.madds,
+                    f"{c.madds_m:.1f}M",
+                    c.madds_form,
+                    f"{c.madds_dev_pct:+.1f}%",
+                    f"{c.complexity.madds_latent / MILLION:.1f}M",
+                    f"{c.complexity.madds_weight / MILLION:.1f}M",
+                    f"{c.complexity.branch_pool_madds / MILLION:.2f}",
+                    f"{c.tolerance_pct:g}%",
+                    status,
+                ]
+            )
+        )
     misses = sum(c.status == STATUS_MISS for c in checks)
     lines += ["", f"{len(checks)} rows: {len(checks) - misses} ok, {misses} miss", ""]
     lines += [f"[{n}] {text}" for text, n in notes.items()]
@@ -49,8 +76,10 @@ def complexity_summary(checks: list[PaperCheck]) -> list[str]:
     for table in dict.fromkeys(c.paper.table for c in checks):
         rows = [c for c in checks if c.paper.table == table]
         misses = [c.paper.row for c in rows if c.status == STATUS_MISS]
-        lines.append(f"Table {table}: {len(rows)} rows, {len(rows) - len(misses)} within tolerance of the paper's "
-                     "params and MAdds" + (f"; miss: {', '.join(misses)}" if misses else ""))
+        lines.append(
+            f"Table {table}: {len(rows)} rows, {len(rows) - len(misses)} within tolerance of the paper's "
+            "params and MAdds" + (f"; miss: {', '.join(misses)}" if misses else "")
+        )
     return lines
 
 

@@ -15,18 +15,25 @@ from .._factory_spec import parse_factory_spec
 from .._limits import MAX_SEED
 
 #: How MODEL is described in every command's --help.
-MODEL_HELP = ("MODEL is a checkpoint path, a zoo name (dcd-bench --list-models) or MODULE:FUNCTION: a Python "
-              "file (mynet.py) or importable module (pkg.nets) and the function that returns your nn.Module "
-              "(mynet.py:build), with --weights FILE for its state dict. MODULE:FUNCTION imports and runs "
-              "that code (your own, because you named it); checkpoints never run code.")
+MODEL_HELP = (
+    "MODEL is a checkpoint path, a zoo name (dcd-bench --list-models) or MODULE:FUNCTION: a Python "
+    "file (mynet.py) or importable module (pkg.nets) and the function that returns your nn.Module "
+    "(mynet.py:build), with --weights FILE for its state dict. MODULE:FUNCTION imports and runs "
+    "that code (your own, because you named it); checkpoints never run code."
+)
 
 
 def weights_option(fn):
     """``--weights FILE``: a state dict for the model MODULE:FUNCTION (or a zoo name) builds."""
-    return click.option("--weights", type=click.Path(dir_okay=False, path_type=Path), default=None, metavar="FILE",
-                        help="State dict (or checkpoint) loaded into the model that MODULE:FUNCTION or a zoo "
-                             "name builds: read weights-only like any checkpoint, strictly, 'module.' "
-                             "prefixes dropped.")(fn)
+    return click.option(
+        "--weights",
+        type=click.Path(dir_okay=False, path_type=Path),
+        default=None,
+        metavar="FILE",
+        help="State dict (or checkpoint) loaded into the model that MODULE:FUNCTION or a zoo "
+        "name builds: read weights-only like any checkpoint, strictly, 'module.' "
+        "prefixes dropped.",
+    )(fn)
 
 
 def model_inputs(model: str, weights: Path | None = None) -> list:
@@ -57,12 +64,24 @@ def model_label(model: str, net) -> str:
 
 def model_options(fn):
     """The options every command that reads a MODEL argument shares."""
-    fn = click.option("--arch", default=None, metavar="NAME",
-                      help="Zoo architecture of a plain state dict (a name from the zoo; for a model of "
-                           "your own give MODEL as MODULE:FUNCTION with --weights).")(fn)
+    fn = click.option(
+        "--arch",
+        default=None,
+        metavar="NAME",
+        help="Zoo architecture of a plain state dict (a name from the zoo; for a model of "
+        "your own give MODEL as MODULE:FUNCTION with --weights).",
+    )(fn)
     fn = weights_option(fn)
-    fn = click.option("--trust-checkpoint", is_flag=True,
-                      help="Allow checkpoints that need full unpickling (runs code from the file).")(fn)
-    fn = click.option("--seed", type=click.IntRange(0, MAX_SEED), default=0, show_default=True,
-                      help="For a zoo name: pseudo-train seed giving non-trivial weights.")(fn)
+    fn = click.option(
+        "--trust-checkpoint",
+        is_flag=True,
+        help="Allow checkpoints that need full unpickling (runs code from the file).",
+    )(fn)
+    fn = click.option(
+        "--seed",
+        type=click.IntRange(0, MAX_SEED),
+        default=0,
+        show_default=True,
+        help="For a zoo name: pseudo-train seed giving non-trivial weights.",
+    )(fn)
     return fn

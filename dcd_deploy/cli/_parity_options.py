@@ -20,19 +20,26 @@ def parity_failure(report) -> ParityError:
         return ParityError(f"parity check inconclusive: {report.summary()}", report)
     message = f"parity check failed: {report.summary()}"
     if report.ill_conditioned and report.synthetic_inputs and report.first_failing_layer is None:
-        message += ("; the built-in synthetic images are outside this model's working range: "
-                    "give its preprocessing (--preprocess, --mean/--std/--scale, --bgr) or check on your own "
-                    "images with --inputs FILE (.npy or .pt, N x 3 x H x W)")
+        message += (
+            "; the built-in synthetic images are outside this model's working range: "
+            "give its preprocessing (--preprocess, --mean/--std/--scale, --bgr) or check on your own "
+            "images with --inputs FILE (.npy or .pt, N x 3 x H x W)"
+        )
     return ParityError(message, report)
 
 
 def inputs_option(fn):
     """``--inputs FILE``: the parity check's images instead of the synthetic ones."""
-    return click.option("--inputs", "inputs_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
-                        metavar="FILE",
-                        help="Check parity on these images: a .npy or .pt tensor, N x 3 x H x W or N x H x W x 3; "
-                             "floating-point values are taken as preprocessed, uint8 pixels go through "
-                             "--preprocess (default: built-in synthetic images).")(fn)
+    return click.option(
+        "--inputs",
+        "inputs_path",
+        type=click.Path(dir_okay=False, path_type=Path),
+        default=None,
+        metavar="FILE",
+        help="Check parity on these images: a .npy or .pt tensor, N x 3 x H x W or N x H x W x 3; "
+        "floating-point values are taken as preprocessed, uint8 pixels go through "
+        "--preprocess (default: built-in synthetic images).",
+    )(fn)
 
 
 def preprocess_options(fn):
@@ -40,21 +47,39 @@ def preprocess_options(fn):
     are made from pixels (for the built-in images and uint8 ``--inputs``)."""
     from ..preprocess import PRESETS
 
-    fn = click.option("--bgr", is_flag=True, default=None,
-                      help="The model takes BGR images (overrides the preset's channel order).")(fn)
-    fn = click.option("--scale", type=click.FloatRange(min=0, min_open=True, max=1e6), default=None,
-                      help="What a full-intensity pixel is worth before mean and std: 1 for [0, 1], 255 for "
-                           "[0, 255] (overrides the preset's).")(fn)
-    fn = click.option("--std", type=_Floats(), default=None, metavar="S,S,S",
-                      help="Per-channel std in the model's channel order and pixel units (overrides the "
-                           "preset's).")(fn)
-    fn = click.option("--mean", type=_Floats(), default=None, metavar="M,M,M",
-                      help="Per-channel mean in the model's channel order and pixel units (overrides the "
-                           "preset's).")(fn)
-    fn = click.option("--preprocess", "preset", type=click.Choice(list(PRESETS)), default=None,
-                      help="The model's input preprocessing, applied to the built-in images and to uint8 "
-                           "--inputs: imagenet (default: [0, 1] RGB normalised with ImageNet's mean and "
-                           "std), unit ([0, 1]), 0-255, inception ([-1, 1]), bgr-imagenet, caffe.")(fn)
+    fn = click.option(
+        "--bgr", is_flag=True, default=None, help="The model takes BGR images (overrides the preset's channel order)."
+    )(fn)
+    fn = click.option(
+        "--scale",
+        type=click.FloatRange(min=0, min_open=True, max=1e6),
+        default=None,
+        help="What a full-intensity pixel is worth before mean and std: 1 for [0, 1], 255 for "
+        "[0, 255] (overrides the preset's).",
+    )(fn)
+    fn = click.option(
+        "--std",
+        type=_Floats(),
+        default=None,
+        metavar="S,S,S",
+        help="Per-channel std in the model's channel order and pixel units (overrides the preset's).",
+    )(fn)
+    fn = click.option(
+        "--mean",
+        type=_Floats(),
+        default=None,
+        metavar="M,M,M",
+        help="Per-channel mean in the model's channel order and pixel units (overrides the preset's).",
+    )(fn)
+    fn = click.option(
+        "--preprocess",
+        "preset",
+        type=click.Choice(list(PRESETS)),
+        default=None,
+        help="The model's input preprocessing, applied to the built-in images and to uint8 "
+        "--inputs: imagenet (default: [0, 1] RGB normalised with ImageNet's mean and "
+        "std), unit ([0, 1]), 0-255, inception ([-1, 1]), bgr-imagenet, caffe.",
+    )(fn)
     return fn
 
 
@@ -87,10 +112,13 @@ def make_preprocess_from_options(preset, mean, std, scale, bgr):
 
 def accept_inconclusive_option(fn):
     """``--accept-inconclusive``: an end-to-end check without power may pass."""
-    return click.option("--accept-inconclusive", is_flag=True,
-                        help="Pass even when the end-to-end comparison is inconclusive (PyTorch fp32 itself "
-                             "far off float64 on these inputs) and no dynamic layer could decide it layer "
-                             "by layer. Without it that is not a PASS (exit 1).")(fn)
+    return click.option(
+        "--accept-inconclusive",
+        is_flag=True,
+        help="Pass even when the end-to-end comparison is inconclusive (PyTorch fp32 itself "
+        "far off float64 on these inputs) and no dynamic layer could decide it layer "
+        "by layer. Without it that is not a PASS (exit 1).",
+    )(fn)
 
 
 def check_parity_budget(*, input_size: int, batch_sizes, n_inputs: int) -> None:

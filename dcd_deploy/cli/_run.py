@@ -209,7 +209,7 @@ MAX_ERROR_LINE = 2000
 
 def _fail(message: str, status: int = USER_ERROR_STATUS, *, watch: _Watch | None = None):
     if len(message) > MAX_ERROR_LINE:
-        message = message[:MAX_ERROR_LINE - 3] + "..."
+        message = message[: MAX_ERROR_LINE - 3] + "..."
     if watch is not None:
         with watch.lock:  # the watchdog is not printing (or has exited the process)
             watch.reported = True

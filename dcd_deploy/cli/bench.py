@@ -69,8 +69,9 @@ def legacy_args(args: list[str], commands) -> tuple[list[str], str | None]:
     if len(flags) > 1:
         raise click.UsageError(f"{' and '.join(flags)} are separate runs")
     if not flags:
-        return ["latency", *args], ("note: 'dcd-bench [options]' without a subcommand is deprecated; "
-                                    "use 'dcd-bench latency [options]'")
+        return ["latency", *args], (
+            "note: 'dcd-bench [options]' without a subcommand is deprecated; use 'dcd-bench latency [options]'"
+        )
     name = LEGACY_FLAGS[flags[0]]
     rest = [a for a in args if a != flags[0]]
     return [name, *rest], f"note: 'dcd-bench {flags[0]}' is deprecated; use 'dcd-bench {name}'"
@@ -95,13 +96,15 @@ class _Subcommand(click.Command):
             return super().parse_args(ctx, args)
         except click.NoSuchOption as exc:
             group = ctx.parent.command if ctx.parent is not None else None
-            takers = [n for n, c in getattr(group, "commands", {}).items()
-                      if any(exc.option_name in p.opts for p in c.params)]
+            takers = [
+                n for n, c in getattr(group, "commands", {}).items() if any(exc.option_name in p.opts for p in c.params)
+            ]
             if not takers:
                 raise
             names = ", ".join(takers[:-1]) + " and " + takers[-1] if len(takers) > 1 else takers[0]
-            raise click.UsageError(f"dcd-bench {self.name} does not take {exc.option_name} (it applies to "
-                                   f"dcd-bench {names})", ctx) from None
+            raise click.UsageError(
+                f"dcd-bench {self.name} does not take {exc.option_name} (it applies to dcd-bench {names})", ctx
+            ) from None
 
 
 def _list_models(ctx, param, value):
@@ -123,14 +126,23 @@ def format_model_list() -> list[str]:
         with torch.device("meta"):  # shapes only: the CondConv ResNet-50 alone would take 0.7 GB
             model = create_model(name)
         lines.append(f"{name:<26} {sum(p.numel() for p in model.parameters()) / MILLION:>8.2f}")
-    return lines + ["", "X: static; X_dcd: DCD (the authors' release layers); X_dyconv: DY-Conv (K = 4);",
-                    "X_condconv: CondConv (K = 8). Params count every parameter, classifier included."]
+    return lines + [
+        "",
+        "X: static; X_dcd: DCD (the authors' release layers); X_dyconv: DY-Conv (K = 4);",
+        "X_condconv: CondConv (K = 8). Params count every parameter, classifier included.",
+    ]
 
 
 @click.group(cls=_Bench, context_settings=CONTEXT)
 @click.version_option(__version__, "--version", prog_name="dcd-bench")
-@click.option("--list-models", is_flag=True, is_eager=True, expose_value=False, callback=_list_models,
-              help="Print the model zoo with parameter counts and exit.")
+@click.option(
+    "--list-models",
+    is_flag=True,
+    is_eager=True,
+    expose_value=False,
+    callback=_list_models,
+    help="Print the model zoo with parameter counts and exit.",
+)
 def main() -> None:
     """Benchmark the model zoo against the paper (ICLR 2021): latency, frontier, floor, complexity.
 
@@ -146,25 +158,39 @@ def _square(input_size: tuple[int, int], command: str) -> int:
 
 
 @main.command(cls=_Subcommand, context_settings=CONTEXT)
-@models_option(ANY_MODEL + "; X and X_dcd are paired as static vs DCD, a checkpoint by the architecture it "
-               "holds, your model with dcd_deploy.to_static() of it, a file with --baseline. [default: "
-               "mobilenetv2_050,mobilenetv2_050_dcd,mobilenetv2_100,mobilenetv2_100_dcd]")
-@click.option("--baseline", default=None, metavar="MODEL",
-              help="The static partner of the one model in --models, of the same kind (an ONNX file for a "
-                   "file: --models net.onnx --baseline net_static.onnx), instead of its zoo partner or "
-                   "to_static() of it.")
-@backends_option("--backends", help=(
-    "Some of torch-paper, torch, torch-deploy, onnxruntime, openvino, openvino-fused (the last two if "
-    "openvino is installed; openvino-fused builds the extension). [default: torch-paper,torch-deploy,"
-    "onnxruntime,openvino,openvino-fused (torch-paper with --threads 1 only, OpenVINO if installed)]"))
+@models_option(
+    ANY_MODEL + "; X and X_dcd are paired as static vs DCD, a checkpoint by the architecture it "
+    "holds, your model with dcd_deploy.to_static() of it, a file with --baseline. [default: "
+    "mobilenetv2_050,mobilenetv2_050_dcd,mobilenetv2_100,mobilenetv2_100_dcd]"
+)
+@click.option(
+    "--baseline",
+    default=None,
+    metavar="MODEL",
+    help="The static partner of the one model in --models, of the same kind (an ONNX file for a "
+    "file: --models net.onnx --baseline net_static.onnx), instead of its zoo partner or "
+    "to_static() of it.",
+)
+@backends_option(
+    "--backends",
+    help=(
+        "Some of torch-paper, torch, torch-deploy, onnxruntime, openvino, openvino-fused (the last two if "
+        "openvino is installed; openvino-fused builds the extension). [default: torch-paper,torch-deploy,"
+        "onnxruntime,openvino,openvino-fused (torch-paper with --threads 1 only, OpenVINO if installed)]"
+    ),
+)
 @click.option("--batch", type=click.IntRange(1, MAX_BATCH), default=1, show_default=True, help="Images per run.")
 @input_size_option(square=False)
 @timing_options(runs=50, min_time=5, warmup=5)
-@click.option("--profile", is_flag=True,
-              help="Also break each model's time down by part: ONNX Runtime's per-node profile, and "
-                   "PyTorch's per-op profile under the paper's conditions.")
-@click.option("--profile-runs", type=click.IntRange(min=1), default=None,
-              help="Profiled runs per model. [default: 50; --quick 3]")
+@click.option(
+    "--profile",
+    is_flag=True,
+    help="Also break each model's time down by part: ONNX Runtime's per-node profile, and "
+    "PyTorch's per-op profile under the paper's conditions.",
+)
+@click.option(
+    "--profile-runs", type=click.IntRange(min=1), default=None, help="Profiled runs per model. [default: 50; --quick 3]"
+)
 @json_option
 @report_options
 @seed_option
@@ -176,8 +202,18 @@ def latency(json_path: Path | None, quiet: bool, **options) -> None:
     run_latency(json_path=json_path, echo=Echo(json_path, quiet=quiet), **options)
 
 
-def run_latency(*, json_path: Path | None, input_size, echo: Echo, models: str | None, baseline: str | None,
-                batch: int, markdown_path: Path | None, plot_path: Path | None, **options) -> None:
+def run_latency(
+    *,
+    json_path: Path | None,
+    input_size,
+    echo: Echo,
+    models: str | None,
+    baseline: str | None,
+    batch: int,
+    markdown_path: Path | None,
+    plot_path: Path | None,
+    **options,
+) -> None:
     """Run :func:`~dcd_deploy.bench.latency.run_benchmark`, print its tables, write the files asked for."""
     from ..bench import latency, plot, report
 
@@ -186,23 +222,41 @@ def run_latency(*, json_path: Path | None, input_size, echo: Echo, models: str |
     if plot_path is not None:
         plot.require_matplotlib()  # fail before minutes of timing, not after
     if input_size != (PAPER_INPUT_SIZE, PAPER_INPUT_SIZE):
-        echo.progress(f"note: input {format_size(input_size)}; the paper's times are for "
-                      f"{PAPER_INPUT_SIZE}x{PAPER_INPUT_SIZE}")
-    result = latency.run_benchmark(csv(models) or latency.DEFAULT_MODELS, batch=batch, input_size=api_size(input_size),
-                                   progress=echo.progress, baseline=baseline, **options)
+        echo.progress(
+            f"note: input {format_size(input_size)}; the paper's times are for {PAPER_INPUT_SIZE}x{PAPER_INPUT_SIZE}"
+        )
+    result = latency.run_benchmark(
+        csv(models) or latency.DEFAULT_MODELS,
+        batch=batch,
+        input_size=api_size(input_size),
+        progress=echo.progress,
+        baseline=baseline,
+        **options,
+    )
     echo("")
     for line in report.format_table(result) + ([""] + report.format_profile_table(result) if result.profiles else []):
         echo(line)
-    write_outputs(echo, json_path, result.to_dict(), [
-        (markdown_path, lambda: report.to_markdown(result).encode("utf-8")),
-        (plot_path, lambda: plot.render_latency_plot(result))])
+    write_outputs(
+        echo,
+        json_path,
+        result.to_dict(),
+        [
+            (markdown_path, lambda: report.to_markdown(result).encode("utf-8")),
+            (plot_path, lambda: plot.render_latency_plot(result)),
+        ],
+    )
 
 
 @main.command(cls=_Subcommand, context_settings=CONTEXT)
 @models_option("Zoo names of Table 4's rows. [default: all 19]")
-@backends_option("--backend", "--backends", help=(
-    "The one backend to time: torch-paper, torch, torch-deploy, onnxruntime, openvino, openvino-fused "
-    "(the fastest, with the fused DCD kernels). [default: onnxruntime]"))
+@backends_option(
+    "--backend",
+    "--backends",
+    help=(
+        "The one backend to time: torch-paper, torch, torch-deploy, onnxruntime, openvino, openvino-fused "
+        "(the fastest, with the fused DCD kernels). [default: onnxruntime]"
+    ),
+)
 @input_size_option(square=True)
 @timing_options(runs=20, min_time=2, warmup=2)
 @json_option
@@ -210,8 +264,16 @@ def run_latency(*, json_path: Path | None, input_size, echo: Echo, models: str |
 @seed_option
 @quiet_option
 @run_cli
-def frontier(json_path: Path | None, markdown_path: Path | None, plot_path: Path | None, models: str | None,
-             backends: list[str] | None, input_size, quiet: bool, **options) -> None:
+def frontier(
+    json_path: Path | None,
+    markdown_path: Path | None,
+    plot_path: Path | None,
+    models: str | None,
+    backends: list[str] | None,
+    input_size,
+    quiet: bool,
+    **options,
+) -> None:
     """Table 4's models timed on one backend beside the paper's top-1: each family's accuracy-latency frontier."""
     from ..bench import frontier as bench_frontier
     from ..bench import frontier_report, plot
@@ -223,19 +285,28 @@ def frontier(json_path: Path | None, markdown_path: Path | None, plot_path: Path
     if plot_path is not None:
         plot.require_matplotlib()  # fail before minutes of timing, not after
     result = bench_frontier.run_frontier(
-        models=csv(models), backend=backends[0] if backends else bench_frontier.DEFAULT_BACKEND,
-        input_size=_square(input_size, "frontier"), progress=echo.progress, **options)
+        models=csv(models),
+        backend=backends[0] if backends else bench_frontier.DEFAULT_BACKEND,
+        input_size=_square(input_size, "frontier"),
+        progress=echo.progress,
+        **options,
+    )
     echo("")
     for line in frontier_report.format_frontier_table(result):
         echo(line)
-    write_outputs(echo, json_path, result.to_dict(), [
-        (markdown_path, lambda: frontier_report.to_markdown(result).encode("utf-8")),
-        (plot_path, lambda: plot.render_frontier_plot(result))])
+    write_outputs(
+        echo,
+        json_path,
+        result.to_dict(),
+        [
+            (markdown_path, lambda: frontier_report.to_markdown(result).encode("utf-8")),
+            (plot_path, lambda: plot.render_frontier_plot(result)),
+        ],
+    )
 
 
 @main.command(cls=_Subcommand, context_settings=CONTEXT)
-@models_option("DCD models: zoo names or checkpoints. [default: mobilenetv2_050_dcd,mobilenetv2_100_dcd,"
-               "resnet18_dcd]")
+@models_option("DCD models: zoo names or checkpoints. [default: mobilenetv2_050_dcd,mobilenetv2_100_dcd,resnet18_dcd]")
 @input_size_option(square=True)
 @timing_options(runs=50, min_time=5, warmup=5)
 @json_option
@@ -255,8 +326,13 @@ def floor(json_path: Path | None, models: str | None, input_size, quiet: bool, *
     size = _square(input_size, "floor")
     check_memory(input_size=size, batch=1, what="the floor benchmark")
     with tempfile.TemporaryDirectory(prefix="dcd-floor-") as tmp:
-        result = bench_floor.run_floor(csv(models) or bench_floor.DEFAULT_FLOOR_MODELS, input_size=size,
-                                       workdir=Path(tmp), progress=echo.progress, **options)
+        result = bench_floor.run_floor(
+            csv(models) or bench_floor.DEFAULT_FLOOR_MODELS,
+            input_size=size,
+            workdir=Path(tmp),
+            progress=echo.progress,
+            **options,
+        )
     echo("")
     for line in bench_floor.format_floor_table(result):
         echo(line)
@@ -267,15 +343,24 @@ def floor(json_path: Path | None, models: str | None, input_size, quiet: bool, *
 @main.command(cls=_Subcommand, context_settings=CONTEXT)
 @input_size_option(square=True)
 @json_option
-@click.option("--markdown", "markdown_path", type=OutputPath(), default=None,
-              metavar="PATH", help="Write the table to PATH instead of the terminal (which gets one line "
-                                   "per table and where the table went).")
+@click.option(
+    "--markdown",
+    "markdown_path",
+    type=OutputPath(),
+    default=None,
+    metavar="PATH",
+    help="Write the table to PATH instead of the terminal (which gets one line per table and where the table went).",
+)
 @quiet_option
 @run_cli
 def complexity(json_path: Path | None, input_size, markdown_path: Path | None, quiet: bool) -> None:
     """Count params and MAdds of every model in the paper's Tables 1-4 beside the paper's cells (no timing)."""
-    run_complexity(json_path=json_path, input_size=_square(input_size, "complexity"), markdown_path=markdown_path,
-                   echo=Echo(json_path, quiet=quiet))
+    run_complexity(
+        json_path=json_path,
+        input_size=_square(input_size, "complexity"),
+        markdown_path=markdown_path,
+        echo=Echo(json_path, quiet=quiet),
+    )
 
 
 def run_complexity(*, json_path: Path | None, input_size: int, markdown_path: Path | None, echo: Echo) -> None:
@@ -287,8 +372,10 @@ def run_complexity(*, json_path: Path | None, input_size: int, markdown_path: Pa
     check_out_dir(json_path, markdown_path)
     checks = compare_with_paper(input_size=input_size, progress=echo.progress)
     if input_size != PAPER_INPUT_SIZE:
-        echo(f"note: counted at {input_size}x{input_size}; the paper's figures are for "
-             f"{PAPER_INPUT_SIZE}x{PAPER_INPUT_SIZE}, so deviations are not meaningful\n")
+        echo(
+            f"note: counted at {input_size}x{input_size}; the paper's figures are for "
+            f"{PAPER_INPUT_SIZE}x{PAPER_INPUT_SIZE}, so deviations are not meaningful\n"
+        )
     table = format_complexity_table(checks)
     if markdown_path is None:
         for line in table:

@@ -43,41 +43,97 @@ def _batch(value: str) -> int | None:
 @click.command(context_settings={"help_option_names": ["-h", "--help"]}, epilog=MODEL_HELP)
 @click.version_option(__version__, "--version", prog_name="dcd-export")
 @click.argument("model")
-@click.option("-o", "--output", type=OutputPath(), default=None,
-              help="Output .onnx path (default: MODEL's name with .onnx, in the current directory; "
-                   "never MODEL itself). A symlink is written through to its target.")
-@click.option("--input-size", type=InputSize(1, MAX_INPUT_SIZE), default=None,
-              help=f"Input size: one side (224) or height x width (256x320), each 1-{MAX_INPUT_SIZE} "
-                   f"(default: that of --inputs, else {DEFAULT_INPUT_SIZE}).")
-@click.option("--dynamic-size", is_flag=True,
-              help="Dynamic height and width axes in the ONNX file (where every layer allows it; "
-                   "otherwise an error naming the layer that does not).")
-@click.option("--batch", default="dynamic", show_default=True, metavar="N|dynamic",
-              help=f"Fixed batch size (1-{MAX_BATCH}), or a dynamic batch axis.")
-@click.option("--opset", type=int, default=None,
-              help="ONNX opset (13 up to the installed onnx's newest; default 18, what torch.onnx writes).")
-@click.option("--mode", type=click.Choice(["standard", "function", "fused"]), default="standard", show_default=True,
-              help="'function': one dcd_deploy node per DCD layer (model-local functions); 'fused': "
-                   "channels-last DCDPointwise nodes for the OpenVINO extension (checked in ONNX Runtime "
-                   "and, when installed, OpenVINO).")
-@click.option("--strategy", type=click.Choice(["auto", "latent", "weight"]), default="auto", show_default=True,
-              help="DCD layer form: latent path, per-sample weight, or per-layer cost model.")
+@click.option(
+    "-o",
+    "--output",
+    type=OutputPath(),
+    default=None,
+    help="Output .onnx path (default: MODEL's name with .onnx, in the current directory; "
+    "never MODEL itself). A symlink is written through to its target.",
+)
+@click.option(
+    "--input-size",
+    type=InputSize(1, MAX_INPUT_SIZE),
+    default=None,
+    help=f"Input size: one side (224) or height x width (256x320), each 1-{MAX_INPUT_SIZE} "
+    f"(default: that of --inputs, else {DEFAULT_INPUT_SIZE}).",
+)
+@click.option(
+    "--dynamic-size",
+    is_flag=True,
+    help="Dynamic height and width axes in the ONNX file (where every layer allows it; "
+    "otherwise an error naming the layer that does not).",
+)
+@click.option(
+    "--batch",
+    default="dynamic",
+    show_default=True,
+    metavar="N|dynamic",
+    help=f"Fixed batch size (1-{MAX_BATCH}), or a dynamic batch axis.",
+)
+@click.option(
+    "--opset",
+    type=int,
+    default=None,
+    help="ONNX opset (13 up to the installed onnx's newest; default 18, what torch.onnx writes).",
+)
+@click.option(
+    "--mode",
+    type=click.Choice(["standard", "function", "fused"]),
+    default="standard",
+    show_default=True,
+    help="'function': one dcd_deploy node per DCD layer (model-local functions); 'fused': "
+    "channels-last DCDPointwise nodes for the OpenVINO extension (checked in ONNX Runtime "
+    "and, when installed, OpenVINO).",
+)
+@click.option(
+    "--strategy",
+    type=click.Choice(["auto", "latent", "weight"]),
+    default="auto",
+    show_default=True,
+    help="DCD layer form: latent path, per-sample weight, or per-layer cost model.",
+)
 @click.option("--no-simplify", is_flag=True, help="Skip onnxsim.")
 @click.option("--no-check", is_flag=True, help="Skip the parity check against PyTorch.")
 @inputs_option
 @preprocess_options
 @accept_inconclusive_option
-@click.option("--json", "json_path", type=OutputPath(), default=None,
-              help="Also write the export report as JSON.")
+@click.option("--json", "json_path", type=OutputPath(), default=None, help="Also write the export report as JSON.")
 @click.option("-v", "--verbose", is_flag=True, help="List the form chosen for every DCD layer.")
-@click.option("-q", "--quiet", is_flag=True,
-              help="Print only the 'wrote ...' line (errors still print their one Error: line, "
-                   "without the parity table).")
+@click.option(
+    "-q",
+    "--quiet",
+    is_flag=True,
+    help="Print only the 'wrote ...' line (errors still print their one Error: line, without the parity table).",
+)
 @model_options
 @run_cli
-def main(model, output, input_size, dynamic_size, batch, opset, mode, strategy, no_simplify, no_check, inputs_path,
-         preset, mean, std, scale, bgr, accept_inconclusive, json_path, verbose, quiet, arch, weights,
-         trust_checkpoint, seed):
+def main(
+    model,
+    output,
+    input_size,
+    dynamic_size,
+    batch,
+    opset,
+    mode,
+    strategy,
+    no_simplify,
+    no_check,
+    inputs_path,
+    preset,
+    mean,
+    std,
+    scale,
+    bgr,
+    accept_inconclusive,
+    json_path,
+    verbose,
+    quiet,
+    arch,
+    weights,
+    trust_checkpoint,
+    seed,
+):
     """Export MODEL (a checkpoint, a zoo name or MODULE:FUNCTION) to ONNX in deploy form."""
     from ..exporters import export_onnx, prewarm
     from ..inputs import load_images
@@ -99,17 +155,30 @@ def main(model, output, input_size, dynamic_size, batch, opset, mode, strategy, 
     progress = None if quiet else click.echo  # on stdout with the report: stderr is for the Error line
     started = time.perf_counter()
     prewarm()  # the exporter's imports on the other core while the model loads
-    net = resolve_model(model, arch=arch, weights=weights, trust_checkpoint=trust_checkpoint, seed=seed,
-                        input_size=input_size)
+    net = resolve_model(
+        model, arch=arch, weights=weights, trust_checkpoint=trust_checkpoint, seed=seed, input_size=input_size
+    )
     if progress is not None:
         progress(f"[load] {time.perf_counter() - started:.1f} s")
     try:
         with preparation_threads():  # 3-5 s instead of 25-40 s on a busy 2-core machine
-            result = export_onnx(net, output, input_size=api_size(input_size), batch=batch, opset=opset,
-                                 simplify=not no_simplify, mode=mode, check=not no_check, strategy=strategy,
-                                 parity_inputs=inputs, progress=progress,
-                                 accept_inconclusive=accept_inconclusive, parity_preprocess=preprocess,
-                                 parity_inputs_description=described, **_dynamic_size(dynamic_size, input_size))
+            result = export_onnx(
+                net,
+                output,
+                input_size=api_size(input_size),
+                batch=batch,
+                opset=opset,
+                simplify=not no_simplify,
+                mode=mode,
+                check=not no_check,
+                strategy=strategy,
+                parity_inputs=inputs,
+                progress=progress,
+                accept_inconclusive=accept_inconclusive,
+                parity_preprocess=preprocess,
+                parity_inputs_description=described,
+                **_dynamic_size(dynamic_size, input_size),
+            )
     except ParityError as exc:
         if exc.report is None:  # the model itself is broken (NaN outputs): nothing to tabulate
             raise
@@ -118,24 +187,36 @@ def main(model, output, input_size, dynamic_size, batch, opset, mode, strategy, 
         raise parity_failure(exc.report) from None
     click.echo(f"wrote {result.path} ({result.size_bytes / 1e6:.1f} MB) in {time.perf_counter() - started:.1f} s")
     if json_path is not None:
-        write_json_atomic(json_path, {**result.to_dict(), "model": model,
-                                      "parity_inputs": None if inputs_path is None else str(inputs_path)})
+        write_json_atomic(
+            json_path,
+            {**result.to_dict(), "model": model, "parity_inputs": None if inputs_path is None else str(inputs_path)},
+        )
     if not quiet:
         size = "HxW" if dynamic_size else format_size(input_size)
-        _print_report(result, label=model_label(model, net), params=sum(p.numel() for p in net.parameters()),
-                      shape=f"{'N' if batch is None else batch}x3x{size}", strategy=strategy, verbose=verbose)
+        _print_report(
+            result,
+            label=model_label(model, net),
+            params=sum(p.numel() for p in net.parameters()),
+            shape=f"{'N' if batch is None else batch}x3x{size}",
+            strategy=strategy,
+            verbose=verbose,
+        )
 
 
 def _print_report(result, *, label: str, params: int, shape: str, strategy: str, verbose: bool) -> None:
     """The lines under ``wrote ...``: model, graph, DCD forms, fused nodes, parity."""
     ops = ", ".join(f"{k} {v}" for k, v in result.op_histogram.items())
     forms = list(result.strategies.values())
-    click.echo(f"  model    {label}: {params / 1e6:.2f}M params, input {shape}, opset {result.opset}, "
-               f"mode {result.mode}{', simplified' if result.simplified else ''}")
+    click.echo(
+        f"  model    {label}: {params / 1e6:.2f}M params, input {shape}, opset {result.opset}, "
+        f"mode {result.mode}{', simplified' if result.simplified else ''}"
+    )
     click.echo(f"  graph    {result.num_nodes} nodes: {ops}")
     if forms:
-        click.echo(f"  DCD      {len(forms)} layers: {forms.count('weight')} weight form, "
-                   f"{forms.count('latent')} latent form (strategy {strategy})")
+        click.echo(
+            f"  DCD      {len(forms)} layers: {forms.count('weight')} weight form, "
+            f"{forms.count('latent')} latent form (strategy {strategy})"
+        )
         if verbose:
             for path, form in result.strategies.items():
                 click.echo(f"           {path}: {form}")
@@ -146,8 +227,10 @@ def _print_report(result, *, label: str, params: int, shape: str, strategy: str,
     if result.parity is not None:
         click.echo(f"  parity   {result.parity.summary()}")
         runtimes = dict.fromkeys(r.backend for r in result.parity.rows)
-        click.echo(f"  checked  in {', '.join(runtimes)}"
-                   + (" (the fused kernels)" if "openvino" in runtimes and result.mode == "fused" else ""))
+        click.echo(
+            f"  checked  in {', '.join(runtimes)}"
+            + (" (the fused kernels)" if "openvino" in runtimes and result.mode == "fused" else "")
+        )
     else:
         click.echo("  parity   not checked (--no-check)")
 
@@ -161,4 +244,3 @@ def _dynamic_size(dynamic_size: bool, size: tuple[int, int]) -> dict:
     import torch
 
     return {"dynamic_size": True, "example_inputs": (torch.zeros(1, 3, *size),)}
-

@@ -40,25 +40,59 @@ def _sizes(value: str) -> tuple[int, ...]:
 @click.argument("model")
 @click.argument("onnx_path", metavar="ONNX", type=click.Path(path_type=Path))
 @click.option("--batch-sizes", default="1,2", show_default=True, help=f"Comma-separated batch sizes (1-{MAX_BATCH}).")
-@click.option("--num-inputs", "n_inputs", type=click.IntRange(1, MAX_INPUTS), default=8, show_default=True,
-              help="Synthetic inputs per batch size (without --inputs).")
+@click.option(
+    "--num-inputs",
+    "n_inputs",
+    type=click.IntRange(1, MAX_INPUTS),
+    default=8,
+    show_default=True,
+    help="Synthetic inputs per batch size (without --inputs).",
+)
 @inputs_option
 @preprocess_options
 @click.option("--atol", type=float, default=None, help="Absolute tolerance (default 1e-5).")
 @click.option("--rtol", type=float, default=None, help="Tolerance relative to the output scale (default 1e-3).")
-@click.option("--backend", "backends", type=click.Choice(list(PARITY_BACKENDS)), multiple=True,
-              help="Runtime to check in (repeatable; default onnxruntime). 'openvino': the CPU plugin, "
-                   "fp32, with the fused-kernel extension loaded for a --mode fused file.")
-@click.option("--layers", "show_layers", is_flag=True,
-              help="Print the layer-wise table: every layer the file records, checked on its own input "
-                   "against float64 (the JSON report always has it).")
+@click.option(
+    "--backend",
+    "backends",
+    type=click.Choice(list(PARITY_BACKENDS)),
+    multiple=True,
+    help="Runtime to check in (repeatable; default onnxruntime). 'openvino': the CPU plugin, "
+    "fp32, with the fused-kernel extension loaded for a --mode fused file.",
+)
+@click.option(
+    "--layers",
+    "show_layers",
+    is_flag=True,
+    help="Print the layer-wise table: every layer the file records, checked on its own input "
+    "against float64 (the JSON report always has it).",
+)
 @accept_inconclusive_option
-@click.option("--json", "json_path", type=OutputPath(), default=None,
-              help="Also write the report as JSON.")
+@click.option("--json", "json_path", type=OutputPath(), default=None, help="Also write the report as JSON.")
 @model_options
 @run_cli
-def main(model, onnx_path, batch_sizes, n_inputs, inputs_path, preset, mean, std, scale, bgr, atol, rtol, backends,
-         show_layers, accept_inconclusive, json_path, arch, weights, trust_checkpoint, seed):
+def main(
+    model,
+    onnx_path,
+    batch_sizes,
+    n_inputs,
+    inputs_path,
+    preset,
+    mean,
+    std,
+    scale,
+    bgr,
+    atol,
+    rtol,
+    backends,
+    show_layers,
+    accept_inconclusive,
+    json_path,
+    arch,
+    weights,
+    trust_checkpoint,
+    seed,
+):
     """Check that ONNX computes what MODEL (a checkpoint, a zoo name or MODULE:FUNCTION) computes."""
     from ..inputs import load_images
     from ..parity import check_parity
@@ -73,23 +107,43 @@ def main(model, onnx_path, batch_sizes, n_inputs, inputs_path, preset, mean, std
     if inputs_path is not None:
         inputs, described = load_images(inputs_path, input_size=input_size, preprocess=preprocess)
     check_parity_budget(input_size=max(input_size), batch_sizes=sizes, n_inputs=n_inputs)
-    net = resolve_model(model, arch=arch, weights=weights, trust_checkpoint=trust_checkpoint, seed=seed,
-                        input_size=input_size)
+    net = resolve_model(
+        model, arch=arch, weights=weights, trust_checkpoint=trust_checkpoint, seed=seed, input_size=input_size
+    )
     with preparation_threads():
-        report = check_parity(net, onnx_path, batch_sizes=sizes, n_inputs=n_inputs, atol=atol, rtol=rtol,
-                              inputs=inputs, **_size_example(onnx_path, input_size),
-                              backends=tuple(dict.fromkeys(backends)) or ("onnxruntime",),
-                              accept_inconclusive=accept_inconclusive, preprocess=preprocess)
+        report = check_parity(
+            net,
+            onnx_path,
+            batch_sizes=sizes,
+            n_inputs=n_inputs,
+            atol=atol,
+            rtol=rtol,
+            inputs=inputs,
+            **_size_example(onnx_path, input_size),
+            backends=tuple(dict.fromkeys(backends)) or ("onnxruntime",),
+            accept_inconclusive=accept_inconclusive,
+            preprocess=preprocess,
+        )
     click.echo(report.table())
     if show_layers:
-        click.echo(report.layer_table() if report.layers else
-                   "(no layer-wise check: the file records no layers)" if not report.layer_record else
-                   "(no layer-wise check: no sample with finite inputs)")
+        click.echo(
+            report.layer_table()
+            if report.layers
+            else "(no layer-wise check: the file records no layers)"
+            if not report.layer_record
+            else "(no layer-wise check: no sample with finite inputs)"
+        )
     click.echo(report.summary())
     if json_path is not None:
-        write_json_atomic(json_path, {**report.to_dict(), "model": model,
-                                      "inputs": None if inputs_path is None else str(inputs_path),
-                                      "inputs_description": described or _builtin(preprocess)})
+        write_json_atomic(
+            json_path,
+            {
+                **report.to_dict(),
+                "model": model,
+                "inputs": None if inputs_path is None else str(inputs_path),
+                "inputs_description": described or _builtin(preprocess),
+            },
+        )
     if not report:
         raise parity_failure(report)
 

@@ -6,8 +6,17 @@ from ._fused_contract import fused_inputs
 from ._kinds import DCDKind, deploy_kind
 from .lowering import to_deploy
 
-__all__ = ["DeployDCD", "DCDKind", "FUSED_OP_TYPES", "deploy_kind", "fused_inputs", "to_deploy", "export_onnx",
-           "ExportResult", "prewarm"]
+__all__ = [
+    "DeployDCD",
+    "DCDKind",
+    "FUSED_OP_TYPES",
+    "deploy_kind",
+    "fused_inputs",
+    "to_deploy",
+    "export_onnx",
+    "ExportResult",
+    "prewarm",
+]
 
 
 def __getattr__(name: str):

@@ -47,7 +47,7 @@ class GraphBuilder:
         self._names.add(name)
         return name
 
-    def scope(self, path: str) -> "Scope":
+    def scope(self, path: str) -> Scope:
         return Scope(self, path)
 
 
@@ -151,18 +151,28 @@ class FunctionScope(Scope):
         fn = self.graph.functions.get(key)
         if fn is None:
             suffix = f"{kind}_{len(self.graph.functions)}"
-            renamed = [helper.make_node(n.op_type, list(n.input),
-                                        ["y" if o == out else o for o in n.output], domain=n.domain or None)
-                       for n in self.body]
+            renamed = [
+                helper.make_node(
+                    n.op_type, list(n.input), ["y" if o == out else o for o in n.output], domain=n.domain or None
+                )
+                for n in self.body
+            ]
             for src, dst in zip(self.body, renamed):
                 dst.attribute.extend(src.attribute)
             fn = helper.make_function(
-                DOMAIN, op_type or suffix, self.formals, ["y"], renamed,
-                [helper.make_opsetid("", self.graph.opset)], attributes=sorted(attrs) or None,
-                overload=suffix if op_type else None)
+                DOMAIN,
+                op_type or suffix,
+                self.formals,
+                ["y"],
+                renamed,
+                [helper.make_opsetid("", self.graph.opset)],
+                attributes=sorted(attrs) or None,
+                overload=suffix if op_type else None,
+            )
             self.graph.functions[key] = fn
         name = self.graph.unique(f"{self.path}/{fn.overload or fn.name}")
-        call = helper.make_node(fn.name, self.actuals, [name + ":0"], name=name, domain=DOMAIN,
-                                overload=fn.overload or None, **attrs)
+        call = helper.make_node(
+            fn.name, self.actuals, [name + ":0"], name=name, domain=DOMAIN, overload=fn.overload or None, **attrs
+        )
         self.graph.nodes.append(call)
         return name + ":0"

@@ -77,8 +77,9 @@ class DeployDCD(nn.Module):
         head_gain = HSIG_RANGE if self.se else 1.0  # y_emitted = y / 2 under the SE gate
         self.register_buffer("fc1", layer.fc[0].weight.detach().clone())  # (S, C_in·p²)
         self.register_buffer("gate", layer.fc[1].fc[0].weight.detach().clone() if self.se else None)
-        self.register_buffer("scale_w", layer.fc_scale.weight.detach() * head_gain
-                             if layer.fc_scale is not None else None)  # (C_out, S)
+        self.register_buffer(
+            "scale_w", layer.fc_scale.weight.detach() * head_gain if layer.fc_scale is not None else None
+        )  # (C_out, S)
         return head_gain
 
     @staticmethod
@@ -120,8 +121,9 @@ class DeployDCD(nn.Module):
         """Λ (B, C_out) from the branch features, or None when channel attention is off."""
         if self.scale_w is None:
             return None
-        return s.op("HardSigmoid", [s.op("Gemm", [y, s.const("fc_scale", self.scale_w)], transB=1)],
-                    alpha=1.0 / 6.0, beta=0.5)
+        return s.op(
+            "HardSigmoid", [s.op("Gemm", [y, s.const("fc_scale", self.scale_w)], transB=1)], alpha=1.0 / 6.0, beta=0.5
+        )
 
     def emit_phi(self, s, y: str) -> str:
         """Φ' flattened (B, ·) from the branch features (bn2 and the identity folded in)."""
@@ -142,6 +144,5 @@ class DeployDCD(nn.Module):
         y = s.op("Gemm", [pooled, s.const("fc1", fc1)], transB=1)  # (B, S)
         if not self.se:
             return s.op("Relu", [y])
-        gate = s.op("HardSigmoid", [s.op("Gemm", [y, s.const("gate", self.gate)], transB=1)],
-                    alpha=1.0 / 6.0, beta=0.5)
+        gate = s.op("HardSigmoid", [s.op("Gemm", [y, s.const("gate", self.gate)], transB=1)], alpha=1.0 / 6.0, beta=0.5)
         return s.op("Mul", [y, gate])

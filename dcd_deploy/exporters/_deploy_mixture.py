@@ -12,10 +12,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..layers import MixtureConv2d, conv2d, explicit_pads, pair
 from ..layers.condconv import CondConv2d
 from ..layers.dyconv import DynamicConv2d
-from ..layers import MixtureConv2d
-from ..layers import conv2d, explicit_pads, pair
 from ._fold import bn_affine
 
 
@@ -39,8 +38,9 @@ class DeployMixture(nn.Module):
         self.source_type = type(layer).__name__
         w = layer.weight.detach() * s.view(1, -1, 1, 1, 1)  # (K, C_out, C_in/g, k, k)
         self.register_buffer("weight", w.transpose(0, 1).reshape(c_out * k, *w.shape[2:]))  # row o·K + k
-        self.register_buffer("kbias", (layer.bias.detach() * s).t().reshape(-1)
-                             if layer.bias is not None else None)  # (C_out·K,)
+        self.register_buffer(
+            "kbias", (layer.bias.detach() * s).t().reshape(-1) if layer.bias is not None else None
+        )  # (C_out·K,)
         self.register_buffer("bias", t)
         if isinstance(layer, DynamicConv2d):
             self.routing = "softmax"
@@ -67,11 +67,13 @@ class DeployMixture(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b = x.shape[0]
         pi = self.attention(x)  # (B, K)
-        stacked = conv2d(x, self.weight, self.kbias, self.stride2, self.pads, self.dilation2,
-                         self.groups)  # (B, C_out·K, H', W')
+        stacked = conv2d(
+            x, self.weight, self.kbias, self.stride2, self.pads, self.dilation2, self.groups
+        )  # (B, C_out·K, H', W')
         h, w = stacked.shape[-2:]
-        out = torch.matmul(pi.view(b, 1, 1, self.num_kernels),
-                           stacked.view(b, self.c_out, self.num_kernels, h * w))  # (B, C_out, 1, N)
+        out = torch.matmul(
+            pi.view(b, 1, 1, self.num_kernels), stacked.view(b, self.c_out, self.num_kernels, h * w)
+        )  # (B, C_out, 1, N)
         return out.view(b, self.c_out, h, w) + self.bias.view(1, -1, 1, 1)
 
     def extra_repr(self) -> str:
@@ -84,16 +86,23 @@ class DeployMixture(nn.Module):
         y = s.op("Flatten", [s.op("GlobalAveragePool", [x])], axis=1)  # (B, C_in); NCHWc-friendly
         z = s.op("Gemm", [y, s.const("fc1_w", self.fc1_w), s.const("fc1_b", self.fc1_b)], transB=1)
         if self.routing == "softmax":
-            z = s.op("Gemm", [s.op("Relu", [z]), s.const("fc2_w", self.fc2_w), s.const("fc2_b", self.fc2_b)],
-                     transB=1)
+            z = s.op("Gemm", [s.op("Relu", [z]), s.const("fc2_w", self.fc2_w), s.const("fc2_b", self.fc2_b)], transB=1)
             pi = s.op("Softmax", [z], axis=1)  # (B, K)
         else:
             pi = s.op("Sigmoid", [z])
         pi = s.op("Reshape", [pi, s.ints("pi_shape", [0, 1, 1, self.num_kernels])])  # (B, 1, 1, K)
-        inputs = [x, s.const("weight", self.weight)] + ([s.const("kbias", self.kbias)] if self.kbias is not None else [])
-        stacked = s.op("Conv", inputs, kernel_shape=list(self.weight.shape[-2:]), strides=list(self.stride2),
-                       pads=list(self.pads), group=self.groups,
-                       **({"dilations": list(self.dilation2)} if self.dilation2 != (1, 1) else {}))  # (B, C_out·K, H', W')
+        inputs = [x, s.const("weight", self.weight)] + (
+            [s.const("kbias", self.kbias)] if self.kbias is not None else []
+        )
+        stacked = s.op(
+            "Conv",
+            inputs,
+            kernel_shape=list(self.weight.shape[-2:]),
+            strides=list(self.stride2),
+            pads=list(self.pads),
+            group=self.groups,
+            **({"dilations": list(self.dilation2)} if self.dilation2 != (1, 1) else {}),
+        )  # (B, C_out·K, H', W')
         flat = s.op("Reshape", [stacked, s.ints("stack_shape", [0, c_out, self.num_kernels, hw])])
         out = s.op("MatMul", [pi, flat])  # (B, C_out, 1, N)
         out = s.op("Reshape", [out, s.nchw("out_shape", [0, c_out], h, w, stacked)])

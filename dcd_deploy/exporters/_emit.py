@@ -75,8 +75,15 @@ def _kind(module: nn.Module) -> tuple[str, str | None]:
     return _kind(inner) if inner is not None else ("DCD", None)
 
 
-def emit_layers(proto: onnx.ModelProto, *, emitters: dict[str, nn.Module], mode: str, opset: int,
-                modules: dict[str, nn.Module], folded_bn: dict[str, str]) -> Emitted:
+def emit_layers(
+    proto: onnx.ModelProto,
+    *,
+    emitters: dict[str, nn.Module],
+    mode: str,
+    opset: int,
+    modules: dict[str, nn.Module],
+    folded_bn: dict[str, str],
+) -> Emitted:
     """Replace every placeholder of ``proto`` (in place) by its layer's emission.
 
     Args:
@@ -94,11 +101,13 @@ def emit_layers(proto: onnx.ModelProto, *, emitters: dict[str, nn.Module], mode:
     # A graph output a layer produced keeps its name (an Identity from our tensor).
     for out in graph.output:
         if out.name in walk.alias:
-            g.nodes.append(helper.make_node("Identity", [walk.alias[out.name]], [out.name],
-                                            name=g.unique(f"output/{out.name}")))
+            g.nodes.append(
+                helper.make_node("Identity", [walk.alias[out.name]], [out.name], name=g.unique(f"output/{out.name}"))
+            )
     result = walk.result
-    result.layers = _with_static_layers(result.layers, g.nodes, walk.renamed_scope, modules, folded_bn,
-                                        walk.consts, walk.graph_outputs)
+    result.layers = _with_static_layers(
+        result.layers, g.nodes, walk.renamed_scope, modules, folded_bn, walk.consts, walk.graph_outputs
+    )
     _write_back(proto, g, walk.graph_outputs, set(walk.alias))
     return result
 
@@ -106,8 +115,9 @@ def emit_layers(proto: onnx.ModelProto, *, emitters: dict[str, nn.Module], mode:
 class _Walk:
     """One pass over the exported graph's nodes, writing the new graph into ``g``."""
 
-    def __init__(self, graph: onnx.GraphProto, emitters: dict[str, nn.Module], mode: str, opset: int,
-                 folded_bn: dict[str, str]):
+    def __init__(
+        self, graph: onnx.GraphProto, emitters: dict[str, nn.Module], mode: str, opset: int, folded_bn: dict[str, str]
+    ):
         self.nodes = list(graph.node)
         self.emitters, self.mode, self.folded_bn = emitters, mode, folded_bn
         self.shapes = {vi.name: _shape(vi) for vi in list(graph.value_info) + list(graph.input) + list(graph.output)}
@@ -121,8 +131,13 @@ class _Walk:
                 self.consumers.setdefault(name, []).append(i)
         self.graph_outputs = {o.name for o in graph.output}
         self.g = GraphBuilder(opset)
-        for names in ([n.name for n in self.nodes], [o for n in self.nodes for o in n.output],
-                      [i for n in self.nodes for i in n.input], self.consts, [i.name for i in graph.input]):
+        for names in (
+            [n.name for n in self.nodes],
+            [o for n in self.nodes for o in n.output],
+            [i for n in self.nodes for i in n.input],
+            self.consts,
+            [i.name for i in graph.input],
+        ):
             self.g._names.update(names)
         self.placeholders = _placeholders(self.nodes, emitters)
         self.result = Emitted()
@@ -172,9 +187,18 @@ class _Walk:
         y = _fused.emit(self.g, layout, layer, spec.activation, path, x, residual, self.shapes.get(ph.input[0]))
         self.alias[node.output[0]] = y
         self.result.fused.append(path)
-        self.result.layers.append(_record(path, layer, layout.nhwc[x], layout.nhwc[y], self.folded_bn, layout="NHWC",
-                                          residual=layout.nhwc[residual] if residual is not None else None,
-                                          activation=spec.activation))
+        self.result.layers.append(
+            _record(
+                path,
+                layer,
+                layout.nhwc[x],
+                layout.nhwc[y],
+                self.folded_bn,
+                layout="NHWC",
+                residual=layout.nhwc[residual] if residual is not None else None,
+                activation=spec.activation,
+            )
+        )
 
     def _layer(self, node: onnx.NodeProto, path: str) -> None:
         layer = self.emitters[path]
@@ -299,15 +323,34 @@ def _live(nodes, graph_outputs) -> list:
     return keep[::-1]
 
 
-def _record(path: str, layer: nn.Module, x: str, y: str, folded_bn: dict[str, str], *, layout: str = "NCHW",
-            residual: str | None = None, activation: str = "none") -> dict:
+def _record(
+    path: str,
+    layer: nn.Module,
+    x: str,
+    y: str,
+    folded_bn: dict[str, str],
+    *,
+    layout: str = "NCHW",
+    residual: str | None = None,
+    activation: str = "none",
+) -> dict:
     kind, form = _kind(layer)
-    return {"path": path, "kind": kind, "form": form, "input": x, "output": y, "bn": folded_bn.get(path),
-            "residual": residual, "activation": activation, "layout": layout}
+    return {
+        "path": path,
+        "kind": kind,
+        "form": form,
+        "input": x,
+        "output": y,
+        "bn": folded_bn.get(path),
+        "residual": residual,
+        "activation": activation,
+        "layout": layout,
+    }
 
 
-def _with_static_layers(layers: list[dict], nodes, scopes: dict[int, str | None], modules, folded_bn,
-                        consts, graph_outputs) -> list[dict]:
+def _with_static_layers(
+    layers: list[dict], nodes, scopes: dict[int, str | None], modules, folded_bn, consts, graph_outputs
+) -> list[dict]:
     """Add the Conv2d / Linear records: a module's nodes with one input and one output outside."""
     groups: dict[str, list[int]] = {}
     for i, scope in scopes.items():
@@ -324,23 +367,45 @@ def _with_static_layers(layers: list[dict], nodes, scopes: dict[int, str | None]
     for path, members in groups.items():
         inside = set(members)
         produced = {o for i in members for o in nodes[i].output}
-        ins = list(dict.fromkeys(t for i in members for t in nodes[i].input
-                                 if t and t not in produced and t not in consts and t not in constant_outputs))
+        ins = list(
+            dict.fromkeys(
+                t
+                for i in members
+                for t in nodes[i].input
+                if t and t not in produced and t not in consts and t not in constant_outputs
+            )
+        )
         outs = [t for t in produced if t in graph_outputs or consumers.get(t, set()) - inside]
         if len(ins) != 1 or len(outs) != 1:
             continue
         kind = "Conv" if isinstance(modules[path], nn.Conv2d) else "Linear"
         position[path] = max(members)
-        layers.append({"path": path, "kind": kind, "form": None, "input": ins[0], "output": outs[0],
-                       "bn": folded_bn.get(path), "residual": None, "activation": "none", "layout": "NCHW"})
+        layers.append(
+            {
+                "path": path,
+                "kind": kind,
+                "form": None,
+                "input": ins[0],
+                "output": outs[0],
+                "bn": folded_bn.get(path),
+                "residual": None,
+                "activation": "none",
+                "layout": "NCHW",
+            }
+        )
     # graph order: our layers by their output's producer, static ones by their last node
     producer = {o: i for i, n in enumerate(nodes) for o in n.output}
-    return sorted(layers, key=lambda e: position.get(e["path"], producer.get(e["output"], -1))
-                  if e["kind"] in ("Conv", "Linear") else producer.get(e["output"], -1))
+    return sorted(
+        layers,
+        key=lambda e: (
+            position.get(e["path"], producer.get(e["output"], -1))
+            if e["kind"] in ("Conv", "Linear")
+            else producer.get(e["output"], -1)
+        ),
+    )
 
 
 def drop_missing(layers: list[dict], proto: onnx.ModelProto) -> list[dict]:
     """The records whose tensors all exist in ``proto`` (onnxsim may fold some away)."""
     names = {o for n in proto.graph.node for o in n.output} | {i.name for i in proto.graph.input}
     return [e for e in layers if all(e[k] is None or e[k] in names for k in ("input", "output", "residual"))]
-

@@ -17,8 +17,16 @@ def bn_affine(bn: nn.Module | None, channels: int) -> tuple[torch.Tensor, torch.
 def fold_conv_bn(conv: nn.Conv2d, bn: nn.Module | None) -> nn.Conv2d:
     """A new Conv2d computing ``bn(conv(x))`` (bias always present)."""
     scale, shift = bn_affine(bn, conv.out_channels)
-    out = nn.Conv2d(conv.in_channels, conv.out_channels, conv.kernel_size, conv.stride,
-                    conv.padding, conv.dilation, conv.groups, bias=True)
+    out = nn.Conv2d(
+        conv.in_channels,
+        conv.out_channels,
+        conv.kernel_size,
+        conv.stride,
+        conv.padding,
+        conv.dilation,
+        conv.groups,
+        bias=True,
+    )
     with torch.no_grad():
         out.weight.copy_(conv.weight * scale.view(-1, 1, 1, 1))
         bias = conv.bias.detach() if conv.bias is not None else torch.zeros(conv.out_channels)

@@ -111,7 +111,7 @@ def plan(nodes, layers: dict[int, nn.Module], consumers, shape_of, const_of, gra
             return None
         return users[0]
 
-    for index, layer in layers.items():
+    for index in layers:
         tail, residual, folded = index, None, []
         y = nodes[index].output[0]
         user = only_consumer(y)
@@ -146,7 +146,14 @@ def _activation(node, const_of) -> str | None:
         return "relu"
     if node.op_type == "Clip" and len(node.input) == 3:
         lo, hi = (const_of(n) for n in node.input[1:])
-        if lo is not None and hi is not None and lo.size == 1 and hi.size == 1 and float(lo) == 0.0 and float(hi) == 6.0:
+        if (
+            lo is not None
+            and hi is not None
+            and lo.size == 1
+            and hi.size == 1
+            and float(lo) == 0.0
+            and float(hi) == 6.0
+        ):
             return "relu6"
     return None
 
@@ -169,13 +176,27 @@ class Layout:
         return out
 
 
-def emit(g: GraphBuilder, layout: Layout, layer: DeployDCD, activation: str, path: str,
-         x: str, residual: str | None, in_shape) -> str:
+def emit(
+    g: GraphBuilder,
+    layout: Layout,
+    layer: DeployDCD,
+    activation: str,
+    path: str,
+    x: str,
+    residual: str | None,
+    in_shape,
+) -> str:
     """Emit one fused node (NCHW in and out); returns the output name."""
     if around_conv(layer):
         return _emit_around_conv(g, layout, layer, activation, path, x, residual, in_shape)
-    attrs = dict(pool=layer.pool_size, se=int(layer.se), attention=int(layer.scale_w is not None),
-                 residual=int(residual is not None), activation=activation, form=layer.strategy)
+    attrs = dict(
+        pool=layer.pool_size,
+        se=int(layer.se),
+        attention=int(layer.scale_w is not None),
+        residual=int(residual is not None),
+        activation=activation,
+        form=layer.strategy,
+    )
     activations = {"x": layout.to_nhwc(x, path)}
     if residual is not None:
         activations["residual"] = layout.to_nhwc(residual, path)
@@ -185,15 +206,31 @@ def emit(g: GraphBuilder, layout: Layout, layer: DeployDCD, activation: str, pat
     return layout.to_nchw(y, path)
 
 
-def _emit_around_conv(g: GraphBuilder, layout: Layout, layer: DeployDCD, activation: str, path: str,
-                      x: str, residual: str | None, in_shape) -> str:
+def _emit_around_conv(
+    g: GraphBuilder,
+    layout: Layout,
+    layer: DeployDCD,
+    activation: str,
+    path: str,
+    x: str,
+    residual: str | None,
+    in_shape,
+) -> str:
     """A k x k / strided layer: the standard Conv of W0 (NCHW, constant weights, no bias),
     then one DCDConvEpilogue node (NHWC); returns the NCHW output name."""
     k, stride = layer.kernel_size, layer.stride
-    conv = g.scope(path).op("Conv", [x, g.scope(path).const("w0", layer.w0)], kernel_shape=[k, k],
-                            strides=[stride] * 2, pads=[k // 2] * 4)  # (B, C_out, H', W')
-    attrs = dict(pool=layer.pool_size, se=int(layer.se), attention=int(layer.scale_w is not None),
-                 residual=int(residual is not None), activation=activation, stride=stride, offset=0)
+    conv = g.scope(path).op(
+        "Conv", [x, g.scope(path).const("w0", layer.w0)], kernel_shape=[k, k], strides=[stride] * 2, pads=[k // 2] * 4
+    )  # (B, C_out, H', W')
+    attrs = dict(
+        pool=layer.pool_size,
+        se=int(layer.se),
+        attention=int(layer.scale_w is not None),
+        residual=int(residual is not None),
+        activation=activation,
+        stride=stride,
+        offset=0,
+    )
     activations = {"conv": layout.to_nhwc(conv, path), "x": layout.to_nhwc(x, path)}
     if residual is not None:
         activations["residual"] = layout.to_nhwc(residual, path)
@@ -203,8 +240,9 @@ def _emit_around_conv(g: GraphBuilder, layout: Layout, layer: DeployDCD, activat
     return layout.to_nchw(y, path)
 
 
-def _inputs(g: GraphBuilder, path: str, layer: DeployDCD, names: list[str],
-            activations: dict[str, str]) -> tuple[FunctionScope, dict[str, str]]:
+def _inputs(
+    g: GraphBuilder, path: str, layer: DeployDCD, names: list[str], activations: dict[str, str]
+) -> tuple[FunctionScope, dict[str, str]]:
     """The node's function scope with its inputs in the contract's order (``names``);
     returns it and the body's names of the constant inputs."""
     fs = FunctionScope(g, path, activations[names[0]])
@@ -236,22 +274,32 @@ def _pooled(fs: FunctionScope, pool: int, in_shape) -> str:
         for j in range(2):
             r0, r1 = i * h // 2, -(-(i + 1) * h // 2)
             c0, c1 = j * w // 2, -(-(j + 1) * w // 2)
-            window = fs.op("Slice", ["x", fs.ints("starts", [r0, c0]), fs.ints("ends", [r1, c1]),
-                                     fs.ints("axes", [1, 2])])  # (B, h_i, w_j, C)
+            window = fs.op(
+                "Slice", ["x", fs.ints("starts", [r0, c0]), fs.ints("ends", [r1, c1]), fs.ints("axes", [1, 2])]
+            )  # (B, h_i, w_j, C)
             bins.append(fs.op("Unsqueeze", [_reduce_mean_hw(fs, window), fs.ints("axis", [2])]))  # (B, C, 1)
     return fs.op("Flatten", [fs.op("Concat", bins, axis=2)], axis=1)  # (B, C·4), index c·4 + i·2 + j
 
 
-def _body(fs: FunctionScope, layer: DeployDCD, w: dict[str, str], in_shape, *, residual: bool,
-          activation: str, stride: int | None = None) -> str:
+def _body(
+    fs: FunctionScope,
+    layer: DeployDCD,
+    w: dict[str, str],
+    in_shape,
+    *,
+    residual: bool,
+    activation: str,
+    stride: int | None = None,
+) -> str:
     """The node's function body: the layer in NHWC with standard ops. With ``stride``
     (DCDConvEpilogue) the static term is the body's ``conv`` input and the latent path
     reads x's centre-tap pixels, every ``stride``-th row and column from 0."""
     lat = layer.latent_dim
     y = fs.op("Gemm", [_pooled(fs, layer.pool_size, in_shape), w["fc1"]], transB=1)  # (B, S)
     if layer.se:
-        y = fs.op("Mul", [y, fs.op("HardSigmoid", [fs.op("Gemm", [y, w["gate"]], transB=1)],
-                                   alpha=1.0 / 6.0, beta=0.5)])
+        y = fs.op(
+            "Mul", [y, fs.op("HardSigmoid", [fs.op("Gemm", [y, w["gate"]], transB=1)], alpha=1.0 / 6.0, beta=0.5)]
+        )
     else:
         y = fs.op("Relu", [y])
     phi = fs.op("Gemm", [y, w["phi_w"], w["phi_b"]], transB=1)  # (B, L²)
@@ -260,8 +308,16 @@ def _body(fs: FunctionScope, layer: DeployDCD, w: dict[str, str], in_shape, *, r
     xs = "x"
     if stride is not None and stride != 1:
         big = 2**62  # Slice clamps the end to the size
-        xs = fs.op("Slice", ["x", fs.ints("s_starts", [0, 0]), fs.ints("s_ends", [big, big]),
-                             fs.ints("s_axes", [1, 2]), fs.ints("s_steps", [stride, stride])])  # (B, H', W', C_in)
+        xs = fs.op(
+            "Slice",
+            [
+                "x",
+                fs.ints("s_starts", [0, 0]),
+                fs.ints("s_ends", [big, big]),
+                fs.ints("s_axes", [1, 2]),
+                fs.ints("s_steps", [stride, stride]),
+            ],
+        )  # (B, H', W', C_in)
     z = fs.op("Add", [fs.op("MatMul", [xs, fs.op("Transpose", [w["q"]], perm=[1, 0])]), w["q_b"]])  # (B, H', W', L)
     u = fs.op("MatMul", [z, phi_t])  # (B, H, W, L): Φ' z per pixel
     dyn = fs.op("MatMul", [u, fs.op("Transpose", [w["p"]], perm=[1, 0])])  # (B, H, W, C_out)

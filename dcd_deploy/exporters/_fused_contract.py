@@ -9,24 +9,45 @@ reads it to check the C++ op's input indices.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Mapping
 
 POINTWISE = "DCDPointwise"
 EPILOGUE = "DCDConvEpilogue"
 
 #: Per op type: (input, attribute that must be 1 for it to be present, or None).
-INPUTS: Mapping[str, tuple[tuple[str, str | None], ...]] = MappingProxyType({
-    POINTWISE: (
-        ("x", None), ("residual", "residual"), ("fc1", None), ("gate", "se"), ("scale_w", "attention"),
-        ("phi_w", None), ("phi_b", None), ("q", None), ("q_b", None), ("p", None), ("w0", None), ("bias", None),
-    ),
-    EPILOGUE: (
-        ("conv", None), ("x", None), ("residual", "residual"), ("fc1", None), ("gate", "se"),
-        ("scale_w", "attention"), ("phi_w", None), ("phi_b", None), ("q", None), ("q_b", None), ("p", None),
-        ("bias", None),
-    ),
-})
+INPUTS: Mapping[str, tuple[tuple[str, str | None], ...]] = MappingProxyType(
+    {
+        POINTWISE: (
+            ("x", None),
+            ("residual", "residual"),
+            ("fc1", None),
+            ("gate", "se"),
+            ("scale_w", "attention"),
+            ("phi_w", None),
+            ("phi_b", None),
+            ("q", None),
+            ("q_b", None),
+            ("p", None),
+            ("w0", None),
+            ("bias", None),
+        ),
+        EPILOGUE: (
+            ("conv", None),
+            ("x", None),
+            ("residual", "residual"),
+            ("fc1", None),
+            ("gate", "se"),
+            ("scale_w", "attention"),
+            ("phi_w", None),
+            ("phi_b", None),
+            ("q", None),
+            ("q_b", None),
+            ("p", None),
+            ("bias", None),
+        ),
+    }
+)
 #: Inputs that are activations (NHWC tensors of the graph); the rest are constants.
 ACTIVATIONS = frozenset({"x", "conv", "residual"})
 

@@ -80,11 +80,17 @@ def onnx_translation():
     try:
         onnx.defs.get_schema(OP_TYPE, 1, DOMAIN)
     except onnx.defs.SchemaError:
-        onnx.defs.register_schema(OpSchema(
-            OP_TYPE, DOMAIN, 1, inputs=[OpSchema.FormalParameter("x", "T")],
-            outputs=[OpSchema.FormalParameter("y", "T")],
-            type_constraints=[("T", ["tensor(float)"], "")],
-            attributes=[OpSchema.Attribute("path", OpSchema.AttrType.STRING, "")]))
+        onnx.defs.register_schema(
+            OpSchema(
+                OP_TYPE,
+                DOMAIN,
+                1,
+                inputs=[OpSchema.FormalParameter("x", "T")],
+                outputs=[OpSchema.FormalParameter("y", "T")],
+                type_constraints=[("T", ["tensor(float)"], "")],
+                attributes=[OpSchema.Attribute("path", OpSchema.AttrType.STRING, "")],
+            )
+        )
     opset = onnxscript.values.Opset(DOMAIN, 1)
 
     def translate(x, path: str, geom):

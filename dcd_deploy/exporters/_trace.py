@@ -79,7 +79,7 @@ def _dynamic_shapes(example: tuple[torch.Tensor, ...], *, batch: int | None, dyn
 
     batch_dim = Dim("batch", min=1) if batch is None else None
     specs = []
-    for i, t in enumerate(example):
+    for t in example:
         spec = {}
         if batch_dim is not None and t.dim() >= 1:
             spec[0] = batch_dim
@@ -113,24 +113,46 @@ def untraceable(model: nn.Module, exc: BaseException, what: str = "torch.export 
     import traceback
 
     lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
-    first = next((ln for ln in lines if not ln.startswith(("Traceback", "File ", "The above", "For more information",
-                                                          "Set TORCH_LOGS", "from user code"))), type(exc).__name__)
+    first = next(
+        (
+            ln
+            for ln in lines
+            if not ln.startswith(
+                ("Traceback", "File ", "The above", "For more information", "Set TORCH_LOGS", "from user code")
+            )
+        ),
+        type(exc).__name__,
+    )
     first = first.split("  (Size-like symbols")[0]
     if len(first) > 300:
         first = first[:297] + "..."
     torch_dir = os.path.dirname(torch.__file__)
     ours = os.path.dirname(__file__)
-    frames = [f for f in traceback.extract_tb(exc.__traceback__)
-              if not f.filename.startswith((torch_dir, ours)) and "site-packages" not in f.filename]
+    frames = [
+        f
+        for f in traceback.extract_tb(exc.__traceback__)
+        if not f.filename.startswith((torch_dir, ours)) and "site-packages" not in f.filename
+    ]
     where = ""
     if frames:
         f = frames[-1]
-        where = f" (at {os.path.basename(f.filename)}:{f.lineno} in {f.name}" + (f": {f.line.strip()}" if f.line else "") + ")"
+        where = (
+            f" (at {os.path.basename(f.filename)}:{f.lineno} in {f.name}"
+            + (f": {f.line.strip()}" if f.line else "")
+            + ")"
+        )
     return ExportError(f"cannot export {type(model).__name__}: {what}: {first}{where}")
 
 
-def trace(model: nn.Module, example: tuple[torch.Tensor, ...], *, batch: int | None, dynamic_size: bool,
-          input_names: list[str] | None, output_names: list[str] | None) -> Traced:
+def trace(
+    model: nn.Module,
+    example: tuple[torch.Tensor, ...],
+    *,
+    batch: int | None,
+    dynamic_size: bool,
+    input_names: list[str] | None,
+    output_names: list[str] | None,
+) -> Traced:
     """Trace ``model`` (a deploy form) and translate it to ONNX with placeholders.
 
     Raises:
@@ -173,16 +195,19 @@ def _export_error(model, exc):
     if isinstance(exc, ExportError):
         return exc
     if isinstance(exc, UserError) and "specialized" in str(exc):
-        return ExportError(f"cannot export {type(model).__name__} with the requested dynamic axes: "
-                           + next((ln.strip() for ln in str(exc).splitlines() if ln.strip().startswith("-")),
-                                  str(exc).splitlines()[0]).lstrip("- "))
+        return ExportError(
+            f"cannot export {type(model).__name__} with the requested dynamic axes: "
+            + next(
+                (ln.strip() for ln in str(exc).splitlines() if ln.strip().startswith("-")), str(exc).splitlines()[0]
+            ).lstrip("- ")
+        )
     return untraceable(model, exc)
 
 
 def _fast(model, args, shapes, op, translate) -> onnx.ModelProto:
     try:
         from torch.export._trace import _export
-        from torch.onnx._internal.exporter import _core, _fx_passes, _registration
+        from torch.onnx._internal.exporter import _core, _fx_passes
     except ImportError as exc:  # another torch release: the public path
         raise _Fallback from exc
     try:
@@ -290,9 +315,17 @@ def _public(model, args, shapes, op, translate) -> onnx.ModelProto:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             with _quiet_registration():
-                program = torch.onnx.export(model, args, dynamo=True, custom_translation_table={op: translate},
-                                            dynamic_shapes=shapes, opset_version=NATIVE_OPSET, optimize=True,
-                                            verbose=False, report=False)
+                program = torch.onnx.export(
+                    model,
+                    args,
+                    dynamo=True,
+                    custom_translation_table={op: translate},
+                    dynamic_shapes=shapes,
+                    opset_version=NATIVE_OPSET,
+                    optimize=True,
+                    verbose=False,
+                    report=False,
+                )
     except Exception as exc:
         cause = exc
         while cause.__cause__ is not None and not isinstance(cause, torch._dynamo.exc.UserError):

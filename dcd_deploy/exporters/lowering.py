@@ -31,18 +31,34 @@ from ..errors import ExportError
 from ..layers import DCDConv2d, DCDLinear, MixtureConv2d
 from ..models import check_input_size
 from ._deploy_dcd import STRATEGIES, DeployDCD
-from ._kinds import deploy_kind
 from ._deploy_mixture import DeployMixture
 from ._fold import fold_conv_bn, fold_linear_bn
+from ._kinds import deploy_kind
 
 DYNAMIC = (DCDConv2d, DCDLinear, MixtureConv2d)
 DEPLOYED = (DeployDCD, DeployMixture)
 _BN = (nn.BatchNorm1d, nn.BatchNorm2d)
 _PRODUCERS = DYNAMIC + (nn.Conv2d, nn.Linear)
 #: Tensor methods that read metadata, not data: not a use of the tensor.
-_METADATA = frozenset({"size", "dim", "numel", "is_contiguous", "stride", "element_size", "nelement",
-                       "ndimension", "__len__", "is_floating_point", "is_complex", "get_device",
-                       "data_ptr", "__format__", "__repr__"})
+_METADATA = frozenset(
+    {
+        "size",
+        "dim",
+        "numel",
+        "is_contiguous",
+        "stride",
+        "element_size",
+        "nelement",
+        "ndimension",
+        "__len__",
+        "is_floating_point",
+        "is_complex",
+        "get_device",
+        "data_ptr",
+        "__format__",
+        "__repr__",
+    }
+)
 
 
 def input_hw(input_size) -> tuple[int, int]:
@@ -51,8 +67,11 @@ def input_hw(input_size) -> tuple[int, int]:
         raise ExportError(f"input size must be a positive integer or (H, W), not {input_size!r}")
     if isinstance(input_size, int):
         hw = (input_size, input_size)
-    elif isinstance(input_size, (tuple, list)) and len(input_size) == 2 and all(
-            isinstance(v, int) and not isinstance(v, bool) for v in input_size):
+    elif (
+        isinstance(input_size, (tuple, list))
+        and len(input_size) == 2
+        and all(isinstance(v, int) and not isinstance(v, bool) for v in input_size)
+    ):
         hw = (int(input_size[0]), int(input_size[1]))
     else:
         raise ExportError(f"input size must be a positive integer or (H, W), not {input_size!r}")
@@ -68,8 +87,11 @@ def example_tuple(example_inputs, input_size) -> tuple[torch.Tensor, ...]:
         return (torch.zeros(1, 3, h, w),)
     if isinstance(example_inputs, torch.Tensor):
         return (example_inputs,)
-    if isinstance(example_inputs, (tuple, list)) and example_inputs and all(
-            isinstance(t, torch.Tensor) for t in example_inputs):
+    if (
+        isinstance(example_inputs, (tuple, list))
+        and example_inputs
+        and all(isinstance(t, torch.Tensor) for t in example_inputs)
+    ):
         return tuple(example_inputs)
     raise ExportError("example_inputs must be a tensor or a tuple of tensors (passed positionally to forward)")
 
@@ -100,7 +122,11 @@ class Analysis:
         """``{producer path: BatchNorm path}`` for every BatchNorm that can be folded."""
         producer_of = {}
         for path, calls in self.calls.items():
-            if isinstance(calls[0].module, _PRODUCERS) and len(calls) == 1 and isinstance(calls[0].output, torch.Tensor):
+            if (
+                isinstance(calls[0].module, _PRODUCERS)
+                and len(calls) == 1
+                and isinstance(calls[0].output, torch.Tensor)
+            ):
                 producer_of[id(calls[0].output)] = path
         out: dict[str, str] = {}
         for path, calls in self.calls.items():
@@ -155,8 +181,7 @@ class _UseCounter(TorchFunctionMode):
 
 def _is_property(func) -> bool:
     # Tensor.shape / .dtype / .device ... arrive as the property's __get__
-    return type(func).__name__ in ("method-wrapper", "wrapper_descriptor") or getattr(
-        func, "__name__", "") == "__get__"
+    return type(func).__name__ in ("method-wrapper", "wrapper_descriptor") or getattr(func, "__name__", "") == "__get__"
 
 
 def analyse(model: nn.Module, example: tuple[torch.Tensor, ...]) -> Analysis:
@@ -181,8 +206,10 @@ def analyse(model: nn.Module, example: tuple[torch.Tensor, ...]) -> Analysis:
     except ExportError:
         raise
     except Exception as exc:
-        raise ExportError(f"{type(model).__name__} does not run on its example inputs "
-                          f"({', '.join(str(tuple(t.shape)) for t in example)}): {_first_line(exc)}") from exc
+        raise ExportError(
+            f"{type(model).__name__} does not run on its example inputs "
+            f"({', '.join(str(tuple(t.shape)) for t in example)}): {_first_line(exc)}"
+        ) from exc
     finally:
         for h in handles:
             h.remove()
@@ -206,8 +233,9 @@ def _first_line(exc: BaseException) -> str:
     return lines[0] if lines else type(exc).__name__
 
 
-def to_deploy(model: nn.Module, *, strategy: str = "auto", input_size: int | tuple[int, int] = 224,
-              example_inputs=None) -> nn.Module:
+def to_deploy(
+    model: nn.Module, *, strategy: str = "auto", input_size: int | tuple[int, int] = 224, example_inputs=None
+) -> nn.Module:
     """Return a new module computing ``model`` (eval mode) with constant weights.
 
     Args:

@@ -22,9 +22,9 @@ import functools
 import json
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import onnx
 import torch
@@ -32,8 +32,8 @@ from onnx import helper
 from torch import nn
 from torch.utils import _pytree as pytree
 
-from .._version import __version__
 from .._atomic import atomic_output, check_output_path
+from .._version import __version__
 from ..errors import ExportError, ParityError
 from ._builder import DOMAIN
 from ._deploy_dcd import STRATEGIES, DeployDCD
@@ -51,12 +51,40 @@ EXPORT_SCHEMA = "dcd-export.report/1"  # fields added since: fused, unfused, inp
 LAYERS_KEY = "dcd_deploy.layers"
 #: Ops OUR emission of a dynamic layer may write (docs/design.md#emission); the rest of
 #: the graph is torch.onnx's, held to the standard domain only.
-ALLOWED_OPS = frozenset({
-    "Conv", "Gemm", "MatMul", "Mul", "Add", "Sub", "Div", "Relu", "Clip", "HardSigmoid", "Sigmoid",
-    "Softmax", "AveragePool", "GlobalAveragePool", "ReduceMean", "ReduceSum", "MaxPool", "Reshape",
-    "Flatten", "Transpose", "Concat", "Split", "Slice", "Squeeze", "Unsqueeze", "Shape", "Gather",
-    "Expand", "Identity", "Constant",
-})
+ALLOWED_OPS = frozenset(
+    {
+        "Conv",
+        "Gemm",
+        "MatMul",
+        "Mul",
+        "Add",
+        "Sub",
+        "Div",
+        "Relu",
+        "Clip",
+        "HardSigmoid",
+        "Sigmoid",
+        "Softmax",
+        "AveragePool",
+        "GlobalAveragePool",
+        "ReduceMean",
+        "ReduceSum",
+        "MaxPool",
+        "Reshape",
+        "Flatten",
+        "Transpose",
+        "Concat",
+        "Split",
+        "Slice",
+        "Squeeze",
+        "Unsqueeze",
+        "Shape",
+        "Gather",
+        "Expand",
+        "Identity",
+        "Constant",
+    }
+)
 
 
 @dataclass
@@ -108,12 +136,28 @@ class ExportResult:
         return d
 
 
-def export_onnx(model: nn.Module, path, *, input_size: int | tuple[int, int] = 224, example_inputs=None,
-                input_names=None, output_names=None, dynamic_size: bool = False, batch: int | None = None,
-                opset: int | None = None, simplify: bool = True, mode: str = "standard",
-                check: bool = True, strategy: str = "auto", parity_batch_sizes=(1, 2), parity_inputs=None,
-                progress: Callable[[str], None] | None = None, accept_inconclusive: bool = False,
-                parity_preprocess=None, parity_inputs_description: str | None = None) -> ExportResult:
+def export_onnx(
+    model: nn.Module,
+    path,
+    *,
+    input_size: int | tuple[int, int] = 224,
+    example_inputs=None,
+    input_names=None,
+    output_names=None,
+    dynamic_size: bool = False,
+    batch: int | None = None,
+    opset: int | None = None,
+    simplify: bool = True,
+    mode: str = "standard",
+    check: bool = True,
+    strategy: str = "auto",
+    parity_batch_sizes=(1, 2),
+    parity_inputs=None,
+    progress: Callable[[str], None] | None = None,
+    accept_inconclusive: bool = False,
+    parity_preprocess=None,
+    parity_inputs_description: str | None = None,
+) -> ExportResult:
     """Export ``model`` to ONNX in deploy form; the file appears only if all succeeded.
 
     Args:
@@ -178,10 +222,19 @@ def export_onnx(model: nn.Module, path, *, input_size: int | tuple[int, int] = 2
     if dynamic_size:
         _check_dynamic_size(deploy)
     stage("lower")
-    proto, fused = _build(deploy, example_inputs=example, batch=batch, opset=opset, mode=mode,
-                          arch=getattr(model, "arch", type(model).__name__), input_size=hw,
-                          dynamic_size=dynamic_size, input_names=_input_names(model, example, input_names),
-                          output_names=out_names, progress=stage)
+    proto, fused = _build(
+        deploy,
+        example_inputs=example,
+        batch=batch,
+        opset=opset,
+        mode=mode,
+        arch=getattr(model, "arch", type(model).__name__),
+        input_size=hw,
+        dynamic_size=dynamic_size,
+        input_names=_input_names(model, example, input_names),
+        output_names=out_names,
+        progress=stage,
+    )
     candidates = [proto]
     if simplify and mode == "standard":
         # with a parity check to follow, onnxsim's own (random inputs, ONNX Runtime against
@@ -197,25 +250,48 @@ def export_onnx(model: nn.Module, path, *, input_size: int | tuple[int, int] = 2
             _record_parity_inputs(c, parity_inputs, parity_inputs_description, parity_preprocess)
     checker = None
     if check:
-        checker = functools.partial(_check, model, sizes=(batch,) if batch is not None else tuple(parity_batch_sizes),
-                                    inputs=parity_inputs, example=example if example_inputs is not None else None,
-                                    mode=mode, accept_inconclusive=accept_inconclusive, preprocess=parity_preprocess)
+        checker = functools.partial(
+            _check,
+            model,
+            sizes=(batch,) if batch is not None else tuple(parity_batch_sizes),
+            inputs=parity_inputs,
+            example=example if example_inputs is not None else None,
+            mode=mode,
+            accept_inconclusive=accept_inconclusive,
+            preprocess=parity_preprocess,
+        )
     proto, report = _write_checked(path, candidates, checker, stage)
     hist = Counter(_op_name(n) for n in proto.graph.node)
     return ExportResult(
-        path=path, arch=getattr(model, "arch", type(model).__name__), input_size=hw[0] if hw[0] == hw[1] else hw,
-        batch=batch, opset=opset, mode=mode, num_nodes=len(proto.graph.node), op_histogram=dict(hist.most_common()),
-        size_bytes=path.stat().st_size, seconds=time.perf_counter() - start,
+        path=path,
+        arch=getattr(model, "arch", type(model).__name__),
+        input_size=hw[0] if hw[0] == hw[1] else hw,
+        batch=batch,
+        opset=opset,
+        mode=mode,
+        num_nodes=len(proto.graph.node),
+        op_histogram=dict(hist.most_common()),
+        size_bytes=path.stat().st_size,
+        seconds=time.perf_counter() - start,
         simplified=len(candidates) > 1 and proto is candidates[0],
-        strategies=dict(getattr(deploy, "strategies", {})), fused=fused.fused, unfused=fused.unfused,
-        input_names=[i.name for i in proto.graph.input], output_names=[o.name for o in proto.graph.output],
-        dynamic_size=dynamic_size, parity=report)
+        strategies=dict(getattr(deploy, "strategies", {})),
+        fused=fused.fused,
+        unfused=fused.unfused,
+        input_names=[i.name for i in proto.graph.input],
+        output_names=[o.name for o in proto.graph.output],
+        dynamic_size=dynamic_size,
+        parity=report,
+    )
 
 
 def _checked_arguments(*, opset, mode, strategy, batch) -> int:
     """The opset to write; an :class:`ExportError` for an argument out of its range."""
     opset = DEFAULT_OPSET if opset is None else opset
-    if isinstance(opset, bool) or not isinstance(opset, int) or not MIN_OPSET <= opset <= onnx.defs.onnx_opset_version():
+    if (
+        isinstance(opset, bool)
+        or not isinstance(opset, int)
+        or not MIN_OPSET <= opset <= onnx.defs.onnx_opset_version()
+    ):
         raise ExportError(f"opset {opset} is not supported; use {MIN_OPSET}-{onnx.defs.onnx_opset_version()}")
     if mode not in MODES:
         raise ExportError(f"unknown mode {mode!r}; expected one of {', '.join(MODES)}")
@@ -229,9 +305,16 @@ def _checked_arguments(*, opset, mode, strategy, batch) -> int:
 def _check(model, path, *, sizes, inputs, example, mode, accept_inconclusive, preprocess):
     from ..parity import check_parity
 
-    return check_parity(model, path, batch_sizes=sizes, inputs=inputs, example_inputs=example,
-                        backends=_parity_backends(mode), accept_inconclusive=accept_inconclusive,
-                        preprocess=preprocess)
+    return check_parity(
+        model,
+        path,
+        batch_sizes=sizes,
+        inputs=inputs,
+        example_inputs=example,
+        backends=_parity_backends(mode),
+        accept_inconclusive=accept_inconclusive,
+        preprocess=preprocess,
+    )
 
 
 def _write_checked(path: Path, candidates: list[onnx.ModelProto], check, stage):
@@ -257,22 +340,56 @@ def _write_checked(path: Path, candidates: list[onnx.ModelProto], check, stage):
                 return proto, report
             if report.verdict == "FAIL" and i + 1 < len(candidates):
                 continue  # onnxsim's graph failed: the check decides on the unsimplified one
-            raise ParityError(f"parity check {'inconclusive' if report.verdict == 'INCONCLUSIVE' else 'failed'}: "
-                              f"{report.summary()}", report)
+            raise ParityError(
+                f"parity check {'inconclusive' if report.verdict == 'INCONCLUSIVE' else 'failed'}: {report.summary()}",
+                report,
+            )
     raise AssertionError("no candidate graph")
 
 
-def build_onnx(deploy: nn.Module, *, example_inputs=None, input_size=224, batch: int | None = None,
-               opset: int = DEFAULT_OPSET, mode: str = "standard", arch: str = "model", dynamic_size: bool = False,
-               input_names=None, output_names=None) -> onnx.ModelProto:
+def build_onnx(
+    deploy: nn.Module,
+    *,
+    example_inputs=None,
+    input_size=224,
+    batch: int | None = None,
+    opset: int = DEFAULT_OPSET,
+    mode: str = "standard",
+    arch: str = "model",
+    dynamic_size: bool = False,
+    input_names=None,
+    output_names=None,
+) -> onnx.ModelProto:
     """Export a deploy form (:func:`to_deploy`'s result, or any module whose dynamic
     layers have an ``emit`` method) as an ONNX model (no simplification, no checks)."""
-    return _build(deploy, example_inputs=example_inputs, input_size=input_size, batch=batch, opset=opset, mode=mode,
-                  arch=arch, dynamic_size=dynamic_size, input_names=input_names, output_names=output_names)[0]
+    return _build(
+        deploy,
+        example_inputs=example_inputs,
+        input_size=input_size,
+        batch=batch,
+        opset=opset,
+        mode=mode,
+        arch=arch,
+        dynamic_size=dynamic_size,
+        input_names=input_names,
+        output_names=output_names,
+    )[0]
 
 
-def _build(deploy: nn.Module, *, example_inputs, input_size, batch, opset, mode, arch, dynamic_size,
-           input_names, output_names, progress=None):
+def _build(
+    deploy: nn.Module,
+    *,
+    example_inputs,
+    input_size,
+    batch,
+    opset,
+    mode,
+    arch,
+    dynamic_size,
+    input_names,
+    output_names,
+    progress=None,
+):
     """:func:`build_onnx`, also returning the :class:`~._emit.Emitted` record."""
     hw = input_hw(input_size)
     example = example_tuple(example_inputs, hw)
@@ -280,24 +397,37 @@ def _build(deploy: nn.Module, *, example_inputs, input_size, batch, opset, mode,
         input_names = _input_names(deploy, example, None)
     if output_names is None:
         output_names = _output_names(deploy, example, None)
-    traced = trace(deploy, example, batch=batch, dynamic_size=dynamic_size, input_names=input_names,
-                   output_names=output_names)
+    traced = trace(
+        deploy, example, batch=batch, dynamic_size=dynamic_size, input_names=input_names, output_names=output_names
+    )
     proto = traced.proto
     modules = dict(deploy.named_modules())
-    emitted = emit_layers(proto, emitters=traced.emitters, mode=mode, opset=NATIVE_OPSET, modules=modules,
-                          folded_bn=getattr(deploy, "folded_bn", {}))
+    emitted = emit_layers(
+        proto,
+        emitters=traced.emitters,
+        mode=mode,
+        opset=NATIVE_OPSET,
+        modules=modules,
+        folded_bn=getattr(deploy, "folded_bn", {}),
+    )
     if opset != NATIVE_OPSET:
         proto = _convert_opset(proto, opset)
     proto.ir_version = min(proto.ir_version, 10)  # readable by ONNX Runtime releases of the last years
     proto.producer_name, proto.producer_version = "dcd-deploy", __version__
     size = str(hw[0]) if hw[0] == hw[1] else f"{hw[0]}x{hw[1]}"
-    helper.set_model_props(proto, {
-        "arch": arch, "input_size": size, "batch": str(batch or "dynamic"),
-        "dynamic_size": "true" if dynamic_size else "false",
-        "dcd_deploy_version": __version__, "mode": mode,
-        "strategies": ",".join(f"{k}={v}" for k, v in getattr(deploy, "strategies", {}).items()),
-        LAYERS_KEY: json.dumps(emitted.layers),
-    })
+    helper.set_model_props(
+        proto,
+        {
+            "arch": arch,
+            "input_size": size,
+            "batch": str(batch or "dynamic"),
+            "dynamic_size": "true" if dynamic_size else "false",
+            "dcd_deploy_version": __version__,
+            "mode": mode,
+            "strategies": ",".join(f"{k}={v}" for k, v in getattr(deploy, "strategies", {}).items()),
+            LAYERS_KEY: json.dumps(emitted.layers),
+        },
+    )
     if progress is not None:
         progress("emit")
     return proto, emitted
@@ -319,11 +449,14 @@ def _input_names(model: nn.Module, example, given) -> list[str]:
     import inspect
 
     try:
-        params = [p.name for p in inspect.signature(model.forward).parameters.values()
-                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        params = [
+            p.name
+            for p in inspect.signature(model.forward).parameters.values()
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        ]
     except (TypeError, ValueError):
         params = []
-    return params[:len(example)] if len(params) >= len(example) else [f"input_{i}" for i in range(len(example))]
+    return params[: len(example)] if len(params) >= len(example) else [f"input_{i}" for i in range(len(example))]
 
 
 def _output_names(deploy: nn.Module, example, given) -> list[str]:
@@ -341,7 +474,7 @@ def _output_names(deploy: nn.Module, example, given) -> list[str]:
         return ["logits"]
     paths = [p for p, _ in pytree.tree_flatten_with_path(out)[0]]
     names = []
-    for i, keys in enumerate(paths):
+    for keys in paths:
         parts = []
         for k in keys:
             v = getattr(k, "key", getattr(k, "idx", getattr(k, "name", None)))
@@ -356,8 +489,10 @@ def _check_dynamic_size(deploy: nn.Module) -> None:
     """Refuse ``dynamic_size`` when one of our layers needs fixed spatial sizes."""
     for path, m in deploy.named_modules():
         if isinstance(m, DeployDCD) and m.pool_size > 1:  # 0: a linear layer, no pool
-            raise ExportError(f"{path}: a DCD layer with a {m.pool_size}x{m.pool_size} adaptive pool needs fixed "
-                              "input sizes (its pooling windows depend on them): export without dynamic_size")
+            raise ExportError(
+                f"{path}: a DCD layer with a {m.pool_size}x{m.pool_size} adaptive pool needs fixed "
+                "input sizes (its pooling windows depend on them): export without dynamic_size"
+            )
 
 
 def _check_ops(proto: onnx.ModelProto, mode: str) -> None:
@@ -366,17 +501,27 @@ def _check_ops(proto: onnx.ModelProto, mode: str) -> None:
         if node.domain == PLACEHOLDER_DOMAIN:
             raise AssertionError(f"placeholder left in the graph: {node.name}")
         if node.domain not in ("", "ai.onnx") and not (mode != "standard" and node.domain == DOMAIN):
-            raise ExportError(f"the exported graph has a {node.domain}.{node.op_type} node ({node.name}): "
-                              "only standard ONNX ops can be written")
+            raise ExportError(
+                f"the exported graph has a {node.domain}.{node.op_type} node ({node.name}): "
+                "only standard ONNX ops can be written"
+            )
     for fn in proto.functions:
         bad = sorted({n.op_type for n in fn.node if n.domain in ("", "ai.onnx")} - ALLOWED_OPS)
         if bad:
             raise AssertionError(f"function {fn.name} contains disallowed ops: {bad}")
-    emitted_prefixes = tuple(e["path"] + "/" for e in json.loads(
-        next((p.value for p in proto.metadata_props if p.key == LAYERS_KEY), "[]")) if e["kind"] not in ("Conv", "Linear"))
+    emitted_prefixes = tuple(
+        e["path"] + "/"
+        for e in json.loads(next((p.value for p in proto.metadata_props if p.key == LAYERS_KEY), "[]"))
+        if e["kind"] not in ("Conv", "Linear")
+    )
     if emitted_prefixes:
-        bad = sorted({n.op_type for n in proto.graph.node if n.domain in ("", "ai.onnx")
-                      and n.name.startswith(emitted_prefixes) and n.op_type not in ALLOWED_OPS})
+        bad = sorted(
+            {
+                n.op_type
+                for n in proto.graph.node
+                if n.domain in ("", "ai.onnx") and n.name.startswith(emitted_prefixes) and n.op_type not in ALLOWED_OPS
+            }
+        )
         if bad:  # a lowering bug, not a user error
             raise AssertionError(f"our emission wrote disallowed ops: {bad}")
 
@@ -387,8 +532,9 @@ def _convert_opset(proto: onnx.ModelProto, opset: int) -> onnx.ModelProto:
 
         converted = version_converter.convert_version(proto, opset)
     except Exception as exc:
-        raise ExportError(f"cannot write opset {opset}: {str(exc).splitlines()[0] if str(exc) else exc}; "
-                          f"use opset {NATIVE_OPSET}") from exc
+        raise ExportError(
+            f"cannot write opset {opset}: {str(exc).splitlines()[0] if str(exc) else exc}; use opset {NATIVE_OPSET}"
+        ) from exc
     return converted
 
 
@@ -485,8 +631,11 @@ def _simplify_keeping_layers(proto: onnx.ModelProto, *, own_check: bool = True) 
     outputs = {o.name for o in proto.graph.output}
     graph_inputs = {i.name for i in proto.graph.input}
     identity = {n.input[0]: n.output[0] for n in proto.graph.node if n.op_type == "Identity"}
-    keep = [t for t in dict.fromkeys(layer[k] for layer in layers for k in ("input", "output", "residual"))
-            if t and t not in outputs and identity.get(t) not in outputs and t not in graph_inputs]
+    keep = [
+        t
+        for t in dict.fromkeys(layer[k] for layer in layers for k in ("input", "output", "residual"))
+        if t and t not in outputs and identity.get(t) not in outputs and t not in graph_inputs
+    ]
     n = len(proto.graph.output)
     try:  # onnxsim needs each output's shape
         known = {v.name: v for v in onnx.shape_inference.infer_shapes(proto).graph.value_info}

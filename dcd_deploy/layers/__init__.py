@@ -4,16 +4,27 @@
 exporter, pseudo-training and complexity counting handle both through it.
 """
 
+from ._geometry import conv2d, explicit_pads, pad_input, pair
+from ._mixture import MixtureConv2d
 from .common import HSigmoid, SEGate, hsig
 from .condconv import CondConv2d
 from .dcd import DCDConv2d, DCDLinear, default_kernel_latent_dim, default_latent_dim
 from .dyconv import DynamicConv2d
-from ._geometry import conv2d, explicit_pads, pad_input, pair
-from ._mixture import MixtureConv2d
 
 __all__ = [
-    "CondConv2d", "DCDConv2d", "DCDLinear", "DynamicConv2d", "HSigmoid", "MixtureConv2d", "SEGate",
-    "default_kernel_latent_dim", "default_latent_dim", "hsig",
+    "CondConv2d",
+    "DCDConv2d",
+    "DCDLinear",
+    "DynamicConv2d",
+    "HSigmoid",
+    "MixtureConv2d",
+    "SEGate",
+    "default_kernel_latent_dim",
+    "default_latent_dim",
+    "hsig",
     # geometry the deploy forms share with the training forms
-    "conv2d", "explicit_pads", "pad_input", "pair",
+    "conv2d",
+    "explicit_pads",
+    "pad_input",
+    "pair",
 ]

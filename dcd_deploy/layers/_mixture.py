@@ -23,11 +23,22 @@ class MixtureConv2d(nn.Module):
     ``dilation·(k // 2)``.
     """
 
-    def __init__(self, in_channels: int, out_channels: int, kernel_size, stride, padding, dilation,
-                 groups: int, num_kernels: int, bias: bool):
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size,
+        stride,
+        padding,
+        dilation,
+        groups: int,
+        num_kernels: int,
+        bias: bool,
+    ):
         super().__init__()
-        kernel, strides, dilations = (pair(v, n) for v, n in (
-            (kernel_size, "kernel_size"), (stride, "stride"), (dilation, "dilation")))
+        kernel, strides, dilations = (
+            pair(v, n) for v, n in ((kernel_size, "kernel_size"), (stride, "stride"), (dilation, "dilation"))
+        )
         if min(kernel + strides + dilations) < 1 or groups < 1:
             raise ValueError("kernel_size, stride, dilation and groups must be positive")
         if in_channels % groups or out_channels % groups:
@@ -59,13 +70,16 @@ class MixtureConv2d(nn.Module):
         pi = self.routing(torch.flatten(self.pool(x), 1))  # (B, K)
         weight = torch.matmul(pi, self.weight.view(self.num_kernels, -1))  # (B, C_out * C_in/g * k * k)
         weight = weight.view(b * self.out_channels, *self.weight.shape[2:])  # (B * C_out, C_in/g, k, k)
-        out = F.conv2d(x.reshape(1, b * c, h, w), weight, None, self.stride, self.padding, self.dilation,
-                       groups=b * self.groups)  # (1, B * C_out, H', W')
+        out = F.conv2d(
+            x.reshape(1, b * c, h, w), weight, None, self.stride, self.padding, self.dilation, groups=b * self.groups
+        )  # (1, B * C_out, H', W')
         out = out.view(b, self.out_channels, out.shape[-2], out.shape[-1])  # (B, C_out, H', W')
         if self.bias is not None:
             out = out + torch.matmul(pi, self.bias).view(b, -1, 1, 1)
         return out
 
     def extra_repr(self) -> str:
-        return (f"{self.in_channels}, {self.out_channels}, k={self.kernel_size}, s={self.stride}, "
-                f"padding={self.padding}, dilation={self.dilation}, groups={self.groups}, K={self.num_kernels}")
+        return (
+            f"{self.in_channels}, {self.out_channels}, k={self.kernel_size}, s={self.stride}, "
+            f"padding={self.padding}, dilation={self.dilation}, groups={self.groups}, K={self.num_kernels}"
+        )

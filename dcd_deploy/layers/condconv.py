@@ -27,10 +27,20 @@ class CondConv2d(MixtureConv2d):
         bias: per-expert biases.
     """
 
-    def __init__(self, in_channels: int, out_channels: int, kernel_size=1, stride=1, padding=None,
-                 dilation=1, groups: int = 1, *, num_kernels: int = 8, bias: bool = False):
-        super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation, groups,
-                         num_kernels, bias)
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size=1,
+        stride=1,
+        padding=None,
+        dilation=1,
+        groups: int = 1,
+        *,
+        num_kernels: int = 8,
+        bias: bool = False,
+    ):
+        super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation, groups, num_kernels, bias)
         self.route = nn.Linear(in_channels, num_kernels)
 
     def routing(self, y: torch.Tensor) -> torch.Tensor:

@@ -60,9 +60,21 @@ def _require_dynamic(channel_attention: bool, channel_fusion: bool) -> None:
         raise ValueError("with Λ and Φ both off a DCD layer is static: use nn.Conv2d / nn.Linear")
 
 
-def _check_conv(in_channels: int, out_channels: int, kernel: tuple[int, int], strides: tuple[int, int],
-                dilations: tuple[int, int], padding, groups: int, *, pool_size: int, num_blocks: int | None,
-                joint_fusion: bool, latent_bn: bool, channel_fusion: bool):
+def _check_conv(
+    in_channels: int,
+    out_channels: int,
+    kernel: tuple[int, int],
+    strides: tuple[int, int],
+    dilations: tuple[int, int],
+    padding,
+    groups: int,
+    *,
+    pool_size: int,
+    num_blocks: int | None,
+    joint_fusion: bool,
+    latent_bn: bool,
+    channel_fusion: bool,
+):
     """Validate DCDConv2d's arguments; returns (padding resolved, depthwise, joint, num_blocks)."""
     if min(kernel + strides + dilations) < 1 or in_channels < 1 or out_channels < 1 or groups < 1:
         raise ValueError("channels, kernel_size, stride, dilation and groups must be positive")
@@ -76,8 +88,10 @@ def _check_conv(in_channels: int, out_channels: int, kernel: tuple[int, int], st
     big = kernel != (1, 1)
     depthwise = groups > 1 and groups == in_channels == out_channels
     if depthwise and not big:
-        raise ValueError("a 1x1 depthwise DCD layer has no kernel to decompose (Eq. 7 needs k > 1); "
-                         "use groups < channels, or nn.Conv2d")
+        raise ValueError(
+            "a 1x1 depthwise DCD layer has no kernel to decompose (Eq. 7 needs k > 1); "
+            "use groups < channels, or nn.Conv2d"
+        )
     joint = joint_fusion and big and not depthwise
     if joint and groups != 1:
         raise ValueError("joint fusion (Eq. 8) needs groups == 1")
@@ -85,9 +99,11 @@ def _check_conv(in_channels: int, out_channels: int, kernel: tuple[int, int], st
         raise ValueError("num_blocks and latent_bn apply to channel fusion only")
     channel = not (depthwise or joint)
     if channel and channel_fusion and (kernel[0] % 2 == 0 or kernel[1] % 2 == 0):
-        raise ValueError("k x k channel fusion puts its 1x1 residual at the centre tap and needs an odd "
-                         f"kernel_size, got {square(kernel)!r} (joint_fusion=True or channel_fusion=False "
-                         "take even sizes)")
+        raise ValueError(
+            "k x k channel fusion puts its 1x1 residual at the centre tap and needs an odd "
+            f"kernel_size, got {square(kernel)!r} (joint_fusion=True or channel_fusion=False "
+            "take even sizes)"
+        )
     num_blocks = 1 if not channel else (groups if num_blocks is None else num_blocks)
     if channel and (num_blocks < 1 or num_blocks % groups):
         raise ValueError(f"num_blocks={num_blocks} must be a multiple of groups={groups}")
@@ -96,8 +112,18 @@ def _check_conv(in_channels: int, out_channels: int, kernel: tuple[int, int], st
     return padding, depthwise, joint, num_blocks
 
 
-def _latent_dims(in_channels: int, out_channels: int, kernel: tuple[int, int], groups: int, num_blocks: int, *,
-                 depthwise: bool, joint: bool, latent_dim: int | None, kernel_latent_dim: int | None):
+def _latent_dims(
+    in_channels: int,
+    out_channels: int,
+    kernel: tuple[int, int],
+    groups: int,
+    num_blocks: int,
+    *,
+    depthwise: bool,
+    joint: bool,
+    latent_dim: int | None,
+    kernel_latent_dim: int | None,
+):
     """(L, L_k): the arguments', or the paper's defaults (Section 3.2, 4.2, 4.3)."""
     k_lat = 1
     k_elems = kernel[0] * kernel[1]
@@ -139,8 +165,15 @@ class _DCDBase(nn.Module):
     """
 
     def _build_branch(
-        self, *, in_features: int, out_channels: int, phi_numel: int, squeeze: int,
-        gate: str, channel_attention: bool, channel_fusion: bool,
+        self,
+        *,
+        in_features: int,
+        out_channels: int,
+        phi_numel: int,
+        squeeze: int,
+        gate: str,
+        channel_attention: bool,
+        channel_fusion: bool,
     ) -> None:
         self.fc = nn.Sequential(nn.Linear(in_features, squeeze, bias=False), make_gate(gate, squeeze))
         self.fc_phi = nn.Linear(squeeze, phi_numel, bias=False) if channel_fusion else None
@@ -215,20 +248,46 @@ class DCDConv2d(_DCDBase):
     """
 
     def __init__(
-        self, in_channels: int, out_channels: int, kernel_size: int | tuple[int, int] = 1,
-        stride: int | tuple[int, int] = 1, padding: int | tuple[int, int] | str | None = None,
-        dilation: int | tuple[int, int] = 1, groups: int = 1, bias: bool = False, *,
-        latent_dim: int | None = None, reduction: int = 16, squeeze: int | None = None,
-        num_blocks: int | None = None, channel_attention: bool = True, channel_fusion: bool = True,
-        joint_fusion: bool = False, kernel_latent_dim: int | None = None, pool_size: int = 1,
-        gate: str = "relu", latent_bn: bool = False,
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: int | tuple[int, int] = 1,
+        stride: int | tuple[int, int] = 1,
+        padding: int | tuple[int, int] | str | None = None,
+        dilation: int | tuple[int, int] = 1,
+        groups: int = 1,
+        bias: bool = False,
+        *,
+        latent_dim: int | None = None,
+        reduction: int = 16,
+        squeeze: int | None = None,
+        num_blocks: int | None = None,
+        channel_attention: bool = True,
+        channel_fusion: bool = True,
+        joint_fusion: bool = False,
+        kernel_latent_dim: int | None = None,
+        pool_size: int = 1,
+        gate: str = "relu",
+        latent_bn: bool = False,
     ):
         super().__init__()
-        kernel, strides, dilations = (pair(v, n) for v, n in (
-            (kernel_size, "kernel_size"), (stride, "stride"), (dilation, "dilation")))
+        kernel, strides, dilations = (
+            pair(v, n) for v, n in ((kernel_size, "kernel_size"), (stride, "stride"), (dilation, "dilation"))
+        )
         padding, depthwise, joint, num_blocks = _check_conv(
-            in_channels, out_channels, kernel, strides, dilations, padding, groups, pool_size=pool_size,
-            num_blocks=num_blocks, joint_fusion=joint_fusion, latent_bn=latent_bn, channel_fusion=channel_fusion)
+            in_channels,
+            out_channels,
+            kernel,
+            strides,
+            dilations,
+            padding,
+            groups,
+            pool_size=pool_size,
+            num_blocks=num_blocks,
+            joint_fusion=joint_fusion,
+            latent_bn=latent_bn,
+            channel_fusion=channel_fusion,
+        )
         _require_dynamic(channel_attention, channel_fusion)
 
         self.in_channels, self.out_channels = in_channels, out_channels
@@ -237,13 +296,21 @@ class DCDConv2d(_DCDBase):
         self.padding, self.groups = padding, groups
         self.pool_size, self.num_blocks = pool_size, num_blocks
         self.channel_attention, self.channel_fusion = channel_attention, channel_fusion
-        latent, k_lat = _latent_dims(in_channels, out_channels, kernel, groups, num_blocks, depthwise=depthwise,
-                                     joint=joint, latent_dim=latent_dim, kernel_latent_dim=kernel_latent_dim)
+        latent, k_lat = _latent_dims(
+            in_channels,
+            out_channels,
+            kernel,
+            groups,
+            num_blocks,
+            depthwise=depthwise,
+            joint=joint,
+            latent_dim=latent_dim,
+            kernel_latent_dim=kernel_latent_dim,
+        )
         self.form = DCDForm(depthwise=depthwise, joint=joint, latent_dim=latent, kernel_latent_dim=k_lat)
         self.latent_dim = latent
 
-        self.conv = nn.Conv2d(in_channels, out_channels, kernel, strides, padding, dilations,
-                              groups=groups, bias=False)
+        self.conv = nn.Conv2d(in_channels, out_channels, kernel, strides, padding, dilations, groups=groups, bias=False)
         #: Padding of the input for the 1x1 residual at the centre tap (negative: a crop).
         self.tap_pads = centre_tap_pads(explicit_pads(padding, kernel, dilations), kernel, dilations)
         self.pool = nn.AdaptiveAvgPool2d(pool_size)
@@ -253,9 +320,13 @@ class DCDConv2d(_DCDBase):
         self.kernel_r = self.weight_p = None
         phi_numel = self._build_factors(kernel, strides, latent_bn) if channel_fusion else 0
         self._build_branch(
-            in_features=pooled, out_channels=out_channels, phi_numel=phi_numel,
-            squeeze=squeeze or max(pooled // reduction, MIN_SQUEEZE), gate=gate,
-            channel_attention=channel_attention, channel_fusion=channel_fusion,
+            in_features=pooled,
+            out_channels=out_channels,
+            phi_numel=phi_numel,
+            squeeze=squeeze or max(pooled // reduction, MIN_SQUEEZE),
+            gate=gate,
+            channel_attention=channel_attention,
+            channel_fusion=channel_fusion,
         )
         if bias:
             self.bias = nn.Parameter(torch.empty(out_channels))
@@ -297,7 +368,7 @@ class DCDConv2d(_DCDBase):
             self._parameters.setdefault("bias", None)
 
     @classmethod
-    def from_conv(cls, conv: nn.Conv2d, **options) -> "DCDConv2d":
+    def from_conv(cls, conv: nn.Conv2d, **options) -> DCDConv2d:
         """A DCD layer that starts out computing exactly what ``conv`` computes.
 
         ``W0`` and the bias are copied; the dynamic heads are zeroed so that Λ = hsig(0) = 1
@@ -311,8 +382,17 @@ class DCDConv2d(_DCDBase):
         """
         if conv.padding_mode != "zeros":
             raise ValueError(f"padding_mode={conv.padding_mode!r}: DCD layers pad with zeros only")
-        layer = cls(conv.in_channels, conv.out_channels, conv.kernel_size, conv.stride, conv.padding,
-                    conv.dilation, conv.groups, conv.bias is not None, **options)
+        layer = cls(
+            conv.in_channels,
+            conv.out_channels,
+            conv.kernel_size,
+            conv.stride,
+            conv.padding,
+            conv.dilation,
+            conv.groups,
+            conv.bias is not None,
+            **options,
+        )
         layer.to(device=conv.weight.device, dtype=conv.weight.dtype)
         with torch.no_grad():
             layer.conv.weight.copy_(conv.weight)
@@ -394,9 +474,11 @@ class DCDConv2d(_DCDBase):
             geometry += f", groups={self.groups}"
         if self.bias is not None:
             geometry += ", bias=True"
-        return (f"{self.in_channels}, {self.out_channels}, {geometry}, "
-                f"form={kind}, L={self.latent_dim}, B={self.num_blocks}, pool={self.pool_size}, "
-                f"Λ={self.channel_attention}, Φ={self.channel_fusion}")
+        return (
+            f"{self.in_channels}, {self.out_channels}, {geometry}, "
+            f"form={kind}, L={self.latent_dim}, B={self.num_blocks}, pool={self.pool_size}, "
+            f"Λ={self.channel_attention}, Φ={self.channel_fusion}"
+        )
 
 
 class DCDLinear(_DCDBase):
@@ -420,9 +502,18 @@ class DCDLinear(_DCDBase):
     """
 
     def __init__(
-        self, in_features: int, out_features: int, bias: bool = True, *, latent_dim: int | None = None,
-        reduction: int = 16, squeeze: int | None = None, num_blocks: int = 1,
-        channel_attention: bool = True, channel_fusion: bool = True, gate: str = "relu",
+        self,
+        in_features: int,
+        out_features: int,
+        bias: bool = True,
+        *,
+        latent_dim: int | None = None,
+        reduction: int = 16,
+        squeeze: int | None = None,
+        num_blocks: int = 1,
+        channel_attention: bool = True,
+        channel_fusion: bool = True,
+        gate: str = "relu",
         latent_bn: bool = False,
     ):
         super().__init__()
@@ -447,9 +538,13 @@ class DCDLinear(_DCDBase):
                 self.bn2 = nn.BatchNorm1d(latent)
         squeeze = squeeze or max(in_features // reduction, MIN_SQUEEZE)
         self._build_branch(
-            in_features=in_features, out_channels=out_features,
-            phi_numel=latent * latent // num_blocks, squeeze=squeeze, gate=gate,
-            channel_attention=channel_attention, channel_fusion=channel_fusion,
+            in_features=in_features,
+            out_channels=out_features,
+            phi_numel=latent * latent // num_blocks,
+            squeeze=squeeze,
+            gate=gate,
+            channel_attention=channel_attention,
+            channel_fusion=channel_fusion,
         )
 
     def _project(self, layer: nn.Module, v: torch.Tensor) -> torch.Tensor:
@@ -474,5 +569,7 @@ class DCDLinear(_DCDBase):
         return out + self._project(self.cls_p, u.view(b, self.latent_dim))
 
     def extra_repr(self) -> str:
-        return (f"{self.in_features}, {self.out_features}, L={self.latent_dim}, B={self.num_blocks}, "
-                f"Λ={self.channel_attention}, Φ={self.channel_fusion}")
+        return (
+            f"{self.in_features}, {self.out_features}, L={self.latent_dim}, B={self.num_blocks}, "
+            f"Λ={self.channel_attention}, Φ={self.channel_fusion}"
+        )

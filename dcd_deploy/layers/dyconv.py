@@ -33,11 +33,22 @@ class DynamicConv2d(MixtureConv2d):
         bias: per-kernel biases.
     """
 
-    def __init__(self, in_channels: int, out_channels: int, kernel_size=1, stride=1, padding=None,
-                 dilation=1, groups: int = 1, *, num_kernels: int = 4, reduction: int = 4,
-                 temperature: float = 1.0, bias: bool = False):
-        super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation, groups,
-                         num_kernels, bias)
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size=1,
+        stride=1,
+        padding=None,
+        dilation=1,
+        groups: int = 1,
+        *,
+        num_kernels: int = 4,
+        reduction: int = 4,
+        temperature: float = 1.0,
+        bias: bool = False,
+    ):
+        super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation, groups, num_kernels, bias)
         hidden = max(in_channels // reduction, MIN_HIDDEN)
         self.temperature = float(temperature)
         self.fc1 = nn.Linear(in_channels, hidden)

@@ -9,6 +9,17 @@ from .mobilenetv2 import MobileNetV2
 from .resnet import ResNet
 
 __all__ = [
-    "LayerSpec", "MobileNetV2", "ResNet", "check_input_size", "closest_models", "create_model", "is_model",
-    "list_models", "natural_pixels", "pseudo_train", "recalibrate_bn", "register_model", "synthetic_images",
+    "LayerSpec",
+    "MobileNetV2",
+    "ResNet",
+    "check_input_size",
+    "closest_models",
+    "create_model",
+    "is_model",
+    "list_models",
+    "natural_pixels",
+    "pseudo_train",
+    "recalibrate_bn",
+    "register_model",
+    "synthetic_images",
 ]

@@ -85,36 +85,71 @@ class LayerSpec:
         return self.kind != "static" and role in self.roles
 
     # -- convolutions -------------------------------------------------------------
-    def conv(self, role: str, in_ch: int, out_ch: int, kernel_size: int = 1, stride: int = 1,
-             groups: int = 1, *, family: str = "mbv2") -> nn.Module:
+    def conv(
+        self,
+        role: str,
+        in_ch: int,
+        out_ch: int,
+        kernel_size: int = 1,
+        stride: int = 1,
+        groups: int = 1,
+        *,
+        family: str = "mbv2",
+    ) -> nn.Module:
         """A conv for ``role``; ``family`` picks the release's formulas (mbv2, basic, bottleneck)."""
         if not self.is_dynamic(role):
             return nn.Conv2d(in_ch, out_ch, kernel_size, stride, kernel_size // 2, groups=groups, bias=False)
         if self.kind == "dyconv":
-            return DynamicConv2d(in_ch, out_ch, kernel_size, stride, groups=groups,
-                                 num_kernels=self.num_kernels or 4)
+            return DynamicConv2d(in_ch, out_ch, kernel_size, stride, groups=groups, num_kernels=self.num_kernels or 4)
         if self.kind == "condconv":
-            return CondConv2d(in_ch, out_ch, kernel_size, stride, groups=groups,
-                              num_kernels=self.num_kernels or 8)
+            return CondConv2d(in_ch, out_ch, kernel_size, stride, groups=groups, num_kernels=self.num_kernels or 8)
         kw = dict(channel_attention=self.channel_attention, channel_fusion=self.channel_fusion)
         if groups > 1:  # depthwise (Eq. 7): no release variant exists
             # The release's branch for a C -> C layer: global pool, squeeze C / fc_squeeze
             # and its SE gate (the paper style keeps the plain ReLU branch).
             lk = self._mult(max(1, kernel_size * kernel_size // 2))
             gate = "relu" if self.style == "paper" else "se"
-            return DCDConv2d(in_ch, out_ch, kernel_size, stride, groups=groups, latent_dim=lk,
-                             reduction=self.fc_squeeze, gate=gate, **kw)
+            return DCDConv2d(
+                in_ch,
+                out_ch,
+                kernel_size,
+                stride,
+                groups=groups,
+                latent_dim=lk,
+                reduction=self.fc_squeeze,
+                gate=gate,
+                **kw,
+            )
         if self.style == "paper" or self.joint_fusion:
             from ..layers import default_latent_dim
 
             b = self.num_blocks
             lat = None if self.joint_fusion else b * self._mult(default_latent_dim(min(in_ch, out_ch) // b))
-            return DCDConv2d(in_ch, out_ch, kernel_size, stride, latent_dim=lat,
-                             reduction=self.fc_squeeze, num_blocks=1 if self.joint_fusion else self.num_blocks,
-                             joint_fusion=self.joint_fusion, **kw)
+            return DCDConv2d(
+                in_ch,
+                out_ch,
+                kernel_size,
+                stride,
+                latent_dim=lat,
+                reduction=self.fc_squeeze,
+                num_blocks=1 if self.joint_fusion else self.num_blocks,
+                joint_fusion=self.joint_fusion,
+                **kw,
+            )
         pool, dim, squeeze = self._release_dims(family, in_ch, out_ch)
-        return DCDConv2d(in_ch, out_ch, kernel_size, stride, latent_dim=dim, squeeze=squeeze,
-                         num_blocks=self.num_blocks, pool_size=pool, gate="se", latent_bn=True, **kw)
+        return DCDConv2d(
+            in_ch,
+            out_ch,
+            kernel_size,
+            stride,
+            latent_dim=dim,
+            squeeze=squeeze,
+            num_blocks=self.num_blocks,
+            pool_size=pool,
+            gate="se",
+            latent_bn=True,
+            **kw,
+        )
 
     def _mult(self, dim: int) -> int:
         return max(1, int(round(dim * self.latent_mult)))
@@ -145,17 +180,24 @@ class LayerSpec:
             return PointwiseClassifier(CondConv2d(in_f, out_f, 1, num_kernels=self.num_kernels or 8, bias=True))
         if self.kind == "dyconv":
             return PointwiseClassifier(DynamicConv2d(in_f, out_f, 1, num_kernels=self.num_kernels or 4, bias=True))
-        kw = dict(channel_attention=self.channel_attention, channel_fusion=self.channel_fusion,
-                  num_blocks=self.num_blocks)
+        kw = dict(
+            channel_attention=self.channel_attention, channel_fusion=self.channel_fusion, num_blocks=self.num_blocks
+        )
         if self.style == "paper":
             from ..layers import default_latent_dim
 
             b = self.num_blocks
-            return DCDLinear(in_f, out_f, latent_dim=b * self._mult(default_latent_dim(min(in_f, out_f) // b)),
-                             reduction=self.fc_squeeze, **kw)
+            return DCDLinear(
+                in_f,
+                out_f,
+                latent_dim=b * self._mult(default_latent_dim(min(in_f, out_f) // b)),
+                reduction=self.fc_squeeze,
+                **kw,
+            )
         b = self.num_blocks
-        return DCDLinear(in_f, out_f, latent_dim=b * self._mult(CLS_DIM // b), squeeze=CLS_SQUEEZE,
-                         gate="se", latent_bn=True, **kw)
+        return DCDLinear(
+            in_f, out_f, latent_dim=b * self._mult(CLS_DIM // b), squeeze=CLS_SQUEEZE, gate="se", latent_bn=True, **kw
+        )
 
 
 class PointwiseClassifier(nn.Module):

@@ -63,13 +63,14 @@ def natural_pixels(n: int, size: int | tuple[int, int], *, seed: int = 0, channe
     yy = ((torch.arange(h, dtype=torch.float32) + 0.5) / h).view(1, h, 1)
     xx = ((torch.arange(w, dtype=torch.float32) + 0.5) / w).view(1, 1, w)
     for _ in range(OBJECTS):
-        cx, cy, radius = (torch.rand(3, n, 1, 1, generator=g) * torch.tensor([1.0, 1.0, 0.3]).view(3, 1, 1, 1)
-                          ).unbind(0)
+        cx, cy, radius = (torch.rand(3, n, 1, 1, generator=g) * torch.tensor([1.0, 1.0, 0.3]).view(3, 1, 1, 1)).unbind(
+            0
+        )
         radius = radius + 0.05
-        disc = (xx - cx) ** 2 + (yy - cy) ** 2 < radius ** 2                    # (n, H, W)
-        box = ((xx - cx).abs() < radius) & ((yy - cy).abs() < 0.6 * radius)    # (n, H, W)
+        disc = (xx - cx) ** 2 + (yy - cy) ** 2 < radius**2  # (n, H, W)
+        box = ((xx - cx).abs() < radius) & ((yy - cy).abs() < 0.6 * radius)  # (n, H, W)
         is_disc = torch.rand(n, 1, 1, generator=g) < 0.5
-        mask = torch.where(is_disc, disc, box).unsqueeze(1)                      # (n, 1, H, W)
+        mask = torch.where(is_disc, disc, box).unsqueeze(1)  # (n, 1, H, W)
         colour = _colours(g, n, channels, 1)
         img = torch.where(mask, colour.expand_as(img), img)
     coarse = (max(1, h // TEXTURE_SCALE), max(1, w // TEXTURE_SCALE))

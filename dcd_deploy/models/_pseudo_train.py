@@ -68,7 +68,7 @@ def _draw_weights(model: nn.Module, seed: int) -> None:
             heads.add(id(m.fc2.weight))
         elif isinstance(m, CondConv2d):
             heads.add(id(m.route.weight))
-    for name, p in model.named_parameters():
+    for p in model.parameters():
         if p.dim() <= 1:
             continue
         fan_in = p[0].numel()
@@ -92,8 +92,14 @@ def _draw_weights(model: nn.Module, seed: int) -> None:
 
 
 @torch.no_grad()
-def recalibrate_bn(model: nn.Module, *, seed: int = 0, input_size: int = 224,
-                   batches: int = CALIB_BATCHES, batch_size: int = CALIB_BATCH_SIZE) -> None:
+def recalibrate_bn(
+    model: nn.Module,
+    *,
+    seed: int = 0,
+    input_size: int = 224,
+    batches: int = CALIB_BATCHES,
+    batch_size: int = CALIB_BATCH_SIZE,
+) -> None:
     """Reset BN running statistics to their average over seeded synthetic batches."""
     bns = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
     saved = [bn.momentum for bn in bns]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import difflib
-from typing import Callable
+from collections.abc import Callable
 
 from torch import nn
 
@@ -28,6 +28,7 @@ VARIANT_SUFFIXES = (("static", ""), ("dcd", "_dcd"), ("dyconv", "_dyconv"), ("co
 def register_variants(prefix: str, build: Callable[..., nn.Module], description: str) -> None:
     """Register ``prefix`` + each suffix of :data:`VARIANT_SUFFIXES`; ``build(kind, **kw)``."""
     for kind, suffix in VARIANT_SUFFIXES:
+
         def entry(*, _kind=kind, **kwargs) -> nn.Module:
             return build(_kind, **kwargs)
 

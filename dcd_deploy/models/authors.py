@@ -22,8 +22,8 @@ from collections.abc import Mapping
 import torch
 from torch import nn
 
-from ..state_dict import load_weights, save_atomic, strip_module_prefix
 from ..errors import CheckpointError, StateDictMismatchError
+from ..state_dict import load_weights, save_atomic, strip_module_prefix
 from ._factory import LayerSpec
 from ._registry import create_model, is_model
 from .mobilenetv2 import BLOCKS, FC_SQUEEZE, STEM_CHANNELS, MobileNetV2, make_divisible
@@ -31,8 +31,7 @@ from .mobilenetv2 import DEFAULT_ROLES as MBV2_ROLES
 from .resnet import DEFAULT_ROLES as RESNET_ROLES
 from .resnet import DEPTHS, Bottleneck, ResNet, _resnet
 
-RELEASE_ARCHS = ("mobilenetv2_dcd", "resnet18_dcd", "resnet34_dcd", "resnet50_dcd",
-                 "resnet101_dcd", "resnet152_dcd")
+RELEASE_ARCHS = ("mobilenetv2_dcd", "resnet18_dcd", "resnet34_dcd", "resnet50_dcd", "resnet101_dcd", "resnet152_dcd")
 #: Zoo name per MobileNetV2 width the release published.
 MBV2_WIDTHS = {1.0: "mobilenetv2_100_dcd", 0.5: "mobilenetv2_050_dcd", 0.35: "mobilenetv2_035_dcd"}
 #: fc_squeeze values tried when matching a MobileNetV2 file (the width's default first).
@@ -84,7 +83,7 @@ def to_zoo_layout(state_dict: Mapping[str, torch.Tensor]) -> dict[str, torch.Ten
     out = {}
     for key, value in state_dict.items():
         if shift and key.startswith(_CLS_NO_DROPOUT):
-            key = _CLS_DROPOUT + key[len(_CLS_NO_DROPOUT):]
+            key = _CLS_DROPOUT + key[len(_CLS_NO_DROPOUT) :]
         out[_RELEASE_QP.sub(r"\1.conv_\2.weight", key)] = value
     return out
 
@@ -113,8 +112,9 @@ def build_from_release(arch: str, state_dict: Mapping[str, torch.Tensor], **over
     state_dict = to_zoo_layout(state_dict)
     cls_key = _CLS_DROPOUT + "cls.weight"
     if cls_key not in state_dict:
-        raise CheckpointError(f"not a {arch} state dict: it has no DCD classifier "
-                              f"({_CLS_NO_DROPOUT}cls.weight or {cls_key})")
+        raise CheckpointError(
+            f"not a {arch} state dict: it has no DCD classifier ({_CLS_NO_DROPOUT}cls.weight or {cls_key})"
+        )
     config = {"num_classes": state_dict[cls_key].shape[0], "dropout": RELEASE_DROPOUT if dropout else 0.0}
     if arch != "mobilenetv2_dcd":
         model = build_model(arch, **{**config, **overrides})
@@ -152,8 +152,10 @@ def _mobilenetv2_channels(width: float) -> list[tuple[str, int]]:
 def _mobilenetv2_width(state_dict: Mapping[str, torch.Tensor]) -> float:
     # x0.5 and x0.35 share the 16-channel stem and first block; the whole table tells them apart.
     for width in MBV2_WIDTHS:
-        if all(key in state_dict and state_dict[key].dim() > 0 and state_dict[key].shape[0] == ch
-               for key, ch in _mobilenetv2_channels(width)):
+        if all(
+            key in state_dict and state_dict[key].dim() > 0 and state_dict[key].shape[0] == ch
+            for key, ch in _mobilenetv2_channels(width)
+        ):
             return width
     widths = ", ".join(f"x{w}" for w in MBV2_WIDTHS)
     raise CheckpointError(f"not a mobilenetv2_dcd state dict: its channel counts fit none of {widths}")
@@ -173,8 +175,7 @@ def release_arch(model: nn.Module) -> str:
     elif isinstance(model, ResNet):
         name, roles = f"resnet{model.depth}_dcd", RESNET_ROLES["dcd"]
         # The stride's position is not in the state dict; the release puts it on the 3x3.
-        stride_in_1x1 = any(isinstance(m, Bottleneck) and m.conv1.stride not in (1, (1, 1))
-                            for m in model.modules())
+        stride_in_1x1 = any(isinstance(m, Bottleneck) and m.conv1.stride not in (1, (1, 1)) for m in model.modules())
         fits = name in RELEASE_ARCHS and model.fixed_pool and not stride_in_1x1
     else:
         fits = False
@@ -182,12 +183,14 @@ def release_arch(model: nn.Module) -> str:
         label = getattr(model, "arch", type(model).__name__)
         raise CheckpointError(
             f"{label} has no equivalent in the authors' release (it has DCD MobileNetV2 x1.0/x0.5/x0.35 "
-            "and ResNet-18/34/50/101/152 with default knobs and the fixed 7x7 pool)")
+            "and ResNet-18/34/50/101/152 with default knobs and the fixed 7x7 pool)"
+        )
     return name
 
 
-def to_release_state_dict(model: nn.Module, *, dropout: bool = True,
-                          prefix: str = "module.") -> dict[str, torch.Tensor]:
+def to_release_state_dict(
+    model: nn.Module, *, dropout: bool = True, prefix: str = "module."
+) -> dict[str, torch.Tensor]:
     """A zoo ``_dcd`` model's state dict in the release's key layout.
 
     Args:
@@ -203,13 +206,14 @@ def to_release_state_dict(model: nn.Module, *, dropout: bool = True,
     out = {}
     for key, value in model.state_dict().items():
         if not dropout and key.startswith(_CLS_DROPOUT):
-            key = _CLS_NO_DROPOUT + key[len(_CLS_DROPOUT):]
+            key = _CLS_NO_DROPOUT + key[len(_CLS_DROPOUT) :]
         out[prefix + _ZOO_QP.sub(r"\1.\2.weight", key)] = value
     return out
 
 
-def save_release_checkpoint(model: nn.Module, path: str | os.PathLike, *, dropout: bool = True,
-                            data_parallel: bool = True) -> None:
+def save_release_checkpoint(
+    model: nn.Module, path: str | os.PathLike, *, dropout: bool = True, data_parallel: bool = True
+) -> None:
     """Write ``model`` as the authors' training script saved checkpoints (atomically).
 
     Args:
@@ -222,5 +226,6 @@ def save_release_checkpoint(model: nn.Module, path: str | os.PathLike, *, dropou
         CheckpointError: the release has no such model, or ``path`` cannot be written.
     """
     state_dict = to_release_state_dict(model, dropout=dropout, prefix="module." if data_parallel else "")
-    save_atomic({"epoch": 0, "arch": release_arch(model), "state_dict": state_dict,
-                 "best_prec1": 0.0, "optimizer": {}}, path)
+    save_atomic(
+        {"epoch": 0, "arch": release_arch(model), "state_dict": state_dict, "best_prec1": 0.0, "optimizer": {}}, path
+    )

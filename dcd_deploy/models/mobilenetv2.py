@@ -16,8 +16,7 @@ from ._registry import register_variants
 
 # Inverted residual settings; legend: t expansion, c output channels (x1.0),
 # n repeats, s stride of the first repeat.
-BLOCKS = ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2),
-          (6, 96, 3, 1), (6, 160, 3, 2), (6, 320, 1, 1))
+BLOCKS = ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1), (6, 160, 3, 2), (6, 320, 1, 1))
 STEM_CHANNELS = 32
 HEAD_CHANNELS = 1280
 DIVISOR = 8
@@ -42,8 +41,14 @@ class InvertedResidual(nn.Module):
         if expand_ratio == 1:
             layers = [dw, *_bn_act(hidden), spec.conv("pw0", hidden, oup), nn.BatchNorm2d(oup)]
         else:
-            layers = [spec.conv("pw", inp, hidden), *_bn_act(hidden), dw, *_bn_act(hidden),
-                      spec.conv("pw", hidden, oup), nn.BatchNorm2d(oup)]
+            layers = [
+                spec.conv("pw", inp, hidden),
+                *_bn_act(hidden),
+                dw,
+                *_bn_act(hidden),
+                spec.conv("pw", hidden, oup),
+                nn.BatchNorm2d(oup),
+            ]
         self.conv = nn.Sequential(*layers)
 
     def forward(self, x):
@@ -61,8 +66,7 @@ class MobileNetV2(nn.Module):
             ``classifier.1`` as in the published checkpoints).
     """
 
-    def __init__(self, spec: LayerSpec, width_mult: float = 1.0, num_classes: int = 1000,
-                 dropout: float = 0.0):
+    def __init__(self, spec: LayerSpec, width_mult: float = 1.0, num_classes: int = 1000, dropout: float = 0.0):
         super().__init__()
         self.spec, self.width_mult = spec, width_mult
         inp = make_divisible(STEM_CHANNELS * width_mult)
@@ -123,8 +127,9 @@ DEFAULT_ROLES = {
 FC_SQUEEZE = {1.0: 16, 0.5: 8, 0.35: 8}
 
 
-def _mobilenetv2(kind: str, *, width: float, num_classes: int = 1000, dropout: float = 0.0,
-                 roles=None, **knobs) -> MobileNetV2:
+def _mobilenetv2(
+    kind: str, *, width: float, num_classes: int = 1000, dropout: float = 0.0, roles=None, **knobs
+) -> MobileNetV2:
     knobs.setdefault("fc_squeeze", FC_SQUEEZE[width])
     spec = make_spec(kind, default_roles=DEFAULT_ROLES[kind], roles=roles, **knobs)
     return MobileNetV2(spec, width, num_classes, dropout)

@@ -19,9 +19,14 @@ from .mobilenetv2 import _init_weights
 
 # Legend: stage widths (planes) and, per depth, (block type, blocks per stage).
 PLANES = (64, 128, 256, 512)
-DEPTHS = {10: ("basic", (1, 1, 1, 1)), 18: ("basic", (2, 2, 2, 2)), 34: ("basic", (3, 4, 6, 3)),
-          50: ("bottleneck", (3, 4, 6, 3)), 101: ("bottleneck", (3, 4, 23, 3)),
-          152: ("bottleneck", (3, 8, 36, 3))}
+DEPTHS = {
+    10: ("basic", (1, 1, 1, 1)),
+    18: ("basic", (2, 2, 2, 2)),
+    34: ("basic", (3, 4, 6, 3)),
+    50: ("bottleneck", (3, 4, 6, 3)),
+    101: ("bottleneck", (3, 4, 23, 3)),
+    152: ("bottleneck", (3, 8, 36, 3)),
+}
 STEM_CHANNELS = 64
 #: The release pools the last 7x7 map with a fixed AvgPool2d(7): 224x224 input only.
 FIXED_POOL = 7
@@ -30,8 +35,9 @@ FIXED_POOL = 7
 class BasicBlock(nn.Module):
     expansion = 1
 
-    def __init__(self, inplanes: int, planes: int, stride: int, downsample, spec: LayerSpec,
-                 stride_in_1x1: bool = False):
+    def __init__(
+        self, inplanes: int, planes: int, stride: int, downsample, spec: LayerSpec, stride_in_1x1: bool = False
+    ):
         super().__init__()
         self.conv1 = spec.conv("conv", inplanes, planes, 3, stride, family="basic")
         self.bn1 = nn.BatchNorm2d(planes)
@@ -49,8 +55,9 @@ class BasicBlock(nn.Module):
 class Bottleneck(nn.Module):
     expansion = 4
 
-    def __init__(self, inplanes: int, planes: int, stride: int, downsample, spec: LayerSpec,
-                 stride_in_1x1: bool = False):
+    def __init__(
+        self, inplanes: int, planes: int, stride: int, downsample, spec: LayerSpec, stride_in_1x1: bool = False
+    ):
         super().__init__()
         s1, s3 = (stride, 1) if stride_in_1x1 else (1, stride)
         self.conv1 = spec.conv("conv", inplanes, planes, 1, s1, family="bottleneck")
@@ -83,8 +90,15 @@ class ResNet(nn.Module):
             paper's 3.8G MAdds counts) instead of on the 3x3 (the release).
     """
 
-    def __init__(self, spec: LayerSpec, depth: int, num_classes: int = 1000, dropout: float = 0.0,
-                 fixed_pool: bool = False, stride_in_1x1: bool = False):
+    def __init__(
+        self,
+        spec: LayerSpec,
+        depth: int,
+        num_classes: int = 1000,
+        dropout: float = 0.0,
+        fixed_pool: bool = False,
+        stride_in_1x1: bool = False,
+    ):
         super().__init__()
         kind, counts = DEPTHS[depth]
         block = BasicBlock if kind == "basic" else Bottleneck
@@ -101,8 +115,10 @@ class ResNet(nn.Module):
                 s = stride if j == 0 else 1
                 down = None
                 if s != 1 or inplanes != planes * block.expansion:
-                    down = nn.Sequential(nn.Conv2d(inplanes, planes * block.expansion, 1, s, bias=False),
-                                         nn.BatchNorm2d(planes * block.expansion))
+                    down = nn.Sequential(
+                        nn.Conv2d(inplanes, planes * block.expansion, 1, s, bias=False),
+                        nn.BatchNorm2d(planes * block.expansion),
+                    )
                 blocks.append(block(inplanes, planes, s, down, spec, stride_in_1x1))
                 inplanes = planes * block.expansion
             setattr(self, f"layer{i + 1}", nn.Sequential(*blocks))
@@ -119,7 +135,8 @@ class ResNet(nn.Module):
         if size < 1 or (self.fixed_pool and final != FIXED_POOL):
             raise UnsupportedInputError(
                 f"input size {size} gives a {final}x{final} final map, but this ResNet pools with a "
-                f"fixed {FIXED_POOL}x{FIXED_POOL} average (as the authors' release); use 193-224")
+                f"fixed {FIXED_POOL}x{FIXED_POOL} average (as the authors' release); use 193-224"
+            )
 
     def forward(self, x):
         x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
@@ -130,8 +147,17 @@ class ResNet(nn.Module):
 DEFAULT_ROLES = {"static": (), "dcd": ("conv", "cls"), "dyconv": ("conv",), "condconv": ("conv", "cls")}
 
 
-def _resnet(kind: str, *, depth: int, num_classes: int = 1000, dropout: float = 0.0, roles=None,
-            fixed_pool: bool | None = None, stride_in_1x1: bool = False, **knobs) -> ResNet:
+def _resnet(
+    kind: str,
+    *,
+    depth: int,
+    num_classes: int = 1000,
+    dropout: float = 0.0,
+    roles=None,
+    fixed_pool: bool | None = None,
+    stride_in_1x1: bool = False,
+    **knobs,
+) -> ResNet:
     knobs.setdefault("fc_squeeze", 16)
     spec = make_spec(kind, default_roles=DEFAULT_ROLES[kind], roles=roles, **knobs)
     if fixed_pool is None:

@@ -72,8 +72,10 @@ def needs_extension(onnx_path) -> bool:
     ops = {n.op_type for n in proto.graph.node if n.domain == "dcd_deploy"}
     other = sorted(ops - {"DCDPointwise", "DCDConvEpilogue"})
     if other:
-        raise BackendLoadError(f"{onnx_path} has dcd_deploy.{_clip(other[0], 60)} nodes (a --mode function export), "
-                             "which OpenVINO cannot run; export with --mode fused or --mode standard for OpenVINO")
+        raise BackendLoadError(
+            f"{onnx_path} has dcd_deploy.{_clip(other[0], 60)} nodes (a --mode function export), "
+            "which OpenVINO cannot run; export with --mode fused or --mode standard for OpenVINO"
+        )
     return bool(ops)
 
 
@@ -90,13 +92,14 @@ def import_openvino():
         import openvino as ov
     except Exception as exc:  # ImportError, OSError from a missing .so, and the like
         text = " ".join(str(exc).split()) or type(exc).__name__
-        raise ExtensionError(f"openvino is installed but fails to import ({type(exc).__name__}: {_clip(text)}); "
-                             "reinstall it: pip install --force-reinstall 'dcd-deploy[openvino]'") from None
+        raise ExtensionError(
+            f"openvino is installed but fails to import ({type(exc).__name__}: {_clip(text)}); "
+            "reinstall it: pip install --force-reinstall 'dcd-deploy[openvino]'"
+        ) from None
     return ov
 
 
-def compile_onnx(onnx_path, *, threads: int = 1, input_shape=None, perf_counters: bool = False,
-                 extra_outputs=()):
+def compile_onnx(onnx_path, *, threads: int = 1, input_shape=None, perf_counters: bool = False, extra_outputs=()):
     """``onnx_path`` compiled by OpenVINO for CPU, with the extension when the file needs it.
 
     Settings: ``threads`` threads, one stream, latency hint, fp32. OpenVINO's CPU plugin
@@ -126,8 +129,9 @@ def compile_onnx(onnx_path, *, threads: int = 1, input_shape=None, perf_counters
     """
     from ..runtimes import compile_openvino  # the runtime layer compiles; lazy: it imports this module
 
-    return compile_openvino(onnx_path, threads=threads, input_shape=input_shape, perf_counters=perf_counters,
-                            extra_outputs=extra_outputs)
+    return compile_openvino(
+        onnx_path, threads=threads, input_shape=input_shape, perf_counters=perf_counters, extra_outputs=extra_outputs
+    )
 
 
 def add_extension(core) -> None:
@@ -190,8 +194,9 @@ def _checked(run, lib: ctypes.CDLL, path, *args, **kwargs):
     before = lib.dcd_deploy_ov_error_count()
     result = run(*args, **kwargs)
     if lib.dcd_deploy_ov_error_count() != before:
-        raise BackendRunError(f"OpenVINO's fused DCD op failed running {path} (its output is not a result): "
-                             f"{_clip(last_kernel_error())}")
+        raise BackendRunError(
+            f"OpenVINO's fused DCD op failed running {path} (its output is not a result): {_clip(last_kernel_error())}"
+        )
     return result
 
 
@@ -204,7 +209,7 @@ def last_kernel_error() -> str:
 
 
 def _clip(text: str, n: int = MAX_MESSAGE) -> str:
-    return text if len(text) <= n else text[:n - 3] + "..."
+    return text if len(text) <= n else text[: n - 3] + "..."
 
 
 def openvino_message(exc: BaseException) -> str:
@@ -215,7 +220,7 @@ def openvino_message(exc: BaseException) -> str:
     """
     lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
     if "Summary:" in lines:
-        lines = lines[:lines.index("Summary:")]
+        lines = lines[: lines.index("Summary:")]
     if not lines:
         return type(exc).__name__
     node = re.search(r"While validating ONNX node '<Node\([^)]*\): ([^>]*)>'", str(exc))
@@ -263,6 +268,17 @@ def build_extension(**kwargs) -> Path:
     return build(**kwargs)
 
 
-__all__ = ["PROFILE_PHASES", "add_extension", "build_extension", "checked", "compile_onnx", "import_openvino",
-           "kernel_isa", "kernel_profile", "last_kernel_error", "needs_extension", "openvino_extension",
-           "openvino_message"]
+__all__ = [
+    "PROFILE_PHASES",
+    "add_extension",
+    "build_extension",
+    "checked",
+    "compile_onnx",
+    "import_openvino",
+    "kernel_isa",
+    "kernel_profile",
+    "last_kernel_error",
+    "needs_extension",
+    "openvino_extension",
+    "openvino_message",
+]

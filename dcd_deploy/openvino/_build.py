@@ -37,8 +37,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from .. import _cleanup
 from ..errors import ExtensionError
@@ -57,16 +57,41 @@ MAX_LINE = 300
 _TMP_PREFIX = ".dcd-ovext-"
 _GROUPS_FILE = "process-groups"
 #: Compiler and linker messages that are the machine's state, not the sources'.
-_ENVIRONMENT_REASONS = ("No space left on device", "Disk quota exceeded", "File too large",
-                        "Read-only file system", "virtual memory exhausted", "Cannot allocate memory")
+_ENVIRONMENT_REASONS = (
+    "No space left on device",
+    "Disk quota exceeded",
+    "File too large",
+    "Read-only file system",
+    "virtual memory exhausted",
+    "Cannot allocate memory",
+)
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
 # The ops' translation units (baseline ISA, against OpenVINO's headers), then every source
 # the build reads (the kernels are compiled once per instruction set, below).
-_OP_UNITS = ("dcd_pointwise.cpp", "dcd_epilogue.cpp", "op_contract.cpp", "op_failures.cpp", "op_runtime.cpp",
-             "weight_packing.cpp", "extension.cpp", "c_api.cpp", "kernel_host.cpp")
-_SOURCES = (*_OP_UNITS, "dcd_pointwise.hpp", "dcd_epilogue.hpp", "op_contract.hpp", "op_failures.hpp",
-            "op_runtime.hpp", "weight_packing.hpp", "packed_layout.hpp", "dcd_kernels.cpp", "dcd_kernels.hpp")
+_OP_UNITS = (
+    "dcd_pointwise.cpp",
+    "dcd_epilogue.cpp",
+    "op_contract.cpp",
+    "op_failures.cpp",
+    "op_runtime.cpp",
+    "weight_packing.cpp",
+    "extension.cpp",
+    "c_api.cpp",
+    "kernel_host.cpp",
+)
+_SOURCES = (
+    *_OP_UNITS,
+    "dcd_pointwise.hpp",
+    "dcd_epilogue.hpp",
+    "op_contract.hpp",
+    "op_failures.hpp",
+    "op_runtime.hpp",
+    "weight_packing.hpp",
+    "packed_layout.hpp",
+    "dcd_kernels.cpp",
+    "dcd_kernels.hpp",
+)
 _COMMON_FLAGS = ("-O3", "-std=c++17", "-fPIC", "-fvisibility=hidden")
 # (object name, source, extra flags); the kernels are built once per instruction set
 _X86_KERNELS = (
@@ -88,8 +113,9 @@ def _find_compiler() -> str:
     if env:
         exe = shutil.which(env)
         if exe is None:
-            raise ExtensionError(f"no C++ compiler found: CXX={env} is not an executable; "
-                                 "install g++ (e.g. apt install g++) or set CXX")
+            raise ExtensionError(
+                f"no C++ compiler found: CXX={env} is not an executable; install g++ (e.g. apt install g++) or set CXX"
+            )
         return exe
     for name in ("c++", "g++"):
         exe = shutil.which(name)
@@ -113,13 +139,17 @@ def _find_openvino() -> tuple[str, Path, Path, list[Path]]:
     def lib(stem: str) -> Path:
         found = sorted(libs.glob(f"{stem}.so*"), key=lambda p: len(p.name))
         if not found:
-            raise ExtensionError(f"openvino at {root} has no {stem}.so*: reinstall it "
-                                 "(pip install --force-reinstall 'dcd-deploy[openvino]')")
+            raise ExtensionError(
+                f"openvino at {root} has no {stem}.so*: reinstall it "
+                "(pip install --force-reinstall 'dcd-deploy[openvino]')"
+            )
         return found[0]
 
     if not (include / "openvino" / "op" / "op.hpp").is_file():
-        raise ExtensionError(f"openvino at {root} has no C++ headers (include/openvino): "
-                             "reinstall it (pip install 'dcd-deploy[openvino]')")
+        raise ExtensionError(
+            f"openvino at {root} has no C++ headers (include/openvino): "
+            "reinstall it (pip install 'dcd-deploy[openvino]')"
+        )
     return version, include, libs, [lib("libopenvino"), lib("libopenvino_onnx_frontend"), lib("libtbb")]
 
 
@@ -145,7 +175,7 @@ def _is_x86() -> bool:
 
 
 def _clip(text: str, n: int = MAX_LINE) -> str:
-    return text if len(text) <= n else text[:n - 3] + "..."
+    return text if len(text) <= n else text[: n - 3] + "..."
 
 
 def _first_error_line(output: str) -> str:
@@ -218,13 +248,20 @@ class _Jobs:
                 self._end(proc)
                 if proc.returncode != 0:
                     output = log.read_text(errors="replace")
-                    status = (f"killed by {signal.Signals(-proc.returncode).name}" if proc.returncode < 0
-                              else f"exit {proc.returncode}")
-                    raise ExtensionError(f"compiling the OpenVINO extension failed: {_first_error_line(output)} "
-                                         f"({status}; command: {_clip(' '.join(cmd))})")
+                    status = (
+                        f"killed by {signal.Signals(-proc.returncode).name}"
+                        if proc.returncode < 0
+                        else f"exit {proc.returncode}"
+                    )
+                    raise ExtensionError(
+                        f"compiling the OpenVINO extension failed: {_first_error_line(output)} "
+                        f"({status}; command: {_clip(' '.join(cmd))})"
+                    )
             if time.monotonic() > self.deadline:
-                raise ExtensionError(f"compiling the OpenVINO extension took more than {self.timeout:g} s; "
-                                     f"stopped (a hanging compiler? {TIMEOUT_ENV} sets the limit)")
+                raise ExtensionError(
+                    f"compiling the OpenVINO extension took more than {self.timeout:g} s; "
+                    f"stopped (a hanging compiler? {TIMEOUT_ENV} sets the limit)"
+                )
             time.sleep(0.05)
 
     def _start(self, cmd: list[str]) -> None:
@@ -232,8 +269,9 @@ class _Jobs:
         self.started += 1
         with open(log, "wb") as out, _cleanup.critical():  # no signal between the start and the record
             try:
-                proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                        start_new_session=True)
+                proc = subprocess.Popen(
+                    cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+                )
             except OSError as exc:
                 raise ExtensionError(f"cannot run the C++ compiler {cmd[0]}: {exc.strerror or exc}") from None
             _cleanup.register_group(proc.pid)
@@ -298,25 +336,36 @@ def _self_check(lib: Path, build_id: str, *, deadline: float) -> None:
     """
     want = f"{hex(SELF_CHECK_MAGIC)} {build_id}"
     with _cleanup.critical():
-        proc = subprocess.Popen([sys.executable, "-c", _SELF_CHECK, str(lib)], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, start_new_session=True,
-                                env={**os.environ, "OMP_NUM_THREADS": "1"})
+        proc = subprocess.Popen(
+            [sys.executable, "-c", _SELF_CHECK, str(lib)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            env={**os.environ, "OMP_NUM_THREADS": "1"},
+        )
         _cleanup.register_group(proc.pid)
     try:
         out, err = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
     except subprocess.TimeoutExpired:
-        raise ExtensionError("the compiled OpenVINO extension did not answer its self-check in time; "
-                             "not installed") from None
+        raise ExtensionError(
+            "the compiled OpenVINO extension did not answer its self-check in time; not installed"
+        ) from None
     finally:
         _cleanup.kill_group(proc.pid)
         proc.wait()
         _cleanup.unregister_group(proc.pid)
     if proc.returncode != 0 or out.decode(errors="replace").strip() != want:
-        why = (f"killed by {signal.Signals(-proc.returncode).name}" if proc.returncode < 0 else
-               _first_error_line(err.decode(errors="replace")) if proc.returncode else
-               f"it answered {_clip(out.decode(errors='replace').strip(), 80)!r}")
-        raise ExtensionError(f"the compiled OpenVINO extension fails its self-check ({why}); not installed: "
-                             "check the C++ compiler (CXX)")
+        why = (
+            f"killed by {signal.Signals(-proc.returncode).name}"
+            if proc.returncode < 0
+            else _first_error_line(err.decode(errors="replace"))
+            if proc.returncode
+            else f"it answered {_clip(out.decode(errors='replace').strip(), 80)!r}"
+        )
+        raise ExtensionError(
+            f"the compiled OpenVINO extension fails its self-check ({why}); not installed: check the C++ compiler (CXX)"
+        )
 
 
 @contextlib.contextmanager
@@ -383,8 +432,9 @@ def _kill_orphans(tmp: Path) -> None:
             continue
 
 
-def build_extension(*, out_dir: Path | None = None, force: bool = False,
-                    progress: Callable[[str], None] | None = None) -> Path:
+def build_extension(
+    *, out_dir: Path | None = None, force: bool = False, progress: Callable[[str], None] | None = None
+) -> Path:
     """Build (or reuse) the extension library and return its path.
 
     Only a library that loaded in a subprocess and answered the op's self-check is
@@ -407,8 +457,10 @@ def build_extension(*, out_dir: Path | None = None, force: bool = False,
     src = source_dir()
     missing = [name for name in _SOURCES if not (src / name).is_file()]
     if missing:
-        raise ExtensionError(f"the extension sources are missing: {', '.join(str(src / m) for m in missing)} "
-                             "(the C++ sources ship with the source tree)")
+        raise ExtensionError(
+            f"the extension sources are missing: {', '.join(str(src / m) for m in missing)} "
+            "(the C++ sources ship with the source tree)"
+        )
     x86 = _is_x86()
     kernels = _X86_KERNELS if x86 else _X86_KERNELS[-1:]
     # OpenVINO's own build setting (its CMake targets export it): ov::parallel_for runs on TBB
@@ -437,11 +489,21 @@ def build_extension(*, out_dir: Path | None = None, force: bool = False,
             return target
         _remove_stale(out_dir)
         try:
-            _build_locked(target, cxx=cxx, src=src, include=include, kernels=kernels, op_flags=op_flags,
-                          link_flags=link_flags, build_id=build_id, deadline=deadline, timeout=timeout, say=say)
+            _build_locked(
+                target,
+                cxx=cxx,
+                src=src,
+                include=include,
+                kernels=kernels,
+                op_flags=op_flags,
+                link_flags=link_flags,
+                build_id=build_id,
+                deadline=deadline,
+                timeout=timeout,
+                say=say,
+            )
         except OSError as exc:  # our own writes: a full disk, a folder made read-only meanwhile
-            raise ExtensionError(f"cannot install the OpenVINO extension in {out_dir}: "
-                                 f"{exc.strerror or exc}") from None
+            raise ExtensionError(f"cannot install the OpenVINO extension in {out_dir}: {exc.strerror or exc}") from None
         for old in out_dir.glob("libdcd_deploy_openvino-*.so*"):
             if old not in (target, _sidecar(target)):  # an older build of this checkout; a process
                 old.unlink(missing_ok=True)  # that has it loaded keeps its mapping
@@ -449,21 +511,44 @@ def build_extension(*, out_dir: Path | None = None, force: bool = False,
     return target
 
 
-def _build_locked(target: Path, *, cxx: str, src: Path, include: Path, kernels, op_flags, link_flags,
-                  build_id: str, deadline: float, timeout: float, say: Callable[[str], None]) -> None:
+def _build_locked(
+    target: Path,
+    *,
+    cxx: str,
+    src: Path,
+    include: Path,
+    kernels,
+    op_flags,
+    link_flags,
+    build_id: str,
+    deadline: float,
+    timeout: float,
+    say: Callable[[str], None],
+) -> None:
     tmpdir = Path(tempfile.mkdtemp(prefix=f"{_TMP_PREFIX}{os.getpid()}-", dir=target.parent))
     _cleanup.register_path(tmpdir)
     try:
         base = [cxx, *_COMMON_FLAGS, f"-I{src}", f"-I{include}"]
-        jobs = [(tmpdir / f"{Path(unit).stem}.o",
-                 [*base, *op_flags, *([f'-DDCD_BUILD_ID="{build_id}"'] if unit == "c_api.cpp" else []), "-c",
-                  str(src / unit)]) for unit in _OP_UNITS]
+        jobs = [
+            (
+                tmpdir / f"{Path(unit).stem}.o",
+                [
+                    *base,
+                    *op_flags,
+                    *([f'-DDCD_BUILD_ID="{build_id}"'] if unit == "c_api.cpp" else []),
+                    "-c",
+                    str(src / unit),
+                ],
+            )
+            for unit in _OP_UNITS
+        ]
         for obj, flags in kernels:
             jobs.append((tmpdir / f"{obj}.o", [*base, *_KERNEL_FLAGS, *flags, "-c", str(src / "dcd_kernels.cpp")]))
         say(f"compiling the OpenVINO extension ({len(jobs)} objects, {cxx}) ...")
         partial = tmpdir / target.name
-        with _Jobs(limit=min(_MAX_JOBS, os.cpu_count() or 1), deadline=deadline, timeout=timeout,
-                   logs=tmpdir) as runner:
+        with _Jobs(
+            limit=min(_MAX_JOBS, os.cpu_count() or 1), deadline=deadline, timeout=timeout, logs=tmpdir
+        ) as runner:
             runner.run([[*cmd, "-o", str(obj)] for obj, cmd in jobs])
             _expect_output([obj for obj, _ in jobs], cxx)
             runner.run([[cxx, "-shared", "-o", str(partial), *(str(obj) for obj, _ in jobs), *link_flags]])

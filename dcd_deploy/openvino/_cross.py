@@ -26,11 +26,18 @@ import time
 from pathlib import Path
 
 from ..errors import ExtensionError
-from ._build import (_COMMON_FLAGS, _KERNEL_FLAGS, _MAX_JOBS, _build_timeout, _default_out_dir, _find_compiler, _Jobs,
-                     source_dir)
+from ._build import (
+    _COMMON_FLAGS,
+    _KERNEL_FLAGS,
+    _MAX_JOBS,
+    _build_timeout,
+    _default_out_dir,
+    _find_compiler,
+    _Jobs,
+    source_dir,
+)
 
-__all__ = ["CROSS_CXX", "CROSS_PACKAGES", "QEMU", "build_driver", "cross_tools", "missing_packages",
-           "run_driver"]
+__all__ = ["CROSS_CXX", "CROSS_PACKAGES", "QEMU", "build_driver", "cross_tools", "missing_packages", "run_driver"]
 
 #: The aarch64 cross compiler and where it comes from (Debian package).
 CROSS_CXX = ("aarch64-linux-gnu-g++", "g++-aarch64-linux-gnu")
@@ -69,8 +76,10 @@ def cross_tools() -> tuple[str, str]:
     """
     missing = missing_packages()
     if missing:
-        raise ExtensionError(f"the aarch64 cross tools are missing: install the Debian package(s) "
-                             f"{' '.join(missing)} (apt-get install {' '.join(missing)})")
+        raise ExtensionError(
+            f"the aarch64 cross tools are missing: install the Debian package(s) "
+            f"{' '.join(missing)} (apt-get install {' '.join(missing)})"
+        )
     return shutil.which(CROSS_CXX[0]), _find_qemu()  # type: ignore[return-value]
 
 
@@ -124,8 +133,9 @@ def build_driver(*, target: str = "aarch64", out_dir: Path | None = None, force:
         partial = tmpdir / target_path.name
         timeout = _build_timeout()
         # the extension's own job runner: process groups, the build timeout, the first failure raises
-        with _Jobs(limit=min(_MAX_JOBS, os.cpu_count() or 1), deadline=time.monotonic() + timeout,
-                   timeout=timeout, logs=tmpdir) as runner:
+        with _Jobs(
+            limit=min(_MAX_JOBS, os.cpu_count() or 1), deadline=time.monotonic() + timeout, timeout=timeout, logs=tmpdir
+        ) as runner:
             runner.run(cmds)
             runner.run([[cxx, "-o", str(partial), *(str(o) for o in objs), *link_flags]])
         os.replace(partial, target_path)
@@ -147,12 +157,14 @@ def run_driver(driver: Path, cases: Path, out: Path, *, target: str = "aarch64")
     cmd = [str(driver), str(cases), str(out)]
     if target == "aarch64":
         cmd.insert(0, cross_tools()[1])
-    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=_TIMEOUT_S)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=_TIMEOUT_S)
     if proc.returncode != 0:
-        raise ExtensionError(f"the kernel driver failed (exit {proc.returncode}): "
-                             f"{proc.stderr.strip() or proc.stdout.strip()} (command: {' '.join(cmd)})")
+        raise ExtensionError(
+            f"the kernel driver failed (exit {proc.returncode}): "
+            f"{proc.stderr.strip() or proc.stdout.strip()} (command: {' '.join(cmd)})"
+        )
     line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("kernels: ")), "")
-    return line[len("kernels: "):]
+    return line[len("kernels: ") :]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -55,23 +55,37 @@ from torch import nn
 
 from ..errors import DCDDeployError
 from ..preprocess import PRESETS, Preprocess, make_preprocess
-from ._layerwise import LAYER_RTOL, LAYER_SAMPLES, LayerRecord, LayerRow, compare_layers, read_layers
-from ._layerwise import tensors as layer_tensors
 from ._compare import compare as _compare
 from ._compare import refuse_nonfinite as _refuse_nonfinite
+from ._layerwise import LAYER_RTOL, LAYER_SAMPLES, LayerRecord, LayerRow, compare_layers, read_layers
+from ._layerwise import tensors as layer_tensors
 from ._report import DEFAULT_ATOL, DEFAULT_K, DEFAULT_RTOL, SCHEMA, ParityReport, ParityRow
-from ._runtimes import BACKENDS, LEVELS, runners as _runners
-from ._signature import TensorSpec, as_list, read_signature
-from ._signature import load as load_onnx, flatten_outputs, match_outputs, synthetic_inputs
+from ._runtimes import BACKENDS, LEVELS
+from ._runtimes import runners as _runners
+from ._signature import TensorSpec, as_list, flatten_outputs, match_outputs, read_signature, synthetic_inputs
+from ._signature import load as load_onnx
 
 #: Inputs per float64 reference batch (bounds the copy's activation memory).
 REFERENCE_CHUNK = 8
 
 
-def check_parity(model: nn.Module, onnx_path, *, batch_sizes=(1, 2), n_inputs: int = 8, seed: int = 0,
-                 atol: float | None = None, rtol: float | None = None, k: float | None = None,
-                 inputs=None, example_inputs=None, backends=("onnxruntime",), layers: bool = True,
-                 accept_inconclusive: bool = False, preprocess: Preprocess | str | None = None) -> ParityReport:
+def check_parity(
+    model: nn.Module,
+    onnx_path,
+    *,
+    batch_sizes=(1, 2),
+    n_inputs: int = 8,
+    seed: int = 0,
+    atol: float | None = None,
+    rtol: float | None = None,
+    k: float | None = None,
+    inputs=None,
+    example_inputs=None,
+    backends=("onnxruntime",),
+    layers: bool = True,
+    accept_inconclusive: bool = False,
+    preprocess: Preprocess | str | None = None,
+) -> ParityReport:
     """Compare ``model`` (PyTorch, eval mode) with ``onnx_path`` run by ONNX Runtime (or OpenVINO).
 
     Args:
@@ -133,21 +147,39 @@ def check_parity(model: nn.Module, onnx_path, *, batch_sizes=(1, 2), n_inputs: i
     synthetic = given is None
     preprocess = make_preprocess(preprocess)
     given = _inputs(given, in_specs, examples, preprocess, n_inputs=n_inputs, batch_sizes=batch_sizes, seed=seed)
-    report = ParityReport(onnx_path=str(onnx_path), input_size=_image_size(in_specs, given), atol=atol,
-                          rtol=rtol, k=k, synthetic_inputs=synthetic, outputs=[s.name for s in out_specs],
-                          accept_inconclusive=bool(accept_inconclusive),
-                          preprocess=preprocess.to_dict() if synthetic else None)
+    report = ParityReport(
+        onnx_path=str(onnx_path),
+        input_size=_image_size(in_specs, given),
+        atol=atol,
+        rtol=rtol,
+        k=k,
+        synthetic_inputs=synthetic,
+        outputs=[s.name for s in out_specs],
+        accept_inconclusive=bool(accept_inconclusive),
+        preprocess=preprocess.to_dict() if synthetic else None,
+    )
     model = model.eval()
     fixed_batch = in_specs[0].static(0)
-    plans = {b: _used(b, given[0].shape[0], n_inputs if synthetic else None, fixed_batch, onnx_path)
-             for b in batch_sizes}
+    plans = {
+        b: _used(b, given[0].shape[0], n_inputs if synthetic else None, fixed_batch, onnx_path) for b in batch_sizes
+    }
     most = max(plans.values())
     ref_model, ref64, report.reference = _reference(model, [x[:most] for x in given])
     _end_to_end(report, model, run, plans, given, ref64, out_specs, onnx_path)
     if records:
         samples = _layer_samples([x[:most] for x in given], fixed_batch or max(batch_sizes))
-        _layer_by_layer(report, records, missing, samples, run_layers, extra, len(out_specs), ref_model=ref_model,
-                        model=model, first_backend=backends[0])
+        _layer_by_layer(
+            report,
+            records,
+            missing,
+            samples,
+            run_layers,
+            extra,
+            len(out_specs),
+            ref_model=ref_model,
+            model=model,
+            first_backend=backends[0],
+        )
     return report
 
 
@@ -167,30 +199,38 @@ def _runs(onnx_path: Path, backends, in_specs, out_specs, extra, proto) -> tuple
     return run, run_layers
 
 
-def _inputs(given, in_specs, examples, preprocess: Preprocess, *, n_inputs: int, batch_sizes,
-            seed: int) -> list[torch.Tensor]:
+def _inputs(
+    given, in_specs, examples, preprocess: Preprocess, *, n_inputs: int, batch_sizes, seed: int
+) -> list[torch.Tensor]:
     """The caller's inputs (float made float32, one batch axis checked), else synthetic
     ones in whole batches of every size (images through ``preprocess``)."""
     if given is None:
         from ..models import natural_pixels
 
         total = max(-(-n_inputs // b) * b for b in batch_sizes)  # whole batches, rounded up
-        return synthetic_inputs(in_specs, examples, total, seed=seed,
-                                images=lambda n, hw, s: preprocess.apply(natural_pixels(n, hw, seed=s)))
+        return synthetic_inputs(
+            in_specs,
+            examples,
+            total,
+            seed=seed,
+            images=lambda n, hw, s: preprocess.apply(natural_pixels(n, hw, seed=s)),
+        )
     given = [x.float() if x.is_floating_point() else x for x in given]
     if len({x.shape[0] for x in given}) > 1:
-        raise DCDDeployError(f"inputs: every tensor needs the same batch (axis 0), got "
-                             f"{', '.join(str(x.shape[0]) for x in given)}")
+        raise DCDDeployError(
+            f"inputs: every tensor needs the same batch (axis 0), got {', '.join(str(x.shape[0]) for x in given)}"
+        )
     return given
 
 
-def _end_to_end(report: ParityReport, model: nn.Module, run: dict, plans: dict, given, ref64, out_specs,
-                onnx_path: Path) -> None:
+def _end_to_end(
+    report: ParityReport, model: nn.Module, run: dict, plans: dict, given, ref64, out_specs, onnx_path: Path
+) -> None:
     """One row per batch size, runtime configuration and output: the file's outputs
     against the float64 reference, with PyTorch's own fp32 error beside."""
     order = None
     for b, used in plans.items():
-        chunks = [[x[i:i + b] for x in given] for i in range(0, used, b)]
+        chunks = [[x[i : i + b] for x in given] for i in range(0, used, b)]
         with torch.no_grad():
             flat32 = [flatten_outputs(model(*c)) for c in chunks]
         if order is None:
@@ -202,20 +242,55 @@ def _end_to_end(report: ParityReport, model: nn.Module, run: dict, plans: dict, 
             outs = [runner([x.numpy() for x in c]) for c in chunks]
             for o, spec in enumerate(out_specs):
                 got = np.concatenate([out[o] for out in outs])
-                row = _compare(ref[o], ref32[o], got, name, b, atol=report.atol, rtol=report.rtol, k=report.k,
-                               output=spec.name, nan_to_number=backend == "openvino")
+                row = _compare(
+                    ref[o],
+                    ref32[o],
+                    got,
+                    name,
+                    b,
+                    atol=report.atol,
+                    rtol=report.rtol,
+                    k=report.k,
+                    output=spec.name,
+                    nan_to_number=backend == "openvino",
+                )
                 row.backend = backend
                 report.rows.append(row)
 
 
-def _layer_by_layer(report: ParityReport, records, missing, samples, run_layers: dict, extra, n_outputs: int, *,
-                    ref_model: nn.Module, model: nn.Module, first_backend: str) -> None:
+def _layer_by_layer(
+    report: ParityReport,
+    records,
+    missing,
+    samples,
+    run_layers: dict,
+    extra,
+    n_outputs: int,
+    *,
+    ref_model: nn.Module,
+    model: nn.Module,
+    first_backend: str,
+) -> None:
     """Every recorded layer judged on its own input, per runtime configuration (a record
     naming a tensor the file lacks is a failing row of its own)."""
     report.layer_record = True
-    report.layers.extend(LayerRow(r.path, r.kind, r.form, first_backend, "-", float("inf"), float("inf"), 0.0,
-                                  0.0, 0.0, False, note="the file has no tensor the record names for it")
-                         for r in missing)
+    report.layers.extend(
+        LayerRow(
+            r.path,
+            r.kind,
+            r.form,
+            first_backend,
+            "-",
+            float("inf"),
+            float("inf"),
+            0.0,
+            0.0,
+            0.0,
+            False,
+            note="the file has no tensor the record names for it",
+        )
+        for r in missing
+    )
     records = [r for r in records if r not in missing]
     if not samples or not records:
         return
@@ -226,8 +301,18 @@ def _layer_by_layer(report: ParityReport, records, missing, samples, run_layers:
             got = runner([x.numpy() for x in chunk], with_extra=True)[n_outputs:]
             for tensor, value in zip(extra, got):
                 values.setdefault(tensor, []).append(value)
-        report.layers.extend(compare_layers(records, values, ref64=ref_model, model=model, backend=backend,
-                                            optimization=name, k=report.k, fp32_errors=fp32_errors))
+        report.layers.extend(
+            compare_layers(
+                records,
+                values,
+                ref64=ref_model,
+                model=model,
+                backend=backend,
+                optimization=name,
+                k=report.k,
+                fp32_errors=fp32_errors,
+            )
+        )
 
 
 def _layer_tensors(records, proto) -> tuple[tuple[str, ...], list]:
@@ -249,7 +334,7 @@ def _layer_samples(inputs: list[torch.Tensor], batch: int) -> list[list[torch.Te
     index = torch.nonzero(finite).flatten()
     n = min(len(index), max(batch, LAYER_SAMPLES)) // batch * batch
     index = index[:n]
-    return [[x[index[i:i + batch]] for x in inputs] for i in range(0, n, batch)]
+    return [[x[index[i : i + batch]] for x in inputs] for i in range(0, n, batch)]
 
 
 def _image_size(specs: list[TensorSpec], given: list[torch.Tensor]):
@@ -283,8 +368,10 @@ def _reference(model: nn.Module, inputs: list[torch.Tensor]) -> tuple[nn.Module,
     try:
         ref = copy.deepcopy(model).double().eval()
         with torch.no_grad():
-            parts = [flatten_outputs(ref(*[_double(x[i:i + REFERENCE_CHUNK]) for x in inputs]))
-                     for i in range(0, n, REFERENCE_CHUNK)]
+            parts = [
+                flatten_outputs(ref(*[_double(x[i : i + REFERENCE_CHUNK]) for x in inputs]))
+                for i in range(0, n, REFERENCE_CHUNK)
+            ]
         kind = "float64"
     except (RuntimeError, TypeError, NotImplementedError):  # an op or buffer without float64 support
         with torch.no_grad():
@@ -293,6 +380,21 @@ def _reference(model: nn.Module, inputs: list[torch.Tensor]) -> tuple[nn.Module,
     return ref, [np.concatenate([p[j][1].double().numpy() for p in parts]) for j in range(len(parts[0]))], kind
 
 
-__all__ = ["BACKENDS", "DEFAULT_ATOL", "DEFAULT_K", "DEFAULT_RTOL", "LAYER_RTOL", "LEVELS", "SCHEMA",
-           "LayerRecord", "LayerRow", "PRESETS", "ParityReport", "Preprocess",
-           "ParityRow", "TensorSpec", "check_parity", "read_signature"]
+__all__ = [
+    "BACKENDS",
+    "DEFAULT_ATOL",
+    "DEFAULT_K",
+    "DEFAULT_RTOL",
+    "LAYER_RTOL",
+    "LEVELS",
+    "SCHEMA",
+    "LayerRecord",
+    "LayerRow",
+    "PRESETS",
+    "ParityReport",
+    "Preprocess",
+    "ParityRow",
+    "TensorSpec",
+    "check_parity",
+    "read_signature",
+]

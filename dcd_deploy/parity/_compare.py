@@ -33,12 +33,23 @@ def refuse_nonfinite(inputs: list[torch.Tensor], ref32: list[np.ndarray], ref64:
     if bad.any():
         raise NonFiniteOutputError(
             f"the PyTorch model outputs {' or '.join(sorted(kinds))} on finite inputs: check the checkpoint "
-            f"({int(bad.sum())} of {n} inputs; a NaN or huge weight, or BatchNorm statistics that do not fit)")
+            f"({int(bad.sum())} of {n} inputs; a NaN or huge weight, or BatchNorm statistics that do not fit)"
+        )
 
 
-def compare(ref: np.ndarray, ref32: np.ndarray, out: np.ndarray, level: str, batch: int, *,
-            atol: float, rtol: float, k: float = DEFAULT_K, output: str = "",
-            nan_to_number: bool = False) -> ParityRow:
+def compare(
+    ref: np.ndarray,
+    ref32: np.ndarray,
+    out: np.ndarray,
+    level: str,
+    batch: int,
+    *,
+    atol: float,
+    rtol: float,
+    k: float = DEFAULT_K,
+    output: str = "",
+    nan_to_number: bool = False,
+) -> ParityRow:
     """Judge ``out`` (the runtime's) against ``ref`` (float64), given ``ref32`` (PyTorch fp32).
 
     Any shape; top-1 agreement is computed for (N, classes) outputs only.
@@ -52,15 +63,32 @@ def compare(ref: np.ndarray, ref32: np.ndarray, out: np.ndarray, level: str, bat
     """
     n = ref.shape[0] if ref.ndim else 1
     if ref.shape != out.shape:
-        return ParityRow(level, batch, n, float("inf"), float("inf"), float("inf"), 0.0, 0.0, 0.0, False,
-                         0.0, n, 0, False, False, output=output)
+        return ParityRow(
+            level,
+            batch,
+            n,
+            float("inf"),
+            float("inf"),
+            float("inf"),
+            0.0,
+            0.0,
+            0.0,
+            False,
+            0.0,
+            n,
+            0,
+            False,
+            False,
+            output=output,
+        )
     ref32, out = ref32.astype(np.float64, copy=False), out.astype(np.float64, copy=False)
     finite_32, finite_out = np.isfinite(ref32), np.isfinite(out)
     replaced = ~finite_32 & finite_out if nan_to_number else np.zeros_like(finite_32)
     nonfinite = int((~finite_32).sum())
     kept = ~finite_32 & ~replaced
     nonfinite_match = bool(np.array_equal(finite_32 | replaced, finite_out)) and bool(
-        np.array_equal(ref32[kept], out[kept], equal_nan=True))
+        np.array_equal(ref32[kept], out[kept], equal_nan=True)
+    )
     both = finite_32 & finite_out & np.isfinite(ref)
     diff = np.abs(ref[both] - out[both])
     err_torch = float(np.abs(ref[both] - ref32[both]).max()) if both.any() else 0.0
@@ -79,8 +107,23 @@ def compare(ref: np.ndarray, ref32: np.ndarray, out: np.ndarray, level: str, bat
             mismatches = int((~agree & (margin > tol)).sum())
             top1_ok = float(agree.mean())
     passed = max_abs <= tol and nonfinite_match and mismatches == 0
-    return ParityRow(level, batch, n, max_abs, max_abs / scale if scale else 0.0,
-                     float(diff.mean()) if diff.size else 0.0, err_torch, scale, tol,
-                     err_torch > max(classic, DEFAULT_ATOL),
-                     top1_ok, mismatches, nonfinite, nonfinite_match, passed, output=output,
-                     classifier=ref.ndim == 2 and ref.shape[1] > 1, nonfinite_replaced=int(replaced.sum()))
+    return ParityRow(
+        level,
+        batch,
+        n,
+        max_abs,
+        max_abs / scale if scale else 0.0,
+        float(diff.mean()) if diff.size else 0.0,
+        err_torch,
+        scale,
+        tol,
+        err_torch > max(classic, DEFAULT_ATOL),
+        top1_ok,
+        mismatches,
+        nonfinite,
+        nonfinite_match,
+        passed,
+        output=output,
+        classifier=ref.ndim == 2 and ref.shape[1] > 1,
+        nonfinite_replaced=int(replaced.sum()),
+    )

@@ -138,13 +138,18 @@ def read_layers(onnx_path: Path, proto) -> list[LayerRecord] | None:
         return None
     try:
         entries = json.loads(raw)
-        records = [LayerRecord(**{k: e.get(k) for k in LayerRecord.__dataclass_fields__ if k in e})
-                   for e in entries]
+        records = [LayerRecord(**{k: e.get(k) for k in LayerRecord.__dataclass_fields__ if k in e}) for e in entries]
     except (ValueError, TypeError, AttributeError) as exc:
         raise DCDDeployError(f"{onnx_path}: malformed {LAYERS_KEY} metadata ({exc})") from None
     for r in records:
-        if (r.kind not in KINDS or r.activation not in ACTIVATIONS or r.layout not in ("NCHW", "NHWC")
-                or not isinstance(r.path, str) or not isinstance(r.input, str) or not isinstance(r.output, str)):
+        if (
+            r.kind not in KINDS
+            or r.activation not in ACTIVATIONS
+            or r.layout not in ("NCHW", "NHWC")
+            or not isinstance(r.path, str)
+            or not isinstance(r.input, str)
+            or not isinstance(r.output, str)
+        ):
             raise DCDDeployError(f"{onnx_path}: malformed {LAYERS_KEY} entry for {r.path!r}")
     return records
 
@@ -173,9 +178,17 @@ def _apply(record: LayerRecord, model: nn.Module, x: torch.Tensor, residual: tor
     return y
 
 
-def compare_layers(records: list[LayerRecord], values: dict[str, list[np.ndarray]], *, ref64: nn.Module,
-                   model: nn.Module, backend: str, optimization: str, k: float,
-                   fp32_errors: dict[str, float] | None = None) -> list[LayerRow]:
+def compare_layers(
+    records: list[LayerRecord],
+    values: dict[str, list[np.ndarray]],
+    *,
+    ref64: nn.Module,
+    model: nn.Module,
+    backend: str,
+    optimization: str,
+    k: float,
+    fp32_errors: dict[str, float] | None = None,
+) -> list[LayerRow]:
     """Judge each layer of one run: ``values`` maps a tensor name to its chunks' arrays.
 
     Args:
@@ -188,15 +201,28 @@ def compare_layers(records: list[LayerRecord], values: dict[str, list[np.ndarray
         try:
             row = _compare_layer(r, values, ref64=ref64, model=model, k=k, fp32_errors=fp32_errors)
         except (RuntimeError, ValueError, AttributeError, KeyError) as exc:  # shapes or paths that do not fit
-            row = LayerRow(r.path, r.kind, r.form, "", "", float("inf"), float("inf"), 0.0, 0.0, 0.0, False,
-                           note=f"cannot evaluate: {(str(exc).splitlines() or [type(exc).__name__])[0][:160]}")
+            row = LayerRow(
+                r.path,
+                r.kind,
+                r.form,
+                "",
+                "",
+                float("inf"),
+                float("inf"),
+                0.0,
+                0.0,
+                0.0,
+                False,
+                note=f"cannot evaluate: {(str(exc).splitlines() or [type(exc).__name__])[0][:160]}",
+            )
         row.backend, row.optimization = backend, optimization
         rows.append(row)
     return rows
 
 
-def _compare_layer(r: LayerRecord, values, *, ref64: nn.Module, model: nn.Module, k: float,
-                   fp32_errors: dict[str, float] | None) -> LayerRow:
+def _compare_layer(
+    r: LayerRecord, values, *, ref64: nn.Module, model: nn.Module, k: float, fp32_errors: dict[str, float] | None
+) -> LayerRow:
     max_abs = err_torch = scale = 0.0
     known = fp32_errors is not None and r.path in fp32_errors
     for i, x in enumerate(values[r.input]):
@@ -204,11 +230,19 @@ def _compare_layer(r: LayerRecord, values, *, ref64: nn.Module, model: nn.Module
         res = _nchw(values[r.residual][i], r.layout) if r.residual else None
         got = _nchw(values[r.output][i], r.layout)
         with torch.no_grad():
-            y64 = _apply(r, ref64, torch.from_numpy(x).double(),
-                         None if res is None else torch.from_numpy(res).double()).numpy()
-            y32 = y64 if known else _apply(
-                r, model, torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32)),
-                None if res is None else torch.from_numpy(np.ascontiguousarray(res, np.float32))).numpy()
+            y64 = _apply(
+                r, ref64, torch.from_numpy(x).double(), None if res is None else torch.from_numpy(res).double()
+            ).numpy()
+            y32 = (
+                y64
+                if known
+                else _apply(
+                    r,
+                    model,
+                    torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32)),
+                    None if res is None else torch.from_numpy(np.ascontiguousarray(res, np.float32)),
+                ).numpy()
+            )
         if y64.shape != got.shape:
             raise ValueError(f"the file's output has shape {got.shape}, the layer's {y64.shape}")
         if np.isfinite(y64).all() and np.isfinite(got).all():  # the common case: no masks to build
@@ -219,8 +253,20 @@ def _compare_layer(r: LayerRecord, values, *, ref64: nn.Module, model: nn.Module
             continue
         ok = np.isfinite(y64)
         if not np.array_equal(ok, np.isfinite(got)):
-            return LayerRow(r.path, r.kind, r.form, "", "", float("inf"), float("inf"), 0.0, 0.0, 0.0, False,
-                            note="non-finite values where float64 has none (or the reverse)")
+            return LayerRow(
+                r.path,
+                r.kind,
+                r.form,
+                "",
+                "",
+                float("inf"),
+                float("inf"),
+                0.0,
+                0.0,
+                0.0,
+                False,
+                note="non-finite values where float64 has none (or the reverse)",
+            )
         if ok.any():
             max_abs = max(max_abs, float(np.abs(got[ok] - y64[ok]).max()))
             err_torch = max(err_torch, float(np.abs(y32[ok].astype(np.float64) - y64[ok]).max()))
@@ -230,5 +276,16 @@ def _compare_layer(r: LayerRecord, values, *, ref64: nn.Module, model: nn.Module
     elif fp32_errors is not None:
         fp32_errors[r.path] = err_torch / scale if scale else 0.0
     bound = max(LAYER_ATOL + LAYER_RTOL * scale, k * err_torch)
-    return LayerRow(r.path, r.kind, r.form, "", "", max_abs, max_abs / scale if scale else 0.0, scale, bound,
-                    err_torch / scale if scale else 0.0, max_abs <= bound)
+    return LayerRow(
+        r.path,
+        r.kind,
+        r.form,
+        "",
+        "",
+        max_abs,
+        max_abs / scale if scale else 0.0,
+        scale,
+        bound,
+        err_torch / scale if scale else 0.0,
+        max_abs <= bound,
+    )

@@ -180,33 +180,43 @@ class ParityReport:
         """One sentence on fp32's own accuracy here ('' when it is unremarkable)."""
         if not self.ill_conditioned:
             return ""
-        return (f"fp32 itself is ill-conditioned on these inputs (PyTorch fp32 is "
-                f"{self.torch_fp32_rel:.2g} of the output scale off float64)")
+        return (
+            f"fp32 itself is ill-conditioned on these inputs (PyTorch fp32 is "
+            f"{self.torch_fp32_rel:.2g} of the output scale off float64)"
+        )
 
     def summary(self) -> str:
         verdict = self.verdict
         first = self.first_failing_layer
         if first is not None:
-            where = "" if len({(r.backend, r.optimization) for r in self.layers}) == 1 else \
-                f" in {_runtime(first)}"
+            where = "" if len({(r.backend, r.optimization) for r in self.layers}) == 1 else f" in {_runtime(first)}"
             bad = len({r.path for r in self.layers if not r.passed})
-            return (f"FAIL at {first.path} ({first.label}): max rel {first.max_rel:.2g} > {first.bound_rel:.2g}"
-                    f"{where}{'; ' + first.note if first.note else ''}; {bad} of "
-                    f"{len({r.path for r in self.layers})} layers out of bound; end to end "
-                    f"{'passed' if self.end_to_end_passed else 'failed'}: {self._end_to_end()}")
+            return (
+                f"FAIL at {first.path} ({first.label}): max rel {first.max_rel:.2g} > {first.bound_rel:.2g}"
+                f"{where}{'; ' + first.note if first.note else ''}; {bad} of "
+                f"{len({r.path for r in self.layers})} layers out of bound; end to end "
+                f"{'passed' if self.end_to_end_passed else 'failed'}: {self._end_to_end()}"
+            )
         if verdict == "FAIL" or (not self.inconclusive):
             layers = f"; {self._layers_note()}" if self.layers else ""
             return f"{verdict}: {self._end_to_end()}{layers}"
-        why = (f"end to end inconclusive, fp32 is {self.torch_fp32_rel:.2g} of scale off float64 on these "
-               f"{'images' if self.input_size is not None else 'inputs'}")
+        why = (
+            f"end to end inconclusive, fp32 is {self.torch_fp32_rel:.2g} of scale off float64 on these "
+            f"{'images' if self.input_size is not None else 'inputs'}"
+        )
         if self.decided_by == "layers":
             return f"PASS (decided layer by layer: {self._layers_note()}; {why})"
-        nothing = ("no dynamic layer was checked on its own" if self.layer_record
-                   else "the file records no layers to check on their own")
+        nothing = (
+            "no dynamic layer was checked on its own"
+            if self.layer_record
+            else "the file records no layers to check on their own"
+        )
         if verdict == "PASS":
             return f"PASS (accepted inconclusive: {why}; {nothing})"
-        return (f"INCONCLUSIVE: {why}, and {nothing}; not a PASS: check on inputs from the model's working "
-                f"range, or accept explicitly (--accept-inconclusive)")
+        return (
+            f"INCONCLUSIVE: {why}, and {nothing}; not a PASS: check on inputs from the model's working "
+            f"range, or accept explicitly (--accept-inconclusive)"
+        )
 
     def _end_to_end(self) -> str:
         """The end-to-end numbers (the worst output's, when there are several)."""
@@ -220,23 +230,38 @@ class ParityReport:
         fp32_rel = max((r.torch_fp32_rel for r in rows), default=0.0)
         classifier = [r for r in self.rows if r.classifier]
         # top-1 is evidence only where the comparison has power
-        top1 = (f", top-1 agreement {min(r.top1_agreement for r in classifier):.0%}"
-                if classifier and not self.inconclusive else "")
+        top1 = (
+            f", top-1 agreement {min(r.top1_agreement for r in classifier):.0%}"
+            if classifier and not self.inconclusive
+            else ""
+        )
         nonfinite = sum(r.nonfinite for r in self.rows)
         replaced = sum(r.nonfinite_replaced for r in self.rows)
         nonfinite -= replaced
-        extra = f", {nonfinite} non-finite values propagated identically" if nonfinite and all(
-            r.nonfinite_match for r in self.rows) else ", non-finite values differ" if nonfinite else ""
+        extra = (
+            f", {nonfinite} non-finite values propagated identically"
+            if nonfinite and all(r.nonfinite_match for r in self.rows)
+            else ", non-finite values differ"
+            if nonfinite
+            else ""
+        )
         if replaced:
-            extra += (f", {replaced} NaN/Inf outputs became numbers in OpenVINO (not compared: its CPU "
-                      f"plugin does not keep NaN)")
+            extra += (
+                f", {replaced} NaN/Inf outputs became numbers in OpenVINO (not compared: its CPU "
+                f"plugin does not keep NaN)"
+            )
         note = self.conditioning_note()
-        where = f"worst output {worst!r} of {len(self.outputs) or len(set(r.output for r in self.rows))}: " \
-            if several else ""
-        return (f"{where}max abs {max_abs:.3g}, max rel {max_rel:.3g} against {self.reference} "
-                f"(PyTorch fp32: max rel {fp32_rel:.3g}; tolerance max(atol {self.atol:g} + "
-                f"rtol {self.rtol:g}·scale, {self.k:g}·PyTorch fp32 error)){top1}"
-                f"{extra}{'; ' + note if note else ''}")
+        where = (
+            f"worst output {worst!r} of {len(self.outputs) or len(set(r.output for r in self.rows))}: "
+            if several
+            else ""
+        )
+        return (
+            f"{where}max abs {max_abs:.3g}, max rel {max_rel:.3g} against {self.reference} "
+            f"(PyTorch fp32: max rel {fp32_rel:.3g}; tolerance max(atol {self.atol:g} + "
+            f"rtol {self.rtol:g}·scale, {self.k:g}·PyTorch fp32 error)){top1}"
+            f"{extra}{'; ' + note if note else ''}"
+        )
 
     def _layers_note(self) -> str:
         """``33 DCD layers within 2e-6, 20 Conv layers within 1e-6`` (worst relative error per kind)."""
@@ -251,12 +276,15 @@ class ParityReport:
     def layer_table(self) -> str:
         """One line per layer and runtime: graph order, errors relative to the layer's scale."""
         width = max([5] + [len(r.path) for r in self.layers])
-        lines = [f"{'layer':{width}s} {'kind':22s} {'runtime':12s} {'max rel':>9s} {'bound':>9s} "
-                 f"{'torch fp32':>10s} {'ok':>3s}"]
+        lines = [
+            f"{'layer':{width}s} {'kind':22s} {'runtime':12s} {'max rel':>9s} {'bound':>9s} "
+            f"{'torch fp32':>10s} {'ok':>3s}"
+        ]
         for r in self.layers:
-            lines.append(f"{r.path:{width}s} {r.label:22s} {_runtime(r):12s} {r.max_rel:9.2g} {r.bound_rel:9.2g} "
-                         f"{r.torch_fp32_rel:10.2g} {'yes' if r.passed else 'NO':>3s}"
-                         + (f"  {r.note}" if r.note else ""))
+            lines.append(
+                f"{r.path:{width}s} {r.label:22s} {_runtime(r):12s} {r.max_rel:9.2g} {r.bound_rel:9.2g} "
+                f"{r.torch_fp32_rel:10.2g} {'yes' if r.passed else 'NO':>3s}" + (f"  {r.note}" if r.note else "")
+            )
         return "\n".join(lines)
 
     def table(self) -> str:
@@ -265,14 +293,18 @@ class ParityReport:
         several = len(set(r.output for r in self.rows)) > 1
         width = max([6] + [len(r.output) for r in self.rows]) if several else 0
         out_head = f" {'output':{width}s}" if several else ""
-        lines = [f"{head:8s} {'batch':>5s} {'inputs':>6s}{out_head} {'max abs':>10s} {'max rel':>10s} "
-                 f"{'torch fp32':>10s} {'tolerance':>10s} {'top-1':>6s} {'ok':>4s}"]
+        lines = [
+            f"{head:8s} {'batch':>5s} {'inputs':>6s}{out_head} {'max abs':>10s} {'max rel':>10s} "
+            f"{'torch fp32':>10s} {'tolerance':>10s} {'top-1':>6s} {'ok':>4s}"
+        ]
         for r in self.rows:
             out = f" {r.output:{width}s}" if several else ""
             top1 = f"{r.top1_agreement:6.0%}" if r.classifier else f"{'-':>6s}"
-            lines.append(f"{r.optimization:8s} {r.batch_size:5d} {r.n_inputs:6d}{out} {r.max_abs:10.3g} "
-                         f"{r.max_rel:10.3g} {r.torch_fp32_abs:10.3g} {r.tolerance:10.3g} "
-                         f"{top1} {'yes' if r.passed else 'NO':>4s}")
+            lines.append(
+                f"{r.optimization:8s} {r.batch_size:5d} {r.n_inputs:6d}{out} {r.max_abs:10.3g} "
+                f"{r.max_rel:10.3g} {r.torch_fp32_abs:10.3g} {r.tolerance:10.3g} "
+                f"{top1} {'yes' if r.passed else 'NO':>4s}"
+            )
         return "\n".join(lines)
 
     def to_dict(self) -> dict:

@@ -13,8 +13,8 @@ layer-wise check reads each layer's input and output this way).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
@@ -30,8 +30,14 @@ BACKENDS = PARITY_BACKENDS
 Runner = Callable[..., list[np.ndarray]]
 
 
-def runners(onnx_path: Path, backends, inputs: list[TensorSpec], outputs: list[TensorSpec],
-            extra: tuple[str, ...] = (), proto=None) -> dict[tuple[str, str], Runner]:
+def runners(
+    onnx_path: Path,
+    backends,
+    inputs: list[TensorSpec],
+    outputs: list[TensorSpec],
+    extra: tuple[str, ...] = (),
+    proto=None,
+) -> dict[tuple[str, str], Runner]:
     """``{(backend, label): run}``; ``run`` returns the file's outputs, then ``extra``.
 
     Args:

@@ -70,8 +70,9 @@ def load(onnx_path: Path):
     try:
         return onnx.load(str(onnx_path), load_external_data=False)
     except Exception as exc:  # protobuf's and onnx's many types for a damaged file
-        raise ExportError(f"cannot read {onnx_path} as ONNX: "
-                          f"{(str(exc).splitlines() or [type(exc).__name__])[0]}") from None
+        raise ExportError(
+            f"cannot read {onnx_path} as ONNX: {(str(exc).splitlines() or [type(exc).__name__])[0]}"
+        ) from None
 
 
 def read_signature(onnx_path: Path, proto=None) -> tuple[list[TensorSpec], list[TensorSpec]]:
@@ -87,13 +88,17 @@ def read_signature(onnx_path: Path, proto=None) -> tuple[list[TensorSpec], list[
 
     def spec(value) -> TensorSpec:
         tt = value.type.tensor_type
-        dims = tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
-                     for d in tt.shape.dim) if tt.HasField("shape") else None
+        dims = (
+            tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in tt.shape.dim)
+            if tt.HasField("shape")
+            else None
+        )
         try:
             dtype = np.dtype(helper.tensor_dtype_to_np_dtype(tt.elem_type))
         except (KeyError, TypeError, ValueError):
-            raise DCDDeployError(f"{onnx_path}: tensor {value.name!r} has an element type parity "
-                                 f"cannot feed or compare ({tt.elem_type})") from None
+            raise DCDDeployError(
+                f"{onnx_path}: tensor {value.name!r} has an element type parity cannot feed or compare ({tt.elem_type})"
+            ) from None
         return TensorSpec(value.name, dims, dtype)
 
     inputs = [spec(v) for v in proto.graph.input if v.name not in weights]
@@ -102,8 +107,9 @@ def read_signature(onnx_path: Path, proto=None) -> tuple[list[TensorSpec], list[
         raise DCDDeployError(f"{onnx_path} has no {'inputs' if not inputs else 'outputs'}")
     for s in inputs + outputs:
         if s.rank == 0:
-            raise DCDDeployError(f"{onnx_path}: {s.name!r} is a scalar; parity needs a batch axis on "
-                                 "every input and output")
+            raise DCDDeployError(
+                f"{onnx_path}: {s.name!r} is a scalar; parity needs a batch axis on every input and output"
+            )
     return inputs, outputs
 
 
@@ -116,13 +122,17 @@ def as_list(value, specs: list[TensorSpec], what: str) -> list[torch.Tensor] | N
     if isinstance(value, dict):
         missing = [s.name for s in specs if s.name not in value]
         if missing:
-            raise DCDDeployError(f"{what} has no tensor for the file's input(s) {', '.join(missing)}; "
-                                 f"it has {', '.join(map(str, value))}")
+            raise DCDDeployError(
+                f"{what} has no tensor for the file's input(s) {', '.join(missing)}; "
+                f"it has {', '.join(map(str, value))}"
+            )
         value = tuple(value[s.name] for s in specs)
     value = tuple(value)
     if len(value) != len(specs) or not all(isinstance(v, torch.Tensor) for v in value):
-        raise DCDDeployError(f"{what}: expected {len(specs)} tensor(s), one per file input "
-                             f"({', '.join(s.name for s in specs)}), got {len(value)}")
+        raise DCDDeployError(
+            f"{what}: expected {len(specs)} tensor(s), one per file input "
+            f"({', '.join(s.name for s in specs)}), got {len(value)}"
+        )
     for v, s in zip(value, specs):
         if s.rank is not None and v.dim() != s.rank:
             raise DCDDeployError(f"{what}: input {s.name!r} takes rank {s.rank}, got shape {tuple(v.shape)}")
@@ -137,8 +147,9 @@ def image_size(spec: TensorSpec, example: torch.Tensor | None) -> tuple[int, int
     return None if None in hw else hw
 
 
-def synthetic_inputs(specs: list[TensorSpec], examples: list[torch.Tensor] | None, total: int, *,
-                     seed: int, images=None) -> list[torch.Tensor]:
+def synthetic_inputs(
+    specs: list[TensorSpec], examples: list[torch.Tensor] | None, total: int, *, seed: int, images=None
+) -> list[torch.Tensor]:
     """``total`` seeded samples for each file input (see the module docstring).
 
     Args:
@@ -155,8 +166,10 @@ def synthetic_inputs(specs: list[TensorSpec], examples: list[torch.Tensor] | Non
         if spec.is_image and (example is None or example.is_floating_point()):
             hw = image_size(spec, example)
             if hw is None:
-                raise DCDDeployError(f"input {spec.name!r} has a symbolic height or width; pass "
-                                     "example_inputs (what the export traced with) or inputs")
+                raise DCDDeployError(
+                    f"input {spec.name!r} has a symbolic height or width; pass "
+                    "example_inputs (what the export traced with) or inputs"
+                )
             out.append(images(total, hw, s))
             continue
         if spec.rank is None and example is None:
@@ -167,8 +180,10 @@ def synthetic_inputs(specs: list[TensorSpec], examples: list[torch.Tensor] | Non
             if d is None and example is not None:
                 d = int(example.shape[axis])
             if d is None:
-                raise DCDDeployError(f"input {spec.name!r} has a symbolic dimension {axis}; pass "
-                                     "example_inputs (what the export traced with) or inputs")
+                raise DCDDeployError(
+                    f"input {spec.name!r} has a symbolic dimension {axis}; pass "
+                    "example_inputs (what the export traced with) or inputs"
+                )
             shape.append(d)
         g = torch.Generator().manual_seed(s)
         dtype = example.dtype if example is not None else torch.from_numpy(np.zeros(0, spec.dtype)).dtype
@@ -196,8 +211,10 @@ def flatten_outputs(out) -> list[tuple[str | None, torch.Tensor]]:
             for v in value:
                 walk(v, name)
         elif value is not None:
-            raise DCDDeployError(f"the model returns a {type(value).__name__}; parity compares tensors "
-                                 "(a tensor, or tuples, lists and dicts of tensors)")
+            raise DCDDeployError(
+                f"the model returns a {type(value).__name__}; parity compares tensors "
+                "(a tensor, or tuples, lists and dicts of tensors)"
+            )
 
     walk(out, None)
     if not flat:
@@ -209,8 +226,10 @@ def match_outputs(names: list[str | None], specs: list[TensorSpec], path: Path) 
     """For each ONNX output, the index of the model output it holds: by dict key where
     every key names a file output, else by position."""
     if len(names) != len(specs):
-        raise DCDDeployError(f"the model returns {len(names)} tensor(s) but {path} has {len(specs)} "
-                             f"output(s) ({', '.join(s.name for s in specs)})")
+        raise DCDDeployError(
+            f"the model returns {len(names)} tensor(s) but {path} has {len(specs)} "
+            f"output(s) ({', '.join(s.name for s in specs)})"
+        )
     index = {n: i for i, n in enumerate(names) if n is not None}
     if len(index) == len(names) and all(s.name in index for s in specs):
         return [index[s.name] for s in specs]

@@ -29,8 +29,18 @@ import importlib
 from ..errors import DCDDeployError
 from ._base import Feed, Runner, RuntimeInfo
 from ._onnx_input import OnnxInput, read_onnx_input
-from ._registry import BACKENDS, BENCH_BACKENDS, FILE_BACKENDS, OPENVINO_BACKENDS, PAPER_BACKEND
-from ._registry import PARITY_BACKENDS, PARITY_CONFIGS, RUNTIMES, Backend, backend
+from ._registry import (
+    BACKENDS,
+    BENCH_BACKENDS,
+    FILE_BACKENDS,
+    OPENVINO_BACKENDS,
+    PAPER_BACKEND,
+    PARITY_BACKENDS,
+    PARITY_CONFIGS,
+    RUNTIMES,
+    Backend,
+    backend,
+)
 
 
 def runner_class(runtime: str) -> type[Runner]:
@@ -84,6 +94,25 @@ def ort_message(exc: BaseException) -> str:
     return message(exc)
 
 
-__all__ = ["BACKENDS", "BENCH_BACKENDS", "Backend", "FILE_BACKENDS", "Feed", "OPENVINO_BACKENDS", "OnnxInput",
-           "PAPER_BACKEND", "PARITY_BACKENDS", "PARITY_CONFIGS", "RUNTIMES", "Runner", "RuntimeInfo", "backend",
-           "compile_openvino", "load_runner", "onednn_disabled", "ort_message", "read_onnx_input", "runner_class"]
+__all__ = [
+    "BACKENDS",
+    "BENCH_BACKENDS",
+    "Backend",
+    "FILE_BACKENDS",
+    "Feed",
+    "OPENVINO_BACKENDS",
+    "OnnxInput",
+    "PAPER_BACKEND",
+    "PARITY_BACKENDS",
+    "PARITY_CONFIGS",
+    "RUNTIMES",
+    "Runner",
+    "RuntimeInfo",
+    "backend",
+    "compile_openvino",
+    "load_runner",
+    "onednn_disabled",
+    "ort_message",
+    "read_onnx_input",
+    "runner_class",
+]

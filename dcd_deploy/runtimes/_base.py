@@ -26,8 +26,9 @@ runtime's own exception.
 from __future__ import annotations
 
 import abc
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -64,8 +65,7 @@ class Runner(abc.ABC):
     runtime: str = ""
     title: str = ""
 
-    def __init__(self, source, *, threads: int | None = 1, input_shapes=None,
-                 extra_outputs: Sequence[str] = ()):
+    def __init__(self, source, *, threads: int | None = 1, input_shapes=None, extra_outputs: Sequence[str] = ()):
         if threads is not None and (isinstance(threads, bool) or int(threads) < 1):
             raise BackendLoadError(f"{self.title}: threads must be a positive integer, not {threads!r}")
         self.source = source
@@ -121,4 +121,4 @@ def package_version(name: str) -> str | None:
 def clip(text: str, n: int = MAX_MESSAGE) -> str:
     """``text`` on one line, cut to ``n`` characters."""
     text = " ".join(str(text).split())
-    return text if len(text) <= n else text[:n - 3] + "..."
+    return text if len(text) <= n else text[: n - 3] + "..."

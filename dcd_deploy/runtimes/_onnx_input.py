@@ -47,8 +47,12 @@ class OnnxInput:
         """The concrete (N, C, H, W): fixed axes as the file has them, dynamic ones from
         ``batch`` and ``input_size``."""
         n, c, h, w = self.shape
-        return (batch if n is None else n, 3 if c is None else c,
-                input_size[0] if h is None else h, input_size[1] if w is None else w)
+        return (
+            batch if n is None else n,
+            3 if c is None else c,
+            input_size[0] if h is None else h,
+            input_size[1] if w is None else w,
+        )
 
     @property
     def dynamic_size(self) -> bool:
@@ -66,19 +70,23 @@ class OnnxInput:
         from .._limits import check_input_size_range
 
         if self.shape[1] not in (None, 3):
-            raise UnsupportedInputError(f"{self.path}: its input {self.name!r} has shape {_text(self.shape)}; "
-                                        "an image model takes (N, 3, S, S)")
+            raise UnsupportedInputError(
+                f"{self.path}: its input {self.name!r} has shape {_text(self.shape)}; an image model takes (N, 3, S, S)"
+            )
         if self.size_metadata is None:
             size = (self.shape[2] or DEFAULT_SIDE, self.shape[3] or DEFAULT_SIDE)
         else:
             match = METADATA_SIZE.fullmatch(self.size_metadata)
             if match is None:
-                raise UnsupportedInputError(f"{self.path}: its metadata input_size {self.size_metadata!r} is not "
-                                            "an integer or HxW")
+                raise UnsupportedInputError(
+                    f"{self.path}: its metadata input_size {self.size_metadata!r} is not an integer or HxW"
+                )
             size = (int(match.group(1)), int(match.group(2) or match.group(1)))
             if any(d not in (None, s) for d, s in zip(self.shape[2:], size)):
-                raise UnsupportedInputError(f"{self.path}: its metadata input_size {self.size_metadata} disagrees "
-                                            f"with its input shape ({self.shape[2]}x{self.shape[3]})")
+                raise UnsupportedInputError(
+                    f"{self.path}: its metadata input_size {self.size_metadata} disagrees "
+                    f"with its input shape ({self.shape[2]}x{self.shape[3]})"
+                )
         for side in size:
             check_input_size_range(side, source=self.path)
         return size
@@ -105,18 +113,28 @@ def read_onnx_input(path: str | Path) -> OnnxInput:
     value = inputs[0]
     tensor = value.type.tensor_type
     if not value.type.HasField("tensor_type") or tensor.elem_type != onnx.TensorProto.FLOAT:
-        kind = (onnx.TensorProto.DataType.Name(tensor.elem_type).lower() if value.type.HasField("tensor_type")
-                else "not a tensor")
+        kind = (
+            onnx.TensorProto.DataType.Name(tensor.elem_type).lower()
+            if value.type.HasField("tensor_type")
+            else "not a tensor"
+        )
         raise UnsupportedInputError(f"{path}: its input {value.name!r} is {kind}; an image model takes float32")
     dims = tuple(d.dim_value if d.HasField("dim_value") else None for d in tensor.shape.dim)
     if not tensor.HasField("shape") or len(dims) != 4:
         shape = "unknown" if not tensor.HasField("shape") else _text(dims)
-        raise UnsupportedInputError(f"{path}: its input {value.name!r} has shape {shape}; an image model takes "
-                                    "(N, 3, S, S)")
+        raise UnsupportedInputError(
+            f"{path}: its input {value.name!r} has shape {shape}; an image model takes (N, 3, S, S)"
+        )
     if any(d is not None and not 1 <= d <= MAX_INPUT_SIZE for d in dims[1:]):
         raise UnsupportedInputError(f"{path}: its input shape {_text(dims)} has a side outside 1-{MAX_INPUT_SIZE}")
-    return OnnxInput(value.name, dims, _has_fused_nodes(proto), sum(math.prod(t.dims) for t in proto.graph.initializer),
-                     str(path), {p.key: p.value for p in proto.metadata_props}.get("input_size"))
+    return OnnxInput(
+        value.name,
+        dims,
+        _has_fused_nodes(proto),
+        sum(math.prod(t.dims) for t in proto.graph.initializer),
+        str(path),
+        {p.key: p.value for p in proto.metadata_props}.get("input_size"),
+    )
 
 
 def _has_fused_nodes(proto) -> bool:

@@ -15,8 +15,8 @@ OpenVINO is imported when a model is compiled, so importing this module needs no
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Sequence
 
 import numpy as np
 
@@ -25,8 +25,15 @@ from ..errors import BackendLoadError, BackendRunError
 from ._base import Feed, Runner
 
 
-def compile_file(path, *, threads: int | None = 1, input_shape=None, perf_counters: bool = False,
-                  extra_outputs: Sequence[str] = (), extension: bool | None = None):
+def compile_file(
+    path,
+    *,
+    threads: int | None = 1,
+    input_shape=None,
+    perf_counters: bool = False,
+    extra_outputs: Sequence[str] = (),
+    extension: bool | None = None,
+):
     """``path`` (ONNX or OpenVINO IR) compiled for CPU: the arguments of
     :func:`dcd_deploy.openvino.compile_onnx`, plus ``extension`` (None: when the file needs it).
 
@@ -45,10 +52,15 @@ def compile_file(path, *, threads: int | None = 1, input_shape=None, perf_counte
         if extra_outputs:
             model.add_outputs(list(extra_outputs))
         if input_shape is not None:
-            model.reshape({k: list(v) for k, v in input_shape.items()} if isinstance(input_shape, dict)
-                          else list(input_shape))
-        config = {"NUM_STREAMS": 1, "PERFORMANCE_HINT": "LATENCY", "INFERENCE_PRECISION_HINT": "f32",
-                  "PERF_COUNT": bool(perf_counters)}
+            model.reshape(
+                {k: list(v) for k, v in input_shape.items()} if isinstance(input_shape, dict) else list(input_shape)
+            )
+        config = {
+            "NUM_STREAMS": 1,
+            "PERFORMANCE_HINT": "LATENCY",
+            "INFERENCE_PRECISION_HINT": "f32",
+            "PERF_COUNT": bool(perf_counters),
+        }
         if threads is not None:  # None: the plugin's default, a thread per core
             config = {"INFERENCE_NUM_THREADS": int(threads), **config}
         compiled = core.compile_model(model, "CPU", config)
@@ -77,8 +89,16 @@ class OpenVINORunner(Runner):
 
     runtime, title = "openvino", "OpenVINO"
 
-    def __init__(self, source, *, threads: int = 1, input_shapes=None, extra_outputs: Sequence[str] = (),
-                 extension: bool | None = None, perf_counters: bool = False):
+    def __init__(
+        self,
+        source,
+        *,
+        threads: int = 1,
+        input_shapes=None,
+        extra_outputs: Sequence[str] = (),
+        extension: bool | None = None,
+        perf_counters: bool = False,
+    ):
         super().__init__(source, threads=threads, input_shapes=input_shapes, extra_outputs=extra_outputs)
         self.path = Path(source)
         self.extension = ovx.needs_extension(self.path) if extension is None else bool(extension)
@@ -90,9 +110,14 @@ class OpenVINORunner(Runner):
 
     def _prepare(self, shapes):
         if shapes not in self._compiled:
-            compiled = compile_file(self.path, threads=self.threads, perf_counters=self.perf_counters,
-                                     input_shape=self.input_shapes if shapes is None else dict(shapes),
-                                     extra_outputs=self.extra_outputs, extension=self.extension)
+            compiled = compile_file(
+                self.path,
+                threads=self.threads,
+                perf_counters=self.perf_counters,
+                input_shape=self.input_shapes if shapes is None else dict(shapes),
+                extra_outputs=self.extra_outputs,
+                extension=self.extension,
+            )
             self._compiled[shapes] = (compiled, compiled.create_infer_request())
         self.compiled, self.request = self._compiled[shapes]
         return self._compiled[shapes]

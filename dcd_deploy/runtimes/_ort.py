@@ -14,8 +14,8 @@ ONNX Runtime is imported when a runner is made, so importing this module needs n
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Sequence
 
 import numpy as np
 
@@ -23,8 +23,12 @@ from ..errors import BackendLoadError, BackendRunError
 from ._base import Feed, Runner, clip
 
 #: ONNX Runtime graph optimisation levels (name -> ``GraphOptimizationLevel`` member).
-LEVELS = {"disabled": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC", "extended": "ORT_ENABLE_EXTENDED",
-          "all": "ORT_ENABLE_ALL"}
+LEVELS = {
+    "disabled": "ORT_DISABLE_ALL",
+    "basic": "ORT_ENABLE_BASIC",
+    "extended": "ORT_ENABLE_EXTENDED",
+    "all": "ORT_ENABLE_ALL",
+}
 #: ONNX Runtime's log severity of our sessions: fatal only (its errors come as exceptions).
 LOG_SEVERITY = 4
 
@@ -74,12 +78,22 @@ class OnnxRuntimeRunner(Runner):
 
     runtime, title = "onnxruntime", "ONNX Runtime"
 
-    def __init__(self, source, *, threads: int = 1, optimization: str = "all", input_shapes=None,
-                 extra_outputs: Sequence[str] = (), profile_dir=None, proto=None):
+    def __init__(
+        self,
+        source,
+        *,
+        threads: int = 1,
+        optimization: str = "all",
+        input_shapes=None,
+        extra_outputs: Sequence[str] = (),
+        profile_dir=None,
+        proto=None,
+    ):
         super().__init__(source, threads=threads, input_shapes=input_shapes, extra_outputs=extra_outputs)
         if optimization not in LEVELS:
-            raise BackendLoadError(f"unknown ONNX Runtime optimization level {optimization!r}; expected one of "
-                                   f"{', '.join(LEVELS)}")
+            raise BackendLoadError(
+                f"unknown ONNX Runtime optimization level {optimization!r}; expected one of {', '.join(LEVELS)}"
+            )
         self.optimization = optimization
         self.path = Path(source)
         prefix = None if profile_dir is None else str(Path(profile_dir) / (self.path.stem + "_profile"))
@@ -92,9 +106,11 @@ class OnnxRuntimeRunner(Runner):
 
         model = str(self.path) if not self.extra_outputs else with_outputs(self.path, proto, self.extra_outputs)
         try:
-            return ort.InferenceSession(model, session_options(threads=self.threads, optimization=self.optimization,
-                                                               profile_prefix=prefix),
-                                        providers=["CPUExecutionProvider"])
+            return ort.InferenceSession(
+                model,
+                session_options(threads=self.threads, optimization=self.optimization, profile_prefix=prefix),
+                providers=["CPUExecutionProvider"],
+            )
         except Exception as exc:  # ORT raises its own exception types for unreadable files
             raise BackendLoadError(f"ONNX Runtime cannot load {self.path}: {ort_message(exc)}") from None
 
@@ -124,8 +140,10 @@ class OnnxRuntimeRunner(Runner):
         return Path(self.session.end_profiling())
 
     def legend(self) -> str:
-        return (f"ONNX Runtime {self.version() or '?'}, CPU, {self.threads} thread(s), sequential, "
-                f"graph optimisations {self.optimization}")
+        return (
+            f"ONNX Runtime {self.version() or '?'}, CPU, {self.threads} thread(s), sequential, "
+            f"graph optimisations {self.optimization}"
+        )
 
 
 def with_outputs(onnx_path: Path, proto, extra: Sequence[str]) -> bytes:

@@ -9,15 +9,18 @@ ones all come from here, so the command line, the API and the reports cannot dis
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Mapping
 
 from ..errors import DCDDeployError
 
 #: Runtime key -> (module of its runner, class name), imported when a runner is made.
-RUNTIMES = {"onnxruntime": ("._ort", "OnnxRuntimeRunner"), "openvino": ("._openvino", "OpenVINORunner"),
-            "torch": ("._torch", "TorchRunner")}
+RUNTIMES = {
+    "onnxruntime": ("._ort", "OnnxRuntimeRunner"),
+    "openvino": ("._openvino", "OpenVINORunner"),
+    "torch": ("._torch", "TorchRunner"),
+}
 #: What a backend runs: the model as built, its deploy form (``to_deploy``), the standard
 #: export, or the fused export (``mode="fused"`` for a model with DCD layers).
 SOURCES = ("model", "deploy", "onnx", "fused")
@@ -57,26 +60,55 @@ def _backends(*items: Backend) -> Mapping[str, Backend]:
 
 #: The benchmark's backends, in the order of its tables.
 BACKENDS: Mapping[str, Backend] = _backends(
-    Backend("torch-paper", "torch", "deploy",
-            "the paper's conditions: eager PyTorch, deploy form, oneDNN off (PyTorch's native conv kernels, "
-            "as slow as the paper's PyTorch of 2020), 1 thread, batch 1; beside the paper, whose protocol is "
-            "the mean of single-image runs (mean ms, mean ratio)",
-            "deploy form, eager PyTorch, oneDNN off, 1 thread: the paper's conditions", {"onednn": False}),
-    Backend("torch", "torch", "model",
-            "eager PyTorch, training form (BNs unfolded, every DCD layer latent), oneDNN on",
-            "training form as built (BNs unfolded, DCD layers latent), eager PyTorch"),
-    Backend("torch-deploy", "torch", "deploy",
-            "today's eager PyTorch: the same deploy form, oneDNN on (convs several times faster)",
-            "to_deploy form (BNs folded, DCD layers latent/weight), eager PyTorch, oneDNN on"),
-    Backend("onnxruntime", "onnxruntime", "onnx", "ONNX Runtime: the exported file, graph optimisations on",
-            "export_onnx's file (strategy auto, standard mode, dynamic batch), ONNX Runtime",
-            {"optimization": "all"}),
-    Backend("openvino", "openvino", "onnx", "OpenVINO: the exported file compiled for CPU, fp32",
-            "the same file compiled by OpenVINO for CPU, fp32", requires="openvino"),
-    Backend("openvino-fused", "openvino", "fused",
-            "OpenVINO with dcd-deploy's fused DCD kernels: the DCD model exported with --mode fused "
-            "(channels-last DCDPointwise / DCDConvEpilogue nodes), the static model as for openvino, fp32",
-            "DCD models exported with --mode fused (fused kernels), others as openvino", requires="openvino"),
+    Backend(
+        "torch-paper",
+        "torch",
+        "deploy",
+        "the paper's conditions: eager PyTorch, deploy form, oneDNN off (PyTorch's native conv kernels, "
+        "as slow as the paper's PyTorch of 2020), 1 thread, batch 1; beside the paper, whose protocol is "
+        "the mean of single-image runs (mean ms, mean ratio)",
+        "deploy form, eager PyTorch, oneDNN off, 1 thread: the paper's conditions",
+        {"onednn": False},
+    ),
+    Backend(
+        "torch",
+        "torch",
+        "model",
+        "eager PyTorch, training form (BNs unfolded, every DCD layer latent), oneDNN on",
+        "training form as built (BNs unfolded, DCD layers latent), eager PyTorch",
+    ),
+    Backend(
+        "torch-deploy",
+        "torch",
+        "deploy",
+        "today's eager PyTorch: the same deploy form, oneDNN on (convs several times faster)",
+        "to_deploy form (BNs folded, DCD layers latent/weight), eager PyTorch, oneDNN on",
+    ),
+    Backend(
+        "onnxruntime",
+        "onnxruntime",
+        "onnx",
+        "ONNX Runtime: the exported file, graph optimisations on",
+        "export_onnx's file (strategy auto, standard mode, dynamic batch), ONNX Runtime",
+        {"optimization": "all"},
+    ),
+    Backend(
+        "openvino",
+        "openvino",
+        "onnx",
+        "OpenVINO: the exported file compiled for CPU, fp32",
+        "the same file compiled by OpenVINO for CPU, fp32",
+        requires="openvino",
+    ),
+    Backend(
+        "openvino-fused",
+        "openvino",
+        "fused",
+        "OpenVINO with dcd-deploy's fused DCD kernels: the DCD model exported with --mode fused "
+        "(channels-last DCDPointwise / DCDConvEpilogue nodes), the static model as for openvino, fp32",
+        "DCD models exported with --mode fused (fused kernels), others as openvino",
+        requires="openvino",
+    ),
 )
 #: Names of :data:`BACKENDS`, in order.
 BENCH_BACKENDS = tuple(BACKENDS)
@@ -91,10 +123,12 @@ OPENVINO_BACKENDS = tuple(b.name for b in BACKENDS.values() if b.runtime == "ope
 #: options)``: ONNX Runtime with graph optimisations off and on (its rewrites and layout
 #: changes are part of what ships), OpenVINO's CPU plugin (the extension loaded for a
 #: file with fused nodes); all on one thread.
-PARITY_CONFIGS: Mapping[str, tuple[tuple[str, Mapping], ...]] = MappingProxyType({
-    "onnxruntime": (("disabled", {"optimization": "disabled"}), ("all", {"optimization": "all"})),
-    "openvino": (("openvino", {}),),
-})
+PARITY_CONFIGS: Mapping[str, tuple[tuple[str, Mapping], ...]] = MappingProxyType(
+    {
+        "onnxruntime": (("disabled", {"optimization": "disabled"}), ("all", {"optimization": "all"})),
+        "openvino": (("openvino", {}),),
+    }
+)
 #: Runtimes :func:`~dcd_deploy.check_parity` can run a file in (``dcd-validate --backend``).
 PARITY_BACKENDS = tuple(PARITY_CONFIGS)
 

@@ -16,7 +16,7 @@ or list) or by key (a dict).
 from __future__ import annotations
 
 import contextlib
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -70,12 +70,21 @@ class TorchRunner(Runner):
 
     runtime, title = "torch", "PyTorch"
 
-    def __init__(self, source, *, threads: int | None = None, input_shapes=None,
-                 extra_outputs: Sequence[str] = (), onednn: bool = True):
+    def __init__(
+        self,
+        source,
+        *,
+        threads: int | None = None,
+        input_shapes=None,
+        extra_outputs: Sequence[str] = (),
+        onednn: bool = True,
+    ):
         super().__init__(source, threads=threads, input_shapes=input_shapes, extra_outputs=extra_outputs)
         if extra_outputs:
-            raise BackendLoadError("eager PyTorch runs a module, which has no named intermediate tensors to "
-                                   "return; extra outputs need an ONNX runtime")
+            raise BackendLoadError(
+                "eager PyTorch runs a module, which has no named intermediate tensors to "
+                "return; extra outputs need an ONNX runtime"
+            )
         if not callable(source):
             raise BackendLoadError(f"eager PyTorch runs a module, not {type(source).__name__}")
         self.module, self.onednn = source, bool(onednn)
@@ -95,7 +104,7 @@ class TorchRunner(Runner):
             return native
 
         def run():
-            with torch_threads(self.threads), (contextlib.nullcontext() if self.onednn else onednn_disabled()):
+            with torch_threads(self.threads), contextlib.nullcontext() if self.onednn else onednn_disabled():
                 return module(*xs)
 
         return run
@@ -124,8 +133,10 @@ class TorchRunner(Runner):
 
     def legend(self) -> str:
         threads = "the caller's threads" if self.threads is None else f"{self.threads} thread(s)"
-        return (f"PyTorch {self.version()} eager, {type(self.module).__name__}, oneDNN "
-                f"{'on' if self.onednn else 'off'}, {threads}")
+        return (
+            f"PyTorch {self.version()} eager, {type(self.module).__name__}, oneDNN "
+            f"{'on' if self.onednn else 'off'}, {threads}"
+        )
 
 
 def _named(result) -> dict[str, np.ndarray]:

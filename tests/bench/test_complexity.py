@@ -11,9 +11,7 @@ import torch
 from torch import nn
 
 from dcd_deploy import create_model
-from dcd_deploy.bench.complexity import (
-    FORMS, STATUS_MISS, STATUS_OK, check_row, count_complexity,
-)
+from dcd_deploy.bench.complexity import FORMS, STATUS_MISS, STATUS_OK, check_row, count_complexity
 from dcd_deploy.bench.paper import PAPER_LATENCY_MS, PAPER_ROWS, PaperRow, parse_figure
 from dcd_deploy.errors import UnsupportedInputError
 from dcd_deploy.layers import CondConv2d, DCDConv2d
@@ -61,17 +59,21 @@ def test_dcd_conv_1x1_by_hand():
     n = h * h
     pool = cin * n  # average pool: one add per input element
     branch = pool + cin * sq + sq * (lat * lat) + sq * cout  # FC1, Φ head, Λ head
-    latent = (cout * cin * n  # W0 conv
-              + cout * n  # Λ ⊙ (W0 x)
-              + cin * lat * n  # Qᵀ x
-              + lat * lat * n  # Φ (Qᵀ x)
-              + lat * cout * n  # P (...)
-              + branch)
-    weight = (cout * cin  # Λ ⊙ W0
-              + cout * lat * lat  # P Φ
-              + cout * lat * cin  # (PΦ) Qᵀ
-              + cout * cin * n  # one conv with W(x)
-              + branch)
+    latent = (
+        cout * cin * n  # W0 conv
+        + cout * n  # Λ ⊙ (W0 x)
+        + cin * lat * n  # Qᵀ x
+        + lat * lat * n  # Φ (Qᵀ x)
+        + lat * cout * n  # P (...)
+        + branch
+    )
+    weight = (
+        cout * cin  # Λ ⊙ W0
+        + cout * lat * lat  # P Φ
+        + cout * lat * cin  # (PΦ) Qᵀ
+        + cout * cin * n  # one conv with W(x)
+        + branch
+    )
     assert (c.madds_latent, c.madds_weight) == (latent, weight) == (49664, 37376)
     assert c.madds_min == min(latent, weight)
     assert c.branch_pool_madds == pool
@@ -99,8 +101,10 @@ def test_static_resnet18_matches_published():
     assert c.madds_latent == pytest.approx(RESNET18_MADDS, rel=PUBLISHED_TOL)
 
 
-@pytest.mark.parametrize("name", ["mobilenetv2_050", "mobilenetv2_050_dcd", "resnet10_dcd",
-                                  "mobilenetv2_035_dyconv", "mobilenetv2_035_condconv"])
+@pytest.mark.parametrize(
+    "name",
+    ["mobilenetv2_050", "mobilenetv2_050_dcd", "resnet10_dcd", "mobilenetv2_035_dyconv", "mobilenetv2_035_condconv"],
+)
 def test_params_are_numel_sum_and_breakdown_adds_up(name):
     model = meta_model(name)
     c = count_complexity(model)

@@ -27,8 +27,9 @@ def _flop_counter_madds_and_pool_adds(model: nn.Module) -> tuple[int, int]:
         assert output.shape[-2:] == (1, 1), "only global pools: one add per input element"
         pool_adds += inputs[0].numel()
 
-    pools = [m.register_forward_hook(on_pool) for m in model.modules()
-             if isinstance(m, (nn.AvgPool2d, nn.AdaptiveAvgPool2d))]
+    pools = [
+        m.register_forward_hook(on_pool) for m in model.modules() if isinstance(m, (nn.AvgPool2d, nn.AdaptiveAvgPool2d))
+    ]
     x = torch.zeros(1, 3, SIZE, SIZE, device="meta")
     with FlopCounterMode(display=False) as counter, torch.no_grad():
         model(x)

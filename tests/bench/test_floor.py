@@ -24,8 +24,7 @@ from dcd_deploy import create_model, export_onnx, pseudo_train
 from dcd_deploy.bench.floor import STAGES, floor_onnx
 from dcd_deploy.cli.bench import main
 from dcd_deploy.errors import UnsupportedInputError
-from dcd_deploy.exporters import to_deploy
-from dcd_deploy.exporters import DeployDCD
+from dcd_deploy.exporters import DeployDCD, to_deploy
 from dcd_deploy.models import synthetic_images
 
 SIZE = 64
@@ -80,8 +79,13 @@ def test_floor_computes_the_w0_only_network(model, stage):
 
 
 def test_floor_keeps_the_branch_and_only_the_static_convs(model, tmp_path):
-    static = export_onnx(pseudo_train(create_model("mobilenetv2_035"), input_size=SIZE),
-                         tmp_path / "s.onnx", input_size=SIZE, check=False, simplify=False)
+    static = export_onnx(
+        pseudo_train(create_model("mobilenetv2_035"), input_size=SIZE),
+        tmp_path / "s.onnx",
+        input_size=SIZE,
+        check=False,
+        simplify=False,
+    )
     full = export_onnx(model, tmp_path / "d.onnx", input_size=SIZE, check=False, simplify=False)
     branch = _ops(floor_onnx(model, stage="branch", input_size=SIZE))
     forming = _ops(floor_onnx(model, stage="forming", input_size=SIZE))
@@ -102,8 +106,9 @@ def test_floor_refuses_a_model_without_dcd_layers():
 
 def test_cli_floor_quick_table_and_json(tmp_path):
     out = tmp_path / "floor.json"
-    result = CliRunner().invoke(main, ["floor", "--quick", "--models", NAME, "--input-size", str(SIZE),
-                                       "--json", str(out)])
+    result = CliRunner().invoke(
+        main, ["floor", "--quick", "--models", NAME, "--input-size", str(SIZE), "--json", str(out)]
+    )
     assert result.exit_code == 0, result.output
     row = next(line for line in result.stdout.splitlines() if line.startswith(NAME))
     assert row.count(" x") == 3  # branch, forming and full ratios
@@ -116,13 +121,19 @@ def test_cli_floor_quick_table_and_json(tmp_path):
         assert rec[f"{key}_ratio"] == pytest.approx(rec[f"{key}_ms"] / rec["static_ms"])
 
 
-@pytest.mark.parametrize("args, code, text", [
-    (["floor", "--models", "mobilenetv2_035"], 1, "Error: --floor takes DCD models"),
-    (["floor", "--models", "nosuchnet_dcd"], 1, "Error: "),
-    (["floor", "--backends", "onnxruntime"], 2,
-     "dcd-bench floor does not take --backends (it applies to dcd-bench latency and frontier)"),
-    (["--floor", "--complexity"], 2, "separate runs"),
-])
+@pytest.mark.parametrize(
+    "args, code, text",
+    [
+        (["floor", "--models", "mobilenetv2_035"], 1, "Error: --floor takes DCD models"),
+        (["floor", "--models", "nosuchnet_dcd"], 1, "Error: "),
+        (
+            ["floor", "--backends", "onnxruntime"],
+            2,
+            "dcd-bench floor does not take --backends (it applies to dcd-bench latency and frontier)",
+        ),
+        (["--floor", "--complexity"], 2, "separate runs"),
+    ],
+)
 def test_cli_floor_bad_input(args, code, text):
     result = CliRunner().invoke(main, args + ["--quick"])
     assert result.exit_code == code

@@ -16,8 +16,10 @@ from dcd_deploy.errors import DCDDeployError
 
 def brute_force(points):
     """Non-dominated by definition: no other point at least as good in both, better in one."""
-    return [not any(j != i and t2 <= t and a2 >= a and (t2 < t or a2 > a) for j, (t2, a2) in enumerate(points))
-            for i, (t, a) in enumerate(points)]
+    return [
+        not any(j != i and t2 <= t and a2 >= a and (t2 < t or a2 > a) for j, (t2, a2) in enumerate(points))
+        for i, (t, a) in enumerate(points)
+    ]
 
 
 def test_pareto_matches_brute_force_on_random_points_with_ties():
@@ -29,26 +31,34 @@ def test_pareto_matches_brute_force_on_random_points_with_ties():
             assert fr.pareto_flags(pts) == brute_force(pts), pts
 
 
-@pytest.mark.parametrize("points, expected", [
-    ([], []),
-    ([(5.0, 70.0)], [True]),  # a family of one is its own frontier
-    ([(5.0, 70.0), (5.0, 71.0)], [False, True]),  # equal latency: the more accurate one only
-    ([(5.0, 70.0), (6.0, 70.0)], [True, False]),  # equal accuracy: the faster one only
-    ([(5.0, 70.0), (5.0, 70.0)], [True, True]),  # identical: neither dominates the other
-    ([(1.0, 60.0), (2.0, 65.0), (3.0, 64.0), (4.0, 70.0)], [True, True, False, True]),
-])
+@pytest.mark.parametrize(
+    "points, expected",
+    [
+        ([], []),
+        ([(5.0, 70.0)], [True]),  # a family of one is its own frontier
+        ([(5.0, 70.0), (5.0, 71.0)], [False, True]),  # equal latency: the more accurate one only
+        ([(5.0, 70.0), (6.0, 70.0)], [True, False]),  # equal accuracy: the faster one only
+        ([(5.0, 70.0), (5.0, 70.0)], [True, True]),  # identical: neither dominates the other
+        ([(1.0, 60.0), (2.0, 65.0), (3.0, 64.0), (4.0, 70.0)], [True, True, False, True]),
+    ],
+)
 def test_pareto_hand_made_cases(points, expected):
     assert fr.pareto_flags(points) == expected == brute_force(points)
 
 
 def _rec(name, family, ms, top1):
-    return fr.FrontierRecord(name=name, label=name, family=family, variant="static", top1=top1, params="1M",
-                             madds="1M", p50_ms=ms)
+    return fr.FrontierRecord(
+        name=name, label=name, family=family, variant="static", top1=top1, params="1M", madds="1M", p50_ms=ms
+    )
 
 
 def test_mark_frontier_is_per_family_and_skips_untimed():
-    recs = [_rec("a", "MobileNetV2", 5.0, 70.0), _rec("b", "MobileNetV2", 9.0, 69.0),
-            _rec("r", "ResNet", 50.0, 60.0), _rec("x", "ResNet", None, 99.0)]
+    recs = [
+        _rec("a", "MobileNetV2", 5.0, 70.0),
+        _rec("b", "MobileNetV2", 9.0, 69.0),
+        _rec("r", "ResNet", 50.0, 60.0),
+        _rec("x", "ResNet", None, 99.0),
+    ]
     fr.mark_frontier(recs)
     # r is slower and less accurate than a, but of another family: still on its own frontier
     assert [r.on_frontier for r in recs] == [True, False, True, False]
@@ -97,8 +107,9 @@ def test_a_model_that_cannot_be_built_is_a_row_not_a_crash(monkeypatch):
         return real(name, **kw)
 
     monkeypatch.setattr(models, "create_model", create)
-    result = fr.run_frontier(models=["mobilenetv2_035", "mobilenetv2_035_dyconv"], backend="torch-deploy",
-                             input_size=64, quick=True)
+    result = fr.run_frontier(
+        models=["mobilenetv2_035", "mobilenetv2_035_dyconv"], backend="torch-deploy", input_size=64, quick=True
+    )
     bad = result.records[-1]
     assert bad.name == "mobilenetv2_035_dyconv" and bad.status == "not built" and not bad.on_frontier
     assert "no such layer here" in bad.reason and bad.p50_ms is None
@@ -113,8 +124,9 @@ def test_frontier_table_and_markdown(tiny_run):
     assert "the paper's Table 4 (ImageNet top-1 %, quoted, not measured here)" in text
     assert "measured here" in text and "MobileNetV2 frontier:" in text
     rows = [line for line in lines if line.startswith("mobilenetv2_035")]
-    assert len(rows) == 3 and sum(line.rstrip().endswith(frontier_report.ON) for line in rows) == \
-        sum(r.on_frontier for r in tiny_run.records)
+    assert len(rows) == 3 and sum(line.rstrip().endswith(frontier_report.ON) for line in rows) == sum(
+        r.on_frontier for r in tiny_run.records
+    )
     md = frontier_report.to_markdown(tiny_run)
     assert md.startswith("# dcd-bench frontier") and "| model | paper row |" in md
 
@@ -149,8 +161,9 @@ def test_frontier_on_openvino_fused(monkeypatch):
         return real(path, x, threads)
 
     monkeypatch.setattr(_runners, "openvino_runner", runner)
-    result = fr.run_frontier(models=["mobilenetv2_035", "mobilenetv2_035_dcd"], backend="openvino-fused",
-                             input_size=64, quick=True)
+    result = fr.run_frontier(
+        models=["mobilenetv2_035", "mobilenetv2_035_dcd"], backend="openvino-fused", input_size=64, quick=True
+    )
     assert compiled == {"mobilenetv2_035.onnx": False, "mobilenetv2_035_dcd.fused.onnx": True}
     recs = {r.name: r for r in result.records}
     assert all(r.status == "ok" and r.p50_ms > 0 for r in recs.values())

@@ -103,18 +103,21 @@ def test_timing_settings_and_checks():
     assert harness.timing_settings(quick=True)["runs"] == harness.QUICK["runs"]
     assert harness.timing_settings(quick=True, runs=9)["runs"] == 9
     with pytest.raises(DCDDeployError, match="warm-up runs must be at least 0"):
-        harness.check_arguments(threads=1, batch=1, input_size=64,
-                                timing=harness.timing_settings(quick=True, warmup=-1))
+        harness.check_arguments(
+            threads=1, batch=1, input_size=64, timing=harness.timing_settings(quick=True, warmup=-1)
+        )
 
 
 def test_floor_records_are_medians_and_their_ratios():
     def timing(samples):
         return _timing.Timing(first_ms=99.0, samples_ms=samples, rounds=[samples])
 
-    timings = {("m", "static"): timing([10.0, 12.0, 11.0, 50.0]),  # median (11 + 12) / 2 = 11.5
-               ("m", "branch"): timing([14.0, 12.0, 13.0]),  # 13
-               ("m", "forming"): timing([15.0, 15.0, 90.0, 14.0, 16.0]),  # 15
-               ("m", "dcd"): timing([23.0, 23.0])}  # 23
+    timings = {
+        ("m", "static"): timing([10.0, 12.0, 11.0, 50.0]),  # median (11 + 12) / 2 = 11.5
+        ("m", "branch"): timing([14.0, 12.0, 13.0]),  # 13
+        ("m", "forming"): timing([15.0, 15.0, 90.0, 14.0, 16.0]),  # 15
+        ("m", "dcd"): timing([23.0, 23.0]),
+    }  # 23
     (rec,) = fl.floor_records([("m", "s")], timings)
     assert (rec.model, rec.static_model) == ("m", "s")
     assert (rec.static_ms, rec.branch_ms, rec.forming_ms, rec.dcd_ms) == (11.5, 13.0, 15.0, 23.0)
@@ -126,10 +129,14 @@ def test_floor_records_are_medians_and_their_ratios():
 def test_text_and_markdown_tables():
     cols = (_table.Column("a", 3), _table.Column("b", 4, ">"))
     rows = [["x", "1.5"], "", "  a note", ["yy", _table.number(None, ".1f")], ["a|b", "10"]]
-    assert _table.text_table(cols, rows) == ["a      b", "--------", "x    1.5", "", "  a note", "yy     -",
-                                             "a|b   10"]
-    assert _table.markdown_table(cols, rows) == ["| a | b |", "|---|---:|", "| x | 1.5 |", "| yy | - |",
-                                                 "| a\\|b | 10 |"]
+    assert _table.text_table(cols, rows) == ["a      b", "--------", "x    1.5", "", "  a note", "yy     -", "a|b   10"]
+    assert _table.markdown_table(cols, rows) == [
+        "| a | b |",
+        "|---|---:|",
+        "| x | 1.5 |",
+        "| yy | - |",
+        "| a\\|b | 10 |",
+    ]
     # a header wider than its column widens the dashes, not the column
     assert _table.text_table((_table.Column("long", 2, ">"),), [["1"]]) == ["long", "----", " 1"]
 
@@ -166,11 +173,19 @@ def test_no_module_uses_another_modules_private_names():
                 if node.module is None:
                     modules |= {a.asname or a.name for a in node.names}
                 else:
-                    bad += [f"{name}: from .{node.module} import {a.name}" for a in node.names
-                            if a.name.startswith("_") and not a.name.startswith("__")]
+                    bad += [
+                        f"{name}: from .{node.module} import {a.name}"
+                        for a in node.names
+                        if a.name.startswith("_") and not a.name.startswith("__")
+                    ]
         for node in ast.walk(tree):
-            if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in modules
-                    and node.attr.startswith("_") and not node.attr.startswith("__")):
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name)
+                and node.value.id in modules
+                and node.attr.startswith("_")
+                and not node.attr.startswith("__")
+            ):
                 bad.append(f"{name}: {node.value.id}.{node.attr}")
     assert not bad
 
@@ -180,7 +195,12 @@ _ELSEWHERE = {("complexity.py", "count_complexity")}
 
 
 def test_no_function_in_bench_is_longer_than_60_lines():
-    long = [(name, node.name, node.end_lineno - node.lineno + 1) for name, tree in _modules().items()
-            for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
-            and node.end_lineno - node.lineno + 1 > 60 and (name, node.name) not in _ELSEWHERE]
+    long = [
+        (name, node.name, node.end_lineno - node.lineno + 1)
+        for name, tree in _modules().items()
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+        and node.end_lineno - node.lineno + 1 > 60
+        and (name, node.name) not in _ELSEWHERE
+    ]
     assert not long

@@ -17,15 +17,56 @@ from dcd_deploy.errors import DCDDeployError
 
 # The documented record keys (docs/bench.md); changing them is a schema change.
 RECORD_KEYS = {
-    "model", "variant", "name", "source", "backend", "params_m", "madds_m", "madds_form",
-    "madds_latent_m", "madds_weight_m", "p50_ms", "p10_ms", "p90_ms", "mean_ms", "std_ms", "min_ms", "max_ms",
-    "first_run_ms", "n_runs", "n_rounds", "total_s", "ratio_to_static", "ratio_ci95", "ratio_ci_method",
-    "ratio_rounds", "ratio_p10", "cpu_p50_ms", "ratio_cpu",
-    "paper_ms", "paper_ratio", "dcd_forms", "ratio_mean", "paper_conditions",
+    "model",
+    "variant",
+    "name",
+    "source",
+    "backend",
+    "params_m",
+    "madds_m",
+    "madds_form",
+    "madds_latent_m",
+    "madds_weight_m",
+    "p50_ms",
+    "p10_ms",
+    "p90_ms",
+    "mean_ms",
+    "std_ms",
+    "min_ms",
+    "max_ms",
+    "first_run_ms",
+    "n_runs",
+    "n_rounds",
+    "total_s",
+    "ratio_to_static",
+    "ratio_ci95",
+    "ratio_ci_method",
+    "ratio_rounds",
+    "ratio_p10",
+    "cpu_p50_ms",
+    "ratio_cpu",
+    "paper_ms",
+    "paper_ratio",
+    "dcd_forms",
+    "ratio_mean",
+    "paper_conditions",
 }
 MACHINE_KEYS = {
-    "cpu", "cores", "cpus_usable", "platform", "python", "torch", "onnxruntime", "openvino", "dcd_deploy",
-    "threads", "torch_interop_threads", "batch", "input_size", "date", "load_avg",
+    "cpu",
+    "cores",
+    "cpus_usable",
+    "platform",
+    "python",
+    "torch",
+    "onnxruntime",
+    "openvino",
+    "dcd_deploy",
+    "threads",
+    "torch_interop_threads",
+    "batch",
+    "input_size",
+    "date",
+    "load_avg",
 }
 
 
@@ -129,8 +170,7 @@ def test_round_ratios_and_spread():
 
 # -- pairing ------------------------------------------------------------------------------
 def test_pairing_orders_by_pair_static_first():
-    entries = _models.pair_models(["mobilenetv2_100_dcd", "mobilenetv2_050", "mobilenetv2_100",
-                               "mobilenetv2_050_dcd"])
+    entries = _models.pair_models(["mobilenetv2_100_dcd", "mobilenetv2_050", "mobilenetv2_100", "mobilenetv2_050_dcd"])
     assert [(e.model, e.variant, e.name) for e in entries] == [
         ("mobilenetv2_100", "static", "mobilenetv2_100"),
         ("mobilenetv2_100", "dcd", "mobilenetv2_100_dcd"),
@@ -140,11 +180,16 @@ def test_pairing_orders_by_pair_static_first():
 
 
 def test_pairing_of_paths_and_other_kinds():
-    entries = _models.pair_models(["/ckpt/mobilenetv2_035_dcd.pth.tar", " mine.pt ", "resnet18_dyconv",
-                               "mobilenetv2_035.pt"])
+    entries = _models.pair_models(
+        ["/ckpt/mobilenetv2_035_dcd.pth.tar", " mine.pt ", "resnet18_dyconv", "mobilenetv2_035.pt"]
+    )
     got = {(e.name, e.model, e.variant) for e in entries}
-    assert got == {("mobilenetv2_035_dcd", "mobilenetv2_035", "dcd"), ("mine", "mine", "static"),
-                   ("resnet18_dyconv", "resnet18", "dyconv"), ("mobilenetv2_035", "mobilenetv2_035", "static")}
+    assert got == {
+        ("mobilenetv2_035_dcd", "mobilenetv2_035", "dcd"),
+        ("mine", "mine", "static"),
+        ("resnet18_dyconv", "resnet18", "dyconv"),
+        ("mobilenetv2_035", "mobilenetv2_035", "static"),
+    }
     assert [e.name for e in entries] == ["mobilenetv2_035", "mobilenetv2_035_dcd", "mine", "resnet18_dyconv"]
     assert entries[1].spec == "/ckpt/mobilenetv2_035_dcd.pth.tar"  # the spec is kept as given
 
@@ -185,8 +230,9 @@ class FakeClock:
 def test_measure_interleaved_alternates_and_meets_both_targets():
     clock = FakeClock()
     runners = {"a": clock.runner("a", 2.0), "b": clock.runner("b", 3.0)}
-    t = _timing.measure_interleaved(runners, runs=4, min_time=0.05, warmup=2, burst_s=0.01, clock=clock,
-                                cpu_clock=clock)
+    t = _timing.measure_interleaved(
+        runners, runs=4, min_time=0.05, warmup=2, burst_s=0.01, clock=clock, cpu_clock=clock
+    )
     assert clock.calls[:2] == ["a", "b"]  # first runs
     assert clock.calls[2:6] == ["a", "b", "b", "a"]  # warm-up, alternating order
     assert t["a"].first_ms == pytest.approx(2.0) and t["b"].warmup_ms == pytest.approx([3.0, 3.0])
@@ -204,9 +250,15 @@ def test_measure_interleaved_alternates_and_meets_both_targets():
 def test_measure_interleaved_reports_progress_per_round():
     clock = FakeClock()
     seen = []
-    _timing.measure_interleaved({"x": clock.runner("x", 1.0), "y": clock.runner("y", 4.0)}, runs=2,
-                            min_time=0.02, warmup=0, burst_s=0.004, clock=clock,
-                            on_round=lambda r, f: seen.append((r, f)))
+    _timing.measure_interleaved(
+        {"x": clock.runner("x", 1.0), "y": clock.runner("y", 4.0)},
+        runs=2,
+        min_time=0.02,
+        warmup=0,
+        burst_s=0.004,
+        clock=clock,
+        on_round=lambda r, f: seen.append((r, f)),
+    )
     assert [r for r, _ in seen] == list(range(1, len(seen) + 1))
     fractions = [f for _, f in seen]
     assert fractions == sorted(fractions) and fractions[-1] == 1.0 and fractions[0] < 1.0
@@ -214,8 +266,9 @@ def test_measure_interleaved_reports_progress_per_round():
 
 def test_measure_interleaved_run_count_only():
     clock = FakeClock()
-    t = _timing.measure_interleaved({"x": clock.runner("x", 1.0)}, runs=7, min_time=0.0, warmup=0,
-                                burst_s=0.002, clock=clock)
+    t = _timing.measure_interleaved(
+        {"x": clock.runner("x", 1.0)}, runs=7, min_time=0.0, warmup=0, burst_s=0.002, clock=clock
+    )
     assert t["x"].burst == 2 and len(t["x"].samples_ms) == 8 and not t["x"].warmup_ms
     with pytest.raises(ValueError):
         _timing.measure_interleaved({"x": clock.runner("x", 1.0)}, runs=0, min_time=0.0, warmup=0)
@@ -237,23 +290,43 @@ def _synthetic_result() -> lat.BenchResult:
         for e, base in zip(entries, (10.0, 12.0)):
             rounds = [list(base + rng.random(5)) for _ in range(4)]
             samples = [v for r in rounds for v in r]
-            timings[(backend, e.name)] = _timing.Timing(first_ms=50.0, warmup_ms=[11.0], samples_ms=samples,
-                                                    rounds=rounds, cpu_ms=[0.9 * v for v in samples])
+            timings[(backend, e.name)] = _timing.Timing(
+                first_ms=50.0, warmup_ms=[11.0], samples_ms=samples, rounds=rounds, cpu_ms=[0.9 * v for v in samples]
+            )
     for e in entries:
-        meta[e.name] = {"source": "zoo", "params_m": 2.0, "madds_m": 100.0, "madds_form": "min",
-                        "madds_latent_m": 130.0, "madds_weight_m": 140.0}
+        meta[e.name] = {
+            "source": "zoo",
+            "params_m": 2.0,
+            "madds_m": 100.0,
+            "madds_form": "min",
+            "madds_latent_m": 130.0,
+            "madds_weight_m": 140.0,
+        }
     forms = {("onnx", "mobilenetv2_050_dcd"): {"weight": 25, "latent": 9}}
-    records = lat.build_records(entries, ["torch", "onnxruntime"], timings, meta,
-                                lambda backend, name: _runner_cache.forms_of(forms, backend, name))
+    records = lat.build_records(
+        entries,
+        ["torch", "onnxruntime"],
+        timings,
+        meta,
+        lambda backend, name: _runner_cache.forms_of(forms, backend, name),
+    )
     machine = _machine.machine_info(threads=1, batch=1, input_size=224)
-    return lat.BenchResult(machine=machine, settings={"runs": 20, "min_time_s": 1.0, "warmup": 1},
-                           records=records, notes=["openvino not installed, skipped"])
+    return lat.BenchResult(
+        machine=machine,
+        settings={"runs": 20, "min_time_s": 1.0, "warmup": 1},
+        records=records,
+        notes=["openvino not installed, skipped"],
+    )
 
 
 def test_records_carry_ratio_spread_and_paper():
     result = _synthetic_result()
     assert [(r.backend, r.variant) for r in result.records] == [
-        ("torch", "static"), ("torch", "dcd"), ("onnxruntime", "static"), ("onnxruntime", "dcd")]
+        ("torch", "static"),
+        ("torch", "dcd"),
+        ("onnxruntime", "static"),
+        ("onnxruntime", "dcd"),
+    ]
     dcd = result.record("mobilenetv2_050", "dcd", "onnxruntime")
     static = result.record("mobilenetv2_050", "static", "onnxruntime")
     assert dcd.ratio_to_static == pytest.approx(dcd.p50_ms / static.p50_ms)
@@ -292,8 +365,9 @@ def test_backend_checks_come_before_any_work(monkeypatch):
     with pytest.raises(DCDDeployError, match="unknown backend"):
         lat.run_benchmark(["mobilenetv2_050"], backends=["tensorrt"])
     real = _backends.importlib.util.find_spec
-    monkeypatch.setattr(_backends.importlib.util, "find_spec",
-                        lambda name, *a: None if name == "openvino" else real(name, *a))
+    monkeypatch.setattr(
+        _backends.importlib.util, "find_spec", lambda name, *a: None if name == "openvino" else real(name, *a)
+    )
     lines = []
     with pytest.raises(DCDDeployError, match="no backend left"):
         lat.run_benchmark(["mobilenetv2_050"], backends=["openvino", "openvino-fused"], progress=lines.append)
@@ -335,10 +409,13 @@ def test_checkpoint_name_keeps_dots_and_drops_the_suffix():
 
 
 def test_checkpoint_pairs_by_its_arch_not_its_file_name():
-    entries = _models.pair_models(["mv2_x0.5_official.pth.tar", "mobilenetv2_050"],
-                                  archs={"mv2_x0.5_official.pth.tar": "mobilenetv2_050_dcd"})
+    entries = _models.pair_models(
+        ["mv2_x0.5_official.pth.tar", "mobilenetv2_050"], archs={"mv2_x0.5_official.pth.tar": "mobilenetv2_050_dcd"}
+    )
     assert [(e.name, e.model, e.variant) for e in entries] == [
-        ("mobilenetv2_050", "mobilenetv2_050", "static"), ("mv2_x0.5_official", "mobilenetv2_050", "dcd")]
+        ("mobilenetv2_050", "mobilenetv2_050", "static"),
+        ("mv2_x0.5_official", "mobilenetv2_050", "dcd"),
+    ]
     with pytest.raises(DCDDeployError, match="both the dcd mobilenetv2_050"):
         _models.pair_models(["a.pt", "b.pt"], archs={"a.pt": "mobilenetv2_050_dcd", "b.pt": "mobilenetv2_050_dcd"})
 
@@ -348,8 +425,11 @@ def test_build_reads_the_arch_of_a_saved_checkpoint(tmp_path):
 
     path = tmp_path / "mv2_x0.35_official.pth.tar"
     save_checkpoint(create_model("mobilenetv2_035_dcd"), path)
-    entries, built, meta = _lineup.build_models([str(path), "mobilenetv2_035"], input_size=64, seed=0,
-                                      trust_checkpoint=False, progress=lambda _m: None)
+    entries, built, meta = _lineup.build_models(
+        [str(path), "mobilenetv2_035"], input_size=64, seed=0, trust_checkpoint=False, progress=lambda _m: None
+    )
     assert [(e.name, e.model, e.variant) for e in entries] == [
-        ("mobilenetv2_035", "mobilenetv2_035", "static"), ("mv2_x0.35_official", "mobilenetv2_035", "dcd")]
+        ("mobilenetv2_035", "mobilenetv2_035", "static"),
+        ("mv2_x0.35_official", "mobilenetv2_035", "dcd"),
+    ]
     assert meta["mv2_x0.35_official"]["source"] == "checkpoint" and set(built) == {e.name for e in entries}

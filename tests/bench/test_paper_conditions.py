@@ -57,12 +57,14 @@ def test_run_benchmark_convs_see_onednn_off_under_paper_conditions_only(monkeypa
     def watched(runners, **kwargs):
         wrapped = {}
         for key, run in runners.items():
+
             def call(key=key, run=run):
                 current[0] = key
                 try:
                     return run()
                 finally:
                     current[0] = None
+
             wrapped[key] = call
         return _timing.measure_interleaved(wrapped, **kwargs)
 
@@ -83,10 +85,22 @@ def test_run_benchmark_convs_see_onednn_off_under_paper_conditions_only(monkeypa
 
 def test_records_under_paper_conditions_carry_the_paper():
     entries = _models.pair_models(["mobilenetv2_050", "mobilenetv2_050_dcd"])
-    timings = {(b, e.name): _timing.Timing(first_ms=1.0, samples_ms=[base, base], rounds=[[base], [base]])
-               for b in ("torch-paper", "onnxruntime") for e, base in zip(entries, (30.0, 34.5))}
-    meta = {e.name: {"source": "zoo", "params_m": 2.0, "madds_m": 100.0, "madds_form": "any",
-                     "madds_latent_m": 1.0, "madds_weight_m": 1.0} for e in entries}
+    timings = {
+        (b, e.name): _timing.Timing(first_ms=1.0, samples_ms=[base, base], rounds=[[base], [base]])
+        for b in ("torch-paper", "onnxruntime")
+        for e, base in zip(entries, (30.0, 34.5))
+    }
+    meta = {
+        e.name: {
+            "source": "zoo",
+            "params_m": 2.0,
+            "madds_m": 100.0,
+            "madds_form": "any",
+            "madds_latent_m": 1.0,
+            "madds_weight_m": 1.0,
+        }
+        for e in entries
+    }
     recs = lat.build_records(entries, ["torch-paper", "onnxruntime"], timings, meta, lambda b, n: None, paper=True)
     paper = [r for r in recs if r.backend == "torch-paper"]
     assert all(r.paper_conditions for r in paper)

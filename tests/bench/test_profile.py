@@ -64,19 +64,32 @@ NODES = [
 INITIALIZERS = sorted({i for n in NODES for i in n.inputs if "/" not in i and i != "input"})
 
 EXPECTED_NODE_GROUPS = {
-    "stem.0/Conv": "static_conv", "stem.2/Clip": "elementwise",
-    **{f"blk.dcd/{k}": "dynamic_branch" for k in
-       ("ReduceMean", "Gemm", "Gemm_1", "HardSigmoid", "Mul", "Gemm_2", "HardSigmoid_1", "Gemm_3")},
-    "blk.dcd/Conv": "static_conv", "blk.dcd/Unsqueeze": "elementwise", "blk.dcd/Mul_1": "elementwise",
+    "stem.0/Conv": "static_conv",
+    "stem.2/Clip": "elementwise",
+    **{
+        f"blk.dcd/{k}": "dynamic_branch"
+        for k in ("ReduceMean", "Gemm", "Gemm_1", "HardSigmoid", "Mul", "Gemm_2", "HardSigmoid_1", "Gemm_3")
+    },
+    "blk.dcd/Conv": "static_conv",
+    "blk.dcd/Unsqueeze": "elementwise",
+    "blk.dcd/Mul_1": "elementwise",
     **{f"blk.dcd/{k}": "latent_path" for k in ("Conv_1", "Reshape", "Reshape_1", "MatMul", "Reshape_2", "Conv_2")},
     "blk.dcd/Add": "elementwise",
-    **{f"blk.w/{k}": "dynamic_branch" for k in
-       ("AveragePool", "Flatten", "Gemm", "Relu", "Gemm_1", "HardSigmoid", "Gemm_2")},
-    **{f"blk.w/{k}": "weight_build" for k in
-       ("Reshape", "MatMul", "MatMul_1", "Unsqueeze", "Mul", "Add", "MatMul_3", "Add_1")},
-    "blk.w/Reshape_1": "weight_apply", "blk.w/MatMul_2": "weight_apply",
-    "blk.w/Add_2": "elementwise", "blk.w/Reshape_2": "elementwise",
-    "head/Add": "elementwise", "pool/GlobalAveragePool": "layout_other", "fc/Gemm": "static_conv",
+    **{
+        f"blk.w/{k}": "dynamic_branch"
+        for k in ("AveragePool", "Flatten", "Gemm", "Relu", "Gemm_1", "HardSigmoid", "Gemm_2")
+    },
+    **{
+        f"blk.w/{k}": "weight_build"
+        for k in ("Reshape", "MatMul", "MatMul_1", "Unsqueeze", "Mul", "Add", "MatMul_3", "Add_1")
+    },
+    "blk.w/Reshape_1": "weight_apply",
+    "blk.w/MatMul_2": "weight_apply",
+    "blk.w/Add_2": "elementwise",
+    "blk.w/Reshape_2": "elementwise",
+    "head/Add": "elementwise",
+    "pool/GlobalAveragePool": "layout_other",
+    "fc/Gemm": "static_conv",
 }
 
 # (event name as ORT writes it, ORT op name, µs per kept run, expected group). ORT's
@@ -133,15 +146,28 @@ def _trace(kept_runs: int = 3) -> list[dict]:
         start = ts
         for name, op, us, _ in EVENTS:
             dur = WARMUP_US if run == 0 else (10 * us if run == kept_runs else us)
-            events.append({"cat": "Node", "name": f"{name}_kernel_time", "ts": ts, "dur": dur,
-                           "args": {"op_name": op, "provider": "CPUExecutionProvider"}})
-            events.append({"cat": "Node", "name": f"{name}_fence_before", "ts": ts, "dur": 0,
-                           "args": {"op_name": op}})
+            events.append(
+                {
+                    "cat": "Node",
+                    "name": f"{name}_kernel_time",
+                    "ts": ts,
+                    "dur": dur,
+                    "args": {"op_name": op, "provider": "CPUExecutionProvider"},
+                }
+            )
+            events.append({"cat": "Node", "name": f"{name}_fence_before", "ts": ts, "dur": 0, "args": {"op_name": op}})
             ts += dur + 1
         events.append({"cat": "Session", "name": "model_run", "ts": start, "dur": ts - start})
         ts += 500
-    events.append({"cat": "Node", "name": "blk.w/MatMul_2_kernel_time", "ts": ts + 10, "dur": WARMUP_US,
-                   "args": {"op_name": "MatMul"}})  # outside every run: ignored
+    events.append(
+        {
+            "cat": "Node",
+            "name": "blk.w/MatMul_2_kernel_time",
+            "ts": ts + 10,
+            "dur": WARMUP_US,
+            "args": {"op_name": "MatMul"},
+        }
+    )  # outside every run: ignored
     return events
 
 
@@ -213,8 +239,9 @@ def test_a_real_export_maps_completely(tmp_path):
     from dcd_deploy.exporters import to_deploy
 
     model = pseudo_train(create_model("mobilenetv2_035_dcd"), 0, input_size=64)
-    path = export_onnx(model, tmp_path / "m.onnx", input_size=64, batch=None, check=False,
-                       strategy="auto", mode="standard").path
+    path = export_onnx(
+        model, tmp_path / "m.onnx", input_size=64, batch=None, check=False, strategy="auto", mode="standard"
+    ).path
     strategies = to_deploy(model, strategy="auto", input_size=64).strategies
     idx = GraphIndex.from_onnx(path)
     assert idx.dynamic_layers == set(strategies)

@@ -24,8 +24,9 @@ SIZE = 64
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
     path = tmp_path_factory.mktemp("runners") / "m.onnx"
-    export_onnx(pseudo_train(create_model("mobilenetv2_035_dcd"), seed=2, input_size=SIZE), path,
-                input_size=SIZE, check=False)
+    export_onnx(
+        pseudo_train(create_model("mobilenetv2_035_dcd"), seed=2, input_size=SIZE), path, input_size=SIZE, check=False
+    )
     x = synthetic_images(1, SIZE, seed=4).numpy()
     so = ort.SessionOptions()  # ORT as it comes, on the runner's one thread
     so.intra_op_num_threads = 1

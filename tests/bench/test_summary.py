@@ -13,31 +13,66 @@ from dcd_deploy.errors import DCDDeployError
 
 
 def _rec(backend, variant, p50, *, ratio=None, ci=None, paper=None, model="mobilenetv2_100"):
-    return {"model": model, "variant": variant, "backend": backend, "p50_ms": p50, "ratio_to_static": ratio,
-            "ratio_ci95": ci, "paper_ratio": paper, "paper_conditions": backend == "torch-paper"}
+    return {
+        "model": model,
+        "variant": variant,
+        "backend": backend,
+        "p50_ms": p50,
+        "ratio_to_static": ratio,
+        "ratio_ci95": ci,
+        "paper_ratio": paper,
+        "paper_conditions": backend == "torch-paper",
+    }
 
 
 def _latency() -> dict:
     # mobilenetv2_100: static / DCD ms per backend; the ratios are DCD / static of these ms.
-    ms = {"torch-paper": (73.0, 81.0), "onnxruntime": (6.0, 13.8), "openvino": (5.9, 13.6),
-          "openvino-fused": (6.0, 8.4)}
+    ms = {
+        "torch-paper": (73.0, 81.0),
+        "onnxruntime": (6.0, 13.8),
+        "openvino": (5.9, 13.6),
+        "openvino-fused": (6.0, 8.4),
+    }
     records = []
     for backend, (s, d) in ms.items():
         records.append(_rec(backend, "static", s))
-        records.append(_rec(backend, "dcd", d, ratio=d / s, ci=[d / s - 0.02, d / s + 0.02],
-                            paper=1.116 if backend == "torch-paper" else None))
+        records.append(
+            _rec(
+                backend,
+                "dcd",
+                d,
+                ratio=d / s,
+                ci=[d / s - 0.02, d / s + 0.02],
+                paper=1.116 if backend == "torch-paper" else None,
+            )
+        )
     return {"schema": "dcd-bench.latency/2", "records": records}
 
 
 def _frontier() -> dict:
     def row(label, variant, top1, p50, on):
-        return {"name": label, "label": label, "family": "MobileNetV2", "variant": variant, "top1": top1,
-                "p50_ms": p50, "on_frontier": on}
+        return {
+            "name": label,
+            "label": label,
+            "family": "MobileNetV2",
+            "variant": variant,
+            "top1": top1,
+            "p50_ms": p50,
+            "on_frontier": on,
+        }
 
-    return {"schema": "dcd-bench.frontier/1", "settings": {"backend": "openvino-fused"}, "records": [
-        row("x0.5", "static", 65.4, 3.0, True), row("x0.5 DCD", "dcd", 69.8, 4.0, False),
-        row("x1.0", "static", 72.1, 3.9, True), row("x1.0 DCD", "dcd", 74.8, 8.0, True),
-        row("x0.5 DY-Conv", "dyconv", 69.0, 3.5, True), row("x0.75", "static", 69.5, 5.0, False)]}
+    return {
+        "schema": "dcd-bench.frontier/1",
+        "settings": {"backend": "openvino-fused"},
+        "records": [
+            row("x0.5", "static", 65.4, 3.0, True),
+            row("x0.5 DCD", "dcd", 69.8, 4.0, False),
+            row("x1.0", "static", 72.1, 3.9, True),
+            row("x1.0 DCD", "dcd", 74.8, 8.0, True),
+            row("x0.5 DY-Conv", "dyconv", 69.0, 3.5, True),
+            row("x0.75", "static", 69.5, 5.0, False),
+        ],
+    }
 
 
 def test_story_from_both_documents():

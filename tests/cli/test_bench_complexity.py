@@ -15,8 +15,20 @@ from dcd_deploy.cli.bench import main
 from dcd_deploy.errors import DCDDeployError
 
 RECORD_KEYS = {
-    "table", "row", "model", "kwargs", "params_m", "madds_m", "paper_params_m", "paper_madds_m",
-    "params_dev_pct", "madds_dev_pct", "madds_form", "params_convention", "status", "note",
+    "table",
+    "row",
+    "model",
+    "kwargs",
+    "params_m",
+    "madds_m",
+    "paper_params_m",
+    "paper_madds_m",
+    "params_dev_pct",
+    "madds_dev_pct",
+    "madds_form",
+    "params_convention",
+    "status",
+    "note",
 }
 STATIC_TOL_PCT = 2.0
 # The paper's ResNet-10 params (5.2M) fit neither convention (the zoo's 4.91M excluding,

@@ -24,8 +24,15 @@ QUICK = ["latency", "--models", MODELS, "--input-size", "64", "--quick"]
 @pytest.fixture(scope="module")
 def quick_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("bench")
-    args = QUICK + ["--backends", "torch,onnxruntime", "--profile", "--json", str(out / "r.json"),
-                    "--markdown", str(out / "r.md")]
+    args = QUICK + [
+        "--backends",
+        "torch,onnxruntime",
+        "--profile",
+        "--json",
+        str(out / "r.json"),
+        "--markdown",
+        str(out / "r.md"),
+    ]
     return CliRunner().invoke(main, args), out
 
 
@@ -34,8 +41,18 @@ def test_quick_run_prints_the_table(quick_run):
     assert result.exit_code == 0, result.output + str(result.exception)
     out = result.stdout
     assert "CPU " in out and "threads 1" in out and "input 64x64" in out and "onnxruntime" in out
-    for column in ("params M", "MAdds M", "mean ms", "p50 ms", "p90 ms", "DCD/static", "mean ratio", "CPU ratio",
-                   "paper ms", "paper ratio"):
+    for column in (
+        "params M",
+        "MAdds M",
+        "mean ms",
+        "p50 ms",
+        "p90 ms",
+        "DCD/static",
+        "mean ratio",
+        "CPU ratio",
+        "paper ms",
+        "paper ratio",
+    ):
         assert column in out
     rows = [line for line in out.splitlines() if line.startswith("mobilenetv2_035 ")]
     assert len(rows) >= 4  # 2 variants x 2 backends (+ the profile table's first line)
@@ -55,7 +72,11 @@ def test_quick_run_json_schema(quick_run):
     assert data["settings"]["quick"] is True and data["settings"]["backends"] == ["torch", "onnxruntime"]
     recs = data["records"]
     assert [(r["backend"], r["variant"]) for r in recs] == [
-        ("torch", "static"), ("torch", "dcd"), ("onnxruntime", "static"), ("onnxruntime", "dcd")]
+        ("torch", "static"),
+        ("torch", "dcd"),
+        ("onnxruntime", "static"),
+        ("onnxruntime", "dcd"),
+    ]
     for r in recs:
         assert r["model"] == "mobilenetv2_035" and r["source"] == "zoo"
         assert r["n_runs"] >= 5 and isinstance(r["n_runs"], int)
@@ -134,8 +155,10 @@ def test_unknown_backend_is_a_usage_error():
 def test_latency_options_are_refused_with_complexity():
     result = CliRunner().invoke(main, ["complexity", "--models", "mobilenetv2_050", "--quick"])
     assert result.exit_code == 2
-    assert "dcd-bench complexity does not take --models (it applies to dcd-bench latency, frontier and floor)" \
+    assert (
+        "dcd-bench complexity does not take --models (it applies to dcd-bench latency, frontier and floor)"
         in result.output
+    )
 
 
 def test_missing_output_directory_fails_first(tmp_path):
@@ -154,8 +177,21 @@ def test_a_dcd_checkpoint_with_dots_in_its_name_gets_its_ratio(tmp_path):
 
     path = tmp_path / "mv2_x0.35_official.pth.tar"
     save_checkpoint(create_model("mobilenetv2_035_dcd"), path)
-    result = CliRunner().invoke(main, ["latency", "--models", f"mobilenetv2_035,{path}", "--input-size", "64", "--quick",
-                                       "--backends", "torch", "--json", "-"])
+    result = CliRunner().invoke(
+        main,
+        [
+            "latency",
+            "--models",
+            f"mobilenetv2_035,{path}",
+            "--input-size",
+            "64",
+            "--quick",
+            "--backends",
+            "torch",
+            "--json",
+            "-",
+        ],
+    )
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)  # --json -: the JSON alone on stdout
     dcd = next(r for r in data["records"] if r["name"] == "mv2_x0.35_official")

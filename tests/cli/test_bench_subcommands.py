@@ -14,13 +14,20 @@ COMMANDS = ("latency", "frontier", "floor", "complexity", "summary")
 TINY = ["--quick", "--models", "mobilenetv2_035,mobilenetv2_035_dcd", "--input-size", "64"]
 
 
-@pytest.mark.parametrize("old, new, note", [
-    (["--frontier", "--quick"], ["frontier", "--quick"], "'dcd-bench --frontier' is deprecated; use 'dcd-bench frontier'"),
-    (["--quick", "--floor"], ["floor", "--quick"], "'dcd-bench --floor' is deprecated; use 'dcd-bench floor'"),
-    (["--complexity"], ["complexity"], "'dcd-bench --complexity' is deprecated; use 'dcd-bench complexity'"),
-    (["--threads", "1"], ["latency", "--threads", "1"], "use 'dcd-bench latency [options]'"),
-    ([], ["latency"], "use 'dcd-bench latency [options]'"),
-])
+@pytest.mark.parametrize(
+    "old, new, note",
+    [
+        (
+            ["--frontier", "--quick"],
+            ["frontier", "--quick"],
+            "'dcd-bench --frontier' is deprecated; use 'dcd-bench frontier'",
+        ),
+        (["--quick", "--floor"], ["floor", "--quick"], "'dcd-bench --floor' is deprecated; use 'dcd-bench floor'"),
+        (["--complexity"], ["complexity"], "'dcd-bench --complexity' is deprecated; use 'dcd-bench complexity'"),
+        (["--threads", "1"], ["latency", "--threads", "1"], "use 'dcd-bench latency [options]'"),
+        ([], ["latency"], "use 'dcd-bench latency [options]'"),
+    ],
+)
 def test_old_flags_become_subcommands_with_a_note(old, new, note):
     args, said = legacy_args(old, COMMANDS)
     assert args == new
@@ -59,11 +66,14 @@ def test_old_and_new_frontier_give_the_same_result(tmp_path):
     assert old_doc["settings"] == new_doc["settings"]
 
 
-@pytest.mark.parametrize("old, new", [
-    (["--backends", "torch,tensorrt"], ["latency", "--backends", "torch,tensorrt"]),
-    (["--complexity", "--input-size", "100x120"], ["complexity", "--input-size", "100x120"]),
-    (["--floor", "--markdown", "x.md"], ["floor", "--markdown", "x.md"]),
-])
+@pytest.mark.parametrize(
+    "old, new",
+    [
+        (["--backends", "torch,tensorrt"], ["latency", "--backends", "torch,tensorrt"]),
+        (["--complexity", "--input-size", "100x120"], ["complexity", "--input-size", "100x120"]),
+        (["--floor", "--markdown", "x.md"], ["floor", "--markdown", "x.md"]),
+    ],
+)
 def test_old_and_new_usage_errors_agree(old, new):
     a, b = CliRunner().invoke(main, old), CliRunner().invoke(main, new)
     assert a.exit_code == b.exit_code == 2
@@ -75,16 +85,22 @@ def test_old_and_new_output_errors_agree(tmp_path):
     a = CliRunner().invoke(main, ["--complexity", "--json", missing])
     b = CliRunner().invoke(main, ["complexity", "--json", missing])
     assert a.exit_code == b.exit_code == 1
-    assert a.stderr.splitlines()[1:] == b.stderr.splitlines() == [f"Error: cannot write {missing}: no directory "
-                                                                  f"{tmp_path / 'no'}"]
+    assert (
+        a.stderr.splitlines()[1:]
+        == b.stderr.splitlines()
+        == [f"Error: cannot write {missing}: no directory {tmp_path / 'no'}"]
+    )
 
 
-@pytest.mark.parametrize("command, has, lacks", [
-    ("latency", ["--profile", "--baseline", "--batch", "--plot"], ["--backend,"]),
-    ("frontier", ["--backend, --backends", "--plot", "[default: 20;"], ["--profile", "--batch", "--baseline"]),
-    ("floor", ["--models", "--runs"], ["--markdown", "--plot", "--backends", "--profile"]),
-    ("complexity", ["--json", "--markdown", "--input-size"], ["--models", "--threads", "--quick", "--plot"]),
-])
+@pytest.mark.parametrize(
+    "command, has, lacks",
+    [
+        ("latency", ["--profile", "--baseline", "--batch", "--plot"], ["--backend,"]),
+        ("frontier", ["--backend, --backends", "--plot", "[default: 20;"], ["--profile", "--batch", "--baseline"]),
+        ("floor", ["--models", "--runs"], ["--markdown", "--plot", "--backends", "--profile"]),
+        ("complexity", ["--json", "--markdown", "--input-size"], ["--models", "--threads", "--quick", "--plot"]),
+    ],
+)
 def test_each_subcommand_has_its_own_options(command, has, lacks):
     result = CliRunner().invoke(main, [command, "--help"])
     assert result.exit_code == 0

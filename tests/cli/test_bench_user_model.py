@@ -11,9 +11,9 @@ import json
 import re
 
 import pytest
+from _user_net import install_to_static, to_static, write_factory
 from click.testing import CliRunner
 
-from _user_net import install_to_static, to_static, write_factory
 from dcd_deploy import export_onnx
 from dcd_deploy._factory_spec import build_from_factory
 from dcd_deploy.bench._models import onnx_input
@@ -67,8 +67,19 @@ def files(tmp_path_factory):
 
 
 def test_factory_is_paired_with_its_static_counterpart(user_dir):
-    result = run(["--models", "tiny.py:build", "--input-size", "32", "--backends", "torch-deploy,onnxruntime",
-                  "--json", "r.json", *FAST])
+    result = run(
+        [
+            "--models",
+            "tiny.py:build",
+            "--input-size",
+            "32",
+            "--backends",
+            "torch-deploy,onnxruntime",
+            "--json",
+            "r.json",
+            *FAST,
+        ]
+    )
     assert result.exit_code == 0, result.output
     assert table_rows(result.stdout) == [["tiny:build", "static"], ["tiny:build", "dcd"]] * 2
     assert re.search(r"tiny:build dcd .* = [\d.]+ .* = [\d.]+", result.stdout)  # the summary line, both steps
@@ -94,9 +105,11 @@ def test_static_counterpart_has_no_dynamic_layer(user_dir):
 def test_factory_with_a_baseline_factory(user_dir):
     (user_dir / "flat.py").write_text(
         "import torch\nfrom _user_net import to_static\nimport tiny\n\ndef build():\n"
-        "    return to_static(tiny.build())\n")
-    result = run(["--models", "tiny.py:build", "--baseline", "flat.py:build", "--input-size", "32",
-                  "--backends", "torch", *FAST])
+        "    return to_static(tiny.build())\n"
+    )
+    result = run(
+        ["--models", "tiny.py:build", "--baseline", "flat.py:build", "--input-size", "32", "--backends", "torch", *FAST]
+    )
     assert result.exit_code == 0, result.output
     assert table_rows(result.stdout) == [["tiny:build", "static"], ["tiny:build", "dcd"]]
     assert "[build] flat:build" in result.stderr and "to_static() of it" not in result.stderr
@@ -109,13 +122,22 @@ def test_non_square_input(user_dir):
 
 
 def test_onnx_files_with_a_baseline(files, tmp_path):
-    args = ["--models", files / "tiny.onnx", "--baseline", files / "tiny_static.onnx", "--json", tmp_path / "r.json",
-            *FAST]
+    args = [
+        "--models",
+        files / "tiny.onnx",
+        "--baseline",
+        files / "tiny_static.onnx",
+        "--json",
+        tmp_path / "r.json",
+        *FAST,
+    ]
     result = run(args + ["--backends", "onnxruntime"])
     assert result.exit_code == 0, result.output
     data = json.loads((tmp_path / "r.json").read_text())
     assert [(r["backend"], r["variant"], r["name"], r["source"]) for r in data["records"]] == [
-        ("onnxruntime", "static", "tiny_static", "onnx"), ("onnxruntime", "dcd", "tiny", "onnx")]
+        ("onnxruntime", "static", "tiny_static", "onnx"),
+        ("onnxruntime", "dcd", "tiny", "onnx"),
+    ]
     assert data["machine"]["input_size"] == 32  # from the files
     assert data["records"][1]["ratio_to_static"] > 0
 
@@ -138,10 +160,16 @@ def test_fused_file_runs_openvino_fused(files, tmp_path):
     assert "2. openvino-fused:" in result.stdout
 
 
-@pytest.mark.parametrize("extra, pattern", [
-    (["--backends", "torch-deploy"], r"torch-deploy times a PyTorch model, and .*tiny\.onnx is an ONNX file"),
-    (["--backends", "onnxruntime,openvino-fused"], r"openvino-fused times a file with fused .*has none: use openvino"),
-])
+@pytest.mark.parametrize(
+    "extra, pattern",
+    [
+        (["--backends", "torch-deploy"], r"torch-deploy times a PyTorch model, and .*tiny\.onnx is an ONNX file"),
+        (
+            ["--backends", "onnxruntime,openvino-fused"],
+            r"openvino-fused times a file with fused .*has none: use openvino",
+        ),
+    ],
+)
 def test_file_errors(files, extra, pattern):
     if "openvino-fused" in extra[-1] and not HAS_OPENVINO:
         pytest.skip("openvino is not installed")

@@ -69,8 +69,9 @@ def test_export_parity_failure_keeps_its_error_line_when_quiet(tmp_path, monkeyp
         raise ParityError("parity check failed: FAIL: max abs 1", _Report())
 
     monkeypatch.setattr("dcd_deploy.exporters.onnx.export_onnx", failing_export)
-    result = run(export_main, ["mobilenetv2_035", "--input-size", 32, "-o", tmp_path / "m.onnx"]
-                 + (["-q"] if quiet else []))
+    result = run(
+        export_main, ["mobilenetv2_035", "--input-size", 32, "-o", tmp_path / "m.onnx"] + (["-q"] if quiet else [])
+    )
     assert result.exit_code == 1
     # stdout has at most the progress of the stages that finished (none with -q)
     assert all(line.startswith("[") for line in result.stdout.splitlines())
@@ -83,8 +84,9 @@ def test_export_parity_failure_keeps_its_error_line_when_quiet(tmp_path, monkeyp
 def test_list_models_prints_the_zoo_with_parameter_counts():
     result = run(bench_main, ["--list-models"])
     assert result.exit_code == 0, result.output
-    rows = dict(line.split() for line in result.stdout.splitlines()
-                if line.split() and line.split()[0] in set(list_models()))
+    rows = dict(
+        line.split() for line in result.stdout.splitlines() if line.split() and line.split()[0] in set(list_models())
+    )
     assert list(rows) == list_models()
     # Counted on the meta device; a real build is the oracle.
     for name in ("mobilenetv2_035_dcd", "resnet10_condconv"):

@@ -80,7 +80,11 @@ def test_validate_the_written_file(exported, tmp_path):
     assert lines[0].split()[:3] == ["ORT", "opt", "batch"]
     rows = [line.split() for line in lines[1:-1]]
     assert [(r[0], r[1], r[-1]) for r in rows] == [
-        ("disabled", "1", "yes"), ("all", "1", "yes"), ("disabled", "2", "yes"), ("all", "2", "yes")]
+        ("disabled", "1", "yes"),
+        ("all", "1", "yes"),
+        ("disabled", "2", "yes"),
+        ("all", "2", "yes"),
+    ]
     assert lines[-1].startswith("PASS: ")
     data = json.loads(report.read_text(encoding="utf-8"))
     assert data["passed"] is True and data["input_size"] == int(SIZE)
@@ -130,7 +134,9 @@ def test_export_fused_mode_checks_in_openvino_and_validates_there(tmp_path):
     assert result.exit_code == 0, result.output
     lines = result.stdout.strip().splitlines()
     assert lines[0].split()[0] == "runtime" and [ln.split()[:2] for ln in lines[1:-1]] == [
-        ["openvino", "1"], ["openvino", "3"]]
+        ["openvino", "1"],
+        ["openvino", "3"],
+    ]
     data = json.loads(report.read_text(encoding="utf-8"))
     assert data["passed"] is True and {r["backend"] for r in data["rows"]} == {"openvino"}
 
@@ -154,7 +160,8 @@ def test_validate_in_openvino_without_openvino_is_one_error_line(exported, monke
     result = run(validate_main, [MODEL, out, "--backend", "openvino"])
     assert result.exit_code == 1
     assert result.stderr.strip().splitlines() == [
-        "Error: openvino is not installed: pip install 'dcd-deploy[openvino]'"]
+        "Error: openvino is not installed: pip install 'dcd-deploy[openvino]'"
+    ]
 
 
 def test_fused_export_without_a_compiler_is_one_error_line_and_writes_nothing(tmp_path, monkeypatch):
@@ -190,12 +197,15 @@ def _tamper_drop(node):
     del node.input[-1]
 
 
-@pytest.mark.parametrize("tamper, reason", [
-    (_tamper_pool, "pool must be 1 or 2, got 5"),
-    (_tamper_activation, "activation must be none, relu or relu6"),
-    (_tamper_swap, "has shape"),
-    (_tamper_drop, "inputs"),
-])
+@pytest.mark.parametrize(
+    "tamper, reason",
+    [
+        (_tamper_pool, "pool must be 1 or 2, got 5"),
+        (_tamper_activation, "activation must be none, relu or relu6"),
+        (_tamper_swap, "has shape"),
+        (_tamper_drop, "inputs"),
+    ],
+)
 def test_a_tampered_fused_node_is_one_error_line_in_openvino(tmp_path, tamper, reason):
     pytest.importorskip("openvino")
     good = tmp_path / "f.onnx"
@@ -226,14 +236,12 @@ def test_export_fixed_batch(tmp_path):
 @pytest.mark.parametrize("strategy", ["latent", "weight"])
 def test_export_strategies(tmp_path, strategy):
     out, report = tmp_path / "s.onnx", tmp_path / "s.json"
-    result = run(export_main, [MODEL, "--input-size", SIZE, "-o", out, "--strategy", strategy, "-v",
-                               "--json", report])
+    result = run(export_main, [MODEL, "--input-size", SIZE, "-o", out, "--strategy", strategy, "-v", "--json", report])
     assert result.exit_code == 0, result.output
     assert "parity   PASS" in result.stdout
     n = dcd_layers(MODEL)
     weight = n - 1 if strategy == "weight" else 0  # every 1x1 DCD conv; never the classifier
-    assert f"DCD      {n} layers: {weight} weight form, {n - weight} latent form (strategy {strategy})" \
-        in result.stdout
+    assert f"DCD      {n} layers: {weight} weight form, {n - weight} latent form (strategy {strategy})" in result.stdout
     assert "features.2.conv.0: " + strategy in result.stdout  # -v lists every layer
     assert "classifier.1: latent" in result.stdout
     assert set(json.loads(report.read_text())["strategies"].values()) == ({strategy} | {"latent"})
@@ -295,17 +303,30 @@ def test_installed_scripts_end_to_end(tmp_path):
     # One intra-op thread, as in-process (tests/conftest.py): on a loaded 2-core machine
     # OpenMP barriers with 2 threads made one run take 3 s or 80 s.
     env = {**os.environ, "PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": "1"}
-    exp = subprocess.run([script("dcd-export"), "mobilenetv2_035_dcd", "--input-size", SIZE, "-o", "e2e.onnx"],
-                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    exp = subprocess.run(
+        [script("dcd-export"), "mobilenetv2_035_dcd", "--input-size", SIZE, "-o", "e2e.onnx"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert exp.returncode == 0, exp.stderr
     assert "parity   PASS" in exp.stdout
     assert (tmp_path / "e2e.onnx").is_file()
-    val = subprocess.run([script("dcd-validate"), "mobilenetv2_035_dcd", "e2e.onnx", "--batch-sizes", "1,4"],
-                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    val = subprocess.run(
+        [script("dcd-validate"), "mobilenetv2_035_dcd", "e2e.onnx", "--batch-sizes", "1,4"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert val.returncode == 0, val.stderr
     assert val.stdout.strip().splitlines()[-1].startswith("PASS: ")
-    bad = subprocess.run([script("dcd-export"), "resnet18_dcx"], cwd=tmp_path, env=env,
-                         capture_output=True, text=True, timeout=300)
+    bad = subprocess.run(
+        [script("dcd-export"), "resnet18_dcx"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
     assert bad.returncode == 1
     lines = bad.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("Error:") and "resnet18_dcd" in lines[0]
@@ -334,16 +355,32 @@ def test_export_and_validate_on_the_users_inputs(tmp_path):
     assert [line.split()[2] for line in result.stdout.splitlines()[1:-1]] == ["5", "5"]
 
 
-@pytest.mark.parametrize("make, message", [
-    (lambda d: d / "missing.npy", "no such file"),
-    (lambda d: (d / "t.npy").write_text("not numpy") and d / "t.npy", "is not a NumPy .npy file"),
-    (lambda d: __import__("numpy").save(d / "r.npy", __import__("numpy").zeros((2, 64, 64), "float32"))
-     or d / "r.npy", "expected N x 3 x H x W"),
-    (lambda d: __import__("numpy").save(d / "s.npy", __import__("numpy").zeros((2, 3, 32, 32), "float32"))
-     or d / "s.npy", "holds 32x32 images, but the model takes 64x64"),
-    (lambda d: __import__("numpy").save(d / "i.npy", __import__("numpy").zeros((2, 3, 64, 64), "int64"))
-     or d / "i.npy", "expected floating-point images"),
-])
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda d: d / "missing.npy", "no such file"),
+        (lambda d: (d / "t.npy").write_text("not numpy") and d / "t.npy", "is not a NumPy .npy file"),
+        (
+            lambda d: (
+                __import__("numpy").save(d / "r.npy", __import__("numpy").zeros((2, 64, 64), "float32")) or d / "r.npy"
+            ),
+            "expected N x 3 x H x W",
+        ),
+        (
+            lambda d: (
+                __import__("numpy").save(d / "s.npy", __import__("numpy").zeros((2, 3, 32, 32), "float32"))
+                or d / "s.npy"
+            ),
+            "holds 32x32 images, but the model takes 64x64",
+        ),
+        (
+            lambda d: (
+                __import__("numpy").save(d / "i.npy", __import__("numpy").zeros((2, 3, 64, 64), "int64")) or d / "i.npy"
+            ),
+            "expected floating-point images",
+        ),
+    ],
+)
 def test_bad_inputs_file_is_one_error_line(exported, tmp_path, make, message):
     _, out, _ = exported
     path = make(tmp_path)
@@ -389,11 +426,10 @@ def test_failure_on_ill_conditioned_synthetic_inputs_suggests_inputs():
 
 def test_validate_refuses_every_tampered_file_of_a_release_checkpoint(tmp_path):
     import numpy as np
+    from _tamper import TAMPERS
 
     from dcd_deploy.models import synthetic_images
     from dcd_deploy.models.authors import save_release_checkpoint
-
-    from _tamper import TAMPERS
 
     model = pseudo_train(create_model("mobilenetv2_050_dcd"), seed=1, input_size=int(SIZE))
     ckpt = tmp_path / "mbv2.pth.tar"

@@ -19,10 +19,10 @@ from types import SimpleNamespace
 import onnx
 import pytest
 import torch
+from _user_net import write_factory
 from click.testing import CliRunner
 
 import dcd_deploy.exporters
-from _user_net import write_factory
 from dcd_deploy.cli._input_size import InputSize
 from dcd_deploy.cli.export import main as export_main
 from dcd_deploy.cli.validate import main as validate_main
@@ -100,25 +100,30 @@ def test_validate_a_factory(exported, in_user_dir):
     one_error_line(result, r"parity check failed: FAIL")
 
 
-@pytest.mark.parametrize("args, pattern", [
-    (["nope.py:build"], r"nope\.py: no such file"),
-    (["tiny.py:buidl"], r"tiny\.py has no function 'buidl'; did you mean build\?"),
-    (["tiny.py"], r"tiny\.py is Python source.*tiny\.py:FUNCTION"),
-    (["tiny.pt"], r"plain state dict .*MODULE:FUNCTION .*--weights tiny\.pt"),
-    (["tiny.pt", "--arch", "TinyNet"], r"unknown model 'TinyNet'.*MODULE:FUNCTION"),
-    (["tiny.py:build", "--arch", "mobilenetv2_035"], r"--arch names a zoo architecture"),
-    (["tiny.py:build", "--weights", "missing.pt"], r"missing\.pt"),
-    (["tiny.py:build", "--weights", "wrong.pt"], r"wrong\.pt does not fit tiny:build: 1 mis-shaped \(head\.bias"),
-    (["broken.py:build"], r"importing broken\.py failed: SyntaxError in broken\.py, line 2"),
-    (["raises.py:build"], r"raises\.py:build raised ValueError: no such width \(at raises\.py, line 2\)"),
-    (["raises.py:make"], r"raises\.py:make returned a value of type str, not a torch\.nn\.Module"),
-])
+@pytest.mark.parametrize(
+    "args, pattern",
+    [
+        (["nope.py:build"], r"nope\.py: no such file"),
+        (["tiny.py:buidl"], r"tiny\.py has no function 'buidl'; did you mean build\?"),
+        (["tiny.py"], r"tiny\.py is Python source.*tiny\.py:FUNCTION"),
+        (["tiny.pt"], r"plain state dict .*MODULE:FUNCTION .*--weights tiny\.pt"),
+        (["tiny.pt", "--arch", "TinyNet"], r"unknown model 'TinyNet'.*MODULE:FUNCTION"),
+        (["tiny.py:build", "--arch", "mobilenetv2_035"], r"--arch names a zoo architecture"),
+        (["tiny.py:build", "--weights", "missing.pt"], r"missing\.pt"),
+        (["tiny.py:build", "--weights", "wrong.pt"], r"wrong\.pt does not fit tiny:build: 1 mis-shaped \(head\.bias"),
+        (["broken.py:build"], r"importing broken\.py failed: SyntaxError in broken\.py, line 2"),
+        (["raises.py:build"], r"raises\.py:build raised ValueError: no such width \(at raises\.py, line 2\)"),
+        (["raises.py:make"], r"raises\.py:make returned a value of type str, not a torch\.nn\.Module"),
+    ],
+)
 def test_every_error_is_one_line(in_user_dir, args, pattern):
     d = in_user_dir
     (d / "broken.py").write_text("import torch\ndef build(:\n")
     (d / "raises.py").write_text("def build():\n    raise ValueError('no such width')\ndef make():\n    return 'x'\n")
-    torch.save({"head.bias": torch.zeros(3)} | {k: v for k, v in torch.load("tiny.pt").items() if k != "head.bias"},
-               d / "wrong.pt")
+    torch.save(
+        {"head.bias": torch.zeros(3)} | {k: v for k, v in torch.load("tiny.pt").items() if k != "head.bias"},
+        d / "wrong.pt",
+    )
     result = run(export_main, args + ["--input-size", SIZE, "-o", "never.onnx"])
     one_error_line(result, pattern)
     assert not (d / "never.onnx").exists()
@@ -130,16 +135,32 @@ def test_output_must_not_be_the_factory_file(in_user_dir):
 
 
 # -- --input-size HxW, --dynamic-size ------------------------------------------------------
-@pytest.mark.parametrize("text, size", [("224", (224, 224)), ("256x320", (256, 320)), ("256X320", (256, 320)),
-                                        ("64,48", (64, 48)), (" 32 x 16 ", (32, 16))])
+@pytest.mark.parametrize(
+    "text, size",
+    [
+        ("224", (224, 224)),
+        ("256x320", (256, 320)),
+        ("256X320", (256, 320)),
+        ("64,48", (64, 48)),
+        (" 32 x 16 ", (32, 16)),
+    ],
+)
 def test_input_size_parses(text, size):
     assert InputSize(1, 1024).convert(text, None, None) == size
 
 
-@pytest.mark.parametrize("value, message", [
-    ("0x5", "each side must be in the range 1<=x<=1024"), ("axb", "is not a size"), ("2000x5", "1<=x<=1024"),
-    ("5x", "is not a size"), ("x5", "is not a size"), ("5x5x5", "is not a size"), ("-3", "is not a size"),
-])
+@pytest.mark.parametrize(
+    "value, message",
+    [
+        ("0x5", "each side must be in the range 1<=x<=1024"),
+        ("axb", "is not a size"),
+        ("2000x5", "1<=x<=1024"),
+        ("5x", "is not a size"),
+        ("x5", "is not a size"),
+        ("5x5x5", "is not a size"),
+        ("-3", "is not a size"),
+    ],
+)
 def test_bad_input_size_is_a_usage_error(value, message):
     result = run(export_main, ["tiny.py:build", "--input-size", value])
     assert result.exit_code == 2 and message in result.stderr, result.output
@@ -154,17 +175,29 @@ class _Recorded:
     def __call__(self, model, path, **kwargs):
         self.kwargs = kwargs
         Path(path).write_bytes(b"stand-in")
-        return SimpleNamespace(path=str(path), size_bytes=8, op_histogram={"Conv": 1}, strategies={}, opset=17,
-                               simplified=False, parity=None, mode=kwargs["mode"], num_nodes=1,
-                               to_dict=lambda: {})
+        return SimpleNamespace(
+            path=str(path),
+            size_bytes=8,
+            op_histogram={"Conv": 1},
+            strategies={},
+            opset=17,
+            simplified=False,
+            parity=None,
+            mode=kwargs["mode"],
+            num_nodes=1,
+            to_dict=lambda: {},
+        )
 
 
-@pytest.mark.parametrize("args, input_size, dynamic, shown", [
-    (["--input-size", "256x320"], (256, 320), None, "Nx3x256x320"),
-    (["--input-size", "48"], 48, None, "Nx3x48x48"),
-    (["--input-size", "48x48"], 48, None, "Nx3x48x48"),
-    (["--input-size", "40x56", "--dynamic-size"], (40, 56), True, "Nx3xHxW"),
-])
+@pytest.mark.parametrize(
+    "args, input_size, dynamic, shown",
+    [
+        (["--input-size", "256x320"], (256, 320), None, "Nx3x256x320"),
+        (["--input-size", "48"], 48, None, "Nx3x48x48"),
+        (["--input-size", "48x48"], 48, None, "Nx3x48x48"),
+        (["--input-size", "40x56", "--dynamic-size"], (40, 56), True, "Nx3xHxW"),
+    ],
+)
 def test_size_options_reach_the_exporter(in_user_dir, monkeypatch, args, input_size, dynamic, shown):
     recorded = _Recorded()
     monkeypatch.setattr(dcd_deploy.exporters, "export_onnx", recorded)
@@ -183,9 +216,14 @@ def test_installed_dcd_export_with_a_factory(user_dir, tmp_path):
     assert script, "dcd-export is not installed beside this Python"
     write_factory(tmp_path, "mine")
     shutil.copy(user_dir[0] / "tiny.pt", tmp_path / "mine.pt")
-    proc = subprocess.run([script, "mine.py:build", "--weights", "mine.pt", "--input-size", SIZE, "-q"],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    proc = subprocess.run(
+        [script, "mine.py:build", "--weights", "mine.pt", "--input-size", SIZE, "-q"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("wrote mine.onnx")
     model = onnx.load(str(tmp_path / "mine.onnx"))
@@ -200,15 +238,17 @@ def _exporter_takes_sizes() -> bool:
     return "dynamic_size" in inspect.signature(dcd_deploy.exporters.export_onnx).parameters
 
 
-needs_size_exporter = pytest.mark.skipif(not _exporter_takes_sizes(),
-                                         reason="this exporter takes square sizes only (export branch not merged)")
+needs_size_exporter = pytest.mark.skipif(
+    not _exporter_takes_sizes(), reason="this exporter takes square sizes only (export branch not merged)"
+)
 
 
 @needs_size_exporter
 @pytest.mark.parametrize("extra, dims", [([], [3, 32, 48]), (["--dynamic-size"], [3, None, None])])
 def test_non_square_and_dynamic_export_then_validate(in_user_dir, extra, dims):
-    result = run(export_main, ["tiny.py:build", "--weights", "tiny.pt", "--input-size", "32x48", "-o", "ns.onnx",
-                               *extra])
+    result = run(
+        export_main, ["tiny.py:build", "--weights", "tiny.pt", "--input-size", "32x48", "-o", "ns.onnx", *extra]
+    )
     assert result.exit_code == 0, result.output
     assert re.search(r"parity +PASS", result.stdout)
     shape = onnx.load("ns.onnx").graph.input[0].type.tensor_type.shape.dim[1:]

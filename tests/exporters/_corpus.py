@@ -18,8 +18,8 @@ Imported as ``_corpus`` (tests/ is on ``sys.path``; see tests/_zoo.py).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -82,8 +82,9 @@ class MobileNetV3Like(nn.Module):
             MBv3Block(24, 48, 24, 3, 1, se=True),
         )
         self.head = ConvBNAct(nn.Conv2d(24, 64, 1, bias=False), 64, nn.Hardswish())
-        self.classifier = nn.Sequential(nn.Linear(64, 48), nn.Hardswish(), nn.Dropout(0.2),
-                                        DCDLinear(48, classes, latent_dim=4, squeeze=8))
+        self.classifier = nn.Sequential(
+            nn.Linear(64, 48), nn.Hardswish(), nn.Dropout(0.2), DCDLinear(48, classes, latent_dim=4, squeeze=8)
+        )
 
     def forward(self, x):
         x = self.head(self.blocks(self.stem(x)))
@@ -145,9 +146,15 @@ class ShuffleUnit(nn.Module):
         super().__init__()
         half = c // 2
         self.branch = nn.Sequential(
-            dcd(half, half), nn.BatchNorm2d(half), nn.ReLU(inplace=True),
-            nn.Conv2d(half, half, 3, 1, 1, groups=half, bias=False), nn.BatchNorm2d(half),
-            dcd(half, half), nn.BatchNorm2d(half), nn.ReLU(inplace=True))
+            dcd(half, half),
+            nn.BatchNorm2d(half),
+            nn.ReLU(inplace=True),
+            nn.Conv2d(half, half, 3, 1, 1, groups=half, bias=False),
+            nn.BatchNorm2d(half),
+            dcd(half, half),
+            nn.BatchNorm2d(half),
+            nn.ReLU(inplace=True),
+        )
 
     def forward(self, x):
         a, b = x.chunk(2, dim=1)
@@ -190,8 +197,9 @@ class DenseNetLike(nn.Module):
         self.stem = nn.Conv2d(3, 16, 3, 2, 1, bias=False)
         self.layers = nn.ModuleList([DenseLayer(16 + i * growth, growth) for i in range(3)])
         c = 16 + 3 * growth
-        self.transition = nn.Sequential(nn.BatchNorm2d(c), nn.ReLU(), nn.Conv2d(c, 24, 1, bias=False),
-                                        nn.AvgPool2d(2, 2))
+        self.transition = nn.Sequential(
+            nn.BatchNorm2d(c), nn.ReLU(), nn.Conv2d(c, 24, 1, bias=False), nn.AvgPool2d(2, 2)
+        )
         self.norm = nn.BatchNorm2d(24)
         self.classifier = nn.Linear(24, classes)
 
@@ -417,8 +425,12 @@ CORPUS: dict[str, Case] = {
 
 #: Fused mode: DCD layers that stay standard ops, with the reason the export gives.
 UNFUSED = {
-    "mobilenetv3_like": {"blocks.0.dw.0": "depthwise", "blocks.1.dw.0": "depthwise", "blocks.2.dw.0": "depthwise",
-                         "classifier.3": "classifier (DCD linear layer)"},
+    "mobilenetv3_like": {
+        "blocks.0.dw.0": "depthwise",
+        "blocks.1.dw.0": "depthwise",
+        "blocks.2.dw.0": "depthwise",
+        "classifier.3": "classifier (DCD linear layer)",
+    },
     "efficientnet_like": {},
     "shufflenet_like": {},
     "densenet_like": {},

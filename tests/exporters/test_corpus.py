@@ -15,6 +15,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 import torch
+from _corpus import CORPUS, UNFUSED
 from torch import nn
 from torch.utils import _pytree as pytree
 
@@ -22,8 +23,6 @@ from dcd_deploy import export_onnx
 from dcd_deploy.errors import ExportError
 from dcd_deploy.exporters.onnx import ALLOWED_OPS, LAYERS_KEY
 from dcd_deploy.layers import DCDConv2d, DCDLinear, MixtureConv2d
-
-from _corpus import CORPUS, UNFUSED
 
 DOMAIN = "dcd_deploy"
 MODES = ("standard", "function", "fused")
@@ -51,7 +50,10 @@ def assert_file(proto: onnx.ModelProto, net: nn.Module, mode: str) -> list[dict]
     graph = proto.graph
     inits = {t.name for t in graph.initializer}
     for node in graph.node:
-        assert node.domain in ("", "ai.onnx") or (mode != "standard" and node.domain == DOMAIN), (node.domain, node.op_type)
+        assert node.domain in ("", "ai.onnx") or (mode != "standard" and node.domain == DOMAIN), (
+            node.domain,
+            node.op_type,
+        )
         if node.op_type == "Conv":  # constant weights: no per-sample kernel
             assert all(i in inits for i in node.input[1:]), node.name
     for f in proto.functions:
@@ -142,7 +144,10 @@ def test_corpus_network_exports_and_matches_pytorch(tmp_path, name, mode):
         assert result.fused_summary() == f"{len(dcd) - len(UNFUSED[name])} of {len(dcd)} DCD layers fused"
         assert _fused_paths(layers) == set(result.fused)
         fused_nodes = [n for n in proto.graph.node if n.domain == DOMAIN]
-        assert len(fused_nodes) == len(result.fused) and {n.op_type for n in fused_nodes} <= {"DCDPointwise", "DCDConvEpilogue"}
+        assert len(fused_nodes) == len(result.fused) and {n.op_type for n in fused_nodes} <= {
+            "DCDPointwise",
+            "DCDConvEpilogue",
+        }
     else:
         assert result.fused == [] and result.unfused == {}
 
@@ -151,8 +156,14 @@ def test_two_inputs_are_named_after_forward(tmp_path):
     case = CORPUS["two_input"]
     result = export_onnx(model("two_input"), tmp_path / "m.onnx", example_inputs=case.inputs(1), check=False)
     assert result.input_names == ["rgb", "depth"]
-    result = export_onnx(model("two_input"), tmp_path / "n.onnx", example_inputs=case.inputs(1), check=False,
-                         input_names=["a", "b"], output_names=["cls", "emb"])
+    result = export_onnx(
+        model("two_input"),
+        tmp_path / "n.onnx",
+        example_inputs=case.inputs(1),
+        check=False,
+        input_names=["a", "b"],
+        output_names=["cls", "emb"],
+    )
     assert (result.input_names, result.output_names) == (["a", "b"], ["cls", "emb"])
 
 
@@ -223,8 +234,9 @@ def test_cli_prints_how_many_dcd_layers_are_fused_and_why_not(tmp_path):
     from dcd_deploy.cli.export import main
 
     out = tmp_path / "m.onnx"
-    result = CliRunner().invoke(main, ["mobilenetv2_035_dcd", "--mode", "fused", "--input-size", "64", "--no-check",
-                                       "-o", str(out)])
+    result = CliRunner().invoke(
+        main, ["mobilenetv2_035_dcd", "--mode", "fused", "--input-size", "64", "--no-check", "-o", str(out)]
+    )
     assert result.exit_code == 0, result.output
     # MobileNetV2: every 1x1 DCD layer fuses; the DCD classifier does not
     assert "  fused    32 of 33 DCD layers fused" in result.stdout

@@ -21,10 +21,12 @@ class _Means(nn.Module):
 
     def forward(self, x):
         y = F.relu(self.conv(x))
-        return {"kept": y.mean((2, 3), keepdim=True) * 2.0,  # (B, C, 1, 1): a global pool
-                "pooled": F.adaptive_avg_pool2d(y, 1) + 1.0,  # likewise
-                "flat": y.mean((-1, -2)),  # (B, C): dims dropped, stays ReduceMean
-                "channels": y.mean(1, keepdim=True)}  # not spatial, stays ReduceMean
+        return {
+            "kept": y.mean((2, 3), keepdim=True) * 2.0,  # (B, C, 1, 1): a global pool
+            "pooled": F.adaptive_avg_pool2d(y, 1) + 1.0,  # likewise
+            "flat": y.mean((-1, -2)),  # (B, C): dims dropped, stays ReduceMean
+            "channels": y.mean(1, keepdim=True),
+        }  # not spatial, stays ReduceMean
 
 
 def test_spatial_means_become_global_average_pools(tmp_path):

@@ -8,6 +8,7 @@ The OpenVINO kernels are tested in ``tests/openvino``.
 
 from __future__ import annotations
 
+import _zoo
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -18,8 +19,6 @@ from dcd_deploy import export_onnx
 from dcd_deploy.layers import DCDConv2d
 from dcd_deploy.models.mobilenetv2 import InvertedResidual
 from dcd_deploy.parity import check_parity
-
-import _zoo
 
 ZOO = _zoo.ZooCache()
 ARCH, SIZE = "mobilenetv2_050_dcd", 64
@@ -71,10 +70,8 @@ def test_layout_changes_only_at_the_edges_of_fused_runs(fused):
     for node in (n for n in proto.graph.node if n.domain == "dcd_deploy"):
         src = producer[node.input[0]]
         # NHWC comes from a Transpose of an NCHW tensor or straight from the previous fused node
-        assert src.domain == "dcd_deploy" or (src.op_type == "Transpose" and
-                                             list(_attrs(src)["perm"]) == [0, 2, 3, 1])
-    chained = sum(producer[n.input[0]].domain == "dcd_deploy"
-                  for n in proto.graph.node if n.domain == "dcd_deploy")
+        assert src.domain == "dcd_deploy" or (src.op_type == "Transpose" and list(_attrs(src)["perm"]) == [0, 2, 3, 1])
+    chained = sum(producer[n.input[0]].domain == "dcd_deploy" for n in proto.graph.node if n.domain == "dcd_deploy")
     assert chained > 0  # block i's projection feeds block i+1's expansion in NHWC
 
 
@@ -98,8 +95,10 @@ def test_onnxruntime_runs_the_bodies_as_pytorch(fused, tmp_path):
     standard = tmp_path / "standard.onnx"
     export_onnx(model, standard, input_size=SIZE, check=False)
     x = _zoo_inputs()
-    outs = [ort.InferenceSession(str(p), providers=["CPUExecutionProvider"]).run(None, {"input": x})[0]
-            for p in (path, standard)]
+    outs = [
+        ort.InferenceSession(str(p), providers=["CPUExecutionProvider"]).run(None, {"input": x})[0]
+        for p in (path, standard)
+    ]
     np.testing.assert_allclose(outs[0], outs[1], rtol=0, atol=1e-4 * np.abs(outs[1]).max())
 
 
@@ -109,10 +108,10 @@ def test_channel_layers_fuse_the_rest_stays_standard(tmp_path):
     torch.manual_seed(0)
     model = _Flat(
         torch.nn.Conv2d(3, 16, 1),
-        DCDConv2d(16, 16, 3),                 # k x k channel fusion: Conv + DCDConvEpilogue
-        DCDConv2d(16, 16, 3, groups=16),      # depthwise: standard ops
-        DCDConv2d(16, 24, 1, stride=2),       # strided 1x1: Conv + DCDConvEpilogue
-        DCDConv2d(24, 32, 1, pool_size=2),    # DCDPointwise
+        DCDConv2d(16, 16, 3),  # k x k channel fusion: Conv + DCDConvEpilogue
+        DCDConv2d(16, 16, 3, groups=16),  # depthwise: standard ops
+        DCDConv2d(16, 24, 1, stride=2),  # strided 1x1: Conv + DCDConvEpilogue
+        DCDConv2d(24, 32, 1, pool_size=2),  # DCDPointwise
         torch.nn.ReLU(),
     ).eval()
     result = export_onnx(model, tmp_path / "m.onnx", input_size=12, mode="fused", check=False)

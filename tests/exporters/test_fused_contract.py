@@ -50,8 +50,15 @@ class _Net(nn.Module):
 def test_the_export_writes_nodes_in_the_contract_order(tmp_path):
     """Each node's inputs are named by its function's formals: they follow the contract."""
     path = tmp_path / "m.onnx"
-    export_onnx(_Net().eval(), path, input_size=8, example_inputs=torch.randn(1, 8, 8, 8), mode="fused",
-                check=False, simplify=False)
+    export_onnx(
+        _Net().eval(),
+        path,
+        input_size=8,
+        example_inputs=torch.randn(1, 8, 8, 8),
+        mode="fused",
+        check=False,
+        simplify=False,
+    )
     proto = onnx.load(str(path))
     functions = {(f.name, f.overload): f for f in proto.functions}
     nodes = [n for n in proto.graph.node if n.domain == "dcd_deploy"]
@@ -65,4 +72,16 @@ def test_the_export_writes_nodes_in_the_contract_order(tmp_path):
         assert [f.split("_", 1)[1] if f[0] == "w" and f[1].isdigit() else f for f in formals] == names
     pointwise = next(n for n in nodes if n.op_type == "DCDPointwise")
     assert fused_inputs({a.name: onnx.helper.get_attribute_value(a) for a in pointwise.attribute}) == [
-        "x", "residual", "fc1", "gate", "scale_w", "phi_w", "phi_b", "q", "q_b", "p", "w0", "bias"]
+        "x",
+        "residual",
+        "fc1",
+        "gate",
+        "scale_w",
+        "phi_w",
+        "phi_b",
+        "q",
+        "q_b",
+        "p",
+        "w0",
+        "bias",
+    ]

@@ -35,8 +35,14 @@ class _Geometries(nn.Module):
 
 
 def test_only_layers_at_the_fused_geometry_are_fused(tmp_path):
-    result = export_onnx(_Geometries().eval(), tmp_path / "g.onnx", input_size=14, mode="fused", example_inputs=(torch.zeros(1, 8, 14, 14),),
-                         parity_batch_sizes=(2,))
+    result = export_onnx(
+        _Geometries().eval(),
+        tmp_path / "g.onnx",
+        input_size=14,
+        mode="fused",
+        example_inputs=(torch.zeros(1, 8, 14, 14),),
+        parity_batch_sizes=(2,),
+    )
     assert result, result.parity.summary()
     assert sorted(result.fused) == ["plain", "same3"]
     assert result.unfused == {"padded": "padding (1, 1, 1, 1)", "dilated": "dilation 2x2"}

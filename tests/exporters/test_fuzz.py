@@ -53,13 +53,19 @@ DEPLOY_EXAMPLES = 500
 ONNX_EXAMPLES = 40  # each example exports twice through torch.export (~1 s each)
 MAX_SIDE = 24
 
-FUZZ = settings(deadline=None, derandomize=True, database=None, print_blob=True,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+FUZZ = settings(
+    deadline=None,
+    derandomize=True,
+    database=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 
 ACTIVATIONS = {"relu6": nn.ReLU6, "relu": nn.ReLU, "identity": nn.Identity}
 
 
 # -- configurations ------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Config:
@@ -88,11 +94,22 @@ class Config:
 
     def layer(self) -> DCDConv2d:
         return DCDConv2d(
-            self.c_in, self.c_out, self.kernel, self.stride, groups=self.c_in if self.depthwise else 1,
-            latent_dim=self.latent_dim, kernel_latent_dim=self.kernel_latent_dim, num_blocks=self.num_blocks,
-            channel_attention=self.channel_attention, channel_fusion=self.channel_fusion,
-            joint_fusion=self.joint_fusion, pool_size=self.pool_size, gate=self.gate,
-            latent_bn=self.latent_bn, squeeze=self.squeeze)
+            self.c_in,
+            self.c_out,
+            self.kernel,
+            self.stride,
+            groups=self.c_in if self.depthwise else 1,
+            latent_dim=self.latent_dim,
+            kernel_latent_dim=self.kernel_latent_dim,
+            num_blocks=self.num_blocks,
+            channel_attention=self.channel_attention,
+            channel_fusion=self.channel_fusion,
+            joint_fusion=self.joint_fusion,
+            pool_size=self.pool_size,
+            gate=self.gate,
+            latent_bn=self.latent_bn,
+            squeeze=self.squeeze,
+        )
 
 
 @st.composite
@@ -117,20 +134,32 @@ def configs(draw) -> Config:
             latent_dim = draw(st.none() | st.just(latent_dim))  # sometimes the paper's default L
     channel_attention, channel_fusion = draw(st.sampled_from([(True, True), (True, False), (False, True)]))
     return Config(
-        c_in=c_in, c_out=c_out, kernel=kernel, stride=draw(st.sampled_from([1, 1, 2])),
+        c_in=c_in,
+        c_out=c_out,
+        kernel=kernel,
+        stride=draw(st.sampled_from([1, 1, 2])),
         depthwise=form == "depthwise",
         # joint_fusion is ignored for k = 1 and depthwise layers: drawn there too, harmlessly.
         joint_fusion=form == "joint" or (form != "channel" or kernel == 1) and draw(st.booleans()),
-        latent_dim=latent_dim, kernel_latent_dim=kernel_latent_dim, num_blocks=nb,
-        channel_attention=channel_attention, channel_fusion=channel_fusion,
-        pool_size=draw(st.sampled_from([1, 2])), gate=draw(st.sampled_from(["relu", "se"])),
-        latent_bn=form == "channel" and draw(st.booleans()), squeeze=draw(st.none() | st.integers(1, 16)),
-        side=draw(st.integers(1, MAX_SIDE)), batch=draw(st.integers(1, 4)),
-        act=draw(st.sampled_from(sorted(ACTIVATIONS))), bn_first=draw(st.booleans()),
-        seed=draw(st.integers(0, 2**16)))
+        latent_dim=latent_dim,
+        kernel_latent_dim=kernel_latent_dim,
+        num_blocks=nb,
+        channel_attention=channel_attention,
+        channel_fusion=channel_fusion,
+        pool_size=draw(st.sampled_from([1, 2])),
+        gate=draw(st.sampled_from(["relu", "se"])),
+        latent_bn=form == "channel" and draw(st.booleans()),
+        squeeze=draw(st.none() | st.integers(1, 16)),
+        side=draw(st.integers(1, MAX_SIDE)),
+        batch=draw(st.integers(1, 4)),
+        act=draw(st.sampled_from(sorted(ACTIVATIONS))),
+        bn_first=draw(st.booleans()),
+        seed=draw(st.integers(0, 2**16)),
+    )
 
 
 # -- the model under test --------------------------------------------------------------
+
 
 class FuzzNet(nn.Module):
     """A 3-channel image model around one DCD layer; the output is the flattened map."""
@@ -207,11 +236,11 @@ def form_of(cfg: Config) -> str:
 
 def report(capsys, title: str, n: int, coverage: Counter) -> None:
     with capsys.disabled():
-        print(f"\n[fuzz] {title}: {n} examples, "
-              + ", ".join(f"{k} {v}" for k, v in sorted(coverage.items())))
+        print(f"\n[fuzz] {title}: {n} examples, " + ", ".join(f"{k} {v}" for k, v in sorted(coverage.items())))
 
 
 # -- the properties --------------------------------------------------------------------
+
 
 def test_both_heads_off_is_refused_by_design():
     """Λ and Φ both off is a static conv (ValueError by design), so the fuzzer never draws it."""
@@ -257,8 +286,13 @@ def test_fuzz_onnx_matches_pytorch(capsys):
 
     @settings(FUZZ, max_examples=ONNX_EXAMPLES)
     # "weight" falls back to "latent" where the weight form does not apply: weighted up.
-    @given(cfg=configs(), strategy=st.sampled_from(["weight", "weight", "latent", "auto"]),
-           fixed_batch=st.booleans(), simplify=st.booleans(), custom=st.sampled_from(["function", "fused"]))
+    @given(
+        cfg=configs(),
+        strategy=st.sampled_from(["weight", "weight", "latent", "auto"]),
+        fixed_batch=st.booleans(),
+        simplify=st.booleans(),
+        custom=st.sampled_from(["function", "fused"]),
+    )
     def prop(cfg: Config, strategy: str, fixed_batch: bool, simplify: bool, custom: str):
         seen.append(cfg)
         model = build(cfg)
@@ -267,8 +301,16 @@ def test_fuzz_onnx_matches_pytorch(capsys):
         with tempfile.TemporaryDirectory() as tmp:
             for mode in ("standard", custom):
                 path = Path(tmp) / f"{mode}.onnx"
-                result = export_onnx(model, path, input_size=cfg.side, batch=cfg.batch if fixed_batch else None,
-                                     mode=mode, strategy=strategy, check=False, simplify=simplify)
+                result = export_onnx(
+                    model,
+                    path,
+                    input_size=cfg.side,
+                    batch=cfg.batch if fixed_batch else None,
+                    mode=mode,
+                    strategy=strategy,
+                    check=False,
+                    simplify=simplify,
+                )
                 assert path.is_file() and result.parity is None
                 parity = check_parity(model, path, batch_sizes=(cfg.batch,), inputs=x)
                 assert parity, f"{mode}/{strategy} {cfg!r}\n{parity.summary()}\n{parity.table()}"
@@ -281,8 +323,7 @@ def test_fuzz_onnx_matches_pytorch(capsys):
             assert torch.equal(value, reference[key]), key
 
     prop()
-    report(capsys, "export_onnx standard + function or fused vs PyTorch (ORT, both opt levels)", len(seen),
-           coverage)
+    report(capsys, "export_onnx standard + function or fused vs PyTorch (ORT, both opt levels)", len(seen), coverage)
     assert len(seen) >= ONNX_EXAMPLES
     assert coverage["standard/weight"] > 0 and coverage["function/latent"] > 0
 
@@ -305,11 +346,14 @@ def _images(n=4):
     return synthetic_images(n, ZOO_SIZE, seed=3)
 
 
-@pytest.mark.parametrize("name, make", [
-    ("all zero", lambda x: torch.zeros_like(x)),
-    ("tiny 1e-6", lambda x: x * 1e-6),
-    ("tiny 1e-30 (subnormal range inside)", lambda x: x * 1e-30),
-])
+@pytest.mark.parametrize(
+    "name, make",
+    [
+        ("all zero", lambda x: torch.zeros_like(x)),
+        ("tiny 1e-6", lambda x: x * 1e-6),
+        ("tiny 1e-30 (subnormal range inside)", lambda x: x * 1e-30),
+    ],
+)
 def test_zoo_parity_with_degenerate_inputs(zoo_onnx, name, make):
     model, path = zoo_onnx
     report = check_parity(model, path, batch_sizes=(1, 4), inputs=make(_images()))
@@ -343,8 +387,11 @@ def _nan_and_inf(x):
     return x, {0, 2}
 
 
-@pytest.mark.parametrize("make", [_nan_pixel, _inf_image, _neg_inf_image, _nan_and_inf],
-                         ids=["nan-pixel", "inf-image", "neg-inf-image", "nan-and-inf"])
+@pytest.mark.parametrize(
+    "make",
+    [_nan_pixel, _inf_image, _neg_inf_image, _nan_and_inf],
+    ids=["nan-pixel", "inf-image", "neg-inf-image", "nan-and-inf"],
+)
 def test_zoo_parity_propagates_non_finite_inputs(zoo_onnx, make):
     """A non-finite input poisons its own sample (through the pooled dynamic branch) and
     no other; both runtimes agree on where, and the report says so instead of crashing."""
@@ -399,7 +446,8 @@ def test_zoo_parity_huge_inputs_are_reported_not_crashed(zoo_onnx):
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = opts.inter_op_num_threads = 1  # the check's own settings
     onnx_out = torch.from_numpy(
-        ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"]).run(None, {"input": x.numpy()})[0])
+        ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"]).run(None, {"input": x.numpy()})[0]
+    )
     # The reported errors are the real ones: the optimised graph at batch 4 and PyTorch fp32,
     # each against the float64 evaluation.
     row = next(r for r in report.rows if (r.optimization, r.batch_size) == ("all", 4))
@@ -415,6 +463,7 @@ def test_zoo_parity_huge_inputs_are_reported_not_crashed(zoo_onnx):
 
 
 # -- tolerances scale with the output magnitude --------------------------------------------
+
 
 class _Quadratic(nn.Module):
     """A well-conditioned DCD net with no saturating activation: outputs scale with inputs²."""

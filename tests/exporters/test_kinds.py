@@ -15,15 +15,19 @@ from dcd_deploy.exporters._kinds import CentreTap, Depthwise, Joint, Linear, Poi
 from dcd_deploy.layers import DCDConv2d, DCDLinear
 
 
-@pytest.mark.parametrize("layer, kind", [
-    (DCDConv2d(8, 16, 1), Pointwise),
-    (DCDConv2d(8, 16, 1, stride=2, num_blocks=2), Pointwise),
-    (DCDConv2d(8, 16, 3), CentreTap),
-    (DCDConv2d(8, 8, 3, groups=8), Depthwise),
-    (DCDConv2d(8, 16, 3, joint_fusion=True), Joint),
-    (DCDConv2d(8, 16, 3, channel_fusion=False), CentreTap),
-    (DCDLinear(16, 10), Linear),
-], ids=["1x1", "1x1 s2 B2", "3x3", "dw", "joint", "3x3 Λ only", "linear"])
+@pytest.mark.parametrize(
+    "layer, kind",
+    [
+        (DCDConv2d(8, 16, 1), Pointwise),
+        (DCDConv2d(8, 16, 1, stride=2, num_blocks=2), Pointwise),
+        (DCDConv2d(8, 16, 3), CentreTap),
+        (DCDConv2d(8, 8, 3, groups=8), Depthwise),
+        (DCDConv2d(8, 16, 3, joint_fusion=True), Joint),
+        (DCDConv2d(8, 16, 3, channel_fusion=False), CentreTap),
+        (DCDLinear(16, 10), Linear),
+    ],
+    ids=["1x1", "1x1 s2 B2", "3x3", "dw", "joint", "3x3 Λ only", "linear"],
+)
 def test_each_form_gets_its_kind_and_keeps_its_label(layer, kind):
     assert type(deploy_kind(layer)) is kind
     assert DeployDCD(layer.eval()).kind == kind.name
@@ -36,8 +40,14 @@ def test_only_dcd_layers_have_a_kind():
 
 def test_only_unpadded_stride_1_single_block_1x1_layers_have_the_weight_form():
     assert DeployDCD.supports_weight_form(DCDConv2d(8, 16, 1))
-    for layer in (DCDConv2d(8, 16, 1, stride=2), DCDConv2d(8, 16, 1, num_blocks=2), DCDConv2d(8, 16, 3),
-                  DCDConv2d(8, 8, 3, groups=8), DCDLinear(16, 10), DCDConv2d(8, 16, 1, channel_fusion=False)):
+    for layer in (
+        DCDConv2d(8, 16, 1, stride=2),
+        DCDConv2d(8, 16, 1, num_blocks=2),
+        DCDConv2d(8, 16, 3),
+        DCDConv2d(8, 8, 3, groups=8),
+        DCDLinear(16, 10),
+        DCDConv2d(8, 16, 1, channel_fusion=False),
+    ):
         assert not DeployDCD.supports_weight_form(layer)
         assert DeployDCD(layer.eval(), strategy="weight").strategy == "latent"
 
@@ -62,15 +72,18 @@ def test_depthwise_and_joint_madds_by_hand():
     assert weight == 576 * 4 + 2 * 2 * 4 * 9 + 8 * 2 * 2 * 9 + 8 * 2 * 8 * 9
 
 
-@pytest.mark.parametrize("layer, reason", [
-    (DCDConv2d(8, 8, 3, groups=8), "depthwise"),
-    (DCDConv2d(8, 16, 3, joint_fusion=True), "joint fusion"),
-    (DCDLinear(16, 10), "classifier (DCD linear layer)"),
-    (DCDConv2d(8, 16, 1, num_blocks=2), "2 latent blocks"),
-    (DCDConv2d(8, 16, 3, padding=0), "padding (0, 0, 0, 0)"),
-    (DCDConv2d(8, 16, 1), None),
-    (DCDConv2d(8, 16, 3, stride=2), None),
-])
+@pytest.mark.parametrize(
+    "layer, reason",
+    [
+        (DCDConv2d(8, 8, 3, groups=8), "depthwise"),
+        (DCDConv2d(8, 16, 3, joint_fusion=True), "joint fusion"),
+        (DCDLinear(16, 10), "classifier (DCD linear layer)"),
+        (DCDConv2d(8, 16, 1, num_blocks=2), "2 latent blocks"),
+        (DCDConv2d(8, 16, 3, padding=0), "padding (0, 0, 0, 0)"),
+        (DCDConv2d(8, 16, 1), None),
+        (DCDConv2d(8, 16, 3, stride=2), None),
+    ],
+)
 def test_fused_contract_per_kind(layer, reason):
     deploy = DeployDCD(layer.eval())
     assert deploy.form_kind.why_not_fused(deploy) == reason

@@ -13,18 +13,16 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from _zoo import ZooCache, input_size
 from torch import nn
 
 from dcd_deploy import create_model, list_models, to_deploy
 from dcd_deploy.errors import ExportError, UnsupportedInputError
 from dcd_deploy.exporters._deploy_dcd import DeployDCD, adaptive_windows, prefers_weight_form
 from dcd_deploy.exporters._deploy_mixture import DeployMixture
-from dcd_deploy.layers import CondConv2d, DCDConv2d, DCDLinear, DynamicConv2d
-from dcd_deploy.layers import MixtureConv2d
+from dcd_deploy.layers import CondConv2d, DCDConv2d, DCDLinear, DynamicConv2d, MixtureConv2d
 from dcd_deploy.models import synthetic_images
 from dcd_deploy.parity import DEFAULT_K
-
-from _zoo import ZooCache, input_size
 
 DYNAMIC = (DCDConv2d, DCDLinear, MixtureConv2d)
 BN = (nn.BatchNorm1d, nn.BatchNorm2d)
@@ -63,8 +61,14 @@ def dynamic_paths(model: nn.Module) -> dict[str, nn.Module]:
 
 def weight_form_possible(layer: nn.Module) -> bool:
     """1x1, stride 1, dense Q/P (B = 1), channel fusion: the only layers W(x) can be built for."""
-    return (isinstance(layer, DCDConv2d) and layer.conv.kernel_size == (1, 1) and layer.conv.stride == (1, 1)
-            and layer.conv_q is not None and layer.conv_q.groups == 1 and layer.kernel_r is None)
+    return (
+        isinstance(layer, DCDConv2d)
+        and layer.conv.kernel_size == (1, 1)
+        and layer.conv.stride == (1, 1)
+        and layer.conv_q is not None
+        and layer.conv_q.groups == 1
+        and layer.kernel_r is None
+    )
 
 
 def to_deploy64(model: nn.Module, **kwargs) -> tuple[nn.Module, nn.Module]:
@@ -97,8 +101,7 @@ def assert_same_function(model, deploy, x, **kwargs):
 
 def assert_deploy_form(deploy: nn.Module) -> None:
     """No BatchNorm, Dropout or training-form dynamic layer is left, as module or call."""
-    leftovers = [(n, type(m).__name__) for n, m in deploy.named_modules()
-                 if isinstance(m, (*BN, nn.Dropout, *DYNAMIC))]
+    leftovers = [(n, type(m).__name__) for n, m in deploy.named_modules() if isinstance(m, (*BN, nn.Dropout, *DYNAMIC))]
     assert leftovers == []
     # and no call to one in an eager forward (deploy forms are plain modules, no graph)
     from torch.overrides import TorchFunctionMode
@@ -153,8 +156,7 @@ def test_zoo_model_lowers_to_an_equal_bn_free_module(name, strategy):
     assert all(isinstance(deploy.get_submodule(n), DeployMixture) for n in mixtures)
 
     # Same function: exact in float64, and as accurate as the original in float32.
-    ref = assert_same_function(model, deploy, synthetic_images(4, size, seed=123),
-                               strategy=strategy, input_size=size)
+    ref = assert_same_function(model, deploy, synthetic_images(4, size, seed=123), strategy=strategy, input_size=size)
     assert ref.shape == (4, 1000)
 
 
@@ -183,18 +185,21 @@ def rule(c_in, c_out, latent, hw):
     return hw > c_in * c_out / (c_in + c_out + latent)
 
 
-@pytest.mark.parametrize("c_in, c_out, latent, hw, expected", [
-    (16, 96, 8, 112 * 112, True),  # MobileNetV2's first expansion: 1536 / 120 = 12.8 < 12544
-    (960, 160, 40, 7 * 7, False),  # last projection: 153600 / 1160 = 132 > 49
-    (160, 960, 20, 7 * 7, False),  # last expansion: 153600 / 1140 = 135 > 49
-    (320, 1280, 20, 7 * 7, False),  # 409600 / 1620 = 253 > 49
-    (24, 144, 8, 56 * 56, True),
-    (4, 4, 8, 1, False),  # 16 / 16 = 1: a tie goes to the latent form
-    (4, 4, 8, 2, True),
-    (96, 576, 40, 14 * 14, True),  # 55296 / 712 = 77.7 < 196
-    (576, 96, 40, 14 * 14, True),
-    (576, 160, 40, 7 * 7, False),  # 92160 / 776 = 118.8 > 49
-])
+@pytest.mark.parametrize(
+    "c_in, c_out, latent, hw, expected",
+    [
+        (16, 96, 8, 112 * 112, True),  # MobileNetV2's first expansion: 1536 / 120 = 12.8 < 12544
+        (960, 160, 40, 7 * 7, False),  # last projection: 153600 / 1160 = 132 > 49
+        (160, 960, 20, 7 * 7, False),  # last expansion: 153600 / 1140 = 135 > 49
+        (320, 1280, 20, 7 * 7, False),  # 409600 / 1620 = 253 > 49
+        (24, 144, 8, 56 * 56, True),
+        (4, 4, 8, 1, False),  # 16 / 16 = 1: a tie goes to the latent form
+        (4, 4, 8, 2, True),
+        (96, 576, 40, 14 * 14, True),  # 55296 / 712 = 77.7 < 196
+        (576, 96, 40, 14 * 14, True),
+        (576, 160, 40, 7 * 7, False),  # 92160 / 776 = 118.8 > 49
+    ],
+)
 def test_prefers_weight_form_hand_cases(c_in, c_out, latent, hw, expected):
     assert rule(c_in, c_out, latent, hw) is expected
     assert prefers_weight_form(c_in=c_in, c_out=c_out, latent=latent, hw=hw) is expected
@@ -205,15 +210,18 @@ def test_prefers_weight_form_matches_the_rule_everywhere():
         for c_out in (1, 4, 16, 96, 320, 1280):
             for latent in (1, 4, 8, 20, 40):
                 for hw in (1, 4, 9, 16, 49, 196, 784, 3136, 12544):
-                    assert prefers_weight_form(c_in=c_in, c_out=c_out, latent=latent, hw=hw) == \
-                        rule(c_in, c_out, latent, hw), (c_in, c_out, latent, hw)
+                    assert prefers_weight_form(c_in=c_in, c_out=c_out, latent=latent, hw=hw) == rule(
+                        c_in, c_out, latent, hw
+                    ), (c_in, c_out, latent, hw)
 
 
 def test_auto_picks_what_the_rule_says_for_every_layer_of_mobilenetv2_100_dcd_at_224():
     model = create_model("mobilenetv2_100_dcd")
     seen = {}
-    hooks = [m.register_forward_hook(lambda mod, inp, out, name=name: seen.__setitem__(name, tuple(out.shape)))
-             for name, m in dynamic_paths(model).items()]
+    hooks = [
+        m.register_forward_hook(lambda mod, inp, out, name=name: seen.__setitem__(name, tuple(out.shape)))
+        for name, m in dynamic_paths(model).items()
+    ]
     with torch.no_grad():
         model(torch.zeros(1, 3, 224, 224))
     for h in hooks:
@@ -315,7 +323,7 @@ def randomized(module: nn.Module, size: int, seed: int = 0) -> nn.Module:
     g = torch.Generator().manual_seed(seed)
     bns = [m for m in module.modules() if isinstance(m, BN)]
     with torch.no_grad():
-        for name, p in module.named_parameters():
+        for p in module.parameters():
             if p.dim() > 1:
                 p.copy_(torch.randn(p.shape, generator=g) * math.sqrt(2.0 / p[0].numel()))
             else:
@@ -384,9 +392,9 @@ def test_dcd_layer_then_bn_equals_bn_written_out():
     x = torch.randn(3, 3, 7, 7, generator=torch.Generator().manual_seed(2)).double()
     with torch.no_grad():
         z = pair64[:2](x)  # before the BN
-        by_hand = ((z - bn.running_mean.double().view(1, -1, 1, 1))
-                   / torch.sqrt(bn.running_var.double().view(1, -1, 1, 1) + bn.eps)
-                   * bn.weight.double().view(1, -1, 1, 1) + bn.bias.double().view(1, -1, 1, 1))
+        by_hand = (z - bn.running_mean.double().view(1, -1, 1, 1)) / torch.sqrt(
+            bn.running_var.double().view(1, -1, 1, 1) + bn.eps
+        ) * bn.weight.double().view(1, -1, 1, 1) + bn.bias.double().view(1, -1, 1, 1)
         out = deploy64(x)
     assert rel_err(out, by_hand) <= REL_TOL_EXACT
 
@@ -424,8 +432,9 @@ class FormsNet(nn.Module):
         self.blocks = DCDConv2d(12, 12, 1, num_blocks=2, latent_dim=4, squeeze=4)
         self.lam = DCDConv2d(12, 16, 1, channel_fusion=False, squeeze=4)
         self.lam_bn = nn.BatchNorm2d(16)
-        self.phi = DCDConv2d(16, 16, 3, channel_attention=False, latent_dim=4, squeeze=4, pool_size=2,
-                             gate="se", latent_bn=True)
+        self.phi = DCDConv2d(
+            16, 16, 3, channel_attention=False, latent_dim=4, squeeze=4, pool_size=2, gate="se", latent_bn=True
+        )
         self.pw = DCDConv2d(16, 16, 1, latent_dim=4, squeeze=4)
         self.pw_bn = nn.BatchNorm2d(16)
         self.dy = DynamicConv2d(16, 16, 3, 1, groups=16, num_kernels=3, temperature=4.0, bias=True)
@@ -460,13 +469,30 @@ def test_every_dcd_form_lowers_exactly(size, strategy):
     deploy = to_deploy(net, strategy=strategy, input_size=size)
     assert_deploy_form(deploy)
     kinds = {name: deploy.get_submodule(name).kind for name in ("dw", "joint", "blocks", "lam", "phi", "pw", "head")}
-    assert kinds == {"dw": "depthwise", "joint": "joint", "blocks": "channel", "lam": "channel",
-                     "phi": "channel", "pw": "channel", "head": "linear"}
-    only_pw = {"latent": "latent", "weight": "weight",
-               # 16 -> 16 with L = 4 at the stride-2 map: weight iff H'W' > 256 / 36
-               "auto": "weight" if ((size - 1) // 2 + 1) ** 2 > 256 / 36 else "latent"}[strategy]
-    assert deploy.strategies == {"dw": "latent", "joint": "latent", "blocks": "latent", "lam": "latent",
-                                 "phi": "latent", "pw": only_pw, "head": "latent"}
+    assert kinds == {
+        "dw": "depthwise",
+        "joint": "joint",
+        "blocks": "channel",
+        "lam": "channel",
+        "phi": "channel",
+        "pw": "channel",
+        "head": "linear",
+    }
+    only_pw = {
+        "latent": "latent",
+        "weight": "weight",
+        # 16 -> 16 with L = 4 at the stride-2 map: weight iff H'W' > 256 / 36
+        "auto": "weight" if ((size - 1) // 2 + 1) ** 2 > 256 / 36 else "latent",
+    }[strategy]
+    assert deploy.strategies == {
+        "dw": "latent",
+        "joint": "latent",
+        "blocks": "latent",
+        "lam": "latent",
+        "phi": "latent",
+        "pw": only_pw,
+        "head": "latent",
+    }
     assert isinstance(deploy.get_submodule("dy"), DeployMixture)
     assert isinstance(deploy.get_submodule("cond"), DeployMixture)
     x = torch.randn(5, 3, size, size, generator=torch.Generator().manual_seed(size))

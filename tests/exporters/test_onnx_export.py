@@ -21,6 +21,8 @@ import onnx
 import onnxruntime as ort
 import pytest
 import torch
+from _zoo import ZooCache
+from _zoo import input_size as zoo_input_size
 from onnx import numpy_helper
 from torch import nn
 
@@ -30,12 +32,9 @@ from dcd_deploy.errors import DCDDeployError, ExportError, ParityError
 from dcd_deploy.exporters import onnx as onnx_exporter
 from dcd_deploy.exporters import to_deploy
 from dcd_deploy.exporters.onnx import ALLOWED_OPS
-from dcd_deploy.layers import DCDConv2d, DCDLinear
-from dcd_deploy.layers import MixtureConv2d
+from dcd_deploy.layers import DCDConv2d, DCDLinear, MixtureConv2d
 from dcd_deploy.models import synthetic_images
 from dcd_deploy.models.authors import save_release_checkpoint
-
-from _zoo import ZooCache, input_size as zoo_input_size
 
 DOMAIN = "dcd_deploy"
 FORBIDDEN = {"GatherND", "Einsum", "Loop", "If", "Scan", "BatchNormalization", "ConvTranspose"}
@@ -70,9 +69,17 @@ def input_size(name: str) -> int:
 #: each dynamic variant, ResNet-50 (1x1 bottleneck DCD layers). Other widths and depths
 #: repeat those functions, and a static model has none (its function export is its
 #: standard one); every model is exported in standard mode.
-FUNCTION_MODE_MODELS = frozenset({
-    "mobilenetv2_035_dcd", "mobilenetv2_035_dyconv", "mobilenetv2_035_condconv",
-    "resnet10_dcd", "resnet10_dyconv", "resnet10_condconv", "resnet50_dcd"})
+FUNCTION_MODE_MODELS = frozenset(
+    {
+        "mobilenetv2_035_dcd",
+        "mobilenetv2_035_dyconv",
+        "mobilenetv2_035_condconv",
+        "resnet10_dcd",
+        "resnet10_dyconv",
+        "resnet10_condconv",
+        "resnet50_dcd",
+    }
+)
 
 
 def zoo_cases():
@@ -93,8 +100,11 @@ def test_function_mode_cases_cover_every_dynamic_layer_kind():
     def kinds(name: str) -> set:
         model = create_model(name)
         deploy = to_deploy(model, input_size=input_size(name))
-        return {(type(m).__name__, getattr(m, "kind", None), getattr(m, "kernel_size", None), getattr(m, "stride", None))
-                for m in deploy.modules() if type(m).__name__ in ("DeployDCD", "DeployMixture")}
+        return {
+            (type(m).__name__, getattr(m, "kind", None), getattr(m, "kernel_size", None), getattr(m, "stride", None))
+            for m in deploy.modules()
+            if type(m).__name__ in ("DeployDCD", "DeployMixture")
+        }
 
     covered = set().union(*(kinds(n) for n in FUNCTION_MODE_MODELS))
     everything = set().union(*(kinds(n) for n in list_models() if not n.startswith("resnet50_")))
@@ -130,8 +140,11 @@ def named_paths(model: nn.Module) -> list[str]:
 
 
 def constants(nodes) -> dict[str, np.ndarray]:
-    return {n.output[0]: numpy_helper.to_array(n.attribute[0].t) for n in nodes
-            if n.op_type == "Constant" and n.attribute[0].name == "value"}
+    return {
+        n.output[0]: numpy_helper.to_array(n.attribute[0].t)
+        for n in nodes
+        if n.op_type == "Constant" and n.attribute[0].name == "value"
+    }
 
 
 def assert_graph(proto: onnx.ModelProto, model: nn.Module, *, mode: str, size: int, batch=None):
@@ -139,8 +152,10 @@ def assert_graph(proto: onnx.ModelProto, model: nn.Module, *, mode: str, size: i
     inits = {i.name: i for i in graph.initializer}
     # Read as arrays only where values are checked: Reshape targets (int64 by the ONNX spec).
     # Converting every weight (hundreds of MB on the big ResNets) would add nothing.
-    main_consts = {**{name: numpy_helper.to_array(t) for name, t in inits.items()
-                      if t.data_type == onnx.TensorProto.INT64}, **constants(graph.node)}
+    main_consts = {
+        **{name: numpy_helper.to_array(t) for name, t in inits.items() if t.data_type == onnx.TensorProto.INT64},
+        **constants(graph.node),
+    }
     functions = {(f.domain, f.name): f for f in proto.functions}
 
     # Ops: standard ones (our emission of a dynamic layer: the allowed set), plus (function
@@ -249,14 +264,22 @@ def test_zoo_model_exports_with_parity(tmp_path, name, mode):
     simplify = sum(p.numel() for p in model.parameters()) < BIG_MODEL_PARAMS
     before = time.perf_counter()
     # four images: one batch of 4 and four of 1 (the default's 8 doubles the float64 reference and runs)
-    result = export_onnx(model, path, input_size=size, mode=mode, parity_batch_sizes=(1, 4), simplify=simplify,
-                         parity_inputs=synthetic_images(4, size, seed=0))
+    result = export_onnx(
+        model,
+        path,
+        input_size=size,
+        mode=mode,
+        parity_batch_sizes=(1, 4),
+        simplify=simplify,
+        parity_inputs=synthetic_images(4, size, seed=0),
+    )
     elapsed = time.perf_counter() - before
 
     assert result and result.parity
     assert result.simplified == (simplify and mode == "standard")
     assert {(r.optimization, r.batch_size) for r in result.parity.rows} == {
-        (level, b) for level in ("disabled", "all") for b in (1, 4)}
+        (level, b) for level in ("disabled", "all") for b in (1, 4)
+    }
     assert all(r.nonfinite == 0 and r.top1_mismatches == 0 for r in result.parity.rows)
     assert sorted(p.name for p in tmp_path.iterdir()) == [path.name]  # no temp files left
 
@@ -269,8 +292,10 @@ def test_zoo_model_exports_with_parity(tmp_path, name, mode):
     assert result.batch is None and result.opset == onnx_exporter.DEFAULT_OPSET
     assert result.num_nodes == len(proto.graph.node)
     # Function calls count per kind of DCD layer: DCDChannelWeight_3 -> dcd_deploy.DCDChannelWeight.
-    expected_hist = Counter(n.op_type if n.domain in ("", "ai.onnx") else f"{n.domain}.{n.op_type.rsplit('_', 1)[0]}"
-                            for n in proto.graph.node)
+    expected_hist = Counter(
+        n.op_type if n.domain in ("", "ai.onnx") else f"{n.domain}.{n.op_type.rsplit('_', 1)[0]}"
+        for n in proto.graph.node
+    )
     assert result.op_histogram == dict(expected_hist)
     assert sum(result.op_histogram.values()) == result.num_nodes
     assert result.size_bytes == path.stat().st_size
@@ -293,11 +318,14 @@ def test_pseudo_trained_dyconv_mobilenetv2_at_64_is_exportable(tmp_path):
 
 
 # ------------------------------------------------------------------------ batch handling
-@pytest.mark.parametrize("name, mode", [
-    ("mobilenetv2_035_dcd", "standard"),
-    ("mobilenetv2_035_dcd", "function"),
-    ("mobilenetv2_035_condconv", "standard"),  # DeployMixture: same code for DY-Conv
-])
+@pytest.mark.parametrize(
+    "name, mode",
+    [
+        ("mobilenetv2_035_dcd", "standard"),
+        ("mobilenetv2_035_dcd", "function"),
+        ("mobilenetv2_035_condconv", "standard"),  # DeployMixture: same code for DY-Conv
+    ],
+)
 def test_dynamic_batch_really_works(tmp_path, name, mode):
     model = trained(name, 64)
     path = tmp_path / "m.onnx"
@@ -409,6 +437,7 @@ def test_zero_tolerance_fails_parity_and_leaves_no_file(tmp_path, monkeypatch):
 def _corrupting_simplifier(calls):
     """An onnxsim stand-in that returns a wrong graph (every initialiser doubled) and
     reports success, as a simplifier bug would: only the parity check can catch it."""
+
     def simplify(proto, own_check=True):
         calls.append(own_check)
         bad = onnx.ModelProto()
@@ -417,6 +446,7 @@ def _corrupting_simplifier(calls):
             if init.data_type == onnx.TensorProto.FLOAT:
                 init.CopyFrom(numpy_helper.from_array(2 * numpy_helper.to_array(init), init.name))
         return bad, True
+
     return simplify
 
 
@@ -453,6 +483,7 @@ def test_check_parity_against_another_models_file_fails(tmp_path):
 @pytest.fixture
 def no_work(monkeypatch):
     """Fail the test if export_onnx gets as far as lowering the model."""
+
     def forbidden(*args, **kwargs):
         raise AssertionError("export did work before validating its arguments")
 
@@ -468,13 +499,16 @@ def test_missing_output_directory_fails_before_any_work(tmp_path, no_work):
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    (dict(mode="fusion"), "unknown mode 'fusion'"),
-    (dict(strategy="fast"), "unknown strategy 'fast'"),
-    (dict(opset=12), "opset 12 is not supported"),
-    (dict(batch=0), "batch must be a positive integer"),
-    (dict(input_size=0), "input size must be a positive integer"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(mode="fusion"), "unknown mode 'fusion'"),
+        (dict(strategy="fast"), "unknown strategy 'fast'"),
+        (dict(opset=12), "opset 12 is not supported"),
+        (dict(batch=0), "batch must be a positive integer"),
+        (dict(input_size=0), "input size must be a positive integer"),
+    ],
+)
 def test_bad_arguments_fail_before_any_work(tmp_path, no_work, kwargs, message):
     model = create_model("mobilenetv2_035_dcd")
     with pytest.raises(ExportError, match=message):
@@ -503,12 +537,24 @@ class OracleBlock(nn.Module):
         self.identity = stride == 1 and inp == oup
         dw = nn.Conv2d(hidden, hidden, 3, stride, 1, groups=hidden, bias=False)
         if t == 1:
-            layers = [dw, nn.BatchNorm2d(hidden), nn.ReLU6(), nn.Conv2d(hidden, oup, 1, bias=False),
-                      nn.BatchNorm2d(oup)]
+            layers = [
+                dw,
+                nn.BatchNorm2d(hidden),
+                nn.ReLU6(),
+                nn.Conv2d(hidden, oup, 1, bias=False),
+                nn.BatchNorm2d(oup),
+            ]
         else:
-            layers = [authors.oracle_dymodule(inp, hidden, fc_squeeze), nn.BatchNorm2d(hidden), nn.ReLU6(),
-                      dw, nn.BatchNorm2d(hidden), nn.ReLU6(),
-                      authors.oracle_dymodule(hidden, oup, fc_squeeze), nn.BatchNorm2d(oup)]
+            layers = [
+                authors.oracle_dymodule(inp, hidden, fc_squeeze),
+                nn.BatchNorm2d(hidden),
+                nn.ReLU6(),
+                dw,
+                nn.BatchNorm2d(hidden),
+                nn.ReLU6(),
+                authors.oracle_dymodule(hidden, oup, fc_squeeze),
+                nn.BatchNorm2d(oup),
+            ]
         self.conv = nn.Sequential(*layers)
 
     def forward(self, x):
@@ -518,8 +564,7 @@ class OracleBlock(nn.Module):
 class OracleMobileNetV2(nn.Module):
     """The release's DCD MobileNetV2 (docs/design.md#release-format), trained with --dropout."""
 
-    BLOCKS = ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1), (6, 160, 3, 2),
-              (6, 320, 1, 1))
+    BLOCKS = ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1), (6, 160, 3, 2), (6, 320, 1, 1))
 
     def __init__(self, width, fc_squeeze, num_classes=1000):
         super().__init__()

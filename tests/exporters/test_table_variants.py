@@ -15,13 +15,12 @@ import onnx
 import onnxruntime as ort
 import pytest
 import torch
+from _zoo import ZooCache
 
 from dcd_deploy import export_onnx
 from dcd_deploy.exporters import to_deploy
 from dcd_deploy.layers import DCDConv2d, DCDLinear
 from dcd_deploy.models import synthetic_images
-
-from _zoo import ZooCache
 
 SIZE = 96  # MobileNetV2 x0.5 has no fixed pool: any multiple of 32 works
 ATOL, RTOL = 1e-5, 1e-3  # the parity contract (dcd_deploy.parity), applied by hand

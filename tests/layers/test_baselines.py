@@ -53,7 +53,7 @@ def reference(layer, x):
     for n in range(x.shape[0]):
         w = sum(pi[n, j] * layer.weight[j] for j in range(layer.weight.shape[0]))
         b = None if layer.bias is None else sum(pi[n, j] * layer.bias[j] for j in range(layer.bias.shape[0]))
-        outs.append(F.conv2d(x[n:n + 1], w, b, layer.stride, k // 2, 1, layer.groups))
+        outs.append(F.conv2d(x[n : n + 1], w, b, layer.stride, k // 2, 1, layer.groups))
     return torch.cat(outs), pi
 
 
@@ -106,6 +106,7 @@ def test_dyconv_attention_is_a_distribution_and_temperature_flattens_it():
         assert (pi > 0).all()
         assert torch.allclose(pi.sum(dim=1), torch.ones(8, dtype=pi.dtype), atol=1e-12)
     assert torch.allclose(pi30, ref_routing(layer, x), atol=1e-12)
+
     # softmax(z / τ) has an entropy increasing in τ (dH/dτ = Var_π(z) / τ³ >= 0)
     def entropy(p):
         return -(p * p.log()).sum(dim=1)

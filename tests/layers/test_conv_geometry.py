@@ -56,10 +56,32 @@ GEOMETRIES = {
     "joint3-dil2-stride2": (16, 24, 3, 2, 2, 2, 1, False, {"joint_fusion": True, "latent_dim": 3}, 10, 9),
     "joint2-same-even": (16, 16, 2, 1, "same", 1, 1, True, {"joint_fusion": True, "latent_dim": 3}, 7, 6),
     "lam-only-4x4": (16, 16, 4, 2, 1, 1, 1, True, {"channel_fusion": False}, 9, 9),
-    "release-3x3-valid": (16, 32, 3, 1, "valid", 1, 1, True,
-                          {"gate": "se", "latent_bn": True, "pool_size": 2, "latent_dim": 6, "squeeze": 8}, 8, 9),
-    "release-3x3-dil2-stride2": (16, 16, 3, 2, 1, 2, 1, True,
-                                 {"gate": "se", "latent_bn": True, "latent_dim": 4, "squeeze": 8}, 9, 10),
+    "release-3x3-valid": (
+        16,
+        32,
+        3,
+        1,
+        "valid",
+        1,
+        1,
+        True,
+        {"gate": "se", "latent_bn": True, "pool_size": 2, "latent_dim": 6, "squeeze": 8},
+        8,
+        9,
+    ),
+    "release-3x3-dil2-stride2": (
+        16,
+        16,
+        3,
+        2,
+        1,
+        2,
+        1,
+        True,
+        {"gate": "se", "latent_bn": True, "latent_dim": 4, "squeeze": 8},
+        9,
+        10,
+    ),
 }
 
 #: The subset the paper's formula covers without the release's per-sample latent bias.
@@ -137,11 +159,13 @@ def paper_kernels(layer: DCDConv2d, x: torch.Tensor) -> torch.Tensor:
                 p_rows, q_rows = layer.conv_p.weight[:, :, 0, 0], layer.conv_q.weight[:, :, 0, 0]
                 phis = phi.view(nb, lb, lb)
                 cob = c_out // nb
-                blocks = [p_rows[b * cob:(b + 1) * cob] @ phis[b] @ q_rows[b * lb:(b + 1) * lb] for b in range(nb)]
+                blocks = [p_rows[b * cob : (b + 1) * cob] @ phis[b] @ q_rows[b * lb : (b + 1) * lb] for b in range(nb)]
                 dense = torch.block_diag(*blocks)  # (C_out, C_in), zero outside W0's groups
                 groups = layer.groups
-                per_group = [dense[o, (o // (c_out // groups)) * c_in_g:(o // (c_out // groups) + 1) * c_in_g]
-                             for o in range(c_out)]
+                per_group = [
+                    dense[o, (o // (c_out // groups)) * c_in_g : (o // (c_out // groups) + 1) * c_in_g]
+                    for o in range(c_out)
+                ]
                 kernel = kernel.clone()
                 kernel[:, :, kh // 2, kw // 2] += torch.stack(per_group)
                 assert torch.allclose(torch.stack(per_group).abs().sum(), dense.abs().sum())
@@ -151,16 +175,23 @@ def paper_kernels(layer: DCDConv2d, x: torch.Tensor) -> torch.Tensor:
 
 def paper_output(layer: DCDConv2d, x: torch.Tensor, kernels: torch.Tensor) -> torch.Tensor:
     conv = layer.conv
-    return torch.cat([F.conv2d(x[n:n + 1], kernels[n], layer.bias, conv.stride, conv.padding, conv.dilation,
-                               conv.groups) for n in range(x.shape[0])])
+    return torch.cat(
+        [
+            F.conv2d(x[n : n + 1], kernels[n], layer.bias, conv.stride, conv.padding, conv.dilation, conv.groups)
+            for n in range(x.shape[0])
+        ]
+    )
 
 
 # ----------------------------------------------------------------------------- tests
 def test_drop_in_signature_of_the_issue():
     layer = DCDConv2d(64, 64, 3, padding=1, bias=True)
     conv = nn.Conv2d(64, 64, 3, padding=1, bias=True)
-    assert (layer.conv.kernel_size, layer.conv.padding, layer.conv.stride) == (conv.kernel_size, conv.padding,
-                                                                                conv.stride)
+    assert (layer.conv.kernel_size, layer.conv.padding, layer.conv.stride) == (
+        conv.kernel_size,
+        conv.padding,
+        conv.stride,
+    )
     assert layer.bias.shape == conv.bias.shape
     layer = layer.double().eval()
     layer.zero_dynamic_heads()
@@ -295,7 +326,7 @@ def mixture_reference(layer, x):
     for n in range(x.shape[0]):
         w = torch.einsum("k,koihw->oihw", pi[n], layer.weight)
         b = None if layer.bias is None else pi[n] @ layer.bias
-        outs.append(F.conv2d(x[n:n + 1], w, b, layer.stride, layer.padding, layer.dilation, layer.groups))
+        outs.append(F.conv2d(x[n : n + 1], w, b, layer.stride, layer.padding, layer.dilation, layer.groups))
     return torch.cat(outs)
 
 
@@ -312,11 +343,15 @@ def test_mixture_geometry_training_and_deploy_form(case):
         assert rel_err(DeployMixture(layer, bn).double()(x), bn(ref)) <= EXACT
 
 
-@pytest.mark.parametrize("build_layer", [
-    lambda: DynamicConv2d(8, 8, 3, 2, padding="same"),
-    lambda: CondConv2d(8, 12, 3, groups=8),
-    lambda: CondConv2d(8, 8, 3, padding="full"),
-], ids=["same-strided", "groups-not-dividing", "bad-padding"])
+@pytest.mark.parametrize(
+    "build_layer",
+    [
+        lambda: DynamicConv2d(8, 8, 3, 2, padding="same"),
+        lambda: CondConv2d(8, 12, 3, groups=8),
+        lambda: CondConv2d(8, 8, 3, padding="full"),
+    ],
+    ids=["same-strided", "groups-not-dividing", "bad-padding"],
+)
 def test_mixture_invalid_geometry_raises_value_error(build_layer):
     with pytest.raises(ValueError):
         build_layer()

@@ -85,18 +85,17 @@ def block_residual(p_full, q_full, phi_flat, nb, bn1=None, bn2=None):
     phis = phi_flat.reshape(nb, lb, lb)
     mats, biases = [], []
     for b in range(nb):
-        p_b = p_full[b * cob:(b + 1) * cob]  # (C_out/B, L/B)
-        q_b = q_full[b * lb:(b + 1) * lb].T  # (C_in/B, L/B)
-        bn1_b = None if bn1 is None else tuple(v[b * lb:(b + 1) * lb] for v in bn1)
-        bn2_b = None if bn2 is None else tuple(v[b * lb:(b + 1) * lb] for v in bn2)
+        p_b = p_full[b * cob : (b + 1) * cob]  # (C_out/B, L/B)
+        q_b = q_full[b * lb : (b + 1) * lb].T  # (C_in/B, L/B)
+        bn1_b = None if bn1 is None else tuple(v[b * lb : (b + 1) * lb] for v in bn1)
+        bn2_b = None if bn2 is None else tuple(v[b * lb : (b + 1) * lb] for v in bn2)
         m, bias = latent_residual(p_b, phis[b], q_b, bn1_b, bn2_b)
         mats.append(m)
         biases.append(bias)
     return torch.block_diag(*mats), torch.cat(biases)
 
 
-def reference_conv(layer, x, *, gate, pool_size, form, num_blocks=1, latent_bn=False,
-                   attention=True, fusion=True):
+def reference_conv(layer, x, *, gate, pool_size, form, num_blocks=1, latent_bn=False, attention=True, fusion=True):
     """Per-sample dense W(x) applied with F.conv2d. Returns (out, kernels, residuals)."""
     k, stride = layer.conv.kernel_size[0], layer.conv.stride[0]
     groups = layer.conv.groups
@@ -113,8 +112,9 @@ def reference_conv(layer, x, *, gate, pool_size, form, num_blocks=1, latent_bn=F
             phi_flat = y[n] @ layer.fc_phi.weight.T
             if form == "channel":  # Eq. 5 / 6; k x k: 1x1 residual at the centre tap
                 bns = (bn_affine(layer.bn1), bn_affine(layer.bn2)) if latent_bn else (None, None)
-                m, bias = block_residual(layer.conv_p.weight[:, :, 0, 0], layer.conv_q.weight[:, :, 0, 0],
-                                         phi_flat, num_blocks, *bns)
+                m, bias = block_residual(
+                    layer.conv_p.weight[:, :, 0, 0], layer.conv_q.weight[:, :, 0, 0], phi_flat, num_blocks, *bns
+                )
                 res[:, :, k // 2, k // 2] = m
             elif form == "depthwise":  # Eq. 7: C x k² matrices, R is k² x L_k
                 lk = layer.weight_p.shape[1]
@@ -132,7 +132,7 @@ def reference_conv(layer, x, *, gate, pool_size, form, num_blocks=1, latent_bn=F
             else:
                 raise AssertionError(form)
         kernel = w + res
-        outs.append(F.conv2d(x[n:n + 1], kernel, bias, stride, k // 2, 1, groups))
+        outs.append(F.conv2d(x[n : n + 1], kernel, bias, stride, k // 2, 1, groups))
         kernels.append(kernel)
         residuals.append(res)
     return torch.cat(outs), torch.stack(kernels), torch.stack(residuals)
@@ -208,32 +208,55 @@ CONV_CASES = {
     "1x1-se-gate": ((24, 32), {"gate": "se", "reduction": 4}, "channel", (6, 8)),
     # sparse dynamic residual (Eq. 6)
     "1x1-B2": ((24, 32), {"num_blocks": 2, "latent_dim": 8}, "channel", (7, 7)),
-    "1x1-B4-phi-only": ((32, 48), {"num_blocks": 4, "latent_dim": 8, "channel_attention": False},
-                        "channel", (5, 7)),
+    "1x1-B4-phi-only": ((32, 48), {"num_blocks": 4, "latent_dim": 8, "channel_attention": False}, "channel", (5, 7)),
     # depthwise (Eq. 7)
     "dw3": ((16, 16, 3, 1), {"groups": 16, "reduction": 4}, "depthwise", (7, 7)),
     "dw3-stride2-odd": ((16, 16, 3, 2), {"groups": 16, "reduction": 4}, "depthwise", (9, 7)),
     "dw5": ((12, 12, 5, 1), {"groups": 12, "reduction": 2}, "depthwise", (8, 9)),
-    "dw5-stride2-phi-only": ((12, 12, 5, 2), {"groups": 12, "reduction": 2, "channel_attention": False},
-                             "depthwise", (11, 11)),
+    "dw5-stride2-phi-only": (
+        (12, 12, 5, 2),
+        {"groups": 12, "reduction": 2, "channel_attention": False},
+        "depthwise",
+        (11, 11),
+    ),
     # k x k by channel fusion alone (1x1 residual at the centre tap)
     "3x3-channel": ((16, 24, 3, 1), {"reduction": 4}, "channel", (7, 7)),
     "3x3-channel-stride2-odd": ((16, 24, 3, 2), {"reduction": 4}, "channel", (9, 11)),
     "5x5-channel-stride2": ((16, 16, 5, 2), {"reduction": 4}, "channel", (10, 9)),
     # joint fusion (Eq. 8)
     "3x3-joint": ((32, 32, 3, 1), {"joint_fusion": True, "reduction": 4}, "joint", (7, 7)),
-    "3x3-joint-stride2": ((24, 40, 3, 2), {"joint_fusion": True, "latent_dim": 3,
-                                            "kernel_latent_dim": 5, "reduction": 4}, "joint", (9, 8)),
+    "3x3-joint-stride2": (
+        (24, 40, 3, 2),
+        {"joint_fusion": True, "latent_dim": 3, "kernel_latent_dim": 5, "reduction": 4},
+        "joint",
+        (9, 8),
+    ),
     "5x5-joint": ((24, 24, 5, 1), {"joint_fusion": True, "latent_dim": 2, "reduction": 4}, "joint", (7, 6)),
     # the authors' release variant (SE gate, latent BNs, 2x2 pool where they use it)
-    "release-expand-pool2": ((16, 48), {"pool_size": 2, "gate": "se", "latent_bn": True,
-                                        "latent_dim": 6, "squeeze": 16}, "channel", (7, 7)),
-    "release-reduce-pool1": ((48, 16), {"gate": "se", "latent_bn": True, "latent_dim": 4,
-                                        "squeeze": 12}, "channel", (7, 7)),
-    "release-3x3-stride2-pool2": ((16, 16, 3, 2), {"pool_size": 2, "gate": "se", "latent_bn": True,
-                                                   "latent_dim": 8, "squeeze": 8}, "channel", (9, 9)),
-    "release-B2": ((16, 32), {"pool_size": 2, "gate": "se", "latent_bn": True, "latent_dim": 8,
-                              "num_blocks": 2, "squeeze": 16}, "channel", (5, 6)),
+    "release-expand-pool2": (
+        (16, 48),
+        {"pool_size": 2, "gate": "se", "latent_bn": True, "latent_dim": 6, "squeeze": 16},
+        "channel",
+        (7, 7),
+    ),
+    "release-reduce-pool1": (
+        (48, 16),
+        {"gate": "se", "latent_bn": True, "latent_dim": 4, "squeeze": 12},
+        "channel",
+        (7, 7),
+    ),
+    "release-3x3-stride2-pool2": (
+        (16, 16, 3, 2),
+        {"pool_size": 2, "gate": "se", "latent_bn": True, "latent_dim": 8, "squeeze": 8},
+        "channel",
+        (9, 9),
+    ),
+    "release-B2": (
+        (16, 32),
+        {"pool_size": 2, "gate": "se", "latent_bn": True, "latent_dim": 8, "num_blocks": 2, "squeeze": 16},
+        "channel",
+        (5, 6),
+    ),
 }
 
 
@@ -245,17 +268,23 @@ def test_conv_matches_dense_reference(case):
     with torch.no_grad():
         out = layer(x)
         ref, kernels, residuals = reference_conv(
-            layer, x, gate=kw.get("gate", "relu"), pool_size=kw.get("pool_size", 1), form=form,
-            num_blocks=kw.get("num_blocks", 1), latent_bn=kw.get("latent_bn", False),
-            attention=kw.get("channel_attention", True), fusion=kw.get("channel_fusion", True))
+            layer,
+            x,
+            gate=kw.get("gate", "relu"),
+            pool_size=kw.get("pool_size", 1),
+            form=form,
+            num_blocks=kw.get("num_blocks", 1),
+            latent_bn=kw.get("latent_bn", False),
+            attention=kw.get("channel_attention", True),
+            fusion=kw.get("channel_fusion", True),
+        )
     stride = args[3] if len(args) > 3 else kw.get("stride", 1)
     k = args[2] if len(args) > 2 else 1
     expected_hw = ((h + 2 * (k // 2) - k) // stride + 1, (w + 2 * (k // 2) - k) // stride + 1)
     assert out.shape == (BATCH, args[1], *expected_hw)
     assert_rel_close(out, ref)
     if kw.get("channel_attention", True) or kw.get("channel_fusion", True):
-        assert_dynamic(kernels, residuals if kw.get("channel_fusion", True) else None,
-                       layer.conv.weight)
+        assert_dynamic(kernels, residuals if kw.get("channel_fusion", True) else None, layer.conv.weight)
 
 
 def test_reference_detects_transposed_phi():
@@ -277,7 +306,7 @@ def test_release_form_has_per_sample_bias():
     with torch.no_grad():
         out = layer(x)
         _, kernels, _ = reference_conv(layer, x, gate="se", pool_size=1, form="channel", latent_bn=True)
-        no_bias = torch.cat([F.conv2d(x[n:n + 1], kernels[n]) for n in range(2)])
+        no_bias = torch.cat([F.conv2d(x[n : n + 1], kernels[n]) for n in range(2)])
     bias = (out - no_bias)[:, :, 2, 2]  # (2, C_out)
     assert bias.abs().max() > 0.01 * out.abs().max()
     assert (bias[0] - bias[1]).abs().max() > 0.01 * bias.abs().max()
@@ -290,8 +319,7 @@ LINEAR_CASES = {
     "lam-only": ((64, 40), {"channel_fusion": False}),
     "B2": ((64, 40), {"latent_dim": 8, "num_blocks": 2}),
     "release": ((64, 40), {"latent_dim": 8, "squeeze": 16, "gate": "se", "latent_bn": True}),
-    "release-B2": ((64, 40), {"latent_dim": 8, "squeeze": 16, "gate": "se", "latent_bn": True,
-                              "num_blocks": 2}),
+    "release-B2": ((64, 40), {"latent_dim": 8, "squeeze": 16, "gate": "se", "latent_bn": True, "num_blocks": 2}),
     "no-bias": ((48, 24), {"bias": False, "gate": "se"}),
 }
 
@@ -304,9 +332,14 @@ def test_linear_matches_dense_reference(case):
     with torch.no_grad():
         out = layer(x)
         ref, kernels = reference_linear(
-            layer, x, gate=kw.get("gate", "relu"), num_blocks=kw.get("num_blocks", 1),
-            latent_bn=kw.get("latent_bn", False), attention=kw.get("channel_attention", True),
-            fusion=kw.get("channel_fusion", True))
+            layer,
+            x,
+            gate=kw.get("gate", "relu"),
+            num_blocks=kw.get("num_blocks", 1),
+            latent_bn=kw.get("latent_bn", False),
+            attention=kw.get("channel_attention", True),
+            fusion=kw.get("channel_fusion", True),
+        )
     assert out.shape == (BATCH, args[1])
     assert_rel_close(out, ref)
     assert_dynamic(kernels)
@@ -318,11 +351,13 @@ def hand_latent_dim(c):
     m = 0
     while 4 ** (m + 1) <= c:
         m += 1
-    return c // 2 ** m
+    return c // 2**m
 
 
-@pytest.mark.parametrize("c, expected", [(1, 1), (2, 2), (3, 3), (4, 2), (15, 7), (16, 4), (63, 15),
-                                         (64, 8), (96, 12), (160, 20), (320, 20), (1280, 40)])
+@pytest.mark.parametrize(
+    "c, expected",
+    [(1, 1), (2, 2), (3, 3), (4, 2), (15, 7), (16, 4), (63, 15), (64, 8), (96, 12), (160, 20), (320, 20), (1280, 40)],
+)
 def test_default_latent_dim_hand_values(c, expected):
     assert hand_latent_dim(c) == expected  # the oracle agrees with the hand computation
     assert default_latent_dim(c) == expected
@@ -347,7 +382,7 @@ def test_layers_use_paper_default_dims():
     assert DCDConv2d(16, 16, 5, groups=16).latent_dim == 12
     joint = DCDConv2d(64, 64, 3, joint_fusion=True)  # L = default(C / L_k) = default(16) = 4
     assert (joint.latent_dim, joint.form.kernel_latent_dim) == (4, 4)
-    assert joint.latent_dim ** 2 * joint.form.kernel_latent_dim <= 64  # L² L_k <= C (Section 4.3)
+    assert joint.latent_dim**2 * joint.form.kernel_latent_dim <= 64  # L² L_k <= C (Section 4.3)
     assert DCDLinear(1280, 1000).latent_dim == 62  # L of min(in, out) = 1000 // 2^4
 
 
@@ -365,9 +400,7 @@ def test_param_count_matches_section_3_3(c, r):
     assert n_params(layer) == c * c + 2 * c * lat + (2 * c + lat * lat) * c // r
 
 
-@pytest.mark.parametrize("attention, fusion", [
-    (True, True), (True, False), (False, True),
-])
+@pytest.mark.parametrize("attention, fusion", [(True, True), (True, False), (False, True)])
 def test_param_count_per_table1_row(attention, fusion):
     """Each Table 1 row pays only for what it uses: W0, [Λ] the C/r FC and its C-output head,
     [Φ] P, Q and the L²-output head; the static row is just W0."""
@@ -385,30 +418,51 @@ def test_param_count_per_table1_row(attention, fusion):
 
 
 # ----------------------------------------------------------------------------- invalid configs
-@pytest.mark.parametrize("build", [
-    lambda: DCDConv2d(8, 8, 2),  # even kernel with channel fusion (no centre tap)
-    lambda: DCDConv2d(8, 8, (3, 2)),  # even kernel along one axis
-    lambda: DCDConv2d(8, 12, 3, groups=8),  # groups does not divide the outputs
-    lambda: DCDConv2d(8, 8, 3, groups=2, joint_fusion=True),  # joint fusion is dense only
-    lambda: DCDConv2d(12, 12, 1, groups=2, num_blocks=3),  # B not a multiple of groups
-    lambda: DCDConv2d(8, 8, 1, groups=8),  # depthwise 1x1
-    lambda: DCDConv2d(8, 8, 3, 2, padding="same"),  # as nn.Conv2d: no strided "same"
-    lambda: DCDConv2d(8, 8, 3, padding="full"),
-    lambda: DCDConv2d(8, 8, 3, padding=-1),
-    lambda: DCDConv2d(8, 8, 3, dilation=0),
-    lambda: DCDConv2d(12, 12, num_blocks=5),  # B does not divide channels
-    lambda: DCDConv2d(16, 24, latent_dim=6, num_blocks=4),  # B does not divide L
-    lambda: DCDConv2d(16, 16, 3, groups=16, num_blocks=2),  # B only for channel fusion
-    lambda: DCDConv2d(16, 16, pool_size=3),
-    lambda: DCDConv2d(16, 16, gate="sigmoid"),
-    lambda: DCDLinear(10, 12, num_blocks=4),
-    lambda: DCDLinear(16, 16, latent_dim=6, num_blocks=4),
-    lambda: DCDConv2d(16, 16, channel_attention=False, channel_fusion=False),  # static: use Conv2d
-    lambda: DCDLinear(16, 16, channel_attention=False, channel_fusion=False),
-], ids=["even-k", "even-k-pair", "groups-not-dividing", "joint-grouped", "B-not-multiple-of-groups",
-        "dw-1x1", "same-strided", "bad-padding-string", "negative-padding", "zero-dilation", "B-channels", "B-latent",
-        "B-depthwise", "pool-3", "bad-gate", "linear-B-channels", "linear-B-latent",
-        "both-off", "linear-both-off"])
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda: DCDConv2d(8, 8, 2),  # even kernel with channel fusion (no centre tap)
+        lambda: DCDConv2d(8, 8, (3, 2)),  # even kernel along one axis
+        lambda: DCDConv2d(8, 12, 3, groups=8),  # groups does not divide the outputs
+        lambda: DCDConv2d(8, 8, 3, groups=2, joint_fusion=True),  # joint fusion is dense only
+        lambda: DCDConv2d(12, 12, 1, groups=2, num_blocks=3),  # B not a multiple of groups
+        lambda: DCDConv2d(8, 8, 1, groups=8),  # depthwise 1x1
+        lambda: DCDConv2d(8, 8, 3, 2, padding="same"),  # as nn.Conv2d: no strided "same"
+        lambda: DCDConv2d(8, 8, 3, padding="full"),
+        lambda: DCDConv2d(8, 8, 3, padding=-1),
+        lambda: DCDConv2d(8, 8, 3, dilation=0),
+        lambda: DCDConv2d(12, 12, num_blocks=5),  # B does not divide channels
+        lambda: DCDConv2d(16, 24, latent_dim=6, num_blocks=4),  # B does not divide L
+        lambda: DCDConv2d(16, 16, 3, groups=16, num_blocks=2),  # B only for channel fusion
+        lambda: DCDConv2d(16, 16, pool_size=3),
+        lambda: DCDConv2d(16, 16, gate="sigmoid"),
+        lambda: DCDLinear(10, 12, num_blocks=4),
+        lambda: DCDLinear(16, 16, latent_dim=6, num_blocks=4),
+        lambda: DCDConv2d(16, 16, channel_attention=False, channel_fusion=False),  # static: use Conv2d
+        lambda: DCDLinear(16, 16, channel_attention=False, channel_fusion=False),
+    ],
+    ids=[
+        "even-k",
+        "even-k-pair",
+        "groups-not-dividing",
+        "joint-grouped",
+        "B-not-multiple-of-groups",
+        "dw-1x1",
+        "same-strided",
+        "bad-padding-string",
+        "negative-padding",
+        "zero-dilation",
+        "B-channels",
+        "B-latent",
+        "B-depthwise",
+        "pool-3",
+        "bad-gate",
+        "linear-B-channels",
+        "linear-B-latent",
+        "both-off",
+        "linear-both-off",
+    ],
+)
 def test_invalid_config_raises_value_error(build):
     with pytest.raises(ValueError):
         build()

@@ -10,6 +10,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from _zoo import ZooCache
 from torch import nn
 
 from dcd_deploy import create_model, load_checkpoint, pseudo_train, save_checkpoint
@@ -22,8 +23,6 @@ from dcd_deploy.models.authors import (
     save_release_checkpoint,
     to_release_state_dict,
 )
-
-from _zoo import ZooCache
 
 # -- oracles (docs/design.md#release-format) ------------------------------------------
 
@@ -143,28 +142,28 @@ def assert_oracle_agrees(ours, oracle, x):
         torch.testing.assert_close(ours(x.double()), oracle(x.double()), rtol=1e-10, atol=1e-10)
 
 
-@pytest.mark.parametrize("inp, oup, fc_squeeze", [
-    (16, 96, 8),  # inp < oup: 2x2 pool over 7x7 (overlapping windows), features x4
-    (160, 960, 16),  # inp < oup where dim² > 2·inp·m doubles red twice
-    (96, 24, 8),  # inp >= oup: global pool
-    (960, 160, 16),  # inp >= oup where red doubles
-])
+@pytest.mark.parametrize(
+    "inp, oup, fc_squeeze",
+    [
+        (16, 96, 8),  # inp < oup: 2x2 pool over 7x7 (overlapping windows), features x4
+        (160, 960, 16),  # inp < oup where dim² > 2·inp·m doubles red twice
+        (96, 24, 8),  # inp >= oup: global pool
+        (960, 160, 16),  # inp >= oup where red doubles
+    ],
+)
 def test_our_pointwise_layer_is_the_release_dymodule(inp, oup, fc_squeeze):
     ours = LayerSpec(kind="dcd", roles={"pw"}, fc_squeeze=fc_squeeze).conv("pw", inp, oup)
     x = torch.randn(2, inp, 7, 7, generator=torch.Generator().manual_seed(0))
     assert_oracle_agrees(ours, oracle_dymodule(inp, oup, fc_squeeze), x)
 
 
-@pytest.mark.parametrize("family, inp, oup, kernel, stride", [
-    ("basic", 16, 32, 3, 2),
-    ("basic", 32, 32, 3, 1),
-    ("bottleneck", 64, 64, 3, 2),
-    ("bottleneck", 256, 64, 1, 1),
-])
+@pytest.mark.parametrize(
+    "family, inp, oup, kernel, stride",
+    [("basic", 16, 32, 3, 2), ("basic", 32, 32, 3, 1), ("bottleneck", 64, 64, 3, 2), ("bottleneck", 256, 64, 1, 1)],
+)
 def test_our_resnet_layers_are_the_release_layers(family, inp, oup, kernel, stride):
     ours = LayerSpec(kind="dcd", roles={"conv"}).conv("conv", inp, oup, kernel, stride, family=family)
-    oracle = (oracle_conv_basic_dy(inp, oup, stride) if family == "basic"
-              else oracle_conv_dy(inp, oup, kernel, stride))
+    oracle = oracle_conv_basic_dy(inp, oup, stride) if family == "basic" else oracle_conv_dy(inp, oup, kernel, stride)
     x = torch.randn(2, inp, 8, 8, generator=torch.Generator().manual_seed(0))
     assert_oracle_agrees(ours, oracle, x)
 
@@ -203,16 +202,19 @@ def input_for(arch):
     return synthetic_images(1, 224, seed=5) if arch.startswith("resnet") else synthetic_images(2, 64, seed=5)
 
 
-@pytest.mark.parametrize("arch, config, dropout, data_parallel", [
-    ("mobilenetv2_100_dcd", {}, True, True),  # the published layout
-    ("mobilenetv2_050_dcd", {}, True, True),
-    ("mobilenetv2_035_dcd", {}, True, True),
-    ("mobilenetv2_050_dcd", {}, False, True),
-    ("mobilenetv2_035_dcd", {}, True, False),
-    ("mobilenetv2_100_dcd", {"fc_squeeze": 8, "num_classes": 10}, False, False),  # not the width's default
-    ("resnet18_dcd", {}, True, True),
-    ("resnet18_dcd", {}, False, False),
-])
+@pytest.mark.parametrize(
+    "arch, config, dropout, data_parallel",
+    [
+        ("mobilenetv2_100_dcd", {}, True, True),  # the published layout
+        ("mobilenetv2_050_dcd", {}, True, True),
+        ("mobilenetv2_035_dcd", {}, True, True),
+        ("mobilenetv2_050_dcd", {}, False, True),
+        ("mobilenetv2_035_dcd", {}, True, False),
+        ("mobilenetv2_100_dcd", {"fc_squeeze": 8, "num_classes": 10}, False, False),  # not the width's default
+        ("resnet18_dcd", {}, True, True),
+        ("resnet18_dcd", {}, False, False),
+    ],
+)
 def test_release_checkpoint_loads_into_an_equal_model(tmp_path, trained, arch, config, dropout, data_parallel):
     model = trained(arch, **config)
     save_release_checkpoint(model, tmp_path / "release.pth.tar", dropout=dropout, data_parallel=data_parallel)
@@ -274,12 +276,15 @@ def test_resnet_depth_outside_the_zoo_round_trips(tmp_path):
     assert_same_weights(loaded, model)
 
 
-@pytest.mark.parametrize("arch, config", [
-    ("resnet10_dcd", {}),  # no such depth in the release
-    ("mobilenetv2_050", {}),  # static
-    ("mobilenetv2_050_dcd", {"latent_mult": 0.5}),
-    ("resnet18_dcd", {"fixed_pool": False}),
-])
+@pytest.mark.parametrize(
+    "arch, config",
+    [
+        ("resnet10_dcd", {}),  # no such depth in the release
+        ("mobilenetv2_050", {}),  # static
+        ("mobilenetv2_050_dcd", {"latent_mult": 0.5}),
+        ("resnet18_dcd", {"fixed_pool": False}),
+    ],
+)
 def test_models_the_release_cannot_represent(arch, config):
     with pytest.raises(CheckpointError, match="no equivalent in the authors' release"):
         release_arch(create_model(arch, **config))

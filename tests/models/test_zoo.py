@@ -27,7 +27,7 @@ def n_params(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _count(name: str, knobs: tuple) -> int:
     return n_params(create_model(name, **dict(knobs)))
 
@@ -104,8 +104,11 @@ def test_num_classes_knob():
 # ----------------------------------------------------------------------------- parameter counts
 # docs/design.md#release-format: the authors' published counts (with DYCls), to 0.01M.
 PUBLISHED = {
-    "mobilenetv2_100_dcd": 5.72e6, "mobilenetv2_050_dcd": 3.06e6, "mobilenetv2_035_dcd": 2.27e6,
-    "resnet18_dcd": 14.70e6, "resnet50_dcd": 29.84e6,
+    "mobilenetv2_100_dcd": 5.72e6,
+    "mobilenetv2_050_dcd": 3.06e6,
+    "mobilenetv2_035_dcd": 2.27e6,
+    "resnet18_dcd": 14.70e6,
+    "resnet50_dcd": 29.84e6,
 }
 # torchvision's resnet18, resnet50 and mobilenet_v2 (same architectures, static).
 TORCHVISION = {"resnet18": 11_689_512, "resnet50": 25_557_032, "mobilenetv2_100": 3_504_872}
@@ -143,8 +146,9 @@ def test_duplicate_registration_raises_and_keeps_the_original():
     assert isinstance(create_model("mobilenetv2_050_dcd"), MobileNetV2)
 
 
-@pytest.mark.parametrize("typo, meant", [("mobilenetv2_100_dcdd", "mobilenetv2_100_dcd"),
-                                         ("resnet18dcd", "resnet18_dcd")])
+@pytest.mark.parametrize(
+    "typo, meant", [("mobilenetv2_100_dcdd", "mobilenetv2_100_dcd"), ("resnet18dcd", "resnet18_dcd")]
+)
 def test_unknown_model_suggests_the_close_name(typo, meant):
     with pytest.raises(UnknownModelError) as info:
         create_model(typo)
@@ -184,9 +188,12 @@ def test_table1_rows_order_and_values_mobilenetv2_050():
 
 def test_table1_rows_order_resnet18():
     """Table 1b: static < ΛW0 < W0+PΦQᵀ < ΛW0+PΦQᵀ."""
-    counts = [count("resnet18"), count("resnet18_dcd", roles=("conv",), channel_fusion=False),
-              count("resnet18_dcd", roles=("conv",), channel_attention=False),
-              count("resnet18_dcd", roles=("conv",))]
+    counts = [
+        count("resnet18"),
+        count("resnet18_dcd", roles=("conv",), channel_fusion=False),
+        count("resnet18_dcd", roles=("conv",), channel_attention=False),
+        count("resnet18_dcd", roles=("conv",)),
+    ]
     assert counts == sorted(counts) and len(set(counts)) == 4
 
 
@@ -230,14 +237,22 @@ def test_num_blocks_8_builds_block_diagonal_layers():
         assert m.num_blocks == 8 and m.latent_dim % 8 == 0
     for m in dcd_convs(model):  # Q and P are grouped 1x1s: C_in / 8 and L / 8 inputs per output
         assert m.conv_q.groups == m.conv_p.groups == 8
-        assert m.fc_phi.out_features == m.latent_dim ** 2 // 8  # B blocks of (L / B)² entries
+        assert m.fc_phi.out_features == m.latent_dim**2 // 8  # B blocks of (L / B)² entries
     with torch.no_grad():
         assert torch.isfinite(model(torch.randn(1, 3, 64, 64))).all()
 
 
 # Table 3b rows (DW, PW, CLS) and the paper's parameter counts, which rank them.
-TABLE3B = [((), 2.0), (("cls",), 2.2), (("dw",), 2.4), (("dw", "cls"), 2.6), (("pw",), 2.9),
-           (("pw", "cls"), 3.1), (("dw", "pw"), 3.3), (("dw", "pw", "cls"), 3.5)]
+TABLE3B = [
+    ((), 2.0),
+    (("cls",), 2.2),
+    (("dw",), 2.4),
+    (("dw", "cls"), 2.6),
+    (("pw",), 2.9),
+    (("pw", "cls"), 3.1),
+    (("dw", "pw"), 3.3),
+    (("dw", "pw", "cls"), 3.5),
+]
 
 
 def test_table3b_rows_rank_as_in_the_paper():

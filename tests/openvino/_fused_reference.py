@@ -83,7 +83,7 @@ def conv_nhwc(x, w, *, stride, pad):
     out = np.zeros((B, Ho, Wo, w.shape[0]))
     for i in range(k):
         for j in range(k):
-            patch = x[:, i:i + stride * (Ho - 1) + 1:stride, j:j + stride * (Wo - 1) + 1:stride, :]
+            patch = x[:, i : i + stride * (Ho - 1) + 1 : stride, j : j + stride * (Wo - 1) + 1 : stride, :]
             out += patch @ w[:, :, i, j].T
     return out
 
@@ -97,7 +97,7 @@ def epilogue_reference(x, conv, res, c, *, pool, se, attention, activation, stri
     outs = []
     for b in range(B):
         lam, phi = _branch(x[b], c, pool=pool, se=se, attention=attention)
-        xs = x[b, offset:offset + stride * (Ho - 1) + 1:stride, offset:offset + stride * (Wo - 1) + 1:stride]
+        xs = x[b, offset : offset + stride * (Ho - 1) + 1 : stride, offset : offset + stride * (Wo - 1) + 1 : stride]
         z = xs @ c["q"].T + c["q_b"]
         out = lam * conv[b].astype(np.float64) + (z @ phi.T) @ c["p"].T + c["bias"]
         if res is not None:
@@ -108,6 +108,7 @@ def epilogue_reference(x, conv, res, c, *, pool, se, attention, activation, stri
 
 def make_case(rng, *, B, H, W, Cin, Cout, L, S, pool, se, attention, residual):
     """(x, residual or None, weights by contract name), float32, of the given sizes."""
+
     def r(*shape, scale=1.0):
         return (rng.standard_normal(shape) * scale).astype(np.float32)
 
@@ -118,8 +119,15 @@ def make_case(rng, *, B, H, W, Cin, Cout, L, S, pool, se, attention, residual):
         c["gate"] = r(S, S, scale=0.5)
     if attention:
         c["scale_w"] = r(Cout, S, scale=0.5)
-    c.update(phi_w=r(L * L, S, scale=0.2), phi_b=r(L * L, scale=0.2), q=r(L, Cin, scale=0.3), q_b=r(L, scale=0.3),
-             p=r(Cout, L, scale=0.3), w0=r(Cout, Cin, scale=1 / np.sqrt(Cin)), bias=r(Cout, scale=0.1))
+    c.update(
+        phi_w=r(L * L, S, scale=0.2),
+        phi_b=r(L * L, scale=0.2),
+        q=r(L, Cin, scale=0.3),
+        q_b=r(L, scale=0.3),
+        p=r(Cout, L, scale=0.3),
+        w0=r(Cout, Cin, scale=1 / np.sqrt(Cin)),
+        bias=r(Cout, scale=0.1),
+    )
     return x, res, c
 
 

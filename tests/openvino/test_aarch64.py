@@ -18,9 +18,16 @@ import subprocess
 
 import numpy as np
 import pytest
+from _fused_reference import (
+    EPILOGUE_WEIGHT_ORDER,
+    WEIGHT_ORDER,
+    conv_nhwc,
+    epilogue_reference,
+    make_case,
+    max_relative_error,
+    reference,
+)
 
-from _fused_reference import (EPILOGUE_WEIGHT_ORDER, WEIGHT_ORDER, conv_nhwc, epilogue_reference, make_case,
-                              max_relative_error, reference)
 from dcd_deploy.errors import ExtensionError
 from dcd_deploy.openvino import _cross
 
@@ -32,8 +39,22 @@ REQUIRE_ENV = "DCD_DEPLOY_REQUIRE_AARCH64"
 
 def _cases():
     """(sizes and options) of every case; each gets its own seed."""
-    base = dict(B=1, H=7, W=7, Cin=17, Cout=23, L=4, S=8, pool=1, se=0, attention=0, residual=0,
-                activation="none", form="weight", threads=1)
+    base = dict(
+        B=1,
+        H=7,
+        W=7,
+        Cin=17,
+        Cout=23,
+        L=4,
+        S=8,
+        pool=1,
+        se=0,
+        attention=0,
+        residual=0,
+        activation="none",
+        form="weight",
+        threads=1,
+    )
     out = []
     for form in ("weight", "latent"):
         for pool in (1, 2):
@@ -42,18 +63,68 @@ def _cases():
         # channel counts: partial panels and vectors, L above a panel, K over one block
         for cin, cout, L in ((32, 96, 8), (96, 32, 20), (160, 96, 8), (23, 160, 20), (96, 17, 4), (200, 203, 8)):
             out.append({**base, "H": 5, "W": 3, "Cin": cin, "Cout": cout, "L": L, "S": 12, "pool": 2, "form": form})
-        for se, att, res, act in ((0, 0, 0, "none"), (1, 0, 0, "relu"), (0, 1, 1, "relu6"), (1, 1, 1, "none"),
-                                  (1, 1, 0, "relu6"), (0, 0, 1, "relu")):
+        for se, att, res, act in (
+            (0, 0, 0, "none"),
+            (1, 0, 0, "relu"),
+            (0, 1, 1, "relu6"),
+            (1, 1, 1, "none"),
+            (1, 1, 0, "relu6"),
+            (0, 0, 1, "relu"),
+        ):
             for B in (1, 4):
-                out.append({**base, "B": B, "H": 5, "W": 3, "Cin": 23, "Cout": 17, "L": 8, "pool": 2, "se": se,
-                            "attention": att, "residual": res, "activation": act, "form": form})
+                out.append(
+                    {
+                        **base,
+                        "B": B,
+                        "H": 5,
+                        "W": 3,
+                        "Cin": 23,
+                        "Cout": 17,
+                        "L": 8,
+                        "pool": 2,
+                        "se": se,
+                        "attention": att,
+                        "residual": res,
+                        "activation": act,
+                        "form": form,
+                    }
+                )
         # Cin above the K block (256): partial sums go through the output
-        out.append({**base, "H": 3, "W": 5, "Cin": 600, "Cout": 40, "L": 8, "attention": 1, "residual": 1,
-                    "activation": "relu", "form": form})
+        out.append(
+            {
+                **base,
+                "H": 3,
+                "W": 5,
+                "Cin": 600,
+                "Cout": 40,
+                "L": 8,
+                "attention": 1,
+                "residual": 1,
+                "activation": "relu",
+                "form": form,
+            }
+        )
         # the GEMMs' rows split over 2 and 3 threads (the op splits them over OpenVINO's)
         for threads in (2, 3):
-            out.append({**base, "B": 2, "H": 13, "W": 11, "Cin": 23, "Cout": 40, "L": 8, "S": 6, "pool": 2, "se": 1,
-                        "attention": 1, "residual": 1, "activation": "relu", "form": form, "threads": threads})
+            out.append(
+                {
+                    **base,
+                    "B": 2,
+                    "H": 13,
+                    "W": 11,
+                    "Cin": 23,
+                    "Cout": 40,
+                    "L": 8,
+                    "S": 6,
+                    "pool": 2,
+                    "se": 1,
+                    "attention": 1,
+                    "residual": 1,
+                    "activation": "relu",
+                    "form": form,
+                    "threads": threads,
+                }
+            )
     out.append({**base, "H": 6, "W": 6, "pool": 2, "form": "auto"})
     # DCDConvEpilogue (kind 1): 3x3 at strides 1 and 2, 1x1 at stride 2, odd sides, options,
     # batches, partial panels, the row split
@@ -63,10 +134,44 @@ def _cases():
             for h, w in ((9, 9), (7, 5), (1, 1)):
                 out.append({**epi, "k": k, "stride": stride, "pool": pool, "H": h, "W": w})
         for se, att, res, act in ((1, 0, 0, "relu"), (0, 1, 1, "relu6"), (1, 1, 1, "none")):
-            out.append({**epi, "k": k, "stride": stride, "B": 3, "H": 8, "W": 5, "Cin": 19, "Cout": 29, "L": 6,
-                        "pool": 2, "se": se, "attention": att, "residual": res, "activation": act})
-        out.append({**epi, "k": k, "stride": stride, "B": 2, "H": 17, "W": 15, "Cin": 23, "Cout": 160, "L": 20,
-                    "S": 6, "pool": 2, "se": 1, "attention": 1, "residual": 1, "activation": "relu", "threads": 3})
+            out.append(
+                {
+                    **epi,
+                    "k": k,
+                    "stride": stride,
+                    "B": 3,
+                    "H": 8,
+                    "W": 5,
+                    "Cin": 19,
+                    "Cout": 29,
+                    "L": 6,
+                    "pool": 2,
+                    "se": se,
+                    "attention": att,
+                    "residual": res,
+                    "activation": act,
+                }
+            )
+        out.append(
+            {
+                **epi,
+                "k": k,
+                "stride": stride,
+                "B": 2,
+                "H": 17,
+                "W": 15,
+                "Cin": 23,
+                "Cout": 160,
+                "L": 20,
+                "S": 6,
+                "pool": 2,
+                "se": 1,
+                "attention": 1,
+                "residual": 1,
+                "activation": "relu",
+                "threads": 3,
+            }
+        )
     return out
 
 
@@ -81,13 +186,43 @@ def write_cases(path, cases):
         for seed, k in enumerate(cases):
             kind = k.get("kind", 0)
             rng = np.random.default_rng(seed)
-            x, res, c = make_case(rng, B=k["B"], H=k["H"], W=k["W"], Cin=k["Cin"], Cout=k["Cout"], L=k["L"],
-                                  S=k["S"], pool=k["pool"], se=k["se"], attention=k["attention"],
-                                  residual=k["residual"] and not kind)
+            x, res, c = make_case(
+                rng,
+                B=k["B"],
+                H=k["H"],
+                W=k["W"],
+                Cin=k["Cin"],
+                Cout=k["Cout"],
+                L=k["L"],
+                S=k["S"],
+                pool=k["pool"],
+                se=k["se"],
+                attention=k["attention"],
+                residual=k["residual"] and not kind,
+            )
             stride = k.get("stride", 1)
-            f.write(struct.pack("<17i", k["B"], k["H"], k["W"], k["Cin"], k["Cout"], k["S"], k["L"], k["pool"],
-                                k["se"], k["attention"], k["residual"], ACTS[k["activation"]], FORMS[k["form"]],
-                                k["threads"], kind, stride, 0))
+            f.write(
+                struct.pack(
+                    "<17i",
+                    k["B"],
+                    k["H"],
+                    k["W"],
+                    k["Cin"],
+                    k["Cout"],
+                    k["S"],
+                    k["L"],
+                    k["pool"],
+                    k["se"],
+                    k["attention"],
+                    k["residual"],
+                    ACTS[k["activation"]],
+                    FORMS[k["form"]],
+                    k["threads"],
+                    kind,
+                    stride,
+                    0,
+                )
+            )
             opts = dict(pool=k["pool"], se=k["se"], attention=k["attention"], activation=k["activation"])
             if kind == 0:
                 tensors = [x, res] + [c[n] for n in WEIGHT_ORDER if n in c]
@@ -128,8 +263,7 @@ def require_cross_tools() -> None:
     missing = _cross.missing_packages()
     if not missing:
         return
-    msg = (f"aarch64 cross tools missing: install the Debian package(s) {' '.join(missing)} "
-           f"(or run make test-aarch64)")
+    msg = f"aarch64 cross tools missing: install the Debian package(s) {' '.join(missing)} (or run make test-aarch64)"
     if os.environ.get(REQUIRE_ENV) == "1":
         pytest.fail(msg)
     pytest.skip(msg)
@@ -174,8 +308,16 @@ def test_the_op_source_compiles_for_aarch64():
     _, include, _, _ = _build._find_openvino()
     cxx = _cross.cross_tools()[0]
     for source in _build._OP_UNITS:
-        cmd = [cxx, *_build._COMMON_FLAGS, "-fsyntax-only", "-DOV_THREAD=OV_THREAD_TBB_ADAPTIVE", "-DDCD_WITH_X86",
-               f"-I{_build.source_dir()}", f"-I{include}", str(_build.source_dir() / source)]
+        cmd = [
+            cxx,
+            *_build._COMMON_FLAGS,
+            "-fsyntax-only",
+            "-DOV_THREAD=OV_THREAD_TBB_ADAPTIVE",
+            "-DDCD_WITH_X86",
+            f"-I{_build.source_dir()}",
+            f"-I{include}",
+            str(_build.source_dir() / source),
+        ]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         assert proc.returncode == 0, proc.stderr[-2000:]
 

@@ -61,8 +61,6 @@ def test_missing_openvino_is_one_clear_line(tmp_path, monkeypatch):
         build_extension(out_dir=tmp_path, force=True)
 
 
-
-
 # -- a cache that trusts content, builds that end (issue #21) -------------------------------------
 
 import os  # noqa: E402
@@ -93,12 +91,15 @@ def good(tmp_path) -> Path:
 def copying_compiler(tmp_path: Path, good: Path, *, delay: float = 0.0) -> Path:
     """A "compiler" that links by copying the real library (so the result is a real build of
     these sources and passes the self-check) and counts its link steps."""
-    return _script(tmp_path / "cxx", f"""\
+    return _script(
+        tmp_path / "cxx",
+        f"""\
 out=""; shared=0; prev=""
 for a in "$@"; do [ "$prev" = "-o" ] && out="$a"; [ "$a" = "-shared" ] && shared=1; prev="$a"; done
 sleep {delay}
 if [ $shared = 1 ]; then echo link >> "{tmp_path}/links"; cp "{good}" "$out"; else echo object > "$out"; fi
-""")
+""",
+    )
 
 
 def _leftovers(d: Path) -> list[str]:
@@ -135,16 +136,28 @@ def test_a_truncated_cached_library_is_rebuilt_not_loaded(tmp_path, good, monkey
     assert _leftovers(out) == []
 
 
-@pytest.mark.parametrize("body, needle", [
-    ('for a in "$@"; do [ "$p" = "-o" ] && echo junk > "$a"; p="$a"; done\n', "fails its self-check"),
-    ('for a in "$@"; do [ "$p" = "-o" ] && : > "$a"; p="$a"; done\n', "wrote an empty"),
-    ("exit 0\n", "wrote no"),
-    ('for a in "$@"; do [ "$p" = "-o" ] && cp {foreign} "$a"; p="$a"; done\n', "fails its self-check"),
-], ids=["junk", "empty", "nothing", "foreign-library"])
+@pytest.mark.parametrize(
+    "body, needle",
+    [
+        ('for a in "$@"; do [ "$p" = "-o" ] && echo junk > "$a"; p="$a"; done\n', "fails its self-check"),
+        ('for a in "$@"; do [ "$p" = "-o" ] && : > "$a"; p="$a"; done\n', "wrote an empty"),
+        ("exit 0\n", "wrote no"),
+        ('for a in "$@"; do [ "$p" = "-o" ] && cp {foreign} "$a"; p="$a"; done\n', "fails its self-check"),
+    ],
+    ids=["junk", "empty", "nothing", "foreign-library"],
+)
 def test_a_bad_build_is_never_cached(tmp_path, monkeypatch, body, needle):
     """A compiler that exits 0 without building the op: one line, nothing installed."""
-    foreign = next(Path(p) for p in ("/lib/x86_64-linux-gnu/libm.so.6", "/usr/lib/x86_64-linux-gnu/libm.so.6",
-                                      "/lib64/libm.so.6", "/lib/aarch64-linux-gnu/libm.so.6") if Path(p).exists())
+    foreign = next(
+        Path(p)
+        for p in (
+            "/lib/x86_64-linux-gnu/libm.so.6",
+            "/usr/lib/x86_64-linux-gnu/libm.so.6",
+            "/lib64/libm.so.6",
+            "/lib/aarch64-linux-gnu/libm.so.6",
+        )
+        if Path(p).exists()
+    )
     out = tmp_path / "out"
     monkeypatch.setenv("CXX", str(_script(tmp_path / "cxx", body.format(foreign=foreign))))
     for _ in range(2):  # and the next call does not find anything either
@@ -155,8 +168,11 @@ def test_a_bad_build_is_never_cached(tmp_path, monkeypatch, body, needle):
 
 
 def test_a_full_disk_is_named(tmp_path, monkeypatch):
-    fake = _script(tmp_path / "cxx", "echo '/usr/bin/ld: final link failed: No space left on device' >&2\n"
-                                     "echo 'collect2: error: ld returned 1 exit status' >&2\nexit 1\n")
+    fake = _script(
+        tmp_path / "cxx",
+        "echo '/usr/bin/ld: final link failed: No space left on device' >&2\n"
+        "echo 'collect2: error: ld returned 1 exit status' >&2\nexit 1\n",
+    )
     monkeypatch.setenv("CXX", str(fake))
     with pytest.raises(ExtensionError, match="No space left on device"):
         build_extension(out_dir=tmp_path / "out", force=True)
@@ -209,10 +225,18 @@ def test_a_hanging_compiler_is_stopped_by_the_timeout(tmp_path, monkeypatch):
 def test_sigterm_during_the_build_leaves_nothing(tmp_path):
     """`timeout -s TERM 4 python -m dcd_deploy.openvino._build --force` (what make install runs)."""
     out = tmp_path / "out"
-    env = {**os.environ, "CXX": str(_script(tmp_path / "cxx", HANG.format(d=tmp_path))),
-           "DCD_DEPLOY_EXTENSION_DIR": str(out)}
-    proc = subprocess.Popen([sys.executable, "-m", "dcd_deploy.openvino._build", "--force"], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    env = {
+        **os.environ,
+        "CXX": str(_script(tmp_path / "cxx", HANG.format(d=tmp_path))),
+        "DCD_DEPLOY_EXTENSION_DIR": str(out),
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dcd_deploy.openvino._build", "--force"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 120
     while not (tmp_path / "pids").exists() and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -280,10 +304,17 @@ def test_compilers_of_a_builder_killed_by_sigkill_are_stopped_by_the_next_build(
     """SIGKILL cannot be handled: the next build removes the folder and kills the compiler
     groups it recorded there."""
     out = tmp_path / "out"
-    env = {**os.environ, "CXX": str(_script(tmp_path / "hang", HANG.format(d=tmp_path))),
-           "DCD_DEPLOY_EXTENSION_DIR": str(out)}
-    proc = subprocess.Popen([sys.executable, "-m", "dcd_deploy.openvino._build", "--force"], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    env = {
+        **os.environ,
+        "CXX": str(_script(tmp_path / "hang", HANG.format(d=tmp_path))),
+        "DCD_DEPLOY_EXTENSION_DIR": str(out),
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dcd_deploy.openvino._build", "--force"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 120
     while len(_pids(tmp_path)) < 4 and time.monotonic() < deadline:  # both compilers and their children
         time.sleep(0.1)

@@ -20,13 +20,10 @@ def python_inputs(op_type: str, attrs: dict) -> list[str]:
     return fused_inputs(attrs, op_type)
 
 
-
-
 def _emitted_attributes():
     """Every attribute combination the exporter emits, per op (activation, form, stride and
     offset do not move inputs; one value of each stands for all)."""
-    for op_type, se, attention, residual, pool in itertools.product(
-            _fused.OP_TYPES, (0, 1), (0, 1), (0, 1), (1, 2)):
+    for op_type, se, attention, residual, pool in itertools.product(_fused.OP_TYPES, (0, 1), (0, 1), (0, 1), (1, 2)):
         attrs = dict(pool=pool, se=se, attention=attention, residual=residual, activation="relu")
         attrs.update(form="latent" if op_type == _fused.OP_TYPE else None)
         if op_type == _fused.EPILOGUE_OP_TYPE:
@@ -39,8 +36,15 @@ def cpp_inputs():
     lib = ctypes.CDLL(str(build_extension()))
     fn = lib.dcd_deploy_ov_inputs
     fn.restype = ctypes.c_int
-    fn.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_char_p,
-                   ctypes.c_int]
+    fn.argtypes = [
+        ctypes.c_char_p,
+        ctypes.c_int,
+        ctypes.c_int,
+        ctypes.c_int,
+        ctypes.c_int,
+        ctypes.c_char_p,
+        ctypes.c_int,
+    ]
 
     def names(op_type: str, attrs: dict, *, packed: bool = False) -> list[str] | None:
         buf = ctypes.create_string_buffer(512)
@@ -53,9 +57,11 @@ def cpp_inputs():
     return names
 
 
-@pytest.mark.parametrize("op_type,attrs", list(_emitted_attributes()),
-                         ids=lambda v: v if isinstance(v, str) else "-".join(f"{k}{v[k]}" for k in
-                                                                             ("se", "attention", "residual", "pool")))
+@pytest.mark.parametrize(
+    "op_type,attrs",
+    list(_emitted_attributes()),
+    ids=lambda v: v if isinstance(v, str) else "-".join(f"{k}{v[k]}" for k in ("se", "attention", "residual", "pool")),
+)
 def test_cpp_input_layout_is_the_exporters(cpp_inputs, op_type, attrs):
     assert cpp_inputs(op_type, attrs) == python_inputs(op_type, attrs)
 
@@ -65,7 +71,7 @@ def test_packed_form_keeps_the_activations_and_replaces_the_weights(cpp_inputs):
     for op_type, attrs in _emitted_attributes():
         contract = python_inputs(op_type, attrs)
         acts = [n for n in contract if n in ("conv", "x", "residual")]
-        assert contract[:len(acts)] == acts
+        assert contract[: len(acts)] == acts
         assert cpp_inputs(op_type, attrs, packed=True) == acts + ["packed"]
 
 

@@ -26,11 +26,11 @@ from torch import nn
 
 pytest.importorskip("openvino")
 
+from test_fused_layers import ACTIVATIONS, FUZZ, available_isas, build, forced_isa  # noqa: E402
+
 from dcd_deploy import export_onnx  # noqa: E402
 from dcd_deploy.layers import DCDConv2d  # noqa: E402
 from dcd_deploy.parity import check_parity  # noqa: E402
-
-from test_fused_layers import ACTIVATIONS, FUZZ, available_isas, build, forced_isa  # noqa: E402
 
 EXAMPLES = 40
 
@@ -60,11 +60,21 @@ def kxk_layers(draw) -> KxK:
     residual = stride == 1 and draw(st.booleans())
     c_out = c_in if residual else draw(st.sampled_from([4, 16, 17, 23, 48]))
     return KxK(
-        c_in=c_in, c_out=c_out, kernel=kernel, stride=stride, latent_dim=draw(st.none() | st.integers(1, 12)),
-        pool_size=draw(st.sampled_from([1, 2])), gate=draw(st.sampled_from(["relu", "se"])),
-        channel_attention=draw(st.booleans()), latent_bn=draw(st.booleans()), residual=residual,
-        act=draw(st.sampled_from(sorted(ACTIVATIONS))), side=draw(st.sampled_from([1, 2, 5, 7, 12, 15])),
-        batch=draw(st.integers(1, 3)), seed=draw(st.integers(0, 2**16)))
+        c_in=c_in,
+        c_out=c_out,
+        kernel=kernel,
+        stride=stride,
+        latent_dim=draw(st.none() | st.integers(1, 12)),
+        pool_size=draw(st.sampled_from([1, 2])),
+        gate=draw(st.sampled_from(["relu", "se"])),
+        channel_attention=draw(st.booleans()),
+        latent_bn=draw(st.booleans()),
+        residual=residual,
+        act=draw(st.sampled_from(sorted(ACTIVATIONS))),
+        side=draw(st.sampled_from([1, 2, 5, 7, 12, 15])),
+        batch=draw(st.integers(1, 3)),
+        seed=draw(st.integers(0, 2**16)),
+    )
 
 
 class KxKNet(nn.Module):
@@ -72,9 +82,17 @@ class KxKNet(nn.Module):
         super().__init__()
         self.residual = cfg.residual
         self.stem = nn.Conv2d(3, cfg.c_in, 1)
-        self.dcd = DCDConv2d(cfg.c_in, cfg.c_out, cfg.kernel, cfg.stride, latent_dim=cfg.latent_dim,
-                             pool_size=cfg.pool_size, gate=cfg.gate, channel_attention=cfg.channel_attention,
-                             latent_bn=cfg.latent_bn)
+        self.dcd = DCDConv2d(
+            cfg.c_in,
+            cfg.c_out,
+            cfg.kernel,
+            cfg.stride,
+            latent_dim=cfg.latent_dim,
+            pool_size=cfg.pool_size,
+            gate=cfg.gate,
+            channel_attention=cfg.channel_attention,
+            latent_bn=cfg.latent_bn,
+        )
         self.bn = nn.BatchNorm2d(cfg.c_out)
         self.act = ACTIVATIONS[cfg.act]()
 
@@ -106,8 +124,7 @@ def test_fused_kxk_layers_match_pytorch_in_openvino_and_onnxruntime(tmp_path, ca
         x = torch.randn(2 * cfg.batch, 3, cfg.side, cfg.side, generator=g).double().float()
         isa = isas[isa_index % len(isas)]
         with forced_isa(isa):
-            report = check_parity(model, path, batch_sizes=(cfg.batch,), inputs=x,
-                                  backends=("onnxruntime", "openvino"))
+            report = check_parity(model, path, batch_sizes=(cfg.batch,), inputs=x, backends=("onnxruntime", "openvino"))
         assert report, f"{cfg!r} isa={isa}\n{report.table()}"
         coverage[f"isa {isa}"] += 1
         coverage[f"{cfg.kernel}x{cfg.kernel}/{cfg.stride}"] += 1
@@ -116,7 +133,9 @@ def test_fused_kxk_layers_match_pytorch_in_openvino_and_onnxruntime(tmp_path, ca
 
     prop()
     with capsys.disabled():
-        print("\n[fuzz] fused k x k DCD layers vs PyTorch (OpenVINO + ORT): "
-              + ", ".join(f"{k} {v}" for k, v in sorted(coverage.items())))
+        print(
+            "\n[fuzz] fused k x k DCD layers vs PyTorch (OpenVINO + ORT): "
+            + ", ".join(f"{k} {v}" for k, v in sorted(coverage.items()))
+        )
     assert all(coverage[f"isa {isa}"] > 0 for isa in isas)
     assert all(coverage[k] > 0 for k in ("3x3/1", "3x3/2", "1x1/2", "residual", "pool 2"))

@@ -32,17 +32,23 @@ from torch import nn
 
 pytest.importorskip("openvino")
 
+import _zoo  # noqa: E402
+
 from dcd_deploy import export_onnx, list_models  # noqa: E402
 from dcd_deploy.layers import DCDConv2d  # noqa: E402
 from dcd_deploy.openvino import kernel_isa  # noqa: E402
 from dcd_deploy.parity import check_parity  # noqa: E402
 
-import _zoo  # noqa: E402
-
 EXAMPLES = 60
 ISAS = ("avx512", "avx2", "portable")
-FUZZ = settings(deadline=None, derandomize=True, database=None, print_blob=True, max_examples=EXAMPLES,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+FUZZ = settings(
+    deadline=None,
+    derandomize=True,
+    database=None,
+    print_blob=True,
+    max_examples=EXAMPLES,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 ACTIVATIONS = {"none": nn.Identity, "relu": nn.ReLU, "relu6": nn.ReLU6}
 
 
@@ -69,12 +75,20 @@ def layers(draw) -> Layer:
     residual = draw(st.booleans())
     c_out = c_in if residual else draw(st.sampled_from([4, 16, 17, 23, 48, 96]))
     return Layer(
-        c_in=c_in, c_out=c_out, latent_dim=draw(st.none() | st.integers(1, 20)),
-        pool_size=draw(st.sampled_from([1, 2])), gate=draw(st.sampled_from(["relu", "se"])),
-        channel_attention=draw(st.booleans()), latent_bn=draw(st.booleans()), residual=residual,
-        act=draw(st.sampled_from(sorted(ACTIVATIONS))), side=draw(st.sampled_from([1, 2, 5, 7, 12, 15])),
-        batch=draw(st.integers(1, 4)), strategy=draw(st.sampled_from(["weight", "latent", "auto"])),
-        seed=draw(st.integers(0, 2**16)))
+        c_in=c_in,
+        c_out=c_out,
+        latent_dim=draw(st.none() | st.integers(1, 20)),
+        pool_size=draw(st.sampled_from([1, 2])),
+        gate=draw(st.sampled_from(["relu", "se"])),
+        channel_attention=draw(st.booleans()),
+        latent_bn=draw(st.booleans()),
+        residual=residual,
+        act=draw(st.sampled_from(sorted(ACTIVATIONS))),
+        side=draw(st.sampled_from([1, 2, 5, 7, 12, 15])),
+        batch=draw(st.integers(1, 4)),
+        strategy=draw(st.sampled_from(["weight", "latent", "auto"])),
+        seed=draw(st.integers(0, 2**16)),
+    )
 
 
 class Net(nn.Module):
@@ -82,8 +96,16 @@ class Net(nn.Module):
         super().__init__()
         self.residual = cfg.residual
         self.stem = nn.Conv2d(3, cfg.c_in, 1)
-        self.dcd = DCDConv2d(cfg.c_in, cfg.c_out, 1, latent_dim=cfg.latent_dim, pool_size=cfg.pool_size,
-                             gate=cfg.gate, channel_attention=cfg.channel_attention, latent_bn=cfg.latent_bn)
+        self.dcd = DCDConv2d(
+            cfg.c_in,
+            cfg.c_out,
+            1,
+            latent_dim=cfg.latent_dim,
+            pool_size=cfg.pool_size,
+            gate=cfg.gate,
+            channel_attention=cfg.channel_attention,
+            latent_bn=cfg.latent_bn,
+        )
         self.bn = nn.BatchNorm2d(cfg.c_out)
         self.act = ACTIVATIONS[cfg.act]()
 
@@ -102,7 +124,6 @@ def build(cfg, net=Net) -> nn.Module:
     with torch.no_grad():
         for mod in model.modules():
             if isinstance(mod, nn.modules.batchnorm._BatchNorm):
-                n = mod.num_features
                 mod.weight.uniform_(0.5, 1.5)
                 mod.bias.normal_(0, 0.5)
                 mod.running_mean.normal_(0, 0.5)
@@ -163,8 +184,7 @@ def test_fused_layers_match_pytorch_in_openvino_and_onnxruntime(tmp_path, capsys
         x = torch.randn(2 * cfg.batch, 3, size, size, generator=g)
         isa = isas[isa_index % len(isas)]
         with forced_isa(isa):
-            report = check_parity(model, path, batch_sizes=(cfg.batch,), inputs=x,
-                                  backends=("onnxruntime", "openvino"))
+            report = check_parity(model, path, batch_sizes=(cfg.batch,), inputs=x, backends=("onnxruntime", "openvino"))
         assert report, f"{cfg!r} isa={isa}\n{report.table()}"
         coverage[f"isa {isa}"] += 1
         coverage[f"form {attrs['form'].decode()}"] += 1
@@ -174,8 +194,10 @@ def test_fused_layers_match_pytorch_in_openvino_and_onnxruntime(tmp_path, capsys
 
     prop()
     with capsys.disabled():
-        print(f"\n[fuzz] fused DCD layers vs PyTorch (OpenVINO + ORT): "
-              + ", ".join(f"{k} {v}" for k, v in sorted(coverage.items())))
+        print(
+            "\n[fuzz] fused DCD layers vs PyTorch (OpenVINO + ORT): "
+            + ", ".join(f"{k} {v}" for k, v in sorted(coverage.items()))
+        )
     assert sum(v for k, v in coverage.items() if k.startswith("isa ")) >= EXAMPLES
     assert all(coverage[f"isa {isa}"] > 0 for isa in isas)
     assert coverage["form weight"] > 0 and coverage["form latent"] > 0
@@ -193,8 +215,15 @@ def test_zoo_dcd_models_fused_in_openvino(arch, tmp_path):
     model = ZOO(arch, size)
     path = tmp_path / f"{arch}.onnx"
     result = export_onnx(model, path, input_size=size, mode="fused", check=False)
-    channel = [m for m in model.modules() if isinstance(m, DCDConv2d) and m.channel_fusion and m.num_blocks == 1
-               and not m.form.depthwise and not m.form.joint]
+    channel = [
+        m
+        for m in model.modules()
+        if isinstance(m, DCDConv2d)
+        and m.channel_fusion
+        and m.num_blocks == 1
+        and not m.form.depthwise
+        and not m.form.joint
+    ]
     pointwise = sum(m.kernel_size == 1 and m.stride == 1 for m in channel)
     assert result.op_histogram.get("dcd_deploy.DCDPointwise", 0) == pointwise
     # k x k and strided ones: OpenVINO's Conv of W0, then the epilogue op
@@ -211,8 +240,21 @@ def test_a_nan_input_gives_nan_outputs_as_in_pytorch(act, tmp_path):
     Through a whole zoo model OpenVINO's own fused activations turn NaN into numbers (its
     standard-op export does the same), so the layer is checked alone, after a plain conv.
     """
-    cfg = Layer(c_in=17, c_out=23, latent_dim=None, pool_size=2, gate="se", channel_attention=True,
-                latent_bn=True, residual=False, act=act, side=7, batch=2, strategy="weight", seed=4)
+    cfg = Layer(
+        c_in=17,
+        c_out=23,
+        latent_dim=None,
+        pool_size=2,
+        gate="se",
+        channel_attention=True,
+        latent_bn=True,
+        residual=False,
+        act=act,
+        side=7,
+        batch=2,
+        strategy="weight",
+        seed=4,
+    )
     model = build(cfg)
     path = tmp_path / "m.onnx"
     export_onnx(model, path, input_size=cfg.side, mode="fused", check=False)

@@ -33,14 +33,13 @@ from hypothesis import strategies as st
 
 ov = pytest.importorskip("openvino")
 onnx = pytest.importorskip("onnx")
+from _hostile import TIMEOUT, cap_memory, sigterm_inside_inference  # noqa: E402
 from click.testing import CliRunner  # noqa: E402
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 from dcd_deploy import create_model, export_onnx, save_checkpoint  # noqa: E402
 from dcd_deploy.errors import DCDDeployError  # noqa: E402
 from dcd_deploy.openvino import build_extension, compile_onnx, last_kernel_error  # noqa: E402
-
-from _hostile import TIMEOUT, cap_memory, sigterm_inside_inference  # noqa: E402
 
 BIN = Path(sys.executable).parent
 SIZE = 32
@@ -101,8 +100,13 @@ for path in sys.argv[1:]:
 
 def test_the_reported_ir_overflow_is_one_line(fused):
     bad = _tampered_ir(fused, "overflow", 'packed="48, 8, 4, 4"', REPRO)
-    result = subprocess.run([sys.executable, "-c", RUN_IR, str(bad), str(fused.with_name("f.xml"))],
-                            capture_output=True, text=True, timeout=TIMEOUT, preexec_fn=cap_memory)
+    result = subprocess.run(
+        [sys.executable, "-c", RUN_IR, str(bad), str(fused.with_name("f.xml"))],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        preexec_fn=cap_memory,
+    )
     assert result.returncode == 0, f"status {result.returncode} (a signal if negative)\n{result.stderr}"
     api, raw, good_api, good_raw = result.stdout.splitlines()
     assert api.startswith("api Error: OpenVINO cannot compile") and "S = 177372507123220484 is outside 1-65536" in api
@@ -135,13 +139,38 @@ def small_ir(tmp_path_factory) -> Path:
     d = tmp_path_factory.mktemp("small_ir")
     rng = np.random.default_rng(0)
     cin, cout, S, L = 8, 12, 4, 3
-    shapes = {"fc1": (S, cin * 4), "gate": (S, S), "scale_w": (cout, S), "phi_w": (L * L, S), "phi_b": (L * L,),
-              "q": (L, cin), "q_b": (L,), "p": (cout, L), "w0": (cout, cin), "bias": (cout,)}
+    shapes = {
+        "fc1": (S, cin * 4),
+        "gate": (S, S),
+        "scale_w": (cout, S),
+        "phi_w": (L * L, S),
+        "phi_b": (L * L,),
+        "q": (L, cin),
+        "q_b": (L,),
+        "p": (cout, L),
+        "w0": (cout, cin),
+        "bias": (cout,),
+    }
     inits = [numpy_helper.from_array(rng.standard_normal(s).astype(np.float32), k) for k, s in shapes.items()]
-    node = helper.make_node("DCDPointwise", ["x", *shapes], ["out"], domain="dcd_deploy", pool=2, se=1, attention=1,
-                            residual=0, activation="relu", form="weight")
-    graph = helper.make_graph([node], "one", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 5, 5, cin])],
-                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, 5, 5, cout])], inits)
+    node = helper.make_node(
+        "DCDPointwise",
+        ["x", *shapes],
+        ["out"],
+        domain="dcd_deploy",
+        pool=2,
+        se=1,
+        attention=1,
+        residual=0,
+        activation="relu",
+        form="weight",
+    )
+    graph = helper.make_graph(
+        [node],
+        "one",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 5, 5, cin])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, 5, 5, cout])],
+        inits,
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("dcd_deploy", 1)])
     onnx.save(model, d / "one.onnx")
     ov.save_model(_core().read_model(str(d / "one.onnx")), str(d / "one.xml"), compress_to_fp16=False)
@@ -151,30 +180,51 @@ def small_ir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def worker(small_ir):
-    proc = subprocess.Popen([sys.executable, "-c", WORKER, str(build_extension())], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, preexec_fn=cap_memory,
-                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    proc = subprocess.Popen(
+        [sys.executable, "-c", WORKER, str(build_extension())],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        preexec_fn=cap_memory,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     yield proc
     proc.kill()
     proc.wait()
 
 
 _BIG = [2**31 - 1, 2**31, 2**32 + 4, 2**62, 2**63 - 1, 177372507123220484, 34359738372, 65536, 65537]
-_dims = st.one_of(st.sampled_from([12, 8, 4, 3]), st.integers(-3, 70), st.sampled_from(_BIG),
-                  st.integers(-(2**63), 2**63 - 1))
-_texts = st.one_of(st.sampled_from(["none", "relu", "relu6", "weight", "latent", "auto", ""]),
-                   st.text(alphabet="abcx6", max_size=8), st.just("y" * 5000))
+_dims = st.one_of(
+    st.sampled_from([12, 8, 4, 3]), st.integers(-3, 70), st.sampled_from(_BIG), st.integers(-(2**63), 2**63 - 1)
+)
+_texts = st.one_of(
+    st.sampled_from(["none", "relu", "relu6", "weight", "latent", "auto", ""]),
+    st.text(alphabet="abcx6", max_size=8),
+    st.just("y" * 5000),
+)
 
 
-@settings(deadline=None, derandomize=True, database=None, max_examples=150,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
-@given(pool=st.sampled_from([1, 2, 0, 3, -1, 2**31, 2**63 - 1]),
-       flags=st.tuples(*[st.sampled_from([0, 1, 2, -1]) for _ in range(3)]),
-       activation=_texts, form=_texts, packed=st.lists(_dims, min_size=0, max_size=5))
+@settings(
+    deadline=None,
+    derandomize=True,
+    database=None,
+    max_examples=150,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(
+    pool=st.sampled_from([1, 2, 0, 3, -1, 2**31, 2**63 - 1]),
+    flags=st.tuples(*[st.sampled_from([0, 1, 2, -1]) for _ in range(3)]),
+    activation=_texts,
+    form=_texts,
+    packed=st.lists(_dims, min_size=0, max_size=5),
+)
 def test_fuzzed_attributes_never_crash(small_ir, worker, tmp_path_factory, pool, flags, activation, form, packed):
     se, attention, residual = flags
-    data = (f'<data pool="{pool}" se="{se}" attention="{attention}" residual="{residual}" '
-            f'activation="{activation}" form="{form}" packed="{", ".join(map(str, packed))}" />')
+    data = (
+        f'<data pool="{pool}" se="{se}" attention="{attention}" residual="{residual}" '
+        f'activation="{activation}" form="{form}" packed="{", ".join(map(str, packed))}" />'
+    )
     xml = re.sub(r"<data pool=[^>]*/>", data, small_ir.read_text(), count=1)
     path = small_ir.with_name("fuzz.xml")
     path.write_text(xml)
@@ -189,15 +239,25 @@ def test_fuzzed_attributes_never_crash(small_ir, worker, tmp_path_factory, pool,
 
 # -- failures the CPU plugin swallows ----------------------------------------------------------------
 
+
 def garbage_model(path: Path, *, cin=3, cout=4, S=8, L=2) -> None:
     """fc1 reaches the op through a Reshape whose target depends on the input's values: for
     finite inputs it is (S - 2, -1), the wrong shape, known only at run time."""
     rng = np.random.default_rng(0)
-    arrays = {"fc1_flat": (S * cin,), "phi_w": (L * L, S), "phi_b": (L * L,), "q": (L, cin), "q_b": (L,),
-              "p": (cout, L), "w0": (cout, cin), "bias": (cout,)}
+    arrays = {
+        "fc1_flat": (S * cin,),
+        "phi_w": (L * L, S),
+        "phi_b": (L * L,),
+        "q": (L, cin),
+        "q_b": (L,),
+        "p": (cout, L),
+        "w0": (cout, cin),
+        "bias": (cout,),
+    }
     inits = [numpy_helper.from_array(rng.standard_normal(s).astype(np.float32), k) for k, s in arrays.items()]
-    inits += [numpy_helper.from_array(np.array(v, np.int64), k) for k, v in (("S", [S]), ("two", [2]),
-                                                                               ("minus1", [-1]))]
+    inits += [
+        numpy_helper.from_array(np.array(v, np.int64), k) for k, v in (("S", [S]), ("two", [2]), ("minus1", [-1]))
+    ]
     nodes = [
         helper.make_node("Transpose", ["x"], ["xh"], perm=[0, 2, 3, 1]),
         helper.make_node("ReduceSum", ["x"], ["total"], keepdims=0),
@@ -208,14 +268,27 @@ def garbage_model(path: Path, *, cin=3, cout=4, S=8, L=2) -> None:
         helper.make_node("Sub", ["S", "delta"], ["rows"]),
         helper.make_node("Concat", ["rows", "minus1"], ["shape"], axis=0),
         helper.make_node("Reshape", ["fc1_flat", "shape"], ["fc1"]),
-        helper.make_node("DCDPointwise", ["xh", "fc1", "phi_w", "phi_b", "q", "q_b", "p", "w0", "bias"], ["yh"],
-                         domain="dcd_deploy", pool=1, se=0, attention=0, residual=0, activation="none",
-                         form="weight"),
+        helper.make_node(
+            "DCDPointwise",
+            ["xh", "fc1", "phi_w", "phi_b", "q", "q_b", "p", "w0", "bias"],
+            ["yh"],
+            domain="dcd_deploy",
+            pool=1,
+            se=0,
+            attention=0,
+            residual=0,
+            activation="none",
+            form="weight",
+        ),
         helper.make_node("ReduceMean", ["yh"], ["y"], axes=[1, 2], keepdims=0),
     ]
-    graph = helper.make_graph(nodes, "garbage",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, SIZE, SIZE])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", cout])], inits)
+    graph = helper.make_graph(
+        nodes,
+        "garbage",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, SIZE, SIZE])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", cout])],
+        inits,
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("dcd_deploy", 1)])
     model.ir_version = 8
     helper.set_model_props(model, {"input_size": str(SIZE)})
@@ -227,8 +300,11 @@ def test_a_swallowed_op_failure_is_raised_by_the_api(tmp_path):
     garbage_model(path)
     x = np.ones((1, 3, SIZE, SIZE), np.float32)
     request = compile_onnx(path, input_shape=x.shape).create_infer_request()
-    with pytest.raises(DCDDeployError, match=r"fused DCD op failed running .*garbage.onnx \(its output is not a "
-                                             r"result\): fc1 has shape \[6,4\], expected \[6,3\]"):
+    with pytest.raises(
+        DCDDeployError,
+        match=r"fused DCD op failed running .*garbage.onnx \(its output is not a "
+        r"result\): fc1 has shape \[6,4\], expected \[6,3\]",
+    ):
         request.infer({0: x})
     assert last_kernel_error() == "fc1 has shape [6,4], expected [6,3]"
 
@@ -238,12 +314,14 @@ def test_a_swallowed_op_failure_is_named_by_dcd_validate(tmp_path):
 
     path = tmp_path / "garbage.onnx"
     garbage_model(path)
-    result = CliRunner().invoke(validate.main, ["mobilenetv2_035", str(path), "--backend", "openvino",
-                                                "--batch-sizes", "1"])
+    result = CliRunner().invoke(
+        validate.main, ["mobilenetv2_035", str(path), "--backend", "openvino", "--batch-sizes", "1"]
+    )
     assert result.exit_code == 1, result.output
     assert result.stderr.strip().splitlines() == [
         f"Error: OpenVINO's fused DCD op failed running {path} (its output is not a result): fc1 has shape [6,4], "
-        "expected [6,3]"]
+        "expected [6,3]"
+    ]
 
 
 def test_an_isa_changed_after_compiling_is_an_error(fused, monkeypatch):
@@ -278,8 +356,9 @@ def test_a_bad_isa_during_export_names_the_output(tmp_path, monkeypatch):
 
     monkeypatch.setenv("DCD_DEPLOY_ISA", "sse9")
     out = tmp_path / "m.onnx"
-    result = CliRunner().invoke(export.main, ["mobilenetv2_035_dcd", "--mode", "fused", "-o", str(out),
-                                              "--input-size", str(SIZE)])
+    result = CliRunner().invoke(
+        export.main, ["mobilenetv2_035_dcd", "--mode", "fused", "-o", str(out), "--input-size", str(SIZE)]
+    )
     line = result.stderr.strip().splitlines()[-1]
     assert result.exit_code == 1
     assert line.startswith(f"Error: OpenVINO cannot compile {out}: DCD_DEPLOY_ISA=sse9") and ".tmp" not in line
@@ -287,6 +366,7 @@ def test_a_bad_isa_during_export_names_the_output(tmp_path, monkeypatch):
 
 
 # -- through the installed commands ---------------------------------------------------------------
+
 
 def _copying_compiler(d: Path, good: Path) -> Path:
     cxx = d / "cxx"
@@ -310,9 +390,26 @@ def test_a_truncated_cached_library_is_rebuilt_by_the_commands(fused, tmp_path):
     out = tmp_path / "out"
     out.mkdir()
     env = {**os.environ, "DCD_DEPLOY_EXTENSION_DIR": str(ext), "CXX": str(_copying_compiler(tmp_path, good))}
-    result = subprocess.run([str(BIN / "dcd-validate"), str(fused.with_name("m.pt")), str(fused), "--backend", "openvino",
-                             "--batch-sizes", "1", "--num-inputs", "2", "--json", str(out / "r.json")], env=env,
-                            capture_output=True, text=True, timeout=TIMEOUT, preexec_fn=cap_memory)
+    result = subprocess.run(
+        [
+            str(BIN / "dcd-validate"),
+            str(fused.with_name("m.pt")),
+            str(fused),
+            "--backend",
+            "openvino",
+            "--batch-sizes",
+            "1",
+            "--num-inputs",
+            "2",
+            "--json",
+            str(out / "r.json"),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        preexec_fn=cap_memory,
+    )
     assert result.returncode == 0, result.stderr
     assert (ext / good.name).read_bytes() == good.read_bytes()
     assert sorted(p.name for p in out.iterdir()) == ["r.json"]
@@ -322,8 +419,9 @@ def test_a_truncated_cached_library_is_rebuilt_by_the_commands(fused, tmp_path):
 def test_sigterm_ends_an_endless_openvino_inference(tmp_path):
     result = sigterm_inside_inference(tmp_path, "openvino")
     assert result.returncode == 128 + signal.SIGTERM, result.stderr
-    assert result.stderr.strip().splitlines()[-1] == ("Error: stopped by SIGTERM; temporary files removed, "
-                                                      "nothing written")
+    assert result.stderr.strip().splitlines()[-1] == (
+        "Error: stopped by SIGTERM; temporary files removed, nothing written"
+    )
     assert "Traceback" not in result.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["hook", "inside", "loop.onnx"]
 
@@ -346,9 +444,24 @@ def test_sigterm_during_a_fused_export_with_a_hanging_compiler(tmp_path):
     ext.mkdir()
     out.mkdir()
     env = {**os.environ, "CXX": str(cxx), "DCD_DEPLOY_EXTENSION_DIR": str(ext), "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen([str(BIN / "dcd-export"), "mobilenetv2_035_dcd", "--mode", "fused", "-o",
-                             str(out / "m.onnx"), "--input-size", str(SIZE), "--no-simplify"], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=cap_memory)
+    proc = subprocess.Popen(
+        [
+            str(BIN / "dcd-export"),
+            "mobilenetv2_035_dcd",
+            "--mode",
+            "fused",
+            "-o",
+            str(out / "m.onnx"),
+            "--input-size",
+            str(SIZE),
+            "--no-simplify",
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=cap_memory,
+    )
     try:
         deadline = time.monotonic() + TIMEOUT
         while not (tmp_path / "pids").exists() and proc.poll() is None and time.monotonic() < deadline:

@@ -11,9 +11,9 @@ import pytest
 
 ov = pytest.importorskip("openvino")
 onnx = pytest.importorskip("onnx")
+from _fused_reference import make_case, reference  # noqa: E402
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
-from _fused_reference import make_case, reference  # noqa: E402
 from dcd_deploy.openvino import build_extension  # noqa: E402
 
 ISAS = ("avx512", "avx2", "portable")
@@ -68,11 +68,21 @@ def make_model(x, res, c, *, pool, se, attention, activation, form):
     order = ["fc1", "gate", "scale_w", "phi_w", "phi_b", "q", "q_b", "p", "w0", "bias"]
     inits = [numpy_helper.from_array(c[k], k) for k in order if k in c]
     names += [k for k in order if k in c]
-    node = helper.make_node("DCDPointwise", names, ["out"], domain="dcd_deploy", pool=pool, se=int(se),
-                            attention=int(attention), residual=int(res is not None), activation=activation,
-                            form=form)
-    graph = helper.make_graph([node], "dcd", inputs,
-                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, [B, H, W, Cout])], inits)
+    node = helper.make_node(
+        "DCDPointwise",
+        names,
+        ["out"],
+        domain="dcd_deploy",
+        pool=pool,
+        se=int(se),
+        attention=int(attention),
+        residual=int(res is not None),
+        activation=activation,
+        form=form,
+    )
+    graph = helper.make_graph(
+        [node], "dcd", inputs, [helper.make_tensor_value_info("out", TensorProto.FLOAT, [B, H, W, Cout])], inits
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("dcd_deploy", 1)])
     return model.SerializeToString()
 
@@ -84,15 +94,36 @@ def run_ov(core, model_bytes, x, res):
     return compiled(feeds)[0]
 
 
-def check(core, lib, isa, monkeypatch, *, B=1, H=7, W=7, Cin=17, Cout=23, L=4, S=8, pool=1, se=0, attention=0,
-          residual=0, activation="none", form="weight", seed=0):
+def check(
+    core,
+    lib,
+    isa,
+    monkeypatch,
+    *,
+    B=1,
+    H=7,
+    W=7,
+    Cin=17,
+    Cout=23,
+    L=4,
+    S=8,
+    pool=1,
+    se=0,
+    attention=0,
+    residual=0,
+    activation="none",
+    form="weight",
+    seed=0,
+):
     monkeypatch.setenv("DCD_DEPLOY_ISA", isa)
     assert lib.dcd_deploy_ov_isa().decode() == isa
     rng = np.random.default_rng(seed)
-    x, res, c = make_case(rng, B=B, H=H, W=W, Cin=Cin, Cout=Cout, L=L, S=S, pool=pool, se=se, attention=attention,
-                          residual=residual)
-    got = run_ov(core, make_model(x, res, c, pool=pool, se=se, attention=attention, activation=activation,
-                                  form=form), x, res)
+    x, res, c = make_case(
+        rng, B=B, H=H, W=W, Cin=Cin, Cout=Cout, L=L, S=S, pool=pool, se=se, attention=attention, residual=residual
+    )
+    got = run_ov(
+        core, make_model(x, res, c, pool=pool, se=se, attention=attention, activation=activation, form=form), x, res
+    )
     want = reference(x, res, c, pool=pool, se=se, attention=attention, activation=activation)
     assert got.shape == want.shape
     scale = max(1.0, float(np.abs(want).max()))
@@ -122,31 +153,70 @@ def test_shapes(core, lib, isas, monkeypatch, isa, form, pool, hw):
 
 @pytest.mark.parametrize("isa", ISAS)
 @pytest.mark.parametrize("form", ["weight", "latent"])
-@pytest.mark.parametrize("cin,cout,L", [(32, 96, 8), (96, 32, 20), (160, 96, 8), (23, 160, 20), (96, 17, 4),
-                                       (200, 203, 8)])  # the last: B blocks over 64 KB (panel-major loop)
+@pytest.mark.parametrize(
+    "cin,cout,L", [(32, 96, 8), (96, 32, 20), (160, 96, 8), (23, 160, 20), (96, 17, 4), (200, 203, 8)]
+)  # the last: B blocks over 64 KB (panel-major loop)
 def test_channels(core, lib, isas, monkeypatch, isa, form, cin, cout, L):
     _need(isas, isa)
-    check(core, lib, isa, monkeypatch, H=5, W=3, Cin=cin, Cout=cout, L=L, S=12, pool=2, form=form,
-          seed=cin + cout)
+    check(core, lib, isa, monkeypatch, H=5, W=3, Cin=cin, Cout=cout, L=L, S=12, pool=2, form=form, seed=cin + cout)
 
 
 @pytest.mark.parametrize("isa", ISAS)
 @pytest.mark.parametrize("form", ["weight", "latent"])
-@pytest.mark.parametrize("se,attention,residual,activation",
-                         [(0, 0, 0, "none"), (1, 0, 0, "relu"), (0, 1, 1, "relu6"), (1, 1, 1, "none"),
-                          (1, 1, 0, "relu6"), (0, 0, 1, "relu")])
+@pytest.mark.parametrize(
+    "se,attention,residual,activation",
+    [
+        (0, 0, 0, "none"),
+        (1, 0, 0, "relu"),
+        (0, 1, 1, "relu6"),
+        (1, 1, 1, "none"),
+        (1, 1, 0, "relu6"),
+        (0, 0, 1, "relu"),
+    ],
+)
 @pytest.mark.parametrize("B", [1, 4])
 def test_options(core, lib, isas, monkeypatch, isa, form, se, attention, residual, activation, B):
     _need(isas, isa)
-    check(core, lib, isa, monkeypatch, B=B, H=5, W=3, Cin=23, Cout=17, L=8, pool=2, se=se, attention=attention,
-          residual=residual, activation=activation, form=form, seed=B * 7 + se + 2 * attention)
+    check(
+        core,
+        lib,
+        isa,
+        monkeypatch,
+        B=B,
+        H=5,
+        W=3,
+        Cin=23,
+        Cout=17,
+        L=8,
+        pool=2,
+        se=se,
+        attention=attention,
+        residual=residual,
+        activation=activation,
+        form=form,
+        seed=B * 7 + se + 2 * attention,
+    )
 
 
 @pytest.mark.parametrize("form", ["weight", "latent"])
 def test_large_k(core, lib, isas, monkeypatch, form):
     # Cin above the kernel's K block (256): partial sums go through the output
-    check(core, lib, isas[0], monkeypatch, H=3, W=5, Cin=600, Cout=40, L=8, pool=1, attention=1, residual=1,
-          activation="relu", form=form)
+    check(
+        core,
+        lib,
+        isas[0],
+        monkeypatch,
+        H=3,
+        W=5,
+        Cin=600,
+        Cout=40,
+        L=8,
+        pool=1,
+        attention=1,
+        residual=1,
+        activation="relu",
+        form=form,
+    )
 
 
 def test_auto_form_and_default_isa(core, lib, monkeypatch):
@@ -207,11 +277,20 @@ def test_extension_wins_over_a_local_function_body(core, monkeypatch, overload):
     x, res, c = make_case(rng, B=1, H=5, W=3, Cin=8, Cout=12, L=4, S=4, pool=1, se=0, attention=0, residual=0)
     model = onnx.load_from_string(make_model(x, res, c, pool=1, se=0, attention=0, activation="none", form="weight"))
     node = model.graph.node[0]
-    const = [helper.make_node("Constant", [], [n], value=helper.make_tensor(n, TensorProto.INT64, [1], [v]))
-             for n, v in (("st", 0), ("en", 12), ("ax", 3))]
+    const = [
+        helper.make_node("Constant", [], [n], value=helper.make_tensor(n, TensorProto.INT64, [1], [v]))
+        for n, v in (("st", 0), ("en", 12), ("ax", 3))
+    ]
     body = const + [helper.make_node("Slice", [node.input[0], "st", "en", "ax"], ["out"])]
-    fn = helper.make_function("dcd_deploy", "DCDPointwise", list(node.input), ["out"], body,
-                              [helper.make_opsetid("", 17)], attributes=[a.name for a in node.attribute])
+    fn = helper.make_function(
+        "dcd_deploy",
+        "DCDPointwise",
+        list(node.input),
+        ["out"],
+        body,
+        [helper.make_opsetid("", 17)],
+        attributes=[a.name for a in node.attribute],
+    )
     if overload:
         fn.overload = node.overload = "v1"
     model.functions.append(fn)
@@ -311,8 +390,9 @@ def test_weights_as_graph_inputs(core, monkeypatch, form):
     compiled = core.compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32", "INFERENCE_NUM_THREADS": 1})
     request = compiled.create_infer_request()
     for seed in (8, 9):
-        _, _, c2 = make_case(np.random.default_rng(seed), B=1, H=5, W=4, Cin=9, Cout=13, L=4, S=5, pool=2, se=1,
-                             attention=1, residual=1)
+        _, _, c2 = make_case(
+            np.random.default_rng(seed), B=1, H=5, W=4, Cin=9, Cout=13, L=4, S=5, pool=2, se=1, attention=1, residual=1
+        )
         feeds = {"x": x, "residual": res, **{k: c2[k] for k in names}}
         got = request.infer(feeds)[0].copy()
         want = reference(x, res, c2, pool=2, se=1, attention=1, activation="relu")

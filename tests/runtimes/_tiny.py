@@ -15,11 +15,15 @@ def write_tiny(path, shape=("N", 3, 4, 4)):
     it can be asked for as an extra output."""
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, list(shape))
-    nodes = [helper.make_node("Mul", ["x", "scale"], ["h"]), helper.make_node("Add", ["h", "shift"], ["a"]),
-             helper.make_node("Relu", ["a"], ["y"])]
+    nodes = [
+        helper.make_node("Mul", ["x", "scale"], ["h"]),
+        helper.make_node("Add", ["h", "shift"], ["a"]),
+        helper.make_node("Relu", ["a"], ["y"]),
+    ]
     inits = [numpy_helper.from_array(SCALE, "scale"), numpy_helper.from_array(SHIFT, "shift")]
-    model = helper.make_model(helper.make_graph(nodes, "tiny", [x], [y], inits),
-                              opset_imports=[helper.make_opsetid("", 17)])
+    model = helper.make_model(
+        helper.make_graph(nodes, "tiny", [x], [y], inits), opset_imports=[helper.make_opsetid("", 17)]
+    )
     model.ir_version = 8
     onnx.checker.check_model(model)
     onnx.save(model, str(path))
@@ -37,8 +41,10 @@ def write_fused(path):
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 4, 3])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 4, 3])
     node = helper.make_node("DCDPointwise", ["x"], ["y"], domain="dcd_deploy")
-    model = helper.make_model(helper.make_graph([node], "fused", [x], [y]),
-                              opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("dcd_deploy", 1)])
+    model = helper.make_model(
+        helper.make_graph([node], "fused", [x], [y]),
+        opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("dcd_deploy", 1)],
+    )
     model.ir_version = 8
     onnx.save(model, str(path))
     return path

@@ -30,8 +30,14 @@ def test_name_shape_weights_and_size(tmp_path):
 def test_not_an_image_input(tmp_path):
     a = helper.make_tensor_value_info("a", TensorProto.FLOAT, [1, 3, 4, 4])
     b = helper.make_tensor_value_info("b", TensorProto.FLOAT, [1, 3, 4, 4])
-    model = helper.make_model(helper.make_graph([helper.make_node("Add", ["a", "b"], ["c"])], "g", [a, b],
-                                                [helper.make_tensor_value_info("c", TensorProto.FLOAT, None)]))
+    model = helper.make_model(
+        helper.make_graph(
+            [helper.make_node("Add", ["a", "b"], ["c"])],
+            "g",
+            [a, b],
+            [helper.make_tensor_value_info("c", TensorProto.FLOAT, None)],
+        )
+    )
     onnx.save(model, str(tmp_path / "two.onnx"))
     with pytest.raises(UnsupportedInputError, match="has 2 inputs"):
         read_onnx_input(tmp_path / "two.onnx")

@@ -50,8 +50,9 @@ def test_threads_and_level_reach_the_session(tiny):
     assert info.name == "onnxruntime" and info.version and "3 thread(s)" in info.legend
     assert "optimisations disabled" in info.legend
     x = sample()  # None: ONNX Runtime's own default count, same result
-    np.testing.assert_allclose(load_runner("onnxruntime", tiny, threads=None).run({"x": x})["y"], oracle(x)[0],
-                               rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(
+        load_runner("onnxruntime", tiny, threads=None).run({"x": x})["y"], oracle(x)[0], rtol=1e-6, atol=1e-6
+    )
 
 
 def one_line(exc: pytest.ExceptionInfo) -> str:

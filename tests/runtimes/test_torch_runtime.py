@@ -32,8 +32,7 @@ def test_run_and_bind_compute_the_module():
     x = sample()
     runner = load_runner("torch", Tiny())
     np.testing.assert_allclose(runner.run({"x": x})["output"], oracle(x)[0], rtol=1e-6, atol=1e-6)
-    np.testing.assert_allclose(runner.bind({"x": torch.from_numpy(x)})().numpy(), oracle(x)[0], rtol=1e-6,
-                               atol=1e-6)
+    np.testing.assert_allclose(runner.bind({"x": torch.from_numpy(x)})().numpy(), oracle(x)[0], rtol=1e-6, atol=1e-6)
 
 
 def test_threads_and_onednn_only_around_the_call():

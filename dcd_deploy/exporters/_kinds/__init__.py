@@ -25,8 +25,18 @@ from ._depthwise import Depthwise
 from ._joint import Joint
 from ._linear import Linear
 
-__all__ = ["DCDKind", "CentreTap", "Pointwise", "Depthwise", "Joint", "Linear", "deploy_kind",
-           "adaptive_windows", "emit_crop", "prefers_weight_form"]
+__all__ = [
+    "DCDKind",
+    "CentreTap",
+    "Pointwise",
+    "Depthwise",
+    "Joint",
+    "Linear",
+    "deploy_kind",
+    "adaptive_windows",
+    "emit_crop",
+    "prefers_weight_form",
+]
 
 _CONV_KINDS = {"depthwise": Depthwise(), "joint": Joint()}
 _POINTWISE, _CENTRE_TAP, _LINEAR = Pointwise(), CentreTap(), Linear()

@@ -122,10 +122,18 @@ class ConvKind(DCDKind):
         conv = layer.conv
         kernel2, stride2, dilation2 = conv.kernel_size, conv.stride, conv.dilation
         # Geometry as nn.Conv2d has it: pairs, and the padding as (top, left, bottom, right).
-        return dict(c_out=layer.out_channels, pool_size=layer.pool_size, stride=layer.stride,
-                    kernel_size=layer.kernel_size, groups=layer.groups, kernel2=kernel2, stride2=stride2,
-                    dilation2=dilation2, pads=explicit_pads(conv.padding, kernel2, dilation2),
-                    tap_pads=layer.tap_pads)
+        return dict(
+            c_out=layer.out_channels,
+            pool_size=layer.pool_size,
+            stride=layer.stride,
+            kernel_size=layer.kernel_size,
+            groups=layer.groups,
+            kernel2=kernel2,
+            stride2=stride2,
+            dilation2=dilation2,
+            pads=explicit_pads(conv.padding, kernel2, dilation2),
+            tap_pads=layer.tap_pads,
+        )
 
     def static_weights(self, layer: nn.Module):
         bias = layer.bias.detach() if layer.bias is not None else None  # not scaled by Λ
@@ -199,8 +207,14 @@ class ConvKind(DCDKind):
 
     def emit_static(self, m: nn.Module, s, x: str) -> str:
         k, pad = m.kernel_size, m.kernel_size // 2
-        return s.op("Conv", [x, s.const("w0", m.w0), s.const("bias", m.bias)], group=m.groups,
-                    kernel_shape=[k, k], strides=[m.stride] * 2, pads=[pad] * 4)
+        return s.op(
+            "Conv",
+            [x, s.const("w0", m.w0), s.const("bias", m.bias)],
+            group=m.groups,
+            kernel_shape=[k, k],
+            strides=[m.stride] * 2,
+            pads=[pad] * 4,
+        )
 
     def madds(self, layer: nn.Module, n_in: int, n_out: int) -> tuple[int, int]:
         cin, cout = layer.in_channels, layer.out_channels

@@ -28,9 +28,10 @@ def emit_crop(s, x: str, pads) -> str:
     if not any(crop):
         return x
     top, left, bottom, right = crop
-    ends = [-bottom if bottom else 2 ** 62, -right if right else 2 ** 62]
-    return s.op("Slice", [x, s.ints("crop_starts", [top, left]), s.ints("crop_ends", ends),
-                          s.ints("crop_axes", [2, 3])])
+    ends = [-bottom if bottom else 2**62, -right if right else 2**62]
+    return s.op(
+        "Slice", [x, s.ints("crop_starts", [top, left]), s.ints("crop_ends", ends), s.ints("crop_axes", [2, 3])]
+    )
 
 
 def prefers_weight_form(*, c_in: int, c_out: int, latent: int, hw: int) -> bool:
@@ -77,14 +78,21 @@ class CentreTap(ConvKind):
         nb = m.num_blocks
         lb = m.latent_dim // nb
         tap = {"pads": [max(0, v) for v in m.tap_pads]} if any(v > 0 for v in m.tap_pads) else {}
-        z = s.op("Conv", [emit_crop(s, x, m.tap_pads), s.const("q", m.q), s.const("q_b", m.q_b)],
-                 kernel_shape=[1, 1], strides=list(m.stride2), group=nb, **tap)  # (B, L, H', W'): centre tap
+        z = s.op(
+            "Conv",
+            [emit_crop(s, x, m.tap_pads), s.const("q", m.q), s.const("q_b", m.q_b)],
+            kernel_shape=[1, 1],
+            strides=list(m.stride2),
+            group=nb,
+            **tap,
+        )  # (B, L, H', W'): centre tap
         z = s.op("Reshape", [z, s.ints("z_shape", [0, nb, lb, -1])])  # (B, nb, Lb, N)
         phi = s.op("Reshape", [phi, s.ints("phi_shape", [0, nb, lb, lb])])  # (B, nb, Lb, Lb)
         u = s.op("MatMul", [phi, z])  # (B, nb, Lb, N)
         u = s.op("Reshape", [u, s.nchw("u_shape", [0, m.latent_dim], h, w, out)])  # (B, L, H', W')
-        dyn = s.op("Conv", [u, s.const("p", m.p), s.const("bias", m.bias)], kernel_shape=[1, 1],
-                   group=nb)  # (B, C_out, H', W'), the bias added once
+        dyn = s.op(
+            "Conv", [u, s.const("p", m.p), s.const("bias", m.bias)], kernel_shape=[1, 1], group=nb
+        )  # (B, C_out, H', W'), the bias added once
         return s.op("Add", [dyn, out])
 
     def residual_madds(self, layer: nn.Module, n_in: int, n_out: int, kk: int) -> tuple[int, int]:
@@ -119,17 +127,27 @@ class CentreTap(ConvKind):
         return EPILOGUE
 
     def fused_constants(self, m: nn.Module) -> dict[str, torch.Tensor]:
-        return {"fc1": m.fc1, "gate": m.gate, "scale_w": m.scale_w, "phi_w": m.phi_w,  # (S, C_in·P²), ...
-                "phi_b": m.phi_b, "q": m.q.flatten(1), "q_b": m.q_b, "p": m.p.flatten(1),  # (L, C_in), (C_out, L)
-                "w0": m.w0.flatten(1), "bias": m.bias}  # (C_out, C_in), (C_out,)
+        return {
+            "fc1": m.fc1,
+            "gate": m.gate,
+            "scale_w": m.scale_w,
+            "phi_w": m.phi_w,  # (S, C_in·P²), ...
+            "phi_b": m.phi_b,
+            "q": m.q.flatten(1),
+            "q_b": m.q_b,
+            "p": m.p.flatten(1),  # (L, C_in), (C_out, L)
+            "w0": m.w0.flatten(1),
+            "bias": m.bias,
+        }  # (C_out, C_in), (C_out,)
 
 
 class Pointwise(CentreTap):
     """1x1 channel fusion (incl. block-diagonal B > 1); stride 1 and B = 1 also in the weight form."""
 
     def supports_weight_form(self, layer: nn.Module) -> bool:
-        return (layer.stride == 1 and layer.channel_fusion and layer.num_blocks == 1
-                and not any(layer.tap_pads))  # a padded 1x1 conv grows the map: not one MatMul
+        return (
+            layer.stride == 1 and layer.channel_fusion and layer.num_blocks == 1 and not any(layer.tap_pads)
+        )  # a padded 1x1 conv grows the map: not one MatMul
 
     def choose_form(self, layer: nn.Module, strategy: str, out_shape) -> str:
         if strategy == "latent" or not self.supports_weight_form(layer):

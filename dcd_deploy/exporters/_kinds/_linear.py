@@ -19,7 +19,7 @@ def _dense(mod: nn.Module) -> torch.Tensor:
     dense = torch.zeros(out, per_in * groups)
     step = out // groups
     for g in range(groups):
-        dense[g * step:(g + 1) * step, g * per_in:(g + 1) * per_in] = w[g * step:(g + 1) * step, :, 0]
+        dense[g * step : (g + 1) * step, g * per_in : (g + 1) * per_in] = w[g * step : (g + 1) * step, :, 0]
     return dense
 
 
@@ -29,8 +29,18 @@ class Linear(DCDKind):
     name = "linear"
 
     def geometry(self, layer: nn.Module) -> dict:
-        return dict(c_out=layer.out_features, pool_size=0, stride=1, kernel_size=1, groups=1,
-                    kernel2=(1, 1), stride2=(1, 1), dilation2=(1, 1), pads=(0, 0, 0, 0), tap_pads=(0, 0, 0, 0))
+        return dict(
+            c_out=layer.out_features,
+            pool_size=0,
+            stride=1,
+            kernel_size=1,
+            groups=1,
+            kernel2=(1, 1),
+            stride2=(1, 1),
+            dilation2=(1, 1),
+            pads=(0, 0, 0, 0),
+            tap_pads=(0, 0, 0, 0),
+        )
 
     def static_weights(self, layer: nn.Module):
         bias = layer.cls.bias.detach() if layer.cls.bias is not None else None
