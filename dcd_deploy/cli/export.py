@@ -135,7 +135,7 @@ def main(
     seed,
 ):
     """Export MODEL (a checkpoint, a zoo name or MODULE:FUNCTION) to ONNX in deploy form."""
-    from ..exporters import export_onnx, prewarm
+    from ..exporters import prewarm
     from ..inputs import load_images
 
     if quiet and verbose:
@@ -160,31 +160,24 @@ def main(
     )
     if progress is not None:
         progress(f"[load] {time.perf_counter() - started:.1f} s")
-    try:
-        with preparation_threads():  # 3-5 s instead of 25-40 s on a busy 2-core machine
-            result = export_onnx(
-                net,
-                output,
-                input_size=api_size(input_size),
-                batch=batch,
-                opset=opset,
-                simplify=not no_simplify,
-                mode=mode,
-                check=not no_check,
-                strategy=strategy,
-                parity_inputs=inputs,
-                progress=progress,
-                accept_inconclusive=accept_inconclusive,
-                parity_preprocess=preprocess,
-                parity_inputs_description=described,
-                **_dynamic_size(dynamic_size, input_size),
-            )
-    except ParityError as exc:
-        if exc.report is None:  # the model itself is broken (NaN outputs): nothing to tabulate
-            raise
-        if not quiet:
-            click.echo(exc.report.table(), err=True)
-        raise parity_failure(exc.report) from None
+    result = _export(
+        net,
+        output,
+        quiet=quiet,
+        input_size=api_size(input_size),
+        batch=batch,
+        opset=opset,
+        simplify=not no_simplify,
+        mode=mode,
+        check=not no_check,
+        strategy=strategy,
+        parity_inputs=inputs,
+        progress=progress,
+        accept_inconclusive=accept_inconclusive,
+        parity_preprocess=preprocess,
+        parity_inputs_description=described,
+        **_dynamic_size(dynamic_size, input_size),
+    )
     click.echo(f"wrote {result.path} ({result.size_bytes / 1e6:.1f} MB) in {time.perf_counter() - started:.1f} s")
     if json_path is not None:
         write_json_atomic(
@@ -201,6 +194,22 @@ def main(
             strategy=strategy,
             verbose=verbose,
         )
+
+
+def _export(net, output, *, quiet: bool, **options):
+    """:func:`~dcd_deploy.export_onnx` on the preparation threads; a parity failure prints
+    its table (unless ``quiet``) and becomes the one-line error."""
+    from ..exporters import export_onnx
+
+    try:
+        with preparation_threads():  # 3-5 s instead of 25-40 s on a busy 2-core machine
+            return export_onnx(net, output, **options)
+    except ParityError as exc:
+        if exc.report is None:  # the model itself is broken (NaN outputs): nothing to tabulate
+            raise
+        if not quiet:
+            click.echo(exc.report.table(), err=True)
+        raise parity_failure(exc.report) from None
 
 
 def _print_report(result, *, label: str, params: int, shape: str, strategy: str, verbose: bool) -> None:

@@ -212,9 +212,7 @@ def export_onnx(
     example = example_tuple(example_inputs, hw)
     if example_inputs is not None:
         hw = _image_hw(example) or hw
-    path = Path(path)
-    check_output_path(path, error=ExportError)
-
+    check_output_path(path := Path(path), error=ExportError)
     stage = _Stages(progress)
     prewarm()  # the exporter's imports on another core during the eager lowering below
     deploy = to_deploy(model, strategy=strategy, input_size=hw, example_inputs=example)
@@ -235,21 +233,11 @@ def export_onnx(
         output_names=out_names,
         progress=stage,
     )
-    candidates = [proto]
-    if simplify and mode == "standard":
-        # with a parity check to follow, onnxsim's own (random inputs, ONNX Runtime against
-        # itself) is the weaker of the two: the check decides, the unsimplified graph is kept
-        # if the simplified one fails it
-        simpler, simplified = _simplify_keeping_layers(proto, own_check=not check)
-        if simplified:
-            candidates.insert(0, simpler)
-        stage("simplify")
-    for c in candidates:
-        _check_ops(c, mode)
-        if check:
-            _record_parity_inputs(c, parity_inputs, parity_inputs_description, parity_preprocess)
+    candidates = _candidates(proto, mode=mode, simplify=simplify, check=check, stage=stage)
     checker = None
     if check:
+        for c in candidates:
+            _record_parity_inputs(c, parity_inputs, parity_inputs_description, parity_preprocess)
         checker = functools.partial(
             _check,
             model,
@@ -260,8 +248,7 @@ def export_onnx(
             accept_inconclusive=accept_inconclusive,
             preprocess=parity_preprocess,
         )
-    proto, report = _write_checked(path, candidates, checker, stage)
-    hist = Counter(_op_name(n) for n in proto.graph.node)
+    written, report = _write_checked(path, candidates, checker, stage)
     return ExportResult(
         path=path,
         arch=getattr(model, "arch", type(model).__name__),
@@ -269,19 +256,43 @@ def export_onnx(
         batch=batch,
         opset=opset,
         mode=mode,
-        num_nodes=len(proto.graph.node),
-        op_histogram=dict(hist.most_common()),
-        size_bytes=path.stat().st_size,
         seconds=time.perf_counter() - start,
-        simplified=len(candidates) > 1 and proto is candidates[0],
+        simplified=len(candidates) > 1 and written is candidates[0],
         strategies=dict(getattr(deploy, "strategies", {})),
         fused=fused.fused,
         unfused=fused.unfused,
-        input_names=[i.name for i in proto.graph.input],
-        output_names=[o.name for o in proto.graph.output],
         dynamic_size=dynamic_size,
         parity=report,
+        **_file_facts(path, written),
     )
+
+
+def _candidates(proto: onnx.ModelProto, *, mode: str, simplify: bool, check: bool, stage) -> list[onnx.ModelProto]:
+    """The graphs to write, in order of preference: onnxsim's (standard mode) before the
+    unsimplified one. With a parity check to follow, onnxsim's own check (random inputs,
+    ONNX Runtime against itself) is the weaker of the two: the parity check decides, and
+    the unsimplified graph is kept if the simplified one fails it."""
+    candidates = [proto]
+    if simplify and mode == "standard":
+        simpler, simplified = _simplify_keeping_layers(proto, own_check=not check)
+        if simplified:
+            candidates.insert(0, simpler)
+        stage("simplify")
+    for c in candidates:
+        _check_ops(c, mode)
+    return candidates
+
+
+def _file_facts(path: Path, proto: onnx.ModelProto) -> dict:
+    """What :class:`ExportResult` says of the written graph and file."""
+    hist = Counter(_op_name(n) for n in proto.graph.node)
+    return {
+        "num_nodes": len(proto.graph.node),
+        "op_histogram": dict(hist.most_common()),
+        "size_bytes": path.stat().st_size,
+        "input_names": [i.name for i in proto.graph.input],
+        "output_names": [o.name for o in proto.graph.output],
+    }
 
 
 def _checked_arguments(*, opset, mode, strategy, batch) -> int:

@@ -316,8 +316,7 @@ class DCDConv2d(_DCDBase):
         self.pool = nn.AdaptiveAvgPool2d(pool_size)
         pooled = in_channels * pool_size * pool_size
         # Static factors of the dynamic residual; none exist without channel fusion.
-        self.conv_q = self.conv_p = self.bn1 = self.bn2 = None
-        self.kernel_r = self.weight_p = None
+        self.conv_q = self.conv_p = self.bn1 = self.bn2 = self.kernel_r = self.weight_p = None
         phi_numel = self._build_factors(kernel, strides, latent_bn) if channel_fusion else 0
         self._build_branch(
             in_features=pooled,
@@ -328,10 +327,7 @@ class DCDConv2d(_DCDBase):
             channel_attention=channel_attention,
             channel_fusion=channel_fusion,
         )
-        if bias:
-            self.bias = nn.Parameter(torch.empty(out_channels))
-        else:
-            self.register_parameter("bias", None)
+        self.register_parameter("bias", nn.Parameter(torch.empty(out_channels)) if bias else None)
         self.reset_parameters()
 
     def _build_factors(self, kernel: tuple[int, int], strides: tuple[int, int], latent_bn: bool) -> int:

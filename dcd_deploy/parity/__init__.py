@@ -275,21 +275,7 @@ def _layer_by_layer(
     naming a tensor the file lacks is a failing row of its own)."""
     report.layer_record = True
     report.layers.extend(
-        LayerRow(
-            r.path,
-            r.kind,
-            r.form,
-            first_backend,
-            "-",
-            float("inf"),
-            float("inf"),
-            0.0,
-            0.0,
-            0.0,
-            False,
-            note="the file has no tensor the record names for it",
-        )
-        for r in missing
+        LayerRow.unchecked(r, "the file has no tensor the record names for it", first_backend, "-") for r in missing
     )
     records = [r for r in records if r not in missing]
     if not samples or not records:

@@ -63,24 +63,7 @@ def compare(
     """
     n = ref.shape[0] if ref.ndim else 1
     if ref.shape != out.shape:
-        return ParityRow(
-            level,
-            batch,
-            n,
-            float("inf"),
-            float("inf"),
-            float("inf"),
-            0.0,
-            0.0,
-            0.0,
-            False,
-            0.0,
-            n,
-            0,
-            False,
-            False,
-            output=output,
-        )
+        return _shape_mismatch(level, batch, n, output)
     ref32, out = ref32.astype(np.float64, copy=False), out.astype(np.float64, copy=False)
     finite_32, finite_out = np.isfinite(ref32), np.isfinite(out)
     replaced = ~finite_32 & finite_out if nan_to_number else np.zeros_like(finite_32)
@@ -96,16 +79,7 @@ def compare(
     max_abs = float(diff.max()) if diff.size else 0.0
     classic = atol + rtol * scale
     tol = max(classic, k * err_torch)
-    top1_ok, mismatches = 1.0, 0
-    if ref.ndim == 2 and ref.shape[1] > 1:
-        rows_finite = both.all(axis=1)
-        if rows_finite.any():
-            r, o = ref[rows_finite], out[rows_finite]
-            agree = r.argmax(1) == o.argmax(1)
-            top2 = np.sort(r, axis=1)[:, -2:]
-            margin = top2[:, 1] - top2[:, 0]
-            mismatches = int((~agree & (margin > tol)).sum())
-            top1_ok = float(agree.mean())
+    top1_ok, mismatches = _top1(ref, out, both, tol)
     passed = max_abs <= tol and nonfinite_match and mismatches == 0
     return ParityRow(
         level,
@@ -127,3 +101,24 @@ def compare(
         classifier=ref.ndim == 2 and ref.shape[1] > 1,
         nonfinite_replaced=int(replaced.sum()),
     )
+
+
+def _shape_mismatch(level: str, batch: int, n: int, output: str) -> ParityRow:
+    """The row of an output whose shape is not the reference's: failed, nothing compared."""
+    inf = float("inf")
+    return ParityRow(level, batch, n, inf, inf, inf, 0.0, 0.0, 0.0, False, 0.0, n, 0, False, False, output=output)
+
+
+def _top1(ref: np.ndarray, out: np.ndarray, both: np.ndarray, tol: float) -> tuple[float, int]:
+    """(top-1 agreement, disagreements where the reference's top-2 margin exceeds ``tol``)
+    of an (N, classes) output over its all-finite rows; (1.0, 0) for any other output."""
+    if ref.ndim != 2 or ref.shape[1] <= 1:
+        return 1.0, 0
+    rows_finite = both.all(axis=1)
+    if not rows_finite.any():
+        return 1.0, 0
+    r, o = ref[rows_finite], out[rows_finite]
+    agree = r.argmax(1) == o.argmax(1)
+    top2 = np.sort(r, axis=1)[:, -2:]
+    margin = top2[:, 1] - top2[:, 0]
+    return float(agree.mean()), int((~agree & (margin > tol)).sum())

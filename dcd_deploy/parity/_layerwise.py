@@ -115,6 +115,14 @@ class LayerRow:
     passed: bool
     note: str = ""
 
+    @classmethod
+    def unchecked(cls, record: LayerRecord, note: str, backend: str = "", optimization: str = "") -> LayerRow:
+        """A failing row for a layer that could not be evaluated, saying why."""
+        inf = float("inf")
+        return cls(
+            record.path, record.kind, record.form, backend, optimization, inf, inf, 0.0, 0.0, 0.0, False, note=note
+        )
+
     @property
     def bound_rel(self) -> float:
         return self.bound / self.scale if self.scale else self.bound
@@ -201,23 +209,22 @@ def compare_layers(
         try:
             row = _compare_layer(r, values, ref64=ref64, model=model, k=k, fp32_errors=fp32_errors)
         except (RuntimeError, ValueError, AttributeError, KeyError) as exc:  # shapes or paths that do not fit
-            row = LayerRow(
-                r.path,
-                r.kind,
-                r.form,
-                "",
-                "",
-                float("inf"),
-                float("inf"),
-                0.0,
-                0.0,
-                0.0,
-                False,
-                note=f"cannot evaluate: {(str(exc).splitlines() or [type(exc).__name__])[0][:160]}",
-            )
+            row = LayerRow.unchecked(r, f"cannot evaluate: {(str(exc).splitlines() or [type(exc).__name__])[0][:160]}")
         row.backend, row.optimization = backend, optimization
         rows.append(row)
     return rows
+
+
+def _evaluate(r: LayerRecord, x: np.ndarray, res: np.ndarray | None, *, ref64: nn.Module, model: nn.Module | None):
+    """The layer in float64 and (``model`` given) in PyTorch fp32 on the file's input;
+    without ``model`` the fp32 value is the float64 one (its error is known already)."""
+    with torch.no_grad():
+        y64 = _apply(r, ref64, torch.from_numpy(x).double(), None if res is None else torch.from_numpy(res).double())
+        if model is None:
+            return y64.numpy(), y64.numpy()
+        x32 = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))
+        r32 = None if res is None else torch.from_numpy(np.ascontiguousarray(res, np.float32))
+        return y64.numpy(), _apply(r, model, x32, r32).numpy()
 
 
 def _compare_layer(
@@ -229,20 +236,7 @@ def _compare_layer(
         x = _nchw(x, r.layout)
         res = _nchw(values[r.residual][i], r.layout) if r.residual else None
         got = _nchw(values[r.output][i], r.layout)
-        with torch.no_grad():
-            y64 = _apply(
-                r, ref64, torch.from_numpy(x).double(), None if res is None else torch.from_numpy(res).double()
-            ).numpy()
-            y32 = (
-                y64
-                if known
-                else _apply(
-                    r,
-                    model,
-                    torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32)),
-                    None if res is None else torch.from_numpy(np.ascontiguousarray(res, np.float32)),
-                ).numpy()
-            )
+        y64, y32 = _evaluate(r, x, res, ref64=ref64, model=None if known else model)
         if y64.shape != got.shape:
             raise ValueError(f"the file's output has shape {got.shape}, the layer's {y64.shape}")
         if np.isfinite(y64).all() and np.isfinite(got).all():  # the common case: no masks to build
@@ -253,20 +247,7 @@ def _compare_layer(
             continue
         ok = np.isfinite(y64)
         if not np.array_equal(ok, np.isfinite(got)):
-            return LayerRow(
-                r.path,
-                r.kind,
-                r.form,
-                "",
-                "",
-                float("inf"),
-                float("inf"),
-                0.0,
-                0.0,
-                0.0,
-                False,
-                note="non-finite values where float64 has none (or the reverse)",
-            )
+            return LayerRow.unchecked(r, "non-finite values where float64 has none (or the reverse)")
         if ok.any():
             max_abs = max(max_abs, float(np.abs(got[ok] - y64[ok]).max()))
             err_torch = max(err_torch, float(np.abs(y32[ok].astype(np.float64) - y64[ok]).max()))
