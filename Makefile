@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 # matplotlib for the demo's plots only: `make test` does not need it.
 PLOT_STAMP := $(VENV)/.plot-installed
 
-.PHONY: demo test test-aarch64 install extension clean lint-cpp
+.PHONY: demo test test-aarch64 install extension clean lint lint-cpp
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -47,8 +47,14 @@ demo: $(PLOT_STAMP) extension
 	@echo
 	$(BIN)/dcd-bench summary out/bench.json out/frontier.json
 
-test: $(STAMP) extension
+test: $(STAMP) extension lint
 	$(BIN)/python -m pytest -q
+
+# ruff (pyflakes, pycodestyle, bugbear, pyupgrade, import order) and ruff's formatter
+# over the Python, configured in pyproject.toml; clang-format over csrc/ (lint-cpp).
+lint: $(STAMP) lint-cpp
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 
 # The kernels' portable path cross-built for aarch64 and tested under qemu-user
 # (tests/openvino/test_aarch64.py). The two Debian packages are installed when missing and
