@@ -191,16 +191,4 @@ def test_no_module_uses_another_modules_private_names():
 
 
 #: Functions another helper is splitting (the layer-kinds work owns complexity.py).
-_ELSEWHERE = {("complexity.py", "count_complexity")}
-
-
-def test_no_function_in_bench_is_longer_than_60_lines():
-    long = [
-        (name, node.name, node.end_lineno - node.lineno + 1)
-        for name, tree in _modules().items()
-        for node in ast.walk(tree)
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
-        and node.end_lineno - node.lineno + 1 > 60
-        and (name, node.name) not in _ELSEWHERE
-    ]
-    assert not long
+# (the 60-line rule for every function of the package is tests/test_house.py)
