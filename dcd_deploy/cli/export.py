@@ -135,7 +135,6 @@ def main(
     seed,
 ):
     """Export MODEL (a checkpoint, a zoo name or MODULE:FUNCTION) to ONNX in deploy form."""
-    from ..exporters import prewarm
     from ..inputs import load_images
 
     if quiet and verbose:
@@ -154,7 +153,6 @@ def main(
     check_parity_budget(input_size=max(input_size), batch_sizes=(batch or 2,), n_inputs=8)
     progress = None if quiet else click.echo  # on stdout with the report: stderr is for the Error line
     started = time.perf_counter()
-    prewarm()  # the exporter's imports on the other core while the model loads
     net = resolve_model(
         model, arch=arch, weights=weights, trust_checkpoint=trust_checkpoint, seed=seed, input_size=input_size
     )

@@ -15,7 +15,6 @@ __all__ = [
     "to_deploy",
     "export_onnx",
     "ExportResult",
-    "prewarm",
 ]
 
 
@@ -25,8 +24,4 @@ def __getattr__(name: str):
         from . import onnx as _onnx
 
         return getattr(_onnx, name)
-    if name == "prewarm":
-        from ._trace import prewarm
-
-        return prewarm
     raise AttributeError(name)

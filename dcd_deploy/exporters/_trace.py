@@ -14,18 +14,12 @@ one pass (1.5 s). That entry point and the translator's are private in torch 2.1
 pinned release); when they are missing or refuse a graph, the public
 ``torch.onnx.export`` is used instead, which gives the same graph more slowly.
 
-Before the first trace of a process, importing ``torch.export`` (which imports dynamo)
-and building the translator's registry take 2-3 s of Python. :func:`prewarm` does that
-on a background thread while the caller builds or loads the model, whose PyTorch ops
-release the GIL: ``dcd-export`` starts it before loading the model, so on an idle second
-core the cost disappears from the export's wall time.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
-import threading
 from dataclasses import dataclass
 
 import onnx
@@ -161,7 +155,7 @@ def trace(
     emitters = emitters_of(model)
     args = trace_example(example, batch)
     shapes = _dynamic_shapes(args, batch=batch, dynamic_size=dynamic_size)
-    op, translate = _translation()
+    op, translate = onnx_translation()
     with _placeholders(model, emitters), _no_stack_traces():
         try:
             proto, fast = _fast(model, args, shapes, op, translate), True
@@ -236,29 +230,12 @@ def _fast(model, args, shapes, op, translate) -> onnx.ModelProto:
         raise _Fallback from exc
 
 
-#: Serialises :func:`_registry`'s first build between :func:`prewarm`'s thread and a trace.
-_REGISTRY_LOCK = threading.RLock()
-
-
-def _translation():
-    """The placeholder's translation (its first call registers an ONNX schema: not twice)."""
-    with _REGISTRY_LOCK:
-        return onnx_translation()
-
-
-def _registry(op, translate):
-    """:func:`_build_registry`, built once per process; a trace waits for a build that
-    :func:`prewarm` started instead of starting a second one."""
-    with _REGISTRY_LOCK:
-        return _build_registry(op, translate)
-
-
 @functools.lru_cache(maxsize=1)
-def _build_registry(op, translate):
-    """torch.onnx's registry with the placeholder's translation (onnxscript re-parses ~500
-    torchlib functions' sources for each new one: 0.5-1 s), and what the trace does with
-    composite ops: keep those the translator writes whole, decompose the others (what
-    ``torch.onnx.export``'s own decomposition pass decides)."""
+def _registry(op, translate):
+    """torch.onnx's registry with the placeholder's translation, built once per process
+    (onnxscript re-parses ~500 torchlib functions' sources for each new one: 0.5-1 s), and
+    what the trace does with composite ops: keep those the translator writes whole,
+    decompose the others (what ``torch.onnx.export``'s own decomposition pass decides)."""
     from torch.export.exported_program import _split_decomp_table_to_cia_and_python_decomp
     from torch.onnx._internal.exporter import _decomp, _registration
 
@@ -268,30 +245,6 @@ def _build_registry(op, translate):
     table = _decomp.create_onnx_friendly_decomposition_table(set(_decomp.get_onnx_implemented_overloads(registry)))
     cia, _ = _split_decomp_table_to_cia_and_python_decomp(table)
     return registry, cia
-
-
-def prewarm() -> threading.Thread | None:
-    """Import the exporter and build its registry on a daemon thread; returns the thread
-    (None when that was done already).
-
-    Purely an optimisation: whatever fails here is left for the trace to do (and report)
-    itself, and the result is the one the trace would build.
-    """
-    if _build_registry.cache_info().currsize:
-        return None
-    thread = threading.Thread(target=_warm, name="dcd-deploy-prewarm", daemon=True)
-    thread.start()
-    return thread
-
-
-def _warm() -> None:
-    try:
-        import torch.export._trace  # noqa: F401  (dynamo: most of the import time)
-        from torch.onnx._internal.exporter import _core  # noqa: F401
-
-        _registry(*_translation())
-    except Exception:  # noqa: BLE001  (the trace redoes it and reports what fails)
-        pass
 
 
 @contextlib.contextmanager

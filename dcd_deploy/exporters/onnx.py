@@ -39,7 +39,7 @@ from ._builder import DOMAIN
 from ._deploy_dcd import STRATEGIES, DeployDCD
 from ._emit import drop_missing, emit_layers
 from ._placeholder import DOMAIN as PLACEHOLDER_DOMAIN
-from ._trace import NATIVE_OPSET, prewarm, trace
+from ._trace import NATIVE_OPSET, trace
 from .lowering import example_tuple, input_hw, to_deploy
 
 DEFAULT_OPSET = NATIVE_OPSET
@@ -214,7 +214,6 @@ def export_onnx(
         hw = _image_hw(example) or hw
     check_output_path(path := Path(path), error=ExportError)
     stage = _Stages(progress)
-    prewarm()  # the exporter's imports on another core during the eager lowering below
     deploy = to_deploy(model, strategy=strategy, input_size=hw, example_inputs=example)
     out_names = _output_names(deploy, example, output_names)
     if dynamic_size:
