@@ -69,11 +69,7 @@ void DCDConvEpilogue::validate_attributes() {
     std::string isa_error;
     NODE_VALIDATION_CHECK(this, select_kernels(&isa_error) != nullptr, isa_error);
     const InputLayout I = input_layout();
-    NODE_VALIDATION_CHECK(this, (int)get_input_size() == I.count, "expected ", I.count,
-                          " inputs for these attributes, got ", get_input_size());
-    for (size_t i = 0; i < get_input_size(); ++i)
-        NODE_VALIDATION_CHECK(this, get_input_element_type(i).compatible(ov::element::f32), "input ", i,
-                              " must be f32");
+    I.check_inputs(this);
     NODE_VALIDATION_CHECK(this, get_input_partial_shape(I.packed).compatible(ov::PartialShape{(int64_t)lay.total}),
                           "packed weights have shape ", get_input_partial_shape(I.packed), ", expected (", lay.total,
                           ")");

@@ -69,11 +69,7 @@ void DCDPointwise::validate_checked() {
     std::string isa_error;
     NODE_VALIDATION_CHECK(this, select_kernels(&isa_error) != nullptr, isa_error);
     const InputLayout I = input_layout();
-    NODE_VALIDATION_CHECK(this, (int)get_input_size() == I.count, "expected ", I.count,
-                          " inputs for these attributes, got ", get_input_size());
-    for (size_t i = 0; i < get_input_size(); ++i)
-        NODE_VALIDATION_CHECK(this, get_input_element_type(i).compatible(ov::element::f32), "input ", i,
-                              " must be f32");
+    I.check_inputs(this);
     const auto& xs = get_input_partial_shape(I.x);
     NODE_VALIDATION_CHECK(this, xs.rank().compatible(4), "x must be (B, H, W, Cin)");
     ov::Dimension cin, cout;

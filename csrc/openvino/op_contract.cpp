@@ -66,4 +66,12 @@ std::vector<std::string> InputLayout::names() const {
     return out;
 }
 
+void InputLayout::check_inputs(const ov::Node* node) const {
+    NODE_VALIDATION_CHECK(node, (int)node->get_input_size() == count, "expected ", count,
+                          " inputs for these attributes, got ", node->get_input_size());
+    for (size_t i = 0; i < node->get_input_size(); ++i)
+        NODE_VALIDATION_CHECK(node, node->get_input_element_type(i).compatible(ov::element::f32), "input ", i,
+                              " must be f32");
+}
+
 }  // namespace dcd

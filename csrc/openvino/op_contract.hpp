@@ -5,6 +5,7 @@
 #pragma once
 
 #include <openvino/core/attribute_visitor.hpp>
+#include <openvino/core/node.hpp>
 
 #include <cstdint>
 #include <string>
@@ -48,6 +49,8 @@ struct InputLayout {
     InputLayout(OpKind kind, const FusedAttrs& a, bool is_packed);
     // The inputs' names in order: x, conv, residual, packed and kPartNames.
     std::vector<std::string> names() const;
+    // A validation failure on `node` unless it has `count` inputs, all f32.
+    void check_inputs(const ov::Node* node) const;
 };
 
 }  // namespace dcd
