@@ -21,7 +21,7 @@ from typing import Union
 import torch
 from torch import nn
 
-from .layers import DCDConv2d, DCDLinear, MixtureConv2d
+from .layers import DCDConv2d, DCDLinear, MixtureConv2d, conv_like
 
 #: A module-path filter: a glob (``"features.*.conv.0"``), a compiled regex (matched with
 #: ``search``), a callable taking the path, or a list of these (any one matching).
@@ -198,16 +198,7 @@ def to_static(model: nn.Module) -> nn.Module:
     def make(path: str, module: nn.Module) -> nn.Module | None:
         if isinstance(module, DCDConv2d):
             conv = module.conv
-            new = nn.Conv2d(
-                conv.in_channels,
-                conv.out_channels,
-                conv.kernel_size,
-                conv.stride,
-                conv.padding,
-                conv.dilation,
-                conv.groups,
-                bias=module.bias is not None,
-            )
+            new = conv_like(conv, bias=module.bias is not None)
             weight, bias = conv.weight, module.bias
         elif isinstance(module, DCDLinear):
             new = nn.Linear(module.in_features, module.out_features, bias=module.cls.bias is not None)

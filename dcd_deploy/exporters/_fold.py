@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ..layers import conv_like
+
 
 def bn_affine(bn: nn.Module | None, channels: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(scale, shift) with ``bn(v) == scale * v + shift`` in eval mode; identity for None."""
@@ -17,16 +19,7 @@ def bn_affine(bn: nn.Module | None, channels: int) -> tuple[torch.Tensor, torch.
 def fold_conv_bn(conv: nn.Conv2d, bn: nn.Module | None) -> nn.Conv2d:
     """A new Conv2d computing ``bn(conv(x))`` (bias always present)."""
     scale, shift = bn_affine(bn, conv.out_channels)
-    out = nn.Conv2d(
-        conv.in_channels,
-        conv.out_channels,
-        conv.kernel_size,
-        conv.stride,
-        conv.padding,
-        conv.dilation,
-        conv.groups,
-        bias=True,
-    )
+    out = conv_like(conv, bias=True)
     with torch.no_grad():
         out.weight.copy_(conv.weight * scale.view(-1, 1, 1, 1))
         bias = conv.bias.detach() if conv.bias is not None else torch.zeros(conv.out_channels)

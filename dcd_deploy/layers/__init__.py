@@ -4,7 +4,7 @@
 exporter, pseudo-training and complexity counting handle both through it.
 """
 
-from ._geometry import conv2d, explicit_pads, pad_input, pair
+from ._geometry import conv2d, conv_like, explicit_pads, pad_input, pair
 from ._mixture import MixtureConv2d
 from .common import HSigmoid, SEGate, hsig
 from .condconv import CondConv2d
@@ -12,6 +12,7 @@ from .dcd import DCDConv2d, DCDLinear, default_kernel_latent_dim, default_latent
 from .dyconv import DynamicConv2d
 
 __all__ = [
+    "conv_like",
     "CondConv2d",
     "DCDConv2d",
     "DCDLinear",

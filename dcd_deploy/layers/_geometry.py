@@ -94,3 +94,18 @@ def conv2d(x: torch.Tensor, weight: torch.Tensor, bias, stride, pads: Pads, dila
     if is_symmetric(pads) and min(pads) >= 0:
         return F.conv2d(x, weight, bias, stride, (pads[0], pads[1]), dilation, groups)
     return F.conv2d(pad_input(x, pads), weight, bias, stride, 0, dilation, groups)
+
+
+def conv_like(conv: torch.nn.Conv2d, *, bias: bool) -> torch.nn.Conv2d:
+    """A new ``nn.Conv2d`` of ``conv``'s geometry (channels, kernel, stride, padding,
+    dilation, groups), with or without a bias, its weights uninitialised for the caller."""
+    return torch.nn.Conv2d(
+        conv.in_channels,
+        conv.out_channels,
+        conv.kernel_size,
+        conv.stride,
+        conv.padding,
+        conv.dilation,
+        conv.groups,
+        bias=bias,
+    )
