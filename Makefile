@@ -74,7 +74,7 @@ test-aarch64: $(STAMP)
 
 # The C++ of csrc/ against its format (csrc/.clang-format; clang-format from the test
 # extra, pinned in constraints.txt) and the 80-line limit on a function.
-CPP_SOURCES = $(shell find csrc -name '*.cpp' -o -name '*.hpp' | sort)
+CPP_SOURCES = $(shell find csrc -name '*.cpp' -o -name '*.hpp' -o -name '*.inc' | sort)
 lint-cpp: $(STAMP)
 	$(BIN)/clang-format --dry-run --Werror $(CPP_SOURCES)
 	$(BIN)/python csrc/function_lengths.py 80 $(CPP_SOURCES)

@@ -72,14 +72,15 @@ DCD_EXPORT void dcd_deploy_ov_profile_reset() { dcd::reset_profile(); }
 
 // The names of op's inputs in order for these attributes (InputLayout), comma-separated,
 // copied into out like dcd_deploy_ov_last_error (NUL-terminated, at most n - 1 bytes);
-// returns the text's full length, or -1 for an op other than "DCDPointwise" and
-// "DCDConvEpilogue". packed != 0: the op's packed form (what the ONNX conversion makes),
+// returns the text's full length, or -1 for an op other than "DCDPointwise",
+// "DCDConvEpilogue" and "DCDDepthwise". packed != 0: the op's packed form (what the ONNX conversion makes),
 // else the ONNX node's. For the test of the contract against the exporter's description.
 DCD_EXPORT int dcd_deploy_ov_inputs(const char* op, int se, int attention, int residual, int packed, char* out, int n) {
     try {
         dcd::OpKind kind;
         if (op && !std::strcmp(op, "DCDPointwise")) kind = dcd::OpKind::Pointwise;
         else if (op && !std::strcmp(op, "DCDConvEpilogue")) kind = dcd::OpKind::ConvEpilogue;
+        else if (op && !std::strcmp(op, "DCDDepthwise")) kind = dcd::OpKind::Depthwise;
         else return -1;
         dcd::FusedAttrs a;
         a.se = se != 0;

@@ -440,9 +440,9 @@ Prepared prepared_parts(T* base, const Params& P) {
     Prepared r;
     r.w0p = base;
     r.qp = r.w0p + (P.w0 ? packed_size(P.Cout, P.Cin) : 0);  // no w0: the epilogue op's
-    r.pp = r.qp + packed_size(P.L, P.Cin);
+    r.pp = r.qp + (P.q ? packed_size(P.L, P.Cin) : 0);  // no q: the depthwise op's
     r.qt = r.pp + packed_size(P.Cout, P.L);
-    r.phiwt = r.qt + (size_t)P.Cin * P.L;
+    r.phiwt = r.qt + (P.q ? (size_t)P.Cin * P.L : 0);
     r.scalewt = r.phiwt + (size_t)P.S * P.L * P.L;
     return r;
 }
@@ -458,9 +458,9 @@ void prepare(const Params* P, float* dst) {
     const Prepared r = prepared_parts(dst, *P);
     const int cout = P->Cout, cin = P->Cin, L = P->L;
     if (P->w0) pack_t(P->w0, cout, cin, nullptr, const_cast<float*>(r.w0p), cin, 0);
-    pack_t(P->q, L, cin, nullptr, const_cast<float*>(r.qp), cin, 0);
+    if (P->q) pack_t(P->q, L, cin, nullptr, const_cast<float*>(r.qp), cin, 0);
     pack_t(P->p, cout, L, nullptr, const_cast<float*>(r.pp), L, 0);
-    transpose(P->q, L, cin, const_cast<float*>(r.qt));
+    if (P->q) transpose(P->q, L, cin, const_cast<float*>(r.qt));
     transpose(P->phi_w, L * L, P->S, const_cast<float*>(r.phiwt));
     if (P->attention) transpose(P->scale_w, cout, P->S, const_cast<float*>(r.scalewt));
 }
@@ -827,9 +827,13 @@ void run_epilogue(Params* pp) {
     }
 }
 
+// run_depthwise: the DCDDepthwise op's kernels, in their own file but this translation unit
+// (the same ISA, vector helpers and branch)
+#include "depthwise_kernels.inc"
+
 #define DCD_STR2(x) #x
 #define DCD_STR(x) DCD_STR2(x)
-const KernelTable table = {DCD_STR(DCD_NS), NR, prepared_size, prepare, run, run_epilogue};
+const KernelTable table = {DCD_STR(DCD_NS), NR, prepared_size, prepare, run, run_epilogue, run_depthwise};
 
 }  // namespace
 }  // namespace DCD_NS

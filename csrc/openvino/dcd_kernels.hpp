@@ -30,6 +30,11 @@ struct Params {
     int Ho, Wo, stride, offset;
     const float* residual;                                                        // (B, H, W, Cout) or null
     const float *fc1, *gate, *scale_w, *phi_w, *phi_b, *q, *q_b, *p, *w0, *bias;  // w0 null: epilogue
+    // DCDDepthwise only (run_depthwise; q and q_b null, Cin = Cout = C): w0 (C, k*k) and r
+    // (L, k*k) the kernels, out (B, Ho, Wo, C); a tap (ky, kx) reads x at row
+    // oy * stride - pad_t + ky * dilation (columns alike with pad_l).
+    const float* r;
+    int k, pad_t, pad_l, dilation;
     const float* prepared;  // the constants' packed forms, made by KernelTable::prepare
     float* out;             // (B, H, W, Cout)
     // Runs body(ctx, begin, end) over row ranges covering [0, m) (in multiples of grain,
@@ -52,6 +57,9 @@ struct KernelTable {
     // out = act(lam * conv + (P phi') (Q x_s + q_b) + bias + residual), out (B, Ho, Wo, Cout):
     // the DCDConvEpilogue op (prepared with w0 null).
     void (*run_epilogue)(Params* p);
+    // out = act(x (*) K + bias + residual) per sample, K[c] = lam[c] w0[c] + (p phi')[c] r: the
+    // DCDDepthwise op (prepared with w0 and q null), depthwise_kernels.inc.
+    void (*run_depthwise)(Params* p);
 };
 
 const KernelTable* kernels_portable();

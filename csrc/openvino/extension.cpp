@@ -1,10 +1,11 @@
 // How the ops enter OpenVINO: OpExtensions (IR round trips) and ONNX ConversionExtensions
-// for both ops of domain/opset "dcd_deploy"; the conversion packs the node's weight
+// for the three ops of domain/opset "dcd_deploy"; the conversion packs the node's weight
 // Constants into one input (weight_packing.hpp).
 #include <openvino/core/extension.hpp>
 #include <openvino/core/op_extension.hpp>
 #include <openvino/frontend/onnx/extension/conversion.hpp>
 
+#include "dcd_depthwise.hpp"
 #include "dcd_epilogue.hpp"
 #include "dcd_pointwise.hpp"
 
@@ -60,6 +61,37 @@ ov::OutputVector convert_epilogue(const ov::frontend::NodeContext& ctx) {
     return node->outputs();
 }
 
+ov::OutputVector convert_depthwise(const ov::frontend::NodeContext& ctx) {
+    constexpr const char* kOp = "DCDDepthwise";
+    const FusedAttrs a = onnx_attrs(ctx);
+    const std::string bad_attrs = a.check();
+    OPENVINO_ASSERT(bad_attrs.empty(), kOp, ": ", bad_attrs);
+    DepthwiseGeometry g;
+    g.kernel = ctx.get_attribute<int64_t>("kernel", 3);
+    g.stride = ctx.get_attribute<int64_t>("stride", 1);
+    g.dilation = ctx.get_attribute<int64_t>("dilation", 1);
+    g.pads = ctx.get_attribute<std::vector<int64_t>>("pads", {1, 1, 1, 1});
+    const std::string bad_geometry = g.check();
+    OPENVINO_ASSERT(bad_geometry.empty(), kOp, ": ", bad_geometry);
+    const ov::OutputVector inputs = onnx_inputs(ctx);
+    const InputLayout I(OpKind::Depthwise, a, false);
+    OPENVINO_ASSERT((int)inputs.size() == I.count, kOp, ": ", inputs.size(), " inputs given, expected ", I.count,
+                    " for these attributes");
+    const auto& rs = inputs[I.weight[PK_R]].get_partial_shape();
+    OPENVINO_ASSERT(rs.rank().is_static() && rs.size() == 2 && rs[1].compatible(g.kernel * g.kernel), kOp, ": r has shape ",
+                    rs, ", expected (L, ", g.kernel * g.kernel, ") for the kernel ", g.kernel, "x", g.kernel);
+    std::vector<int64_t> dims;
+    std::string why;
+    auto weights = pack_weights(inputs, I, a, &dims, &why);
+    OPENVINO_ASSERT(weights, kOp, ": ", why);
+    const InputLayout P(OpKind::Depthwise, a, true);
+    ov::OutputVector args(P.count);
+    args[P.x] = inputs[I.x];
+    if (P.residual >= 0) args[P.residual] = inputs[I.residual];
+    args[P.packed] = weights;
+    return std::make_shared<DCDDepthwise>(args, a, g, dims)->outputs();
+}
+
 }  // namespace
 }  // namespace dcd
 
@@ -68,4 +100,7 @@ OPENVINO_CREATE_EXTENSIONS(std::vector<ov::Extension::Ptr>(
      std::make_shared<ov::frontend::onnx::ConversionExtension>("DCDPointwise", "dcd_deploy", dcd::convert_pointwise),
      std::make_shared<ov::OpExtension<dcd::DCDConvEpilogue>>(),
      std::make_shared<ov::frontend::onnx::ConversionExtension>("DCDConvEpilogue", "dcd_deploy",
-                                                               dcd::convert_epilogue)}));
+                                                               dcd::convert_epilogue),
+     std::make_shared<ov::OpExtension<dcd::DCDDepthwise>>(),
+     std::make_shared<ov::frontend::onnx::ConversionExtension>("DCDDepthwise", "dcd_deploy",
+                                                               dcd::convert_depthwise)}));

@@ -29,12 +29,14 @@ struct FusedAttrs {
 int parse_act(const std::string& a);   // ACT_*, -1 if not none/relu/relu6
 int parse_form(const std::string& f);  // FORM_*, -1 if not weight/latent/auto
 
-enum class OpKind { Pointwise, ConvEpilogue };
+enum class OpKind { Pointwise, ConvEpilogue, Depthwise };
 
 // Where an op's inputs are, for its kind and attributes:
 // * DCDPointwise, the contract's form (the ONNX node's): x, [residual], fc1, [gate],
 //   [scale_w], phi_w, phi_b, q, q_b, p, w0, bias;
 // * DCDConvEpilogue's ONNX node: conv, x, [residual], the same weights without w0;
+// * DCDDepthwise's ONNX node: x, [residual], the same weights without q and q_b (w0 is
+//   (C, k*k)), then r (L, k*k);
 // * packed (what the ONNX conversion makes of either when the weights are Constants):
 //   the activations, then one 1-D f32 Constant holding the weights (PackedLayout).
 //   OpenVINO's CPU plugin wraps every input of an extension op in a new ov::Tensor at

@@ -33,17 +33,20 @@ std::shared_ptr<ov::op::v0::Constant> pack_weights(const ov::OutputVector& input
     std::shared_ptr<ov::op::v0::Constant> c[PK_COUNT];
     *why = weight_constants(inputs, I, c);
     if (!why->empty()) return nullptr;
-    const ov::Shape &fs = c[PK_FC1]->get_shape(), &qs = c[PK_Q]->get_shape(), &ps = c[PK_P]->get_shape();
+    const bool dw = I.weight[PK_R] >= 0;  // the depthwise op: r (L, k*k) in q's place
+    const ov::Shape &fs = c[PK_FC1]->get_shape(), &qs = c[dw ? PK_R : PK_Q]->get_shape(), &ps = c[PK_P]->get_shape();
     if (fs.size() != 2 || qs.size() != 2 || ps.size() != 2) {
-        *why = "fc1, q and p must be matrices";
+        *why = dw ? "fc1, r and p must be matrices" : "fc1, q and p must be matrices";
         return nullptr;
     }
-    const size_t S = fs[0], L = qs[0], cin = qs[1], cout = ps[0], pool = (size_t)a.pool;
+    const size_t S = fs[0], L = qs[0], cout = ps[0], cin = dw ? cout : qs[1], kk = dw ? qs[1] : 0;
+    const size_t pool = (size_t)a.pool;
     PackedLayout lay;
-    *why = PackedLayout::make(cout, cin, S, L, pool, a.se, a.attention, &lay, I.weight[PK_W0] >= 0);
+    *why = PackedLayout::make(cout, cin, S, L, pool, a.se, a.attention, &lay, I.weight[PK_W0] >= 0, kk);
     if (!why->empty()) return nullptr;
-    const ov::Shape want[PK_COUNT] = {
-        {S, cin * pool * pool}, {S, S}, {cout, S}, {L * L, S}, {L * L}, {L, cin}, {L}, {cout, L}, {cout, cin}, {cout}};
+    const ov::Shape want[PK_COUNT] = {{S, cin * pool * pool}, {S, S},    {cout, S},   {L * L, S},
+                                      {L * L},                {L, cin},  {L},         {cout, L},
+                                      {cout, dw ? kk : cin},  {cout},    {L, kk}};
     ov::Tensor packed(ov::element::f32, ov::Shape{lay.total});
     std::fill_n(packed.data<float>(), lay.total, 0.f);
     for (int t = 0; t < PK_COUNT; ++t) {
@@ -61,7 +64,7 @@ std::shared_ptr<ov::op::v0::Constant> pack_weights(const ov::OutputVector& input
 
 void bind_packed(const float* w, const PackedLayout& lay, Params* p) {
     const float** dst[PK_COUNT] = {&p->fc1, &p->gate, &p->scale_w, &p->phi_w, &p->phi_b,
-                                   &p->q,   &p->q_b,  &p->p,       &p->w0,    &p->bias};
+                                   &p->q,   &p->q_b,  &p->p,       &p->w0,    &p->bias, &p->r};
     for (int t = 0; t < PK_COUNT; ++t) *dst[t] = lay.size[t] ? w + lay.offset[t] : nullptr;
 }
 
@@ -87,7 +90,7 @@ std::shared_ptr<const std::vector<float>> PreparedCache::get(const KernelTable* 
         std::lock_guard<std::mutex> lock(m_mutex);
         if (m_prepared && m_owned && same_tensors(m_key, key)) return m_prepared;
     }
-    const size_t n[kCached] = {p.w0 ? (size_t)p.Cout * p.Cin : 0, (size_t)p.L * p.Cin, (size_t)p.Cout * p.L,
+    const size_t n[kCached] = {p.w0 ? (size_t)p.Cout * p.Cin : 0, p.q ? (size_t)p.L * p.Cin : 0, (size_t)p.Cout * p.L,
                                (size_t)p.L * p.L * p.S, p.scale_w ? (size_t)p.Cout * p.S : 0};
     for (int t = 0; t < kCached; ++t)
         for (int i = 0; n[t] && i < 8; ++i) key.probe[t][i] = src[t][(n[t] - 1) * i / 7];

@@ -297,7 +297,7 @@ def _dcd_layers(model) -> int:
 
 
 def _fused_nodes(onnx_path) -> int:
-    """How many fused DCD nodes (``DCDPointwise``, ``DCDConvEpilogue``) the file has."""
+    """How many fused DCD nodes (``DCDPointwise``, ``DCDConvEpilogue``, ``DCDDepthwise``) the file has."""
     import onnx
 
     from ..exporters import FUSED_OP_TYPES

@@ -28,7 +28,7 @@ from .profile import GROUPS, GroupTime, TraceBreakdown
 STATIC_TYPES = frozenset({"Convolution", "GroupConvolution", "FullyConnected", "MatMul"})
 ELEMENTWISE_TYPES = frozenset({"Eltwise", "Subgraph", "HardSigmoid", "Multiply", "Add", "Clamp"})
 #: The plugin's node type of an extension op without a native implementation.
-EXTENSION_TYPES = frozenset({"Reference", "DCDPointwise", "DCDConvEpilogue"})
+EXTENSION_TYPES = frozenset({"Reference", "DCDPointwise", "DCDConvEpilogue", "DCDDepthwise"})
 #: Kernel phases (:data:`dcd_deploy.openvino.PROFILE_PHASES`) -> group.
 PHASE_GROUPS = {"pool": "dynamic_branch", "branch": "dynamic_branch", "form": "weight_build", "gemm": "weight_apply"}
 

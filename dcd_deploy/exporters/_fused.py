@@ -30,9 +30,16 @@ with ``x_s`` the conv's centre-tap pixels (stride ``stride``, offset 0 at paddin
 Inputs: ``conv``, ``x``, ``residual`` (if fused), then the DCDPointwise weights without
 ``w0``. Attributes: those of DCDPointwise without ``form``, plus ``stride``, ``offset``.
 
+A k x k depthwise layer (paper Eq. 7) becomes one ``dcd_deploy.DCDDepthwise`` node in
+the weight form: per sample ``K[c] = Λ[c] W0[c] + Σ_l (P Φ')[c, l] R[l]`` (C x k², tiny),
+then one depthwise convolution of x with K, bias, residual and activation fused. Inputs:
+``x``, ``residual`` (if fused), ``fc1``, ``gate``, ``scale_w``, ``phi_w``, ``phi_b``, ``p``,
+``w0`` (C, k²), ``bias``, ``r`` (L, k²). Attributes: ``pool``, ``se``, ``attention``,
+``residual``, ``activation``, ``kernel``, ``stride``, ``dilation``, ``pads`` (ONNX Conv's).
+
 The epilogue is matched on the exported ONNX graph (:func:`plan`): a same-shape Add
 and then a Relu or Clip(0, 6), each only where the tensor before it feeds nothing else.
-Other DCD kinds (depthwise, joint, several latent blocks, the classifier) stay standard
+Other DCD kinds (joint, several latent blocks, the classifier) stay standard
 ops in this mode: they are not fused yet, and :func:`why_not` (the kind's
 ``why_not_fused``) says why for the export's report.
 """
@@ -45,14 +52,16 @@ from torch import nn
 
 from ._builder import FunctionScope, GraphBuilder
 from ._deploy_dcd import DeployDCD
-from ._fused_contract import ACTIVATIONS, EPILOGUE, POINTWISE, fused_inputs
+from ._fused_contract import ACTIVATIONS, DEPTHWISE, EPILOGUE, POINTWISE, fused_inputs
 
 #: Op type of the fused node (domain ``dcd_deploy``).
 OP_TYPE = POINTWISE
 #: Op type of the fused node of a k x k or strided layer, after the standard Conv of W0.
 EPILOGUE_OP_TYPE = EPILOGUE
-#: Both fused op types.
-OP_TYPES = (OP_TYPE, EPILOGUE_OP_TYPE)
+#: Op type of the fused node of a depthwise layer.
+DEPTHWISE_OP_TYPE = DEPTHWISE
+#: Every fused op type.
+OP_TYPES = (OP_TYPE, EPILOGUE_OP_TYPE, DEPTHWISE_OP_TYPE)
 #: NCHW -> NHWC and back.
 TO_NHWC, TO_NCHW = [0, 2, 3, 1], [0, 3, 1, 2]
 
@@ -187,6 +196,8 @@ def emit(
     in_shape,
 ) -> str:
     """Emit one fused node (NCHW in and out); returns the output name."""
+    if layer.form_kind.fused_op(layer) == DEPTHWISE_OP_TYPE:
+        return _emit_depthwise(g, layout, layer, activation, path, x, residual, in_shape)
     if around_conv(layer):
         return _emit_around_conv(g, layout, layer, activation, path, x, residual, in_shape)
     attrs = dict(
@@ -237,6 +248,35 @@ def _emit_around_conv(
     fs, w = _inputs(g, path, layer, fused_inputs(attrs, EPILOGUE_OP_TYPE), activations)
     out = _body(fs, layer, w, in_shape, residual=residual is not None, activation=activation, stride=stride)
     y = fs.finish(out, kind=EPILOGUE_OP_TYPE, op_type=EPILOGUE_OP_TYPE, attrs=attrs)
+    return layout.to_nchw(y, path)
+
+
+def _emit_depthwise(
+    g: GraphBuilder,
+    layout: Layout,
+    layer: DeployDCD,
+    activation: str,
+    path: str,
+    x: str,
+    residual: str | None,
+    in_shape,
+) -> str:
+    """A depthwise layer: one DCDDepthwise node (NHWC); returns the NCHW output name."""
+    attrs = dict(
+        pool=layer.pool_size,
+        se=int(layer.se),
+        attention=int(layer.scale_w is not None),
+        residual=int(residual is not None),
+        activation=activation,
+        **layer.form_kind.fused_attrs(layer),
+    )
+    activations = {"x": layout.to_nhwc(x, path)}
+    if residual is not None:
+        activations["residual"] = layout.to_nhwc(residual, path)
+    fs, w = _inputs(g, path, layer, fused_inputs(attrs, DEPTHWISE_OP_TYPE), activations)
+    out = _depthwise_body(fs, layer, w, in_shape)
+    out = _finish(fs, out, w, residual=residual is not None, activation=activation)
+    y = fs.finish(out, kind=DEPTHWISE_OP_TYPE, op_type=DEPTHWISE_OP_TYPE, attrs=attrs)
     return layout.to_nchw(y, path)
 
 
@@ -295,13 +335,7 @@ def _body(
     (DCDConvEpilogue) the static term is the body's ``conv`` input and the latent path
     reads x's centre-tap pixels, every ``stride``-th row and column from 0."""
     lat = layer.latent_dim
-    y = fs.op("Gemm", [_pooled(fs, layer.pool_size, in_shape), w["fc1"]], transB=1)  # (B, S)
-    if layer.se:
-        y = fs.op(
-            "Mul", [y, fs.op("HardSigmoid", [fs.op("Gemm", [y, w["gate"]], transB=1)], alpha=1.0 / 6.0, beta=0.5)]
-        )
-    else:
-        y = fs.op("Relu", [y])
+    y = _features(fs, layer, w, in_shape)
     phi = fs.op("Gemm", [y, w["phi_w"], w["phi_b"]], transB=1)  # (B, L²)
     phi = fs.op("Reshape", [phi, fs.ints("phi_shape", [0, lat, lat])])  # (B, L, L)
     phi_t = fs.op("Unsqueeze", [fs.op("Transpose", [phi], perm=[0, 2, 1]), fs.ints("axis", [1])])  # (B, 1, L, L)
@@ -326,9 +360,30 @@ def _body(
     else:
         out = "conv"  # (B, H', W', C_out): W0 * x, the runtime's convolution
     if "scale_w" in w:
-        lam = fs.op("HardSigmoid", [fs.op("Gemm", [y, w["scale_w"]], transB=1)], alpha=1.0 / 6.0, beta=0.5)
-        out = fs.op("Mul", [out, fs.op("Unsqueeze", [lam, fs.ints("hw", [1, 2])])])  # Λ per (sample, channel)
-    out = fs.op("Add", [fs.op("Add", [out, dyn]), w["bias"]])
+        out = fs.op(
+            "Mul", [out, fs.op("Unsqueeze", [_lam(fs, w, y), fs.ints("hw", [1, 2])])]
+        )  # Λ per (sample, channel)
+    return _finish(fs, fs.op("Add", [out, dyn]), w, residual=residual, activation=activation)
+
+
+def _features(fs: FunctionScope, layer: DeployDCD, w: dict[str, str], in_shape) -> str:
+    """The branch's gated features (B, S) from the pooled x, as every fused op's body has them."""
+    y = fs.op("Gemm", [_pooled(fs, layer.pool_size, in_shape), w["fc1"]], transB=1)  # (B, S)
+    if layer.se:
+        return fs.op(
+            "Mul", [y, fs.op("HardSigmoid", [fs.op("Gemm", [y, w["gate"]], transB=1)], alpha=1.0 / 6.0, beta=0.5)]
+        )
+    return fs.op("Relu", [y])
+
+
+def _lam(fs: FunctionScope, w: dict[str, str], y: str) -> str:
+    """Λ (B, C_out) from the features."""
+    return fs.op("HardSigmoid", [fs.op("Gemm", [y, w["scale_w"]], transB=1)], alpha=1.0 / 6.0, beta=0.5)
+
+
+def _finish(fs: FunctionScope, out: str, w: dict[str, str], *, residual: bool, activation: str) -> str:
+    """The epilogue of an NHWC body: the bias, the residual, the activation."""
+    out = fs.op("Add", [out, w["bias"]])
     if residual:
         out = fs.op("Add", [out, "residual"])
     if activation == "relu":
@@ -336,3 +391,27 @@ def _body(
     elif activation == "relu6":
         out = fs.op("Clip", [out, fs.local("min", 0.0), fs.local("max", 6.0)])
     return out
+
+
+def _depthwise_body(fs: FunctionScope, layer: DeployDCD, w: dict[str, str], in_shape) -> str:
+    """DCDDepthwise's body before the epilogue, (B, H', W', C): with constant kernels (the
+    latent form, as the standard-op export has it), ``Λ ⊙ (W0 * x) + Σ_l (P Φ')[:, l] (R_l * x)``."""
+    c, lat, k = layer.c_out, layer.latent_dim, layer.kernel2[0]
+    geometry = dict(kernel_shape=[k, k], strides=list(layer.stride2), pads=list(layer.pads), group=c)
+    if tuple(layer.dilation2) != (1, 1):
+        geometry["dilations"] = list(layer.dilation2)
+    y = _features(fs, layer, w, in_shape)
+    xn = fs.op("Transpose", ["x"], perm=TO_NCHW)  # (B, C, H, W): ONNX Conv is channels-first
+    out = fs.op("Conv", [xn, fs.op("Reshape", [w["w0"], fs.ints("w0_shape", [c, 1, k, k])])], **geometry)
+    if "scale_w" in w:
+        out = fs.op("Mul", [out, fs.op("Unsqueeze", [_lam(fs, w, y), fs.ints("hw", [2, 3])])])  # (B, C, H', W')
+    r = fs.op("Reshape", [w["r"], fs.ints("r_1lkk", [1, lat, k, k])])
+    r = fs.op("Expand", [r, fs.ints("r_clkk", [c, lat, k, k])])  # R for every channel
+    r = fs.op("Reshape", [r, fs.ints("r_shape", [c * lat, 1, k, k])])
+    z = fs.op("Conv", [xn, r], **geometry)  # (B, C·L, H', W'), channel c·L + l = R_l * x_c
+    z = fs.op("Reshape", [z, fs.ints("z_shape", [0, c, lat, -1])])  # (B, C, L, N)
+    phi = fs.op("Gemm", [y, w["phi_w"], w["phi_b"]], transB=1)  # (B, L²)
+    phi = fs.op("Reshape", [phi, fs.ints("phi_shape", [0, lat, lat])])  # (B, L, L)
+    pm = fs.op("Unsqueeze", [fs.op("MatMul", [w["p"], phi]), fs.ints("axis", [2])])  # (B, C, 1, L)
+    dyn = fs.op("Reshape", [fs.op("MatMul", [pm, z]), fs.op("Shape", [out])])  # (B, C, 1, N) -> (B, C, H', W')
+    return fs.op("Transpose", [fs.op("Add", [out, dyn])], perm=TO_NHWC)  # (B, H', W', C)

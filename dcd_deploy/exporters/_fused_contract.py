@@ -1,6 +1,6 @@
 """The fused ops' input order, one table for the exporter and the C++ side's test.
 
-``DCDPointwise`` and ``DCDConvEpilogue`` (docs/design.md#fused-op) take their inputs in
+``DCDPointwise``, ``DCDConvEpilogue`` and ``DCDDepthwise`` (docs/design.md#fused-op) take their inputs in
 the order of :data:`INPUTS`; an input with a condition is present only when that
 attribute is 1. :func:`fused_inputs` is a pure function of the op type and the node's
 attributes: :mod:`._fused` emits the nodes by it, and the OpenVINO extension's test
@@ -14,6 +14,7 @@ from types import MappingProxyType
 
 POINTWISE = "DCDPointwise"
 EPILOGUE = "DCDConvEpilogue"
+DEPTHWISE = "DCDDepthwise"
 
 #: Per op type: (input, attribute that must be 1 for it to be present, or None).
 INPUTS: Mapping[str, tuple[tuple[str, str | None], ...]] = MappingProxyType(
@@ -46,6 +47,19 @@ INPUTS: Mapping[str, tuple[tuple[str, str | None], ...]] = MappingProxyType(
             ("p", None),
             ("bias", None),
         ),
+        DEPTHWISE: (
+            ("x", None),
+            ("residual", "residual"),
+            ("fc1", None),
+            ("gate", "se"),
+            ("scale_w", "attention"),
+            ("phi_w", None),
+            ("phi_b", None),
+            ("p", None),
+            ("w0", None),  # (C, k·k)
+            ("bias", None),
+            ("r", None),  # (L, k·k)
+        ),
     }
 )
 #: Inputs that are activations (NHWC tensors of the graph); the rest are constants.
@@ -58,7 +72,7 @@ def fused_inputs(attrs: Mapping[str, object], op_type: str = POINTWISE) -> list[
     Args:
         attrs: the node's attributes (``residual``, ``se``, ``attention`` as 0/1; any
             others are ignored).
-        op_type: ``DCDPointwise`` or ``DCDConvEpilogue``.
+        op_type: ``DCDPointwise``, ``DCDConvEpilogue`` or ``DCDDepthwise``.
 
     Returns:
         Input names, e.g. ``["x", "fc1", "phi_w", "phi_b", "q", "q_b", "p", "w0", "bias"]``

@@ -72,6 +72,7 @@ _PACKAGE_DIR = Path(__file__).resolve().parent
 _OP_UNITS = (
     "dcd_pointwise.cpp",
     "dcd_epilogue.cpp",
+    "dcd_depthwise.cpp",
     "op_contract.cpp",
     "op_failures.cpp",
     "op_runtime.cpp",
@@ -84,12 +85,14 @@ _SOURCES = (
     *_OP_UNITS,
     "dcd_pointwise.hpp",
     "dcd_epilogue.hpp",
+    "dcd_depthwise.hpp",
     "op_contract.hpp",
     "op_failures.hpp",
     "op_runtime.hpp",
     "weight_packing.hpp",
     "packed_layout.hpp",
     "dcd_kernels.cpp",
+    "depthwise_kernels.inc",
     "dcd_kernels.hpp",
 )
 _COMMON_FLAGS = ("-O3", "-std=c++17", "-fPIC", "-fvisibility=hidden")

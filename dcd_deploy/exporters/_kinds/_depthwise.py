@@ -1,4 +1,8 @@
-"""k x k depthwise DCD (paper Eq. 7): ``W(x) = Λ W0 + P Φ(x) Rᵀ``, R squeezing kernel elements."""
+"""k x k depthwise DCD (paper Eq. 7): ``W(x) = Λ W0 + P Φ(x) Rᵀ``, R squeezing kernel elements.
+
+Fused (``DCDDepthwise``, docs/design.md#fused-op) in the weight form, the cheap one for a
+depthwise layer: the per-sample kernel is C x k² values.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +10,7 @@ import torch
 from torch import nn
 
 from ...layers import conv2d
+from .._fused_contract import DEPTHWISE
 from ._base import ConvKind
 
 
@@ -46,5 +51,43 @@ class Depthwise(ConvKind):
         weight = cin * lat * lat + cin * lat * kk  # PΦ, (PΦ)Rᵀ
         return latent, weight
 
-    def why_not_fused(self, m: nn.Module) -> str:
-        return "depthwise"
+    # -- the fused op (docs/design.md#fused-op) -------------------------------------------
+    def why_not_fused(self, m: nn.Module) -> str | None:
+        (kh, kw), (sh, sw), (dh, dw) = m.kernel2, m.stride2, m.dilation2
+        if kh != kw:
+            return f"depthwise {kh}x{kw} kernel"
+        if sh != sw:
+            return f"depthwise stride {sh}x{sw}"
+        if dh != dw:
+            return f"depthwise dilation {dh}x{dw}"
+        if min(m.pads) < 0 or max(m.pads) > 64:  # the op's pads are ONNX Conv's, 0-64
+            return f"depthwise padding {tuple(m.pads)}"
+        if max(kh, sh, dh) > 64:
+            return f"depthwise {kh}x{kh} kernel, stride {sh}, dilation {dh}"
+        if not m.channel_fusion:
+            return "depthwise without channel fusion"
+        if m.pool_size not in (1, 2):
+            return f"pool {m.pool_size}"
+        return None
+
+    def fused_op(self, m: nn.Module) -> str:
+        """One DCDDepthwise node (weight form)."""
+        return DEPTHWISE
+
+    def fused_attrs(self, m: nn.Module) -> dict:
+        """The node's geometry attributes (pads as ONNX Conv's: top, left, bottom, right)."""
+        return dict(kernel=m.kernel2[0], stride=m.stride2[0], dilation=m.dilation2[0], pads=list(m.pads))
+
+    def fused_constants(self, m: nn.Module) -> dict[str, torch.Tensor]:
+        lk, kk = m.latent_dim, m.kernel2[0] * m.kernel2[1]
+        return {
+            "fc1": m.fc1,
+            "gate": m.gate,
+            "scale_w": m.scale_w,
+            "phi_w": m.phi_w,  # (L², S)
+            "phi_b": torch.zeros(lk * lk) if m.phi_b is None else m.phi_b,
+            "p": m.p,  # (C, L)
+            "w0": m.w0.reshape(m.c_out, kk),  # (C, k²)
+            "bias": m.bias,
+            "r": m.r[:lk].reshape(lk, kk),  # (L, k²): R, repeated per channel in the deploy form
+        }
