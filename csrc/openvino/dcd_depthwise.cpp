@@ -53,8 +53,7 @@ std::shared_ptr<ov::Node> DCDDepthwise::clone_with_new_inputs(const ov::OutputVe
 }
 
 std::string DCDDepthwise::layout(PackedLayout* lay) const {
-    if (m_packed.size() != 4)
-        return "packed must be {C, C, S, L}, got " + std::to_string(m_packed.size()) + " values";
+    if (m_packed.size() != 4) return "packed must be {C, C, S, L}, got " + std::to_string(m_packed.size()) + " values";
     for (int64_t d : m_packed)
         if (d <= 0) return "packed dimensions must be positive";
     if (m_packed[0] != m_packed[1]) return "packed must be {C, C, S, L}: a depthwise layer keeps its channels";
@@ -127,11 +126,11 @@ DCDDepthwise::Sizes DCDDepthwise::check_tensors(const ov::TensorVector& inputs, 
     for (const auto& t : inputs)
         OPENVINO_ASSERT(t.get_element_type() == ov::element::f32, kOp, ": all inputs must be f32");
     const ov::Shape& xs = inputs[I.x].get_shape();
-    OPENVINO_ASSERT(xs.size() == 4 && xs[3] == (size_t)m_packed[0], kOp, ": x ", xs, " must be (B, H, W, ",
-                    m_packed[0], ")");
+    OPENVINO_ASSERT(xs.size() == 4 && xs[3] == (size_t)m_packed[0], kOp, ": x ", xs, " must be (B, H, W, ", m_packed[0],
+                    ")");
     uint64_t n;
-    OPENVINO_ASSERT(mul_ok(xs[0], xs[1], &n) && mul_ok(n, xs[2], &n) && mul_ok(n, xs[3], &n) &&
-                        xs[1] <= kMaxDim && xs[2] <= kMaxDim,
+    OPENVINO_ASSERT(mul_ok(xs[0], xs[1], &n) && mul_ok(n, xs[2], &n) && mul_ok(n, xs[3], &n) && xs[1] <= kMaxDim &&
+                        xs[2] <= kMaxDim,
                     kOp, ": tensor too large");
     Sizes s{xs[0], xs[1], xs[2], xs[3], 0, 0};
     const int64_t ho = m_geo.out_size((int64_t)s.H, 0), wo = m_geo.out_size((int64_t)s.W, 1);

@@ -440,7 +440,7 @@ Prepared prepared_parts(T* base, const Params& P) {
     Prepared r;
     r.w0p = base;
     r.qp = r.w0p + (P.w0 ? packed_size(P.Cout, P.Cin) : 0);  // no w0: the epilogue op's
-    r.pp = r.qp + (P.q ? packed_size(P.L, P.Cin) : 0);  // no q: the depthwise op's
+    r.pp = r.qp + (P.q ? packed_size(P.L, P.Cin) : 0);       // no q: the depthwise op's
     r.qt = r.pp + packed_size(P.Cout, P.L);
     r.phiwt = r.qt + (P.q ? (size_t)P.Cin * P.L : 0);
     r.scalewt = r.phiwt + (size_t)P.S * P.L * P.L;

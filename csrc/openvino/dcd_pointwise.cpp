@@ -258,8 +258,8 @@ DCDPointwise::Sizes DCDPointwise::bind_contract_weights(const ov::TensorVector& 
                                       {Cout, L},
                                       {Cout, Cin},
                                       {Cout, 0}};
-    const float** dst[PK_COUNT] = {&p->fc1, &p->gate, &p->scale_w, &p->phi_w, &p->phi_b,
-                                   &p->q,   &p->q_b,  &p->p,       &p->w0,    &p->bias, &p->r};
+    const float** dst[PK_COUNT] = {&p->fc1, &p->gate, &p->scale_w, &p->phi_w, &p->phi_b, &p->q,
+                                   &p->q_b, &p->p,    &p->w0,      &p->bias,  &p->r};
     for (int t = 0; t < PK_COUNT; ++t) {
         *dst[t] = nullptr;
         if (I.weight[t] < 0) continue;

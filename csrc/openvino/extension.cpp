@@ -78,8 +78,9 @@ ov::OutputVector convert_depthwise(const ov::frontend::NodeContext& ctx) {
     OPENVINO_ASSERT((int)inputs.size() == I.count, kOp, ": ", inputs.size(), " inputs given, expected ", I.count,
                     " for these attributes");
     const auto& rs = inputs[I.weight[PK_R]].get_partial_shape();
-    OPENVINO_ASSERT(rs.rank().is_static() && rs.size() == 2 && rs[1].compatible(g.kernel * g.kernel), kOp, ": r has shape ",
-                    rs, ", expected (L, ", g.kernel * g.kernel, ") for the kernel ", g.kernel, "x", g.kernel);
+    OPENVINO_ASSERT(rs.rank().is_static() && rs.size() == 2 && rs[1].compatible(g.kernel * g.kernel), kOp,
+                    ": r has shape ", rs, ", expected (L, ", g.kernel * g.kernel, ") for the kernel ", g.kernel, "x",
+                    g.kernel);
     std::vector<int64_t> dims;
     std::string why;
     auto weights = pack_weights(inputs, I, a, &dims, &why);
@@ -99,8 +100,6 @@ OPENVINO_CREATE_EXTENSIONS(std::vector<ov::Extension::Ptr>(
     {std::make_shared<ov::OpExtension<dcd::DCDPointwise>>(),
      std::make_shared<ov::frontend::onnx::ConversionExtension>("DCDPointwise", "dcd_deploy", dcd::convert_pointwise),
      std::make_shared<ov::OpExtension<dcd::DCDConvEpilogue>>(),
-     std::make_shared<ov::frontend::onnx::ConversionExtension>("DCDConvEpilogue", "dcd_deploy",
-                                                               dcd::convert_epilogue),
+     std::make_shared<ov::frontend::onnx::ConversionExtension>("DCDConvEpilogue", "dcd_deploy", dcd::convert_epilogue),
      std::make_shared<ov::OpExtension<dcd::DCDDepthwise>>(),
-     std::make_shared<ov::frontend::onnx::ConversionExtension>("DCDDepthwise", "dcd_deploy",
-                                                               dcd::convert_depthwise)}));
+     std::make_shared<ov::frontend::onnx::ConversionExtension>("DCDDepthwise", "dcd_deploy", dcd::convert_depthwise)}));

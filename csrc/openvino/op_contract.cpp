@@ -49,7 +49,7 @@ InputLayout::InputLayout(OpKind kind, const FusedAttrs& a, bool is_packed) {
     }
     for (int t = 0; t < PK_COUNT; ++t) {
         if ((t == PK_GATE && !a.se) || (t == PK_SCALE_W && !a.attention)) continue;
-        if (t == PK_W0 && kind == OpKind::ConvEpilogue) continue;  // OpenVINO's Conv has W0
+        if (t == PK_W0 && kind == OpKind::ConvEpilogue) continue;               // OpenVINO's Conv has W0
         if ((t == PK_Q || t == PK_Q_B) && kind == OpKind::Depthwise) continue;  // R in Q's place
         if (t == PK_R && kind != OpKind::Depthwise) continue;
         weight[t] = i++;

@@ -44,9 +44,9 @@ std::shared_ptr<ov::op::v0::Constant> pack_weights(const ov::OutputVector& input
     PackedLayout lay;
     *why = PackedLayout::make(cout, cin, S, L, pool, a.se, a.attention, &lay, I.weight[PK_W0] >= 0, kk);
     if (!why->empty()) return nullptr;
-    const ov::Shape want[PK_COUNT] = {{S, cin * pool * pool}, {S, S},    {cout, S},   {L * L, S},
-                                      {L * L},                {L, cin},  {L},         {cout, L},
-                                      {cout, dw ? kk : cin},  {cout},    {L, kk}};
+    const ov::Shape want[PK_COUNT] = {
+        {S, cin * pool * pool}, {S, S}, {cout, S}, {L * L, S}, {L * L}, {L, cin}, {L}, {cout, L},
+        {cout, dw ? kk : cin},  {cout}, {L, kk}};
     ov::Tensor packed(ov::element::f32, ov::Shape{lay.total});
     std::fill_n(packed.data<float>(), lay.total, 0.f);
     for (int t = 0; t < PK_COUNT; ++t) {
@@ -63,8 +63,8 @@ std::shared_ptr<ov::op::v0::Constant> pack_weights(const ov::OutputVector& input
 }
 
 void bind_packed(const float* w, const PackedLayout& lay, Params* p) {
-    const float** dst[PK_COUNT] = {&p->fc1, &p->gate, &p->scale_w, &p->phi_w, &p->phi_b,
-                                   &p->q,   &p->q_b,  &p->p,       &p->w0,    &p->bias, &p->r};
+    const float** dst[PK_COUNT] = {&p->fc1, &p->gate, &p->scale_w, &p->phi_w, &p->phi_b, &p->q,
+                                   &p->q_b, &p->p,    &p->w0,      &p->bias,  &p->r};
     for (int t = 0; t < PK_COUNT; ++t) *dst[t] = lay.size[t] ? w + lay.offset[t] : nullptr;
 }
 

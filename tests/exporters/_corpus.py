@@ -425,18 +425,13 @@ CORPUS: dict[str, Case] = {
 
 #: Fused mode: DCD layers that stay standard ops, with the reason the export gives.
 UNFUSED = {
-    "mobilenetv3_like": {
-        "blocks.0.dw.0": "depthwise",
-        "blocks.1.dw.0": "depthwise",
-        "blocks.2.dw.0": "depthwise",
-        "classifier.3": "classifier (DCD linear layer)",
-    },
+    "mobilenetv3_like": {"classifier.3": "classifier (DCD linear layer)"},
     "efficientnet_like": {},
     "shufflenet_like": {},
     "densenet_like": {},
     "convnext_like": {},
     "segnet_like": {},
-    "two_input": {"dw.0": "depthwise", "cls": "classifier (DCD linear layer)"},
+    "two_input": {"cls": "classifier (DCD linear layer)"},
     "nonsquare": {},
     "resnet_like": {"layer1.conv3": "2 latent blocks", "layer2.conv3": "2 latent blocks"},
 }

@@ -21,6 +21,7 @@ from torch.utils import _pytree as pytree
 
 from dcd_deploy import export_onnx
 from dcd_deploy.errors import ExportError
+from dcd_deploy.exporters import FUSED_OP_TYPES
 from dcd_deploy.exporters.onnx import ALLOWED_OPS, LAYERS_KEY
 from dcd_deploy.layers import DCDConv2d, DCDLinear, MixtureConv2d
 
@@ -144,10 +145,7 @@ def test_corpus_network_exports_and_matches_pytorch(tmp_path, name, mode):
         assert result.fused_summary() == f"{len(dcd) - len(UNFUSED[name])} of {len(dcd)} DCD layers fused"
         assert _fused_paths(layers) == set(result.fused)
         fused_nodes = [n for n in proto.graph.node if n.domain == DOMAIN]
-        assert len(fused_nodes) == len(result.fused) and {n.op_type for n in fused_nodes} <= {
-            "DCDPointwise",
-            "DCDConvEpilogue",
-        }
+        assert len(fused_nodes) == len(result.fused) and {n.op_type for n in fused_nodes} <= set(FUSED_OP_TYPES)
     else:
         assert result.fused == [] and result.unfused == {}
 

@@ -104,12 +104,12 @@ def test_onnxruntime_runs_the_bodies_as_pytorch(fused, tmp_path):
 
 def test_channel_layers_fuse_the_rest_stays_standard(tmp_path):
     """1x1 stride-1 layers become DCDPointwise; k x k and strided ones the standard Conv of
-    W0 + DCDConvEpilogue; depthwise DCD layers are not fused yet: standard ops, no function."""
+    W0 + DCDConvEpilogue; depthwise DCD layers DCDDepthwise (the weight form)."""
     torch.manual_seed(0)
     model = _Flat(
         torch.nn.Conv2d(3, 16, 1),
         DCDConv2d(16, 16, 3),  # k x k channel fusion: Conv + DCDConvEpilogue
-        DCDConv2d(16, 16, 3, groups=16),  # depthwise: standard ops
+        DCDConv2d(16, 16, 3, groups=16),  # depthwise: DCDDepthwise
         DCDConv2d(16, 24, 1, stride=2),  # strided 1x1: Conv + DCDConvEpilogue
         DCDConv2d(24, 32, 1, pool_size=2),  # DCDPointwise
         torch.nn.ReLU(),
@@ -117,7 +117,8 @@ def test_channel_layers_fuse_the_rest_stays_standard(tmp_path):
     result = export_onnx(model, tmp_path / "m.onnx", input_size=12, mode="fused", check=False)
     assert result.op_histogram["dcd_deploy.DCDPointwise"] == 1
     assert result.op_histogram["dcd_deploy.DCDConvEpilogue"] == 2
-    assert list(result.unfused.values()) == ["depthwise"]
+    assert result.op_histogram["dcd_deploy.DCDDepthwise"] == 1
+    assert result.unfused == {}
     nodes = [n for n in onnx.load(str(tmp_path / "m.onnx")).graph.node if n.domain == "dcd_deploy"]
     epilogues = [n for n in nodes if n.op_type == "DCDConvEpilogue"]
     assert [_attrs(n)["stride"] for n in epilogues] == [1, 2]

@@ -75,7 +75,11 @@ def test_depthwise_and_joint_madds_by_hand():
 @pytest.mark.parametrize(
     "layer, reason",
     [
-        (DCDConv2d(8, 8, 3, groups=8), "depthwise"),
+        (DCDConv2d(8, 8, 3, groups=8), None),
+        (DCDConv2d(8, 8, 5, stride=2, padding=1, groups=8), None),
+        (DCDConv2d(8, 8, 3, stride=(1, 2), groups=8), "depthwise stride 1x2"),
+        (DCDConv2d(8, 8, 3, dilation=(1, 2), groups=8), "depthwise dilation 1x2"),
+        (DCDConv2d(8, 8, (3, 5), groups=8), "depthwise 3x5 kernel"),
         (DCDConv2d(8, 16, 3, joint_fusion=True), "joint fusion"),
         (DCDLinear(16, 10), "classifier (DCD linear layer)"),
         (DCDConv2d(8, 16, 1, num_blocks=2), "2 latent blocks"),
@@ -87,7 +91,9 @@ def test_depthwise_and_joint_madds_by_hand():
 def test_fused_contract_per_kind(layer, reason):
     deploy = DeployDCD(layer.eval())
     assert deploy.form_kind.why_not_fused(deploy) == reason
-    if reason is None:
+    if reason is None and layer.groups > 1:
+        assert deploy.form_kind.fused_op(deploy) == "DCDDepthwise"
+    elif reason is None:
         want = "DCDPointwise" if layer.kernel_size == 1 and layer.stride == 1 else "DCDConvEpilogue"
         assert deploy.form_kind.fused_op(deploy) == want
 

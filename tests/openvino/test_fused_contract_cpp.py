@@ -22,12 +22,14 @@ def python_inputs(op_type: str, attrs: dict) -> list[str]:
 
 def _emitted_attributes():
     """Every attribute combination the exporter emits, per op (activation, form, stride and
-    offset do not move inputs; one value of each stands for all)."""
+    offset and the depthwise geometry do not move inputs; one value of each stands for all)."""
     for op_type, se, attention, residual, pool in itertools.product(_fused.OP_TYPES, (0, 1), (0, 1), (0, 1), (1, 2)):
         attrs = dict(pool=pool, se=se, attention=attention, residual=residual, activation="relu")
         attrs.update(form="latent" if op_type == _fused.OP_TYPE else None)
         if op_type == _fused.EPILOGUE_OP_TYPE:
             attrs.update(stride=2, offset=0)
+        if op_type == _fused.DEPTHWISE_OP_TYPE:
+            attrs.update(kernel=3, stride=2, dilation=1, pads=[1, 1, 1, 1])
         yield op_type, {k: v for k, v in attrs.items() if v is not None}
 
 
@@ -76,4 +78,4 @@ def test_packed_form_keeps_the_activations_and_replaces_the_weights(cpp_inputs):
 
 
 def test_unknown_op_is_refused(cpp_inputs):
-    assert cpp_inputs("DCDDepthwise", dict(se=0, attention=0, residual=0)) is None
+    assert cpp_inputs("DCDNoSuchOp", dict(se=0, attention=0, residual=0)) is None
