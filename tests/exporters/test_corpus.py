@@ -62,9 +62,14 @@ def assert_file(proto: onnx.ModelProto, net: nn.Module, mode: str) -> list[dict]
         assert {n.op_type for n in f.node} <= ALLOWED_OPS
         sites = [n for n in graph.node if n.domain == DOMAIN and n.op_type == f.name and n.overload == f.overload]
         assert sites, f.name
+        made_by = {o: n for n in f.node for o in n.output}
         for node in f.node:
             if node.op_type == "Conv":
                 for formal in node.input[1:]:
+                    while formal in made_by:  # a weight reshaped in the body (DCDDepthwise's (C, k²) w0, R)
+                        shaping = made_by[formal]
+                        assert shaping.op_type in ("Reshape", "Expand"), shaping.op_type
+                        formal = shaping.input[0]
                     k = list(f.input).index(formal)
                     assert all(site.input[k] in inits for site in sites)
     # the batch axis stays symbolic on every input and output
