@@ -7,17 +7,20 @@
 //   dcd_kernel_driver CASES OUT
 //
 // CASES (native-endian; little-endian on every target here):
-//   int32 magic 0x4B444344 ("DCDK"), int32 version 2, int32 number of cases; per case
+//   int32 magic 0x4B444344 ("DCDK"), int32 version 3, int32 number of cases; per case
 //   int32 B, H, W, Cin, Cout, S, L, pool, se, attention, residual, act, form, threads,
-//   kind, stride, offset, then
+//   kind, stride, offset, k, pad_t, pad_l, pad_b, pad_r, dilation (the last six: kind 2), then
 //   kind 0 (DCDPointwise): float32 x, [residual], fc1, [gate], [scale_w], phi_w, phi_b, q,
 //     q_b, p, w0, bias (the op contract's order and shapes, docs/design.md "Fused op");
 //   kind 1 (DCDConvEpilogue): float32 x, conv, [residual], then the same weights without
-//     w0; conv and residual are (B, Ho, Wo, Cout), Ho = (H - 1 - offset) / stride + 1.
+//     w0; conv and residual are (B, Ho, Wo, Cout), Ho = (H - 1 - offset) / stride + 1;
+//   kind 2 (DCDDepthwise, Cin = Cout = C): float32 x, [residual], fc1, [gate], [scale_w],
+//     phi_w, phi_b, p, w0 (C, k*k), bias, r (L, k*k); residual (B, Ho, Wo, C), Ho =
+//     (H + pad_t + pad_b - dilation * (k - 1) - 1) / stride + 1.
 //   threads > 1: the GEMMs split their rows over that many std::threads, as the op splits
 //   them over OpenVINO's.
 // OUT: int32 magic, int32 number of cases, then each case's float32 output (B, H, W, Cout),
-// (B, Ho, Wo, Cout) for kind 1.
+// (B, Ho, Wo, Cout) for kinds 1 and 2.
 // It runs the portable kernels (the only ones built for a non-x86 CPU; on x86 the
 // OpenVINO tests cover every ISA). stdout: one line "kernels: NAME". Exit status 0, or 1
 // with one line on stderr.
@@ -85,18 +88,31 @@ struct Reader {
 
 // One case's sizes and options (the case file's int32 header).
 struct Case {
-    int B, H, W, Cin, Cout, S, L, pool, se, att, res, act, form, threads, kind, stride, offset, Ho, Wo;
+    int B, H, W, Cin, Cout, S, L, pool, se, att, res, act, form, threads, kind, stride, offset, k, pt, pl, pb, pr, dil,
+        Ho, Wo;
 };
 
+// A depthwise case's geometry checked, its output size set.
+Case depthwise_case(Case k, int c) {
+    const bool ok =
+        k.Cin == k.Cout && k.k >= 1 && k.stride >= 1 && k.dil >= 1 && k.pt >= 0 && k.pl >= 0 && k.pb >= 0 && k.pr >= 0;
+    if (!ok) fail("case " + std::to_string(c) + ": bad depthwise geometry");
+    k.Ho = (k.H + k.pt + k.pb - k.dil * (k.k - 1) - 1) / k.stride + 1;
+    k.Wo = (k.W + k.pl + k.pr - k.dil * (k.k - 1) - 1) / k.stride + 1;
+    if (k.Ho < 1 || k.Wo < 1) fail("case " + std::to_string(c) + ": the kernel does not fit");
+    return k;
+}
+
 Case read_case(Reader& r, int c) {
-    int32_t h[17];
+    int32_t h[23];
     for (int32_t& v : h) v = r.i32();
-    Case k{h[0],  h[1],  h[2],  h[3],  h[4],  h[5],  h[6],  h[7], h[8], h[9],
-           h[10], h[11], h[12], h[13], h[14], h[15], h[16], 0,    0};
+    Case k{h[0],  h[1],  h[2],  h[3],  h[4],  h[5],  h[6],  h[7],  h[8],  h[9],  h[10], h[11], h[12],
+           h[13], h[14], h[15], h[16], h[17], h[18], h[19], h[20], h[21], h[22], 0,     0};
     for (int i = 0; i < 7; ++i)
         if (h[i] < 1) fail("case " + std::to_string(c) + ": sizes must be positive");
     if (k.pool != 1 && k.pool != 2) fail("case " + std::to_string(c) + ": pool must be 1 or 2");
-    if (k.kind != 0 && k.kind != 1) fail("case " + std::to_string(c) + ": kind must be 0 or 1");
+    if (k.kind < 0 || k.kind > 2) fail("case " + std::to_string(c) + ": kind must be 0, 1 or 2");
+    if (k.kind == 2) return depthwise_case(k, c);
     if (k.kind == 0) k.stride = 1, k.offset = 0;
     if (k.stride < 1 || k.offset < 0 || k.offset >= k.H || k.offset >= k.W)
         fail("case " + std::to_string(c) + ": bad stride or offset");
@@ -106,7 +122,46 @@ Case read_case(Reader& r, int c) {
 }
 
 // Reads one case's tensors, runs it through the kernel table k, returns the output.
+// A depthwise case (kind 2): its tensors in the contract's order, the op's geometry.
+std::vector<float> run_depthwise_case(const dcd::KernelTable* k, Reader& r, const Case& c) {
+    const size_t C = c.Cout, S = c.S, L = c.L, kk = (size_t)c.k * c.k, No = (size_t)c.B * c.Ho * c.Wo;
+    std::vector<float> x = r.floats((size_t)c.B * c.H * c.W * C), residual = r.floats(c.res ? No * C : 0);
+    std::vector<float> fc1 = r.floats(S * C * c.pool * c.pool), gate = r.floats(c.se ? S * S : 0);
+    std::vector<float> scale_w = r.floats(c.att ? C * S : 0), phi_w = r.floats(L * L * S), phi_b = r.floats(L * L);
+    std::vector<float> p = r.floats(C * L), w0 = r.floats(C * kk), bias = r.floats(C), rk = r.floats(L * kk);
+    std::vector<float> out(No * C);
+    dcd::Params P{};
+    const int sizes[] = {c.B, c.H, c.W, c.Cin, c.Cout, c.S, c.L, c.pool, c.se, c.att, c.act, c.Ho, c.Wo, c.stride};
+    int* dst[] = {&P.B,    &P.H,  &P.W,         &P.Cin, &P.Cout, &P.S,  &P.L,
+                  &P.pool, &P.se, &P.attention, &P.act, &P.Ho,   &P.Wo, &P.stride};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; ++i) *dst[i] = sizes[i];
+    P.k = c.k;
+    P.pad_t = c.pt;
+    P.pad_l = c.pl;
+    P.dilation = c.dil;
+    P.x = x.data();
+    P.residual = c.res ? residual.data() : nullptr;
+    P.fc1 = fc1.data();
+    P.gate = c.se ? gate.data() : nullptr;
+    P.scale_w = c.att ? scale_w.data() : nullptr;
+    P.phi_w = phi_w.data();
+    P.phi_b = phi_b.data();
+    P.p = p.data();
+    P.bias = bias.data();
+    P.r = rk.data();
+    P.out = out.data();
+    g_threads = c.threads > 1 ? c.threads : 1;
+    P.parallel_rows = g_threads > 1 ? parallel_rows : nullptr;
+    std::vector<float> prepared(k->prepared_size(&P));  // the branch's parts: w0 and q null, as the op has it
+    k->prepare(&P, prepared.data());
+    P.prepared = prepared.data();
+    P.w0 = w0.data();
+    k->run_depthwise(&P);
+    return out;
+}
+
 std::vector<float> run_case(const dcd::KernelTable* k, Reader& r, const Case& c) {
+    if (c.kind == 2) return run_depthwise_case(k, r, c);
     const size_t N = (size_t)c.B * c.H * c.W, No = (size_t)c.B * c.Ho * c.Wo;
     const int Cin = c.Cin, Cout = c.Cout, S = c.S, L = c.L;
     std::vector<float> x = r.floats(N * Cin);
@@ -172,7 +227,7 @@ int main(int argc, char** argv) {
     std::FILE* in = std::fopen(argv[arg], "rb");
     if (!in) fail(std::string("cannot read ") + argv[arg]);
     Reader r{in};
-    if (r.i32() != kMagic || r.i32() != 2) fail("not a version-2 case file");
+    if (r.i32() != kMagic || r.i32() != 3) fail("not a version-3 case file");
     const int32_t ncases = r.i32();
     std::vector<std::vector<float>> outputs;
     try {

@@ -1,4 +1,4 @@
-"""The DCDPointwise and DCDConvEpilogue op contracts (docs/design.md "Fused op") in float64 numpy, and random
+"""The DCDPointwise, DCDConvEpilogue and DCDDepthwise op contracts (docs/design.md "Fused op") in float64 numpy, and random
 cases for it: the oracle of the kernel tests, in OpenVINO (test_kernel.py) and in the
 stand-alone driver under qemu (test_aarch64.py). Needs numpy only."""
 
@@ -32,7 +32,7 @@ def _pooled(xb, pool):
 
 def _branch(xb, c, *, pool, se, attention):
     """Λ (C_out) and Φ' (L x L) of one sample (H, W, C_in), float64."""
-    L = c["q"].shape[0]
+    L = c["p"].shape[1]
     y = c["fc1"] @ _pooled(xb, pool)
     y = y * hsig(c["gate"] @ y) if se else np.maximum(y, 0)
     lam = hsig(c["scale_w"] @ y) if attention else np.ones(c["p"].shape[0])
@@ -104,6 +104,49 @@ def epilogue_reference(x, conv, res, c, *, pool, se, attention, activation, stri
             out = out + res[b]
         outs.append(_act(out, activation))
     return np.stack(outs)
+
+
+# ------------------------------------------------------------------------ DCDDepthwise
+#: DCDDepthwise's weight inputs after x and [residual] (q and q_b absent; w0 (C, k²), r (L, k²)).
+DEPTHWISE_WEIGHT_ORDER = ("fc1", "gate", "scale_w", "phi_w", "phi_b", "p", "w0", "bias", "r")
+
+
+def depthwise_reference(x, res, c, *, pool, se, attention, activation, k, stride, pads, dilation):
+    """float64 DCDDepthwise (paper Eq. 7 per sample): K = Λ ⊙ W0 + (P Φ') R (C x k²), then
+    act(x ⊛ K + bias + residual), the depthwise cross-correlation with zero padding ``pads``
+    (top, left, bottom, right), written out tap by tap."""
+    c = {n: v.astype(np.float64) for n, v in c.items()}
+    top, left, bottom, right = pads
+    xp = np.pad(x.astype(np.float64), ((0, 0), (top, bottom), (left, right), (0, 0)))
+    B, Hp, Wp, C = xp.shape
+    span = dilation * (k - 1)
+    Ho, Wo = (Hp - span - 1) // stride + 1, (Wp - span - 1) // stride + 1
+    outs = []
+    for b in range(B):
+        lam, phi = _branch(x[b].astype(np.float64), c, pool=pool, se=se, attention=attention)
+        kernel = lam[:, None] * c["w0"] + (c["p"] @ phi) @ c["r"]  # (C, k²)
+        out = np.zeros((Ho, Wo, C)) + c["bias"]
+        for i in range(k):
+            for j in range(k):
+                r0, c0 = i * dilation, j * dilation
+                out += (
+                    xp[b, r0 : r0 + stride * (Ho - 1) + 1 : stride, c0 : c0 + stride * (Wo - 1) + 1 : stride]
+                    * kernel[:, i * k + j]
+                )
+        if res is not None:
+            out = out + res[b]
+        outs.append(_act(out, activation))
+    return np.stack(outs)
+
+
+def make_depthwise_case(rng, *, B, H, W, C, L, S, k, pool, se, attention):
+    """(x, weights by DCDDepthwise's contract name), float32."""
+    x, _, c = make_case(rng, B=B, H=H, W=W, Cin=C, Cout=C, L=L, S=S, pool=pool, se=se, attention=attention, residual=0)
+    for name in ("q", "q_b"):
+        del c[name]
+    c["w0"] = (rng.standard_normal((C, k * k)) / k).astype(np.float32)
+    c["r"] = (rng.standard_normal((L, k * k)) * 0.3).astype(np.float32)
+    return x, c
 
 
 def make_case(rng, *, B, H, W, Cin, Cout, L, S, pool, se, attention, residual):

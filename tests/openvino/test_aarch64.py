@@ -2,7 +2,9 @@
 with a stand-alone driver (``csrc/openvino/test_driver.cpp``) and run under ``qemu-aarch64``
 (``qemu-user``), against the float64 numpy model of the op contract (_fused_reference).
 
-The cases cover both ops (DCDPointwise in both forms, DCDConvEpilogue at strides 1 and 2), global and 2x2 pooling on odd sides, the SE / attention /
+The cases cover the three ops (DCDPointwise in both forms, DCDConvEpilogue at strides 1
+and 2, DCDDepthwise 3x3 / 5x5 / 7x7 at strides 1 and 2, padded, unpadded and dilated),
+global and 2x2 pooling on odd sides, the SE / attention /
 residual / activation options, batches, K above the kernel's K block, channel counts
 that leave partial panels, and the GEMM row split over threads. Skipped, with the reason,
 when the cross tools are missing (``make test-aarch64`` installs them when it may, and
@@ -19,11 +21,14 @@ import subprocess
 import numpy as np
 import pytest
 from _fused_reference import (
+    DEPTHWISE_WEIGHT_ORDER,
     EPILOGUE_WEIGHT_ORDER,
     WEIGHT_ORDER,
     conv_nhwc,
+    depthwise_reference,
     epilogue_reference,
     make_case,
+    make_depthwise_case,
     max_relative_error,
     reference,
 )
@@ -172,6 +177,59 @@ def _cases():
                 "threads": 3,
             }
         )
+    return out + _depthwise_cases(base)
+
+
+def _depthwise_cases(base):
+    """DCDDepthwise (kind 2): kernels, strides, paddings, dilation, channel tails, options,
+    batches and the row split."""
+    dw = {
+        **base,
+        "kind": 2,
+        "Cin": 17,
+        "Cout": 17,
+        "L": 4,
+        "form": "weight",
+        "k": 3,
+        "stride": 1,
+        "pads": (1, 1, 1, 1),
+        "dilation": 1,
+    }
+    out = []
+    for k, stride, pads, dil in (
+        (3, 1, (1, 1, 1, 1), 1),
+        (3, 2, (1, 1, 1, 1), 1),
+        (5, 1, (2, 2, 2, 2), 1),
+        (5, 2, (0, 0, 0, 0), 1),
+        (7, 1, (3, 3, 3, 3), 1),
+        (7, 2, (3, 3, 3, 3), 1),
+        (3, 1, (2, 2, 2, 2), 2),
+        (3, 1, (0, 1, 1, 0), 1),
+    ):
+        for pool, (h, w) in ((1, (9, 11)), (2, (7, 5)), (2, (13, 14))):
+            out.append({**dw, "k": k, "stride": stride, "pads": pads, "dilation": dil, "pool": pool, "H": h, "W": w})
+    for C, L in ((4, 1), (8, 4), (33, 12), (96, 4)):
+        out.append({**dw, "Cin": C, "Cout": C, "L": L, "H": 12, "W": 10, "pool": 2})
+    for se, att, res, act in ((1, 0, 0, "relu"), (0, 1, 1, "relu6"), (1, 1, 1, "none")):
+        out.append(
+            {**dw, "B": 3, "H": 8, "W": 9, "Cin": 19, "Cout": 19, "se": se, "attention": att}
+            | {"residual": res, "activation": act, "pool": 2}
+        )
+    out.append(
+        {
+            **dw,
+            "B": 2,
+            "H": 17,
+            "W": 15,
+            "Cin": 40,
+            "Cout": 40,
+            "se": 1,
+            "attention": 1,
+            "residual": 1,
+            "activation": "relu",
+            "threads": 3,
+        }
+    )
     return out
 
 
@@ -179,13 +237,16 @@ CASES = _cases()
 
 
 def write_cases(path, cases):
-    """The driver's case file (test_driver.cpp, version 2) and the expected outputs, float64."""
+    """The driver's case file (test_driver.cpp, version 3) and the expected outputs, float64."""
     expected = []
     with open(path, "wb") as f:
-        f.write(struct.pack("<3i", MAGIC, 2, len(cases)))
+        f.write(struct.pack("<3i", MAGIC, 3, len(cases)))
         for seed, k in enumerate(cases):
             kind = k.get("kind", 0)
             rng = np.random.default_rng(seed)
+            if kind == 2:
+                expected.append(_write_depthwise_case(f, rng, k))
+                continue
             x, res, c = make_case(
                 rng,
                 B=k["B"],
@@ -203,7 +264,7 @@ def write_cases(path, cases):
             stride = k.get("stride", 1)
             f.write(
                 struct.pack(
-                    "<17i",
+                    "<23i",
                     k["B"],
                     k["H"],
                     k["W"],
@@ -221,6 +282,7 @@ def write_cases(path, cases):
                     kind,
                     stride,
                     0,
+                    *[0] * 6,
                 )
             )
             opts = dict(pool=k["pool"], se=k["se"], attention=k["attention"], activation=k["activation"])
@@ -237,6 +299,35 @@ def write_cases(path, cases):
                 if a is not None:
                     f.write(np.ascontiguousarray(a, dtype="<f4").tobytes())
     return expected
+
+
+def _write_depthwise_case(f, rng, k) -> np.ndarray:
+    """One DCDDepthwise case into the file; returns its expected output (float64)."""
+    x, c = make_depthwise_case(
+        rng,
+        B=k["B"],
+        H=k["H"],
+        W=k["W"],
+        C=k["Cin"],
+        L=k["L"],
+        S=k["S"],
+        k=k["k"],
+        pool=k["pool"],
+        se=k["se"],
+        attention=k["attention"],
+    )
+    geometry = dict(k=k["k"], stride=k["stride"], pads=k["pads"], dilation=k["dilation"])
+    opts = dict(pool=k["pool"], se=k["se"], attention=k["attention"], activation=k["activation"])
+    shape = depthwise_reference(x, None, c, **opts, **geometry).shape
+    res = rng.standard_normal(shape).astype(np.float32) if k["residual"] else None
+    head = [k[n] for n in ("B", "H", "W", "Cin", "Cout", "S", "L", "pool", "se", "attention", "residual")]
+    head += [ACTS[k["activation"]], FORMS[k["form"]], k["threads"], 2, k["stride"], 0, k["k"]]
+    top, left, bottom, right = k["pads"]
+    f.write(struct.pack("<23i", *head, top, left, bottom, right, k["dilation"]))
+    for a in [x, res] + [c[n] for n in DEPTHWISE_WEIGHT_ORDER if n in c]:
+        if a is not None:
+            f.write(np.ascontiguousarray(a, dtype="<f4").tobytes())
+    return depthwise_reference(x, res, c, **opts, **geometry)
 
 
 def read_outputs(path, expected):
