@@ -35,6 +35,7 @@ enum class OpKind { Pointwise, ConvEpilogue };
 // * DCDPointwise, the contract's form (the ONNX node's): x, [residual], fc1, [gate],
 //   [scale_w], phi_w, phi_b, q, q_b, p, w0, bias;
 // * DCDConvEpilogue's ONNX node: conv, x, [residual], the same weights without w0;
+//   with latent_input (joint fusion): conv, x, [residual], z, those weights without q, q_b;
 // * packed (what the ONNX conversion makes of either when the weights are Constants):
 //   the activations, then one 1-D f32 Constant holding the weights (PackedLayout).
 //   OpenVINO's CPU plugin wraps every input of an extension op in a new ov::Tensor at
@@ -42,12 +43,13 @@ enum class OpKind { Pointwise, ConvEpilogue };
 //   per-call overhead.
 // gate is there with se, scale_w with attention, residual with residual.
 struct InputLayout {
-    int x = -1, conv = -1, residual = -1, packed = -1;
+    int x = -1, conv = -1, residual = -1, z = -1, packed = -1;
     int weight[PK_COUNT];  // by PackedPart; -1: absent, or inside `packed`
     int count = 0;
 
-    InputLayout(OpKind kind, const FusedAttrs& a, bool is_packed);
-    // The inputs' names in order: x, conv, residual, packed and kPartNames.
+    // latent_input: DCDConvEpilogue's attribute of that name (ignored for other kinds)
+    InputLayout(OpKind kind, const FusedAttrs& a, bool is_packed, bool latent_input = false);
+    // The inputs' names in order: x, conv, residual, z, packed and kPartNames.
     std::vector<std::string> names() const;
     // A validation failure on `node` unless it has `count` inputs, all f32.
     void check_inputs(const ov::Node* node) const;

@@ -36,14 +36,16 @@ struct PackedLayout {
     // Fills *out and returns "" for dimensions in range; else returns why they are not (a
     // dimension outside 1..kMaxDim, or a product the kernels cannot index).
     // w0 = false: the layout without w0 (DCDConvEpilogue, whose W0 is OpenVINO's Conv's).
+    // lz > 0: DCDConvEpilogue with latent_input (joint fusion): Φ' is L x lz, no q, q_b.
     static std::string make(uint64_t cout, uint64_t cin, uint64_t S, uint64_t L, uint64_t pool, bool se, bool att,
-                            PackedLayout* out, bool w0 = true) {
+                            PackedLayout* out, bool w0 = true, uint64_t lz = 0) {
         const uint64_t dims[4] = {cout, cin, S, L};
         const char* names[4] = {"Cout", "Cin", "S", "L"};
         for (int i = 0; i < 4; ++i)
             if (dims[i] < 1 || dims[i] > kMaxDim)
                 return std::string(names[i]) + " = " + std::to_string(dims[i]) + " is outside 1-" +
                        std::to_string(kMaxDim);
+        if (lz > kMaxDim) return "Lz = " + std::to_string(lz) + " is outside 1-" + std::to_string(kMaxDim);
         if (pool != 1 && pool != 2) return "pool must be 1 or 2";
         PackedLayout lay;
         uint64_t t, ll;
@@ -53,19 +55,19 @@ struct PackedLayout {
         lay.size[PK_GATE] = se ? t : 0;
         ok = ok && mul_ok(cout, S, &t);
         lay.size[PK_SCALE_W] = att ? t : 0;
-        ok = ok && mul_ok(L, L, &ll) && mul_ok(ll, S, &t);
+        ok = ok && mul_ok(L, lz ? lz : L, &ll) && mul_ok(ll, S, &t);
         lay.size[PK_PHI_W] = t;
         lay.size[PK_PHI_B] = ll;
         ok = ok && mul_ok(L, cin, &t);
-        lay.size[PK_Q] = t;
-        lay.size[PK_Q_B] = L;
+        lay.size[PK_Q] = lz ? 0 : t;
+        lay.size[PK_Q_B] = lz ? 0 : L;
         ok = ok && mul_ok(cout, L, &t);
         lay.size[PK_P] = t;
         ok = ok && mul_ok(cout, cin, &t);
         lay.size[PK_W0] = w0 ? t : 0;
         lay.size[PK_BIAS] = cout;
         // the kernels' prepared panels: K = Cin + L columns of up to 64 padded rows
-        ok = ok && mul_ok(cout + 64, cin + L, &t) && mul_ok(L + 64, cin + L, &t);
+        ok = ok && mul_ok(cout + 64, cin + L, &t) && mul_ok(L + 64, cin + L, &t) && mul_ok(cout + 64, lz, &t);
         if (!ok)
             return "the weights' sizes (Cout " + std::to_string(cout) + ", Cin " + std::to_string(cin) + ", S " +
                    std::to_string(S) + ", L " + std::to_string(L) + ") exceed 2^31 values";
