@@ -2,7 +2,8 @@
 with a stand-alone driver (``csrc/openvino/test_driver.cpp``) and run under ``qemu-aarch64``
 (``qemu-user``), against the float64 numpy model of the op contract (_fused_reference).
 
-The cases cover both ops (DCDPointwise in both forms, DCDConvEpilogue at strides 1 and 2), global and 2x2 pooling on odd sides, the SE / attention /
+The cases cover both ops (DCDPointwise in both forms, DCDConvEpilogue at strides 1 and 2,
+and with latent_input, the joint-fusion form), global and 2x2 pooling on odd sides, the SE / attention /
 residual / activation options, batches, K above the kernel's K block, channel counts
 that leave partial panels, and the GEMM row split over threads. Skipped, with the reason,
 when the cross tools are missing (``make test-aarch64`` installs them when it may, and
@@ -20,10 +21,13 @@ import numpy as np
 import pytest
 from _fused_reference import (
     EPILOGUE_WEIGHT_ORDER,
+    LATENT_WEIGHT_ORDER,
     WEIGHT_ORDER,
     conv_nhwc,
     epilogue_reference,
+    latent_epilogue_reference,
     make_case,
+    make_latent_case,
     max_relative_error,
     reference,
 )
@@ -172,6 +176,26 @@ def _cases():
                 "threads": 3,
             }
         )
+    return out + _latent_cases(base)
+
+
+def _latent_cases(base):
+    """DCDConvEpilogue with latent_input (kind 2, joint fusion): Φ' of L x Lz, z given."""
+    lat = {**base, "kind": 2, "stride": 1, "form": "latent", "Lz": 16}
+    out = []
+    for stride in (1, 2):
+        for pool, (h, w) in ((1, (9, 9)), (2, (7, 5)), (2, (1, 1))):
+            out.append({**lat, "stride": stride, "pool": pool, "H": h, "W": w})
+        for se, att, res, act in ((1, 0, 0, "relu"), (0, 1, 1, "relu6"), (1, 1, 1, "none")):
+            out.append(
+                {**lat, "stride": stride, "B": 3, "H": 8, "W": 5, "Cin": 19, "Cout": 29, "L": 6, "Lz": 24}
+                | {"pool": 2, "se": se, "attention": att, "residual": res, "activation": act}
+            )
+    # partial panels, Lz above a panel, the row split
+    out.append(
+        {**lat, "B": 2, "H": 17, "W": 15, "Cin": 23, "Cout": 160, "L": 9, "Lz": 81, "S": 6, "pool": 2}
+        | {"se": 1, "attention": 1, "residual": 1, "activation": "relu", "threads": 3}
+    )
     return out
 
 
@@ -201,6 +225,9 @@ def write_cases(path, cases):
                 residual=k["residual"] and not kind,
             )
             stride = k.get("stride", 1)
+            if kind == 2:
+                expected.append(_write_latent_case(f, rng, k))
+                continue
             f.write(
                 struct.pack(
                     "<17i",
@@ -237,6 +264,26 @@ def write_cases(path, cases):
                 if a is not None:
                     f.write(np.ascontiguousarray(a, dtype="<f4").tobytes())
     return expected
+
+
+def _header(k, kind):
+    """The case's int32 header (test_driver.cpp)."""
+    fields = [k[n] for n in ("B", "H", "W", "Cin", "Cout", "S", "L", "pool", "se", "attention", "residual")]
+    fields += [ACTS[k["activation"]], FORMS[k["form"]], k["threads"], kind, k.get("stride", 1), 0]
+    return struct.pack("<17i", *fields)
+
+
+def _write_latent_case(f, rng, k):
+    """A kind-2 case (header, Lz, tensors) into f; returns its expected output."""
+    ho, wo = (k["H"] - 1) // k["stride"] + 1, (k["W"] - 1) // k["stride"] + 1
+    sizes = {n: k[n] for n in ("B", "H", "W", "Cin", "Cout", "L", "Lz", "S", "pool", "se", "attention", "residual")}
+    x, conv, z, res, c = make_latent_case(rng, Ho=ho, Wo=wo, **sizes)
+    f.write(_header(k, 2) + struct.pack("<i", k["Lz"]))
+    for a in [x, conv, res, z] + [c[n] for n in LATENT_WEIGHT_ORDER if n in c]:
+        if a is not None:
+            f.write(np.ascontiguousarray(a, dtype="<f4").tobytes())
+    opts = dict(pool=k["pool"], se=k["se"], attention=k["attention"], activation=k["activation"])
+    return latent_epilogue_reference(x, conv, z, res, c, **opts)
 
 
 def read_outputs(path, expected):
