@@ -29,10 +29,13 @@ one ``dcd_deploy.DCDConvEpilogue`` node in one pass over the output:
 with ``x_s`` the conv's centre-tap pixels (stride ``stride``, offset 0 at padding k//2).
 Inputs: ``conv``, ``x``, ``residual`` (if fused), then the DCDPointwise weights without
 ``w0``. Attributes: those of DCDPointwise without ``form``, plus ``stride``, ``offset``.
+A joint-fusion layer (Eq. 8) also keeps its latent ``z = R(Q x)`` standard Convs and its
+node has ``latent_input = 1``: ``z`` follows ``residual``, ``q`` and ``q_b`` are absent,
+Φ' is L x L·L_k.
 
 The epilogue is matched on the exported ONNX graph (:func:`plan`): a same-shape Add
 and then a Relu or Clip(0, 6), each only where the tensor before it feeds nothing else.
-Other DCD kinds (depthwise, joint, several latent blocks, the classifier) stay standard
+Other DCD kinds (depthwise, several latent blocks, the classifier) stay standard
 ops in this mode: they are not fused yet, and :func:`why_not` (the kind's
 ``why_not_fused``) says why for the export's report.
 """
