@@ -20,8 +20,13 @@ bool taps_inside(int64_t n, int64_t h, int64_t stride, int64_t offset) {
 }  // namespace
 
 DCDConvEpilogue::DCDConvEpilogue(const ov::OutputVector& args, FusedAttrs attrs, int64_t stride, int64_t offset,
-                                 std::vector<int64_t> packed)
-    : Op(args), m_attrs(std::move(attrs)), m_stride(stride), m_offset(offset), m_packed(std::move(packed)) {
+                                 std::vector<int64_t> packed, int64_t latent_input)
+    : Op(args),
+      m_attrs(std::move(attrs)),
+      m_stride(stride),
+      m_offset(offset),
+      m_latent_input(latent_input),
+      m_packed(std::move(packed)) {
     constructor_validate_and_infer_types();
 }
 
@@ -29,12 +34,13 @@ bool DCDConvEpilogue::visit_attributes(ov::AttributeVisitor& v) {
     m_attrs.visit(v);
     v.on_attribute("stride", m_stride);
     v.on_attribute("offset", m_offset);
+    v.on_attribute("latent_input", m_latent_input);
     v.on_attribute("packed", m_packed);
     return true;
 }
 
 std::shared_ptr<ov::Node> DCDConvEpilogue::clone_with_new_inputs(const ov::OutputVector& args) const {
-    return std::make_shared<DCDConvEpilogue>(args, m_attrs, m_stride, m_offset, m_packed);
+    return std::make_shared<DCDConvEpilogue>(args, m_attrs, m_stride, m_offset, m_packed, m_latent_input);
 }
 
 void DCDConvEpilogue::validate_and_infer_types() {
@@ -48,12 +54,14 @@ void DCDConvEpilogue::validate_and_infer_types() {
 }
 
 std::string DCDConvEpilogue::layout(PackedLayout* lay) const {
-    if (m_packed.size() != 4)
-        return "packed must be {Cout, Cin, S, L}, got " + std::to_string(m_packed.size()) + " values";
+    if (m_latent_input != 0 && m_latent_input != 1) return "latent_input must be 0 or 1";
+    if (m_packed.size() != (m_latent_input ? 5u : 4u))
+        return std::string("packed must be {Cout, Cin, S, L") + (m_latent_input ? ", Lz" : "") + "}, got " +
+               std::to_string(m_packed.size()) + " values";
     for (int64_t d : m_packed)
         if (d <= 0) return "packed dimensions must be positive";
     return PackedLayout::make(m_packed[0], m_packed[1], m_packed[2], m_packed[3], m_attrs.pool, m_attrs.se,
-                              m_attrs.attention, lay, false);
+                              m_attrs.attention, lay, false, 0, m_latent_input ? m_packed[4] : 0);
 }
 
 void DCDConvEpilogue::validate_attributes() {
@@ -93,7 +101,7 @@ void DCDConvEpilogue::validate_shapes() {
         NODE_VALIDATION_CHECK(this, xs[3].compatible(cin), "x has ", xs[3], " channels, the weights ", cin);
         if (cs.rank().is_static()) {
             NODE_VALIDATION_CHECK(this, xs[0].compatible(cs[0]), "x batch ", xs[0], " != conv batch ", cs[0]);
-            for (int a = 1; a <= 2; ++a)
+            for (int a = 1; a <= 2 && !m_latent_input; ++a)
                 if (xs[a].is_static() && cs[a].is_static())
                     NODE_VALIDATION_CHECK(this, taps_inside(cs[a].get_length(), xs[a].get_length(), m_stride, m_offset),
                                           "conv ", cs, " does not fit x ", xs, " with stride ", m_stride,
@@ -104,7 +112,15 @@ void DCDConvEpilogue::validate_shapes() {
         const auto& rs = get_input_partial_shape(I.residual);
         NODE_VALIDATION_CHECK(this, rs.compatible(out), "residual has shape ", rs, ", expected ", out);
     }
+    if (m_latent_input) validate_latent(out);
     set_output_type(0, ov::element::f32, out);
+}
+
+// z (B, Ho, Wo, Lz) against the output's (B, Ho, Wo) and the weights' Lz
+void DCDConvEpilogue::validate_latent(const ov::PartialShape& out) {
+    const auto& zs = get_input_partial_shape(input_layout().z);
+    ov::PartialShape want{out[0], out[1], out[2], m_packed[4]};
+    NODE_VALIDATION_CHECK(this, zs.compatible(want), "z has shape ", zs, ", expected ", want);
 }
 
 bool DCDConvEpilogue::evaluate(ov::TensorVector& outputs, const ov::TensorVector& inputs) const {
@@ -135,11 +151,16 @@ DCDConvEpilogue::Sizes DCDConvEpilogue::check_tensors(const ov::TensorVector& in
     if (I.residual >= 0)
         OPENVINO_ASSERT(inputs[I.residual].get_shape() == cs, kOp, ": residual has shape ",
                         inputs[I.residual].get_shape(), ", expected ", cs);
+    if (I.z >= 0) {
+        const ov::Shape want{cs[0], cs[1], cs[2], (size_t)m_packed[4]};
+        OPENVINO_ASSERT(inputs[I.z].get_shape() == want, kOp, ": z has shape ", inputs[I.z].get_shape(), ", expected ",
+                        want);
+    }
     uint64_t n;
     OPENVINO_ASSERT(mul_ok(s.B, s.H, &n) && mul_ok(n, s.W, &n) && mul_ok(n, s.Cin, &n) && mul_ok(s.B, s.Ho, &n) &&
                         mul_ok(n, s.Wo, &n) && mul_ok(n, std::max(s.Cout, s.Cin), &n),
                     kOp, ": tensor too large");
-    if (s.B * s.Ho * s.Wo == 0) return s;
+    if (s.B * s.Ho * s.Wo == 0 || I.z >= 0) return s;  // z, not x, is read per output pixel
     OPENVINO_ASSERT(taps_inside(s.Ho, s.H, m_stride, m_offset) && taps_inside(s.Wo, s.W, m_stride, m_offset), kOp,
                     ": conv ", cs, " does not fit x ", xs, " with stride ", m_stride, " and offset ", m_offset);
     return s;
@@ -163,8 +184,9 @@ void DCDConvEpilogue::evaluate_checked(ov::TensorVector& outputs, const ov::Tens
     p.x = inputs[I.x].data<const float>();
     p.conv = inputs[I.conv].data<const float>();
     p.residual = I.residual >= 0 ? inputs[I.residual].data<const float>() : nullptr;
+    p.z = I.z >= 0 ? inputs[I.z].data<const float>() : nullptr;
     p.out = outputs[0].data<float>();
-    OPENVINO_ASSERT(p.out != p.conv && p.out != p.x, kOp, ": the output must not alias an input");
+    OPENVINO_ASSERT(p.out != p.conv && p.out != p.x && p.out != p.z, kOp, ": the output must not alias an input");
     p.profile = prof;
     bind_packed(inputs[I.packed].data<const float>(), lay, &p);
     run(k, s, I, &p);
@@ -179,6 +201,7 @@ void DCDConvEpilogue::run(const KernelTable* k, const Sizes& s, const InputLayou
     p->Cout = (int)s.Cout;
     p->S = (int)m_packed[2];
     p->L = (int)m_packed[3];
+    p->Lz = m_latent_input ? (int)m_packed[4] : 0;
     p->Ho = (int)s.Ho;
     p->Wo = (int)s.Wo;
     p->stride = (int)m_stride;

@@ -430,20 +430,24 @@ void pack_t(const float* src, int rows, int k, const float* scale, float* dst, i
 
 size_t packed_size(int rows, int k) { return (size_t)roundup(rows, VW) * (size_t)k; }
 
+// Φ' is L x phi_cols: L, or Lz for the epilogue's latent input (no q then)
+inline int phi_cols(const Params& P) { return P.Lz > 0 ? P.Lz : P.L; }
+
 // prepared constants: [w0 packed (K = Cin)] [q packed (K = Cin)] [p packed (K = L)]
-// [qᵀ (Cin x L)] [phi_wᵀ (S x L*L)] [scale_wᵀ (S x Cout), with attention]
+// [qᵀ (Cin x L)] [phi_wᵀ (S x L*phi_cols)] [scale_wᵀ (S x Cout), with attention]
 struct Prepared {
     const float *w0p, *qp, *pp, *qt, *phiwt, *scalewt;
 };
 template <class T>
 Prepared prepared_parts(T* base, const Params& P) {
+    const bool q = P.q && P.Lz == 0;  // no q: the depthwise op's, or the latent input's
     Prepared r;
     r.w0p = base;
     r.qp = r.w0p + (P.w0 ? packed_size(P.Cout, P.Cin) : 0);  // no w0: the epilogue op's
-    r.pp = r.qp + (P.q ? packed_size(P.L, P.Cin) : 0);       // no q: the depthwise op's
+    r.pp = r.qp + (q ? packed_size(P.L, P.Cin) : 0);
     r.qt = r.pp + packed_size(P.Cout, P.L);
-    r.phiwt = r.qt + (P.q ? (size_t)P.Cin * P.L : 0);
-    r.scalewt = r.phiwt + (size_t)P.S * P.L * P.L;
+    r.phiwt = r.qt + (q ? (size_t)P.Cin * P.L : 0);
+    r.scalewt = r.phiwt + (size_t)P.S * P.L * phi_cols(P);
     return r;
 }
 size_t prepared_size(const Params* P) {
@@ -458,10 +462,10 @@ void prepare(const Params* P, float* dst) {
     const Prepared r = prepared_parts(dst, *P);
     const int cout = P->Cout, cin = P->Cin, L = P->L;
     if (P->w0) pack_t(P->w0, cout, cin, nullptr, const_cast<float*>(r.w0p), cin, 0);
-    if (P->q) pack_t(P->q, L, cin, nullptr, const_cast<float*>(r.qp), cin, 0);
+    if (P->q && P->Lz == 0) pack_t(P->q, L, cin, nullptr, const_cast<float*>(r.qp), cin, 0);
     pack_t(P->p, cout, L, nullptr, const_cast<float*>(r.pp), L, 0);
-    if (P->q) transpose(P->q, L, cin, const_cast<float*>(r.qt));
-    transpose(P->phi_w, L * L, P->S, const_cast<float*>(r.phiwt));
+    if (P->q && P->Lz == 0) transpose(P->q, L, cin, const_cast<float*>(r.qt));
+    transpose(P->phi_w, L * phi_cols(*P), P->S, const_cast<float*>(r.phiwt));
     if (P->attention) transpose(P->scale_w, cout, P->S, const_cast<float*>(r.scalewt));
 }
 
@@ -592,7 +596,7 @@ void pool(const Params& P, const float* x, float* pooled) {
 }
 
 // The dynamic branch of one sample (both ops): from the pooled features, lam (Cout, padded
-// with zeros to a whole panel) and phi (L x L, Φ' row-major).
+// with zeros to a whole panel) and phi (L x phi_cols, Φ' row-major).
 void branch_heads(const Params& P, const Prepared& pre, const float* pooled, float* lam, float* phi) {
     const int Cout = P.Cout, S = P.S;
     const int cpad = roundup(Cout, NR);
@@ -612,26 +616,26 @@ void branch_heads(const Params& P, const Prepared& pre, const float* pooled, flo
         for (int o = 0; o < Cout; ++o) lam[o] = 1.f;
     }
     for (int o = Cout; o < cpad; ++o) lam[o] = 0.f;
-    matvec_t(pre.phiwt, y, P.phi_b, S, P.L * P.L, phi);
+    matvec_t(pre.phiwt, y, P.phi_b, S, P.L * phi_cols(P), phi);
 }
 
-// ppk = (p phi) (Cout x L), packed with K = L: per panel, PP_panelᵀ (L x wp) =
-// phiᵀ (L x L) . p_panelᵀ (L x wp)
+// ppk = (p phi) (Cout x Lz), Lz = phi_cols, packed with K = Lz: per panel, PP_panelᵀ
+// (Lz x wp) = phiᵀ (Lz x L) . p_panelᵀ (L x wp)
 void form_pphi(const Params& P, const Prepared& pre, const float* phi, float* ppk) {
-    const int L = P.L, Cout = P.Cout;
-    float* phit = scratch(6, (size_t)L * L);
-    for (int l = 0; l < L; ++l)
-        for (int m = 0; m < L; ++m) phit[l * L + m] = phi[m * L + l];
+    const int L = P.L, Lz = phi_cols(P), Cout = P.Cout;
+    float* phit = scratch(6, (size_t)L * Lz);
+    for (int l = 0; l < Lz; ++l)
+        for (int m = 0; m < L; ++m) phit[l * L + m] = phi[m * Lz + l];
     for (int j0 = 0; j0 < Cout; j0 += NR) {
         const int wp = imin(NR, roundup(Cout - j0, VW));
         Gemm f{};
-        f.m = L;
+        f.m = Lz;
         f.n = wp;
         f.a1 = phit;
         f.lda1 = L;
         f.k1 = L;
         f.b1 = pre.pp + (long)j0 * L;
-        f.c = ppk + (long)j0 * L;
+        f.c = ppk + (long)j0 * Lz;
         f.ldc = wp;
         gemm(f);
     }
@@ -641,7 +645,7 @@ void form_pphi(const Params& P, const Prepared& pre, const float* phi, float* pp
 void branch(const Params& P, const Prepared& pre, const float* x, float* lam, float* ppk, double* ts) {
     const bool prof = P.profile != 0;
     float* pooled = scratch(0, (size_t)P.Cin * P.pool * P.pool);
-    float* phi = scratch(3, (size_t)P.L * P.L);
+    float* phi = scratch(3, (size_t)P.L * phi_cols(P));
     if (prof) ts[0] = now_seconds();
     pool(P, x, pooled);
     if (prof) ts[1] = now_seconds();
@@ -782,7 +786,10 @@ void gather_centre(const Params& P, const float* x, float* xs) {
 // DCDConvEpilogue: out = act(lam * conv + (p phi) (q x_s + q_b) + bias + residual). One GEMM
 // over the output pixels, (No x L) z times (L x Cout) (p phi)ᵀ, whose tiles start from
 // lam * conv and take bias, residual and activation as they leave the registers.
+void run_latent_epilogue(Params* pp);
+
 void run_epilogue(Params* pp) {
+    if (pp->Lz > 0) return run_latent_epilogue(pp);
     Params& P = *pp;
     const int Cin = P.Cin, Cout = P.Cout, L = P.L;
     const long N = (long)P.H * P.W, No = (long)P.Ho * P.Wo;
@@ -809,6 +816,49 @@ void run_epilogue(Params* pp) {
         m.a1 = z;
         m.lda1 = L;
         m.k1 = L;
+        m.b1 = ppk;
+        m.c0 = P.conv + b * No * Cout;
+        m.ldc0 = Cout;
+        m.c0scale = lam;
+        m.c = P.out + b * No * Cout;
+        m.ldc = Cout;
+        m.bias = cvec;
+        m.act = P.act;
+        m.res = P.residual ? P.residual + b * No * Cout : nullptr;
+        m.ldres = Cout;
+        gemm_par(P, m);
+        if (P.profile) {
+            ts[4] = now_seconds();
+            add_phases(P, ts);
+        }
+    }
+}
+
+// DCDConvEpilogue with latent_input (joint fusion, Eq. 8): out = act(lam * conv + (p phi) z +
+// bias + residual), z (No x Lz) the graph's R(Q x) and phi L x Lz. The same branch, then one
+// GEMM over the output pixels, (No x Lz) z times (Lz x Cout) (p phi)ᵀ, whose tiles start from
+// lam * conv and take bias, residual and activation as they leave the registers.
+void run_latent_epilogue(Params* pp) {
+    Params& P = *pp;
+    const int Cin = P.Cin, Cout = P.Cout, Lz = P.Lz;
+    const long N = (long)P.H * P.W, No = (long)P.Ho * P.Wo;
+    const int cpad = roundup(Cout, NR);
+    double ts[5] = {};
+    float* lam = scratch(2, (size_t)cpad);
+    float* ppk = scratch(4, packed_size(Cout, Lz));
+    float* cvec = scratch(5, (size_t)cpad);
+    const Prepared pre = prepared_parts(P.prepared, P);
+    for (int o = 0; o < cpad; ++o) cvec[o] = o < Cout ? P.bias[o] : 0.f;
+
+    for (int b = 0; b < P.B; ++b) {
+        branch(P, pre, P.x + b * N * Cin, lam, ppk, ts);
+        if (P.profile) ts[3] = now_seconds();
+        Gemm m{};
+        m.m = (int)No;
+        m.n = Cout;
+        m.a1 = P.z + b * No * Lz;
+        m.lda1 = Lz;
+        m.k1 = Lz;
         m.b1 = ppk;
         m.c0 = P.conv + b * No * Cout;
         m.ldc0 = Cout;

@@ -28,6 +28,10 @@ struct Params {
     // Cout); the latent path reads x at rows/columns i * stride + offset (the centre tap).
     const float* conv;
     int Ho, Wo, stride, offset;
+    // DCDConvEpilogue with latent_input (joint fusion, Eq. 8): z = the graph's R(Q x), (B, Ho,
+    // Wo, Lz), read in place of q x_s + q_b; Φ' is L x Lz and q, q_b are null. Lz 0: none.
+    const float* z;
+    int Lz;
     const float* residual;                                                        // (B, H, W, Cout) or null
     const float *fc1, *gate, *scale_w, *phi_w, *phi_b, *q, *q_b, *p, *w0, *bias;  // w0 null: epilogue
     // DCDDepthwise only (run_depthwise; q and q_b null, Cin = Cout = C): w0 (C, k*k) and r
@@ -55,7 +59,8 @@ struct KernelTable {
     void (*prepare)(const Params* p, float* dst);
     void (*run)(Params* p);
     // out = act(lam * conv + (P phi') (Q x_s + q_b) + bias + residual), out (B, Ho, Wo, Cout):
-    // the DCDConvEpilogue op (prepared with w0 null).
+    // the DCDConvEpilogue op (prepared with w0 null); with Lz > 0, (P phi') z in place of the
+    // latent term.
     void (*run_epilogue)(Params* p);
     // out = act(x (*) K + bias + residual) per sample, K[c] = lam[c] w0[c] + (p phi')[c] r: the
     // DCDDepthwise op (prepared with w0 and q null), depthwise_kernels.inc.

@@ -41,8 +41,10 @@ ov::OutputVector convert_epilogue(const ov::frontend::NodeContext& ctx) {
     const FusedAttrs a = onnx_attrs(ctx);
     OPENVINO_ASSERT((a.pool == 1 || a.pool == 2) && (a.se | 1) == 1 && (a.attention | 1) == 1 && (a.residual | 1) == 1,
                     kOp, ": pool must be 1 or 2, se, attention and residual 0 or 1");
+    const int64_t latent = ctx.get_attribute<int64_t>("latent_input", 0);
+    OPENVINO_ASSERT(latent == 0 || latent == 1, kOp, ": latent_input must be 0 or 1");
     const ov::OutputVector inputs = onnx_inputs(ctx);
-    const InputLayout I(OpKind::ConvEpilogue, a, false);
+    const InputLayout I(OpKind::ConvEpilogue, a, false, latent != 0);
     OPENVINO_ASSERT((int)inputs.size() == I.count, kOp, ": ", inputs.size(), " inputs given, expected ", I.count,
                     " for these attributes");
     std::vector<int64_t> dims;
@@ -50,14 +52,15 @@ ov::OutputVector convert_epilogue(const ov::frontend::NodeContext& ctx) {
     auto weights = pack_weights(inputs, I, a, &dims, &why);
     OPENVINO_ASSERT(weights, kOp, ": ", why);
     // the op's own layout: the same activations, then the packed weights
-    const InputLayout P(OpKind::ConvEpilogue, a, true);
+    const InputLayout P(OpKind::ConvEpilogue, a, true, latent != 0);
     ov::OutputVector args(P.count);
     args[P.conv] = inputs[I.conv];
     args[P.x] = inputs[I.x];
     if (P.residual >= 0) args[P.residual] = inputs[I.residual];
+    if (P.z >= 0) args[P.z] = inputs[I.z];
     args[P.packed] = weights;
     auto node = std::make_shared<DCDConvEpilogue>(args, a, ctx.get_attribute<int64_t>("stride", 1),
-                                                  ctx.get_attribute<int64_t>("offset", 0), dims);
+                                                  ctx.get_attribute<int64_t>("offset", 0), dims, latent);
     return node->outputs();
 }
 

@@ -36,12 +36,14 @@ int parse_form(const std::string& f) {
     return -1;
 }
 
-InputLayout::InputLayout(OpKind kind, const FusedAttrs& a, bool is_packed) {
+InputLayout::InputLayout(OpKind kind, const FusedAttrs& a, bool is_packed, bool latent_input) {
     for (int& w : weight) w = -1;
+    const bool latent = latent_input && kind == OpKind::ConvEpilogue;
     int i = 0;
     if (kind == OpKind::ConvEpilogue) conv = i++;
     x = i++;
     if (a.residual) residual = i++;
+    if (latent) z = i++;
     if (is_packed) {
         packed = i++;
         count = i;
@@ -51,6 +53,7 @@ InputLayout::InputLayout(OpKind kind, const FusedAttrs& a, bool is_packed) {
         if ((t == PK_GATE && !a.se) || (t == PK_SCALE_W && !a.attention)) continue;
         if (t == PK_W0 && kind == OpKind::ConvEpilogue) continue;               // OpenVINO's Conv has W0
         if ((t == PK_Q || t == PK_Q_B) && kind == OpKind::Depthwise) continue;  // R in Q's place
+        if ((t == PK_Q || t == PK_Q_B) && latent) continue;                     // the graph computes z
         if (t == PK_R && kind != OpKind::Depthwise) continue;
         weight[t] = i++;
     }
@@ -59,9 +62,9 @@ InputLayout::InputLayout(OpKind kind, const FusedAttrs& a, bool is_packed) {
 
 std::vector<std::string> InputLayout::names() const {
     std::vector<std::string> out(count);
-    const int fixed[4] = {x, conv, residual, packed};
-    const char* fixed_names[4] = {"x", "conv", "residual", "packed"};
-    for (int f = 0; f < 4; ++f)
+    const int fixed[5] = {x, conv, residual, z, packed};
+    const char* fixed_names[5] = {"x", "conv", "residual", "z", "packed"};
+    for (int f = 0; f < 5; ++f)
         if (fixed[f] >= 0) out[fixed[f]] = fixed_names[f];
     for (int t = 0; t < PK_COUNT; ++t)
         if (weight[t] >= 0) out[weight[t]] = kPartNames[t];

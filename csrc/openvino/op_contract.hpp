@@ -35,6 +35,7 @@ enum class OpKind { Pointwise, ConvEpilogue, Depthwise };
 // * DCDPointwise, the contract's form (the ONNX node's): x, [residual], fc1, [gate],
 //   [scale_w], phi_w, phi_b, q, q_b, p, w0, bias;
 // * DCDConvEpilogue's ONNX node: conv, x, [residual], the same weights without w0;
+//   with latent_input (joint fusion): conv, x, [residual], z, those weights without q, q_b;
 // * DCDDepthwise's ONNX node: x, [residual], the same weights without q and q_b (w0 is
 //   (C, k*k)), then r (L, k*k);
 // * packed (what the ONNX conversion makes of either when the weights are Constants):
@@ -44,12 +45,13 @@ enum class OpKind { Pointwise, ConvEpilogue, Depthwise };
 //   per-call overhead.
 // gate is there with se, scale_w with attention, residual with residual.
 struct InputLayout {
-    int x = -1, conv = -1, residual = -1, packed = -1;
+    int x = -1, conv = -1, residual = -1, z = -1, packed = -1;
     int weight[PK_COUNT];  // by PackedPart; -1: absent, or inside `packed`
     int count = 0;
 
-    InputLayout(OpKind kind, const FusedAttrs& a, bool is_packed);
-    // The inputs' names in order: x, conv, residual, packed and kPartNames.
+    // latent_input: DCDConvEpilogue's attribute of that name (ignored for other kinds)
+    InputLayout(OpKind kind, const FusedAttrs& a, bool is_packed, bool latent_input = false);
+    // The inputs' names in order: x, conv, residual, z, packed and kPartNames.
     std::vector<std::string> names() const;
     // A validation failure on `node` unless it has `count` inputs, all f32.
     void check_inputs(const ov::Node* node) const;

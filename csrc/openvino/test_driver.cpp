@@ -7,20 +7,23 @@
 //   dcd_kernel_driver CASES OUT
 //
 // CASES (native-endian; little-endian on every target here):
-//   int32 magic 0x4B444344 ("DCDK"), int32 version 3, int32 number of cases; per case
+//   int32 magic 0x4B444344 ("DCDK"), int32 version 4, int32 number of cases; per case
 //   int32 B, H, W, Cin, Cout, S, L, pool, se, attention, residual, act, form, threads,
-//   kind, stride, offset, k, pad_t, pad_l, pad_b, pad_r, dilation (the last six: kind 2), then
+//   kind, stride, offset, k, pad_t, pad_l, pad_b, pad_r, dilation (the last six: kind 3), then
 //   kind 0 (DCDPointwise): float32 x, [residual], fc1, [gate], [scale_w], phi_w, phi_b, q,
 //     q_b, p, w0, bias (the op contract's order and shapes, docs/design.md "Fused op");
 //   kind 1 (DCDConvEpilogue): float32 x, conv, [residual], then the same weights without
 //     w0; conv and residual are (B, Ho, Wo, Cout), Ho = (H - 1 - offset) / stride + 1;
-//   kind 2 (DCDDepthwise, Cin = Cout = C): float32 x, [residual], fc1, [gate], [scale_w],
+//   kind 2 (DCDConvEpilogue with latent_input, joint fusion): int32 Lz, then float32 x, conv,
+//     [residual], z (B, Ho, Wo, Lz), then kind 1's weights without q, q_b; phi_w is
+//     (L·Lz, S), phi_b (L·Lz); Ho, Wo as for kind 1;
+//   kind 3 (DCDDepthwise, Cin = Cout = C): float32 x, [residual], fc1, [gate], [scale_w],
 //     phi_w, phi_b, p, w0 (C, k*k), bias, r (L, k*k); residual (B, Ho, Wo, C), Ho =
 //     (H + pad_t + pad_b - dilation * (k - 1) - 1) / stride + 1.
 //   threads > 1: the GEMMs split their rows over that many std::threads, as the op splits
 //   them over OpenVINO's.
 // OUT: int32 magic, int32 number of cases, then each case's float32 output (B, H, W, Cout),
-// (B, Ho, Wo, Cout) for kinds 1 and 2.
+// (B, Ho, Wo, Cout) for kinds 1-3.
 // It runs the portable kernels (the only ones built for a non-x86 CPU; on x86 the
 // OpenVINO tests cover every ISA). stdout: one line "kernels: NAME". Exit status 0, or 1
 // with one line on stderr.
@@ -89,7 +92,7 @@ struct Reader {
 // One case's sizes and options (the case file's int32 header).
 struct Case {
     int B, H, W, Cin, Cout, S, L, pool, se, att, res, act, form, threads, kind, stride, offset, k, pt, pl, pb, pr, dil,
-        Ho, Wo;
+        Ho, Wo, Lz;
 };
 
 // A depthwise case's geometry checked, its output size set.
@@ -107,12 +110,13 @@ Case read_case(Reader& r, int c) {
     int32_t h[23];
     for (int32_t& v : h) v = r.i32();
     Case k{h[0],  h[1],  h[2],  h[3],  h[4],  h[5],  h[6],  h[7],  h[8],  h[9],  h[10], h[11], h[12],
-           h[13], h[14], h[15], h[16], h[17], h[18], h[19], h[20], h[21], h[22], 0,     0};
+           h[13], h[14], h[15], h[16], h[17], h[18], h[19], h[20], h[21], h[22], 0,     0,     0};
     for (int i = 0; i < 7; ++i)
         if (h[i] < 1) fail("case " + std::to_string(c) + ": sizes must be positive");
     if (k.pool != 1 && k.pool != 2) fail("case " + std::to_string(c) + ": pool must be 1 or 2");
-    if (k.kind < 0 || k.kind > 2) fail("case " + std::to_string(c) + ": kind must be 0, 1 or 2");
-    if (k.kind == 2) return depthwise_case(k, c);
+    if (k.kind < 0 || k.kind > 3) fail("case " + std::to_string(c) + ": kind must be 0-3");
+    if (k.kind == 3) return depthwise_case(k, c);
+    if (k.kind == 2 && (k.Lz = r.i32()) < 1) fail("case " + std::to_string(c) + ": Lz must be positive");
     if (k.kind == 0) k.stride = 1, k.offset = 0;
     if (k.stride < 1 || k.offset < 0 || k.offset >= k.H || k.offset >= k.W)
         fail("case " + std::to_string(c) + ": bad stride or offset");
@@ -122,7 +126,7 @@ Case read_case(Reader& r, int c) {
 }
 
 // Reads one case's tensors, runs it through the kernel table k, returns the output.
-// A depthwise case (kind 2): its tensors in the contract's order, the op's geometry.
+// A depthwise case (kind 3): its tensors in the contract's order, the op's geometry.
 std::vector<float> run_depthwise_case(const dcd::KernelTable* k, Reader& r, const Case& c) {
     const size_t C = c.Cout, S = c.S, L = c.L, kk = (size_t)c.k * c.k, No = (size_t)c.B * c.Ho * c.Wo;
     std::vector<float> x = r.floats((size_t)c.B * c.H * c.W * C), residual = r.floats(c.res ? No * C : 0);
@@ -161,17 +165,19 @@ std::vector<float> run_depthwise_case(const dcd::KernelTable* k, Reader& r, cons
 }
 
 std::vector<float> run_case(const dcd::KernelTable* k, Reader& r, const Case& c) {
-    if (c.kind == 2) return run_depthwise_case(k, r, c);
+    if (c.kind == 3) return run_depthwise_case(k, r, c);
     const size_t N = (size_t)c.B * c.H * c.W, No = (size_t)c.B * c.Ho * c.Wo;
-    const int Cin = c.Cin, Cout = c.Cout, S = c.S, L = c.L;
+    const int Cin = c.Cin, Cout = c.Cout, S = c.S, L = c.L, Lphi = c.kind == 2 ? c.Lz : c.L;
+    const bool q_in = c.kind != 2;  // kind 2 reads z in place of q x_s + q_b
     std::vector<float> x = r.floats(N * Cin);
-    std::vector<float> conv = r.floats(c.kind == 1 ? No * Cout : 0);
+    std::vector<float> conv = r.floats(c.kind != 0 ? No * Cout : 0);
     std::vector<float> residual = r.floats(c.res ? No * Cout : 0);
+    std::vector<float> z = r.floats(c.kind == 2 ? No * c.Lz : 0);
     std::vector<float> fc1 = r.floats((size_t)S * Cin * c.pool * c.pool);
     std::vector<float> gate = r.floats(c.se ? (size_t)S * S : 0);
     std::vector<float> scale_w = r.floats(c.att ? (size_t)Cout * S : 0);
-    std::vector<float> phi_w = r.floats((size_t)L * L * S), phi_b = r.floats((size_t)L * L);
-    std::vector<float> q = r.floats((size_t)L * Cin), q_b = r.floats(L);
+    std::vector<float> phi_w = r.floats((size_t)L * Lphi * S), phi_b = r.floats((size_t)L * Lphi);
+    std::vector<float> q = r.floats(q_in ? (size_t)L * Cin : 0), q_b = r.floats(q_in ? L : 0);
     std::vector<float> p = r.floats((size_t)Cout * L), w0 = r.floats(c.kind == 0 ? (size_t)Cout * Cin : 0);
     std::vector<float> bias = r.floats(Cout);
     std::vector<float> out(No * Cout);
@@ -193,16 +199,18 @@ std::vector<float> run_case(const dcd::KernelTable* k, Reader& r, const Case& c)
     P.Wo = c.Wo;
     P.stride = c.stride;
     P.offset = c.offset;
+    P.Lz = c.Lz;
+    P.z = c.kind == 2 ? z.data() : nullptr;
     P.x = x.data();
-    P.conv = c.kind == 1 ? conv.data() : nullptr;
+    P.conv = c.kind != 0 ? conv.data() : nullptr;
     P.residual = c.res ? residual.data() : nullptr;
     P.fc1 = fc1.data();
     P.gate = c.se ? gate.data() : nullptr;
     P.scale_w = c.att ? scale_w.data() : nullptr;
     P.phi_w = phi_w.data();
     P.phi_b = phi_b.data();
-    P.q = q.data();
-    P.q_b = q_b.data();
+    P.q = q_in ? q.data() : nullptr;
+    P.q_b = q_in ? q_b.data() : nullptr;
     P.p = p.data();
     P.w0 = c.kind == 0 ? w0.data() : nullptr;
     P.bias = bias.data();
@@ -212,7 +220,7 @@ std::vector<float> run_case(const dcd::KernelTable* k, Reader& r, const Case& c)
     std::vector<float> prepared(k->prepared_size(&P));
     k->prepare(&P, prepared.data());
     P.prepared = prepared.data();
-    if (c.kind == 1) k->run_epilogue(&P);
+    if (c.kind != 0) k->run_epilogue(&P);
     else k->run(&P);
     return out;
 }
@@ -227,7 +235,7 @@ int main(int argc, char** argv) {
     std::FILE* in = std::fopen(argv[arg], "rb");
     if (!in) fail(std::string("cannot read ") + argv[arg]);
     Reader r{in};
-    if (r.i32() != kMagic || r.i32() != 3) fail("not a version-3 case file");
+    if (r.i32() != kMagic || r.i32() != 4) fail("not a version-4 case file");
     const int32_t ncases = r.i32();
     std::vector<std::vector<float>> outputs;
     try {

@@ -26,6 +26,34 @@ std::string shape_text(const ov::Shape& s) {
     os << s;
     return os.str();
 }
+
+// S, L, Cin, Cout (and Lz without q: the latent-input layout, Φ' of L x Lz; kk with r:
+// the depthwise op's k*k taps, Cin = Cout) from the weights' shapes; "" or why they do not
+// give them (each is then checked in full).
+std::string weight_dims(const std::shared_ptr<ov::op::v0::Constant> c[PK_COUNT], const InputLayout& I, size_t pool,
+                        size_t* S, size_t* L, size_t* cin, size_t* cout, size_t* lz, size_t* kk) {
+    const ov::Shape &fs = c[PK_FC1]->get_shape(), &ps = c[PK_P]->get_shape();
+    if (fs.size() != 2 || ps.size() != 2) return "fc1 and p must be matrices";
+    *S = fs[0], *cout = ps[0], *L = ps[1];
+    if (I.weight[PK_R] >= 0) {  // the depthwise op: r (L, k*k) in q's place
+        const ov::Shape& rs = c[PK_R]->get_shape();
+        if (rs.size() != 2) return "r must be a matrix";
+        *L = rs[0], *cin = *cout, *kk = rs[1];
+        return "";
+    }
+    if (I.weight[PK_Q] >= 0) {
+        const ov::Shape& qs = c[PK_Q]->get_shape();
+        if (qs.size() != 2) return "q must be a matrix";
+        *L = qs[0], *cin = qs[1];
+        return "";
+    }
+    // latent input: Cin from fc1 (S, Cin·pool²), Lz from phi_w (L·Lz, S)
+    const ov::Shape& phs = c[PK_PHI_W]->get_shape();
+    if (phs.size() != 2 || *L == 0 || phs[0] % *L || fs[1] % (pool * pool))
+        return "phi_w has shape " + shape_text(phs) + ", expected (L·Lz, S) with L = " + std::to_string(*L) + " from p";
+    *cin = fs[1] / (pool * pool), *lz = phs[0] / *L;
+    return "";
+}
 }  // namespace
 
 std::shared_ptr<ov::op::v0::Constant> pack_weights(const ov::OutputVector& inputs, const InputLayout& I,
@@ -33,20 +61,15 @@ std::shared_ptr<ov::op::v0::Constant> pack_weights(const ov::OutputVector& input
     std::shared_ptr<ov::op::v0::Constant> c[PK_COUNT];
     *why = weight_constants(inputs, I, c);
     if (!why->empty()) return nullptr;
-    const bool dw = I.weight[PK_R] >= 0;  // the depthwise op: r (L, k*k) in q's place
-    const ov::Shape &fs = c[PK_FC1]->get_shape(), &qs = c[dw ? PK_R : PK_Q]->get_shape(), &ps = c[PK_P]->get_shape();
-    if (fs.size() != 2 || qs.size() != 2 || ps.size() != 2) {
-        *why = dw ? "fc1, r and p must be matrices" : "fc1, q and p must be matrices";
-        return nullptr;
-    }
-    const size_t S = fs[0], L = qs[0], cout = ps[0], cin = dw ? cout : qs[1], kk = dw ? qs[1] : 0;
-    const size_t pool = (size_t)a.pool;
-    PackedLayout lay;
-    *why = PackedLayout::make(cout, cin, S, L, pool, a.se, a.attention, &lay, I.weight[PK_W0] >= 0, kk);
+    size_t S, L, cin, cout, lz = 0, kk = 0;
+    *why = weight_dims(c, I, (size_t)a.pool, &S, &L, &cin, &cout, &lz, &kk);
     if (!why->empty()) return nullptr;
-    const ov::Shape want[PK_COUNT] = {
-        {S, cin * pool * pool}, {S, S}, {cout, S}, {L * L, S}, {L * L}, {L, cin}, {L}, {cout, L},
-        {cout, dw ? kk : cin},  {cout}, {L, kk}};
+    const size_t pool = (size_t)a.pool, lphi = L * (lz ? lz : L);
+    PackedLayout lay;
+    *why = PackedLayout::make(cout, cin, S, L, pool, a.se, a.attention, &lay, I.weight[PK_W0] >= 0, kk, lz);
+    if (!why->empty()) return nullptr;
+    const ov::Shape want[PK_COUNT] = {{S, cin * pool * pool}, {S, S}, {cout, S}, {lphi, S}, {lphi}, {L, cin}, {L},
+                                      {cout, L}, {cout, kk ? kk : cin}, {cout}, {L, kk}};
     ov::Tensor packed(ov::element::f32, ov::Shape{lay.total});
     std::fill_n(packed.data<float>(), lay.total, 0.f);
     for (int t = 0; t < PK_COUNT; ++t) {
@@ -59,6 +82,7 @@ std::shared_ptr<ov::op::v0::Constant> pack_weights(const ov::OutputVector& input
         std::memcpy(packed.data<float>() + lay.offset[t], c[t]->get_data_ptr(), lay.size[t] * sizeof(float));
     }
     *dims = {(int64_t)cout, (int64_t)cin, (int64_t)S, (int64_t)L};
+    if (lz) dims->push_back((int64_t)lz);
     return std::make_shared<ov::op::v0::Constant>(packed);
 }
 
@@ -83,7 +107,7 @@ std::shared_ptr<const std::vector<float>> PreparedCache::get(const KernelTable* 
     Key key;
     key.table = k;
     const float* src[kCached] = {p.w0, p.q, p.p, p.phi_w, p.scale_w};
-    const int shape[4] = {p.Cout, p.Cin, p.L, p.S};
+    const int shape[5] = {p.Cout, p.Cin, p.L, p.S, p.Lz};
     std::memcpy(key.src, src, sizeof src);
     std::memcpy(key.shape, shape, sizeof shape);
     if (owned) {
@@ -91,7 +115,7 @@ std::shared_ptr<const std::vector<float>> PreparedCache::get(const KernelTable* 
         if (m_prepared && m_owned && same_tensors(m_key, key)) return m_prepared;
     }
     const size_t n[kCached] = {p.w0 ? (size_t)p.Cout * p.Cin : 0, p.q ? (size_t)p.L * p.Cin : 0, (size_t)p.Cout * p.L,
-                               (size_t)p.L * p.L * p.S, p.scale_w ? (size_t)p.Cout * p.S : 0};
+                               (size_t)p.L * (p.Lz ? p.Lz : p.L) * p.S, p.scale_w ? (size_t)p.Cout * p.S : 0};
     for (int t = 0; t < kCached; ++t)
         for (int i = 0; n[t] && i < 8; ++i) key.probe[t][i] = src[t][(n[t] - 1) * i / 7];
     std::lock_guard<std::mutex> lock(m_mutex);

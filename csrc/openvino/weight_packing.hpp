@@ -19,8 +19,9 @@ namespace dcd {
 
 // The weights at I's positions among `inputs` (the contract's form), each checked against
 // the shapes the others imply, packed back to back into one Constant; *dims = {Cout, Cin,
-// S, L} (the depthwise op's: Cin = Cout, its k*k from r's columns). Null with *why set
-// when one is not an f32 Constant or the shapes do not fit.
+// S, L} (the depthwise op's: Cin = Cout, its k*k from r's columns), and Lz for
+// DCDConvEpilogue's latent input (no q: Φ' is L x Lz). Null with *why set when one is not
+// an f32 Constant or the shapes do not fit.
 std::shared_ptr<ov::op::v0::Constant> pack_weights(const ov::OutputVector& inputs, const InputLayout& I,
                                                    const FusedAttrs& a, std::vector<int64_t>* dims, std::string* why);
 
@@ -42,7 +43,7 @@ private:
     static constexpr int kCached = 5;  // w0, q, p, phi_w, scale_w: what prepare reads
     struct Key {
         const KernelTable* table = nullptr;
-        int shape[4] = {};
+        int shape[5] = {};
         const float* src[kCached] = {};
         float probe[kCached][8] = {};
     };

@@ -29,6 +29,9 @@ one ``dcd_deploy.DCDConvEpilogue`` node in one pass over the output:
 with ``x_s`` the conv's centre-tap pixels (stride ``stride``, offset 0 at padding k//2).
 Inputs: ``conv``, ``x``, ``residual`` (if fused), then the DCDPointwise weights without
 ``w0``. Attributes: those of DCDPointwise without ``form``, plus ``stride``, ``offset``.
+A joint-fusion layer (Eq. 8) also keeps its latent ``z = R(Q x)`` standard Convs and its
+node has ``latent_input = 1``: ``z`` follows ``residual``, ``q`` and ``q_b`` are absent,
+Φ' is L x L·L_k.
 
 A k x k depthwise layer (paper Eq. 7) becomes one ``dcd_deploy.DCDDepthwise`` node in
 the weight form: per sample ``K[c] = Λ[c] W0[c] + Σ_l (P Φ')[c, l] R[l]`` (C x k², tiny),
@@ -39,7 +42,7 @@ then one depthwise convolution of x with K, bias, residual and activation fused.
 
 The epilogue is matched on the exported ONNX graph (:func:`plan`): a same-shape Add
 and then a Relu or Clip(0, 6), each only where the tensor before it feeds nothing else.
-Other DCD kinds (joint, several latent blocks, the classifier) stay standard
+Other DCD kinds (several latent blocks, the classifier) stay standard
 ops in this mode: they are not fused yet, and :func:`why_not` (the kind's
 ``why_not_fused``) says why for the export's report.
 """
@@ -227,25 +230,27 @@ def _emit_around_conv(
     residual: str | None,
     in_shape,
 ) -> str:
-    """A k x k / strided layer: the standard Conv of W0 (NCHW, constant weights, no bias),
-    then one DCDConvEpilogue node (NHWC); returns the NCHW output name."""
-    k, stride = layer.kernel_size, layer.stride
-    conv = g.scope(path).op(
-        "Conv", [x, g.scope(path).const("w0", layer.w0)], kernel_shape=[k, k], strides=[stride] * 2, pads=[k // 2] * 4
-    )  # (B, C_out, H', W')
+    """A k x k / strided layer: the standard Conv of W0 (NCHW, constant weights, no bias)
+    and, for joint fusion, the standard Convs of its latent z, then one DCDConvEpilogue
+    node (NHWC); returns the NCHW output name."""
+    kind, scope = layer.form_kind, g.scope(path)
+    conv = scope.op("Conv", [x, scope.const("w0", layer.w0)], **kind.conv_attrs(layer))  # (B, C_out, H', W')
     attrs = dict(
         pool=layer.pool_size,
         se=int(layer.se),
         attention=int(layer.scale_w is not None),
         residual=int(residual is not None),
         activation=activation,
-        stride=stride,
-        offset=0,
+        **kind.fused_attrs(layer),
     )
     activations = {"conv": layout.to_nhwc(conv, path), "x": layout.to_nhwc(x, path)}
     if residual is not None:
         activations["residual"] = layout.to_nhwc(residual, path)
+    z = kind.emit_fused_latent(layer, scope, x)  # (B, L·L_k, H', W') or None
+    if z is not None:
+        activations["z"] = layout.to_nhwc(z, path)
     fs, w = _inputs(g, path, layer, fused_inputs(attrs, EPILOGUE_OP_TYPE), activations)
+    stride = attrs.get("stride", 1)
     out = _body(fs, layer, w, in_shape, residual=residual is not None, activation=activation, stride=stride)
     y = fs.finish(out, kind=EPILOGUE_OP_TYPE, op_type=EPILOGUE_OP_TYPE, attrs=attrs)
     return layout.to_nchw(y, path)
@@ -333,14 +338,18 @@ def _body(
 ) -> str:
     """The node's function body: the layer in NHWC with standard ops. With ``stride``
     (DCDConvEpilogue) the static term is the body's ``conv`` input and the latent path
-    reads x's centre-tap pixels, every ``stride``-th row and column from 0."""
+    reads x's centre-tap pixels, every ``stride``-th row and column from 0, or, without
+    ``q`` (``latent_input``), the body's ``z`` input with Φ' of L x L·L_k."""
     lat = layer.latent_dim
+    lz = layer.phi_w.shape[0] // lat  # Φ' columns: L, or L·L_k for joint fusion
     y = _features(fs, layer, w, in_shape)
     phi = fs.op("Gemm", [y, w["phi_w"], w["phi_b"]], transB=1)  # (B, L²)
-    phi = fs.op("Reshape", [phi, fs.ints("phi_shape", [0, lat, lat])])  # (B, L, L)
-    phi_t = fs.op("Unsqueeze", [fs.op("Transpose", [phi], perm=[0, 2, 1]), fs.ints("axis", [1])])  # (B, 1, L, L)
+    phi = fs.op("Reshape", [phi, fs.ints("phi_shape", [0, lat, lz])])  # (B, L, Lz)
+    phi_t = fs.op("Unsqueeze", [fs.op("Transpose", [phi], perm=[0, 2, 1]), fs.ints("axis", [1])])  # (B, 1, Lz, L)
     xs = "x"
-    if stride is not None and stride != 1:
+    if "q" not in w:
+        z = "z"  # (B, H', W', Lz): the graph's R(Q x)
+    elif stride is not None and stride != 1:
         big = 2**62  # Slice clamps the end to the size
         xs = fs.op(
             "Slice",
@@ -352,7 +361,8 @@ def _body(
                 fs.ints("s_steps", [stride, stride]),
             ],
         )  # (B, H', W', C_in)
-    z = fs.op("Add", [fs.op("MatMul", [xs, fs.op("Transpose", [w["q"]], perm=[1, 0])]), w["q_b"]])  # (B, H', W', L)
+    if "q" in w:
+        z = fs.op("Add", [fs.op("MatMul", [xs, fs.op("Transpose", [w["q"]], perm=[1, 0])]), w["q_b"]])  # (B, H', W', L)
     u = fs.op("MatMul", [z, phi_t])  # (B, H, W, L): Φ' z per pixel
     dyn = fs.op("MatMul", [u, fs.op("Transpose", [w["p"]], perm=[1, 0])])  # (B, H, W, C_out)
     if stride is None:

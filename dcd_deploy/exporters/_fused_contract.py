@@ -2,7 +2,7 @@
 
 ``DCDPointwise``, ``DCDConvEpilogue`` and ``DCDDepthwise`` (docs/design.md#fused-op) take their inputs in
 the order of :data:`INPUTS`; an input with a condition is present only when that
-attribute is 1. :func:`fused_inputs` is a pure function of the op type and the node's
+attribute is 1 (``!name``: only when it is 0). :func:`fused_inputs` is a pure function of the op type and the node's
 attributes: :mod:`._fused` emits the nodes by it, and the OpenVINO extension's test
 reads it to check the C++ op's input indices.
 """
@@ -37,13 +37,14 @@ INPUTS: Mapping[str, tuple[tuple[str, str | None], ...]] = MappingProxyType(
             ("conv", None),
             ("x", None),
             ("residual", "residual"),
+            ("z", "latent_input"),  # joint fusion (Eq. 8): the graph's R(Q x), in place of Q x_s
             ("fc1", None),
             ("gate", "se"),
             ("scale_w", "attention"),
             ("phi_w", None),
             ("phi_b", None),
-            ("q", None),
-            ("q_b", None),
+            ("q", "!latent_input"),
+            ("q_b", "!latent_input"),
             ("p", None),
             ("bias", None),
         ),
@@ -63,15 +64,15 @@ INPUTS: Mapping[str, tuple[tuple[str, str | None], ...]] = MappingProxyType(
     }
 )
 #: Inputs that are activations (NHWC tensors of the graph); the rest are constants.
-ACTIVATIONS = frozenset({"x", "conv", "residual"})
+ACTIVATIONS = frozenset({"x", "conv", "residual", "z"})
 
 
 def fused_inputs(attrs: Mapping[str, object], op_type: str = POINTWISE) -> list[str]:
     """The names of a fused node's inputs, in order, for its attributes.
 
     Args:
-        attrs: the node's attributes (``residual``, ``se``, ``attention`` as 0/1; any
-            others are ignored).
+        attrs: the node's attributes (``residual``, ``se``, ``attention``,
+            ``latent_input`` as 0/1; any others are ignored).
         op_type: ``DCDPointwise``, ``DCDConvEpilogue`` or ``DCDDepthwise``.
 
     Returns:
@@ -80,4 +81,10 @@ def fused_inputs(attrs: Mapping[str, object], op_type: str = POINTWISE) -> list[
     """
     if op_type not in INPUTS:
         raise ValueError(f"op_type must be one of {tuple(INPUTS)}, not {op_type!r}")
-    return [name for name, flag in INPUTS[op_type] if flag is None or int(attrs.get(flag, 0)) == 1]
+    return [name for name, flag in INPUTS[op_type] if flag is None or _flag(attrs, flag)]
+
+
+def _flag(attrs: Mapping[str, object], flag: str) -> bool:
+    if flag.startswith("!"):
+        return int(attrs.get(flag[1:], 0)) == 0
+    return int(attrs.get(flag, 0)) == 1

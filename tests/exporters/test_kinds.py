@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch import nn
 
-from dcd_deploy.exporters import DeployDCD, deploy_kind
+from dcd_deploy.exporters import DeployDCD, deploy_kind, fused_inputs
 from dcd_deploy.exporters._kinds import CentreTap, Depthwise, Joint, Linear, Pointwise
 from dcd_deploy.layers import DCDConv2d, DCDLinear
 
@@ -80,12 +80,15 @@ def test_depthwise_and_joint_madds_by_hand():
         (DCDConv2d(8, 8, 3, stride=(1, 2), groups=8), "depthwise stride 1x2"),
         (DCDConv2d(8, 8, 3, dilation=(1, 2), groups=8), "depthwise dilation 1x2"),
         (DCDConv2d(8, 8, (3, 5), groups=8), "depthwise 3x5 kernel"),
-        (DCDConv2d(8, 16, 3, joint_fusion=True), "joint fusion"),
+        (DCDConv2d(8, 16, 3, joint_fusion=True, channel_fusion=False), "no channel fusion"),
         (DCDLinear(16, 10), "classifier (DCD linear layer)"),
         (DCDConv2d(8, 16, 1, num_blocks=2), "2 latent blocks"),
         (DCDConv2d(8, 16, 3, padding=0), "padding (0, 0, 0, 0)"),
         (DCDConv2d(8, 16, 1), None),
         (DCDConv2d(8, 16, 3, stride=2), None),
+        # joint fusion at any geometry: W0 and z are the runtime's own convolutions
+        (DCDConv2d(8, 16, 3, joint_fusion=True), None),
+        (DCDConv2d(8, 16, 4, stride=2, padding=0, dilation=2, joint_fusion=True), None),
     ],
 )
 def test_fused_contract_per_kind(layer, reason):
@@ -96,6 +99,20 @@ def test_fused_contract_per_kind(layer, reason):
     elif reason is None:
         want = "DCDPointwise" if layer.kernel_size == 1 and layer.stride == 1 else "DCDConvEpilogue"
         assert deploy.form_kind.fused_op(deploy) == want
+
+
+def test_joint_fused_constants_fit_the_latent_input_contract():
+    # Φ' of L x L·L_k (L 3, L_k 4 here), no q or q_b: the node reads z = R(Q x) instead
+    layer = DCDConv2d(8, 16, 3, joint_fusion=True, latent_dim=3, kernel_latent_dim=4, squeeze=5).eval()
+    deploy = DeployDCD(layer)
+    kind = deploy.form_kind
+    attrs = kind.fused_attrs(deploy)
+    assert attrs == {"latent_input": 1}
+    c = kind.fused_constants(deploy)
+    names = fused_inputs({**attrs, "attention": 1}, kind.fused_op(deploy))
+    assert names == ["conv", "x", "z", "fc1", "scale_w", "phi_w", "phi_b", "p", "bias"]
+    assert tuple(c["phi_w"].shape) == (3 * 3 * 4, 5) and tuple(c["phi_b"].shape) == (36,)
+    assert not c["phi_b"].any() and tuple(c["p"].shape) == (16, 3)
 
 
 def test_meta_layers_are_counted_without_weights():

@@ -31,12 +31,12 @@ def _pooled(xb, pool):
 
 
 def _branch(xb, c, *, pool, se, attention):
-    """Λ (C_out) and Φ' (L x L) of one sample (H, W, C_in), float64."""
+    """Λ (C_out) and Φ' (L x L, or L x Lz for the latent input) of one sample (H, W, C_in), float64."""
     L = c["p"].shape[1]
     y = c["fc1"] @ _pooled(xb, pool)
     y = y * hsig(c["gate"] @ y) if se else np.maximum(y, 0)
     lam = hsig(c["scale_w"] @ y) if attention else np.ones(c["p"].shape[0])
-    phi = (c["phi_w"] @ y + c["phi_b"]).reshape(L, L)
+    phi = (c["phi_w"] @ y + c["phi_b"]).reshape(L, -1)
     return lam, phi
 
 
@@ -177,3 +177,38 @@ def make_case(rng, *, B, H, W, Cin, Cout, L, S, pool, se, attention, residual):
 def max_relative_error(got, want) -> float:
     """Largest absolute error relative to the output's scale (at least 1)."""
     return float(np.abs(got - want).max()) / max(1.0, float(np.abs(want).max()))
+
+
+# ------------------------------------------------ DCDConvEpilogue with latent_input (joint)
+def latent_epilogue_reference(x, conv, z, res, c, *, pool, se, attention, activation):
+    """float64 DCDConvEpilogue with ``latent_input``: act(Λ ⊙ conv + P Φ' z + bias +
+    residual), z (B, Ho, Wo, Lz) given, Φ' of L x Lz, the branch pooling all of x."""
+    x = x.astype(np.float64)
+    c = {k: v.astype(np.float64) for k, v in c.items()}
+    outs = []
+    for b in range(conv.shape[0]):
+        lam, phi = _branch(x[b], c, pool=pool, se=se, attention=attention)
+        out = lam * conv[b].astype(np.float64) + (z[b].astype(np.float64) @ phi.T) @ c["p"].T + c["bias"]
+        if res is not None:
+            out = out + res[b]
+        outs.append(_act(out, activation))
+    return np.stack(outs)
+
+
+def make_latent_case(rng, *, B, H, W, Ho, Wo, Cin, Cout, L, Lz, S, pool, se, attention, residual):
+    """(x, conv, z, residual or None, weights by contract name without q, q_b), float32."""
+    x, _, c = make_case(
+        rng, B=B, H=H, W=W, Cin=Cin, Cout=Cout, L=L, S=S, pool=pool, se=se, attention=attention, residual=0
+    )
+    for k in ("q", "q_b", "w0"):
+        del c[k]
+    c["phi_w"] = (rng.standard_normal((L * Lz, S)) * 0.2).astype(np.float32)
+    c["phi_b"] = (rng.standard_normal(L * Lz) * 0.2).astype(np.float32)
+    conv = rng.standard_normal((B, Ho, Wo, Cout)).astype(np.float32)
+    z = rng.standard_normal((B, Ho, Wo, Lz)).astype(np.float32)
+    res = rng.standard_normal((B, Ho, Wo, Cout)).astype(np.float32) if residual else None
+    return x, conv, z, res, c
+
+
+#: The latent-input node's weight inputs after conv, x, [residual] and z.
+LATENT_WEIGHT_ORDER = tuple(k for k in EPILOGUE_WEIGHT_ORDER if k not in ("q", "q_b"))

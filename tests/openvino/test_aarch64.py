@@ -3,8 +3,8 @@ with a stand-alone driver (``csrc/openvino/test_driver.cpp``) and run under ``qe
 (``qemu-user``), against the float64 numpy model of the op contract (_fused_reference).
 
 The cases cover the three ops (DCDPointwise in both forms, DCDConvEpilogue at strides 1
-and 2, DCDDepthwise 3x3 / 5x5 / 7x7 at strides 1 and 2, padded, unpadded and dilated),
-global and 2x2 pooling on odd sides, the SE / attention /
+and 2 and with latent_input, the joint-fusion form, DCDDepthwise 3x3 / 5x5 / 7x7 at
+strides 1 and 2, padded, unpadded and dilated), global and 2x2 pooling on odd sides, the SE / attention /
 residual / activation options, batches, K above the kernel's K block, channel counts
 that leave partial panels, and the GEMM row split over threads. Skipped, with the reason,
 when the cross tools are missing (``make test-aarch64`` installs them when it may, and
@@ -23,12 +23,15 @@ import pytest
 from _fused_reference import (
     DEPTHWISE_WEIGHT_ORDER,
     EPILOGUE_WEIGHT_ORDER,
+    LATENT_WEIGHT_ORDER,
     WEIGHT_ORDER,
     conv_nhwc,
     depthwise_reference,
     epilogue_reference,
+    latent_epilogue_reference,
     make_case,
     make_depthwise_case,
+    make_latent_case,
     max_relative_error,
     reference,
 )
@@ -177,15 +180,35 @@ def _cases():
                 "threads": 3,
             }
         )
-    return out + _depthwise_cases(base)
+    return out + _latent_cases(base) + _depthwise_cases(base)
+
+
+def _latent_cases(base):
+    """DCDConvEpilogue with latent_input (kind 2, joint fusion): Φ' of L x Lz, z given."""
+    lat = {**base, "kind": 2, "stride": 1, "form": "latent", "Lz": 16}
+    out = []
+    for stride in (1, 2):
+        for pool, (h, w) in ((1, (9, 9)), (2, (7, 5)), (2, (1, 1))):
+            out.append({**lat, "stride": stride, "pool": pool, "H": h, "W": w})
+        for se, att, res, act in ((1, 0, 0, "relu"), (0, 1, 1, "relu6"), (1, 1, 1, "none")):
+            out.append(
+                {**lat, "stride": stride, "B": 3, "H": 8, "W": 5, "Cin": 19, "Cout": 29, "L": 6, "Lz": 24}
+                | {"pool": 2, "se": se, "attention": att, "residual": res, "activation": act}
+            )
+    # partial panels, Lz above a panel, the row split
+    out.append(
+        {**lat, "B": 2, "H": 17, "W": 15, "Cin": 23, "Cout": 160, "L": 9, "Lz": 81, "S": 6, "pool": 2}
+        | {"se": 1, "attention": 1, "residual": 1, "activation": "relu", "threads": 3}
+    )
+    return out
 
 
 def _depthwise_cases(base):
-    """DCDDepthwise (kind 2): kernels, strides, paddings, dilation, channel tails, options,
+    """DCDDepthwise (kind 3): kernels, strides, paddings, dilation, channel tails, options,
     batches and the row split."""
     dw = {
         **base,
-        "kind": 2,
+        "kind": 3,
         "Cin": 17,
         "Cout": 17,
         "L": 4,
@@ -237,14 +260,14 @@ CASES = _cases()
 
 
 def write_cases(path, cases):
-    """The driver's case file (test_driver.cpp, version 3) and the expected outputs, float64."""
+    """The driver's case file (test_driver.cpp, version 4) and the expected outputs, float64."""
     expected = []
     with open(path, "wb") as f:
-        f.write(struct.pack("<3i", MAGIC, 3, len(cases)))
+        f.write(struct.pack("<3i", MAGIC, 4, len(cases)))
         for seed, k in enumerate(cases):
             kind = k.get("kind", 0)
             rng = np.random.default_rng(seed)
-            if kind == 2:
+            if kind == 3:
                 expected.append(_write_depthwise_case(f, rng, k))
                 continue
             x, res, c = make_case(
@@ -262,29 +285,10 @@ def write_cases(path, cases):
                 residual=k["residual"] and not kind,
             )
             stride = k.get("stride", 1)
-            f.write(
-                struct.pack(
-                    "<23i",
-                    k["B"],
-                    k["H"],
-                    k["W"],
-                    k["Cin"],
-                    k["Cout"],
-                    k["S"],
-                    k["L"],
-                    k["pool"],
-                    k["se"],
-                    k["attention"],
-                    k["residual"],
-                    ACTS[k["activation"]],
-                    FORMS[k["form"]],
-                    k["threads"],
-                    kind,
-                    stride,
-                    0,
-                    *[0] * 6,
-                )
-            )
+            if kind == 2:
+                expected.append(_write_latent_case(f, rng, k))
+                continue
+            f.write(_header(k, kind))
             opts = dict(pool=k["pool"], se=k["se"], attention=k["attention"], activation=k["activation"])
             if kind == 0:
                 tensors = [x, res] + [c[n] for n in WEIGHT_ORDER if n in c]
@@ -299,6 +303,26 @@ def write_cases(path, cases):
                 if a is not None:
                     f.write(np.ascontiguousarray(a, dtype="<f4").tobytes())
     return expected
+
+
+def _header(k, kind):
+    """The case's int32 header (test_driver.cpp)."""
+    fields = [k[n] for n in ("B", "H", "W", "Cin", "Cout", "S", "L", "pool", "se", "attention", "residual")]
+    fields += [ACTS[k["activation"]], FORMS[k["form"]], k["threads"], kind, k.get("stride", 1), 0]
+    return struct.pack("<23i", *fields, 0, 0, 0, 0, 0, 0)
+
+
+def _write_latent_case(f, rng, k):
+    """A kind-2 case (header, Lz, tensors) into f; returns its expected output."""
+    ho, wo = (k["H"] - 1) // k["stride"] + 1, (k["W"] - 1) // k["stride"] + 1
+    sizes = {n: k[n] for n in ("B", "H", "W", "Cin", "Cout", "L", "Lz", "S", "pool", "se", "attention", "residual")}
+    x, conv, z, res, c = make_latent_case(rng, Ho=ho, Wo=wo, **sizes)
+    f.write(_header(k, 2) + struct.pack("<i", k["Lz"]))
+    for a in [x, conv, res, z] + [c[n] for n in LATENT_WEIGHT_ORDER if n in c]:
+        if a is not None:
+            f.write(np.ascontiguousarray(a, dtype="<f4").tobytes())
+    opts = dict(pool=k["pool"], se=k["se"], attention=k["attention"], activation=k["activation"])
+    return latent_epilogue_reference(x, conv, z, res, c, **opts)
 
 
 def _write_depthwise_case(f, rng, k) -> np.ndarray:
@@ -321,7 +345,7 @@ def _write_depthwise_case(f, rng, k) -> np.ndarray:
     shape = depthwise_reference(x, None, c, **opts, **geometry).shape
     res = rng.standard_normal(shape).astype(np.float32) if k["residual"] else None
     head = [k[n] for n in ("B", "H", "W", "Cin", "Cout", "S", "L", "pool", "se", "attention", "residual")]
-    head += [ACTS[k["activation"]], FORMS[k["form"]], k["threads"], 2, k["stride"], 0, k["k"]]
+    head += [ACTS[k["activation"]], FORMS[k["form"]], k["threads"], 3, k["stride"], 0, k["k"]]
     top, left, bottom, right = k["pads"]
     f.write(struct.pack("<23i", *head, top, left, bottom, right, k["dilation"]))
     for a in [x, res] + [c[n] for n in DEPTHWISE_WEIGHT_ORDER if n in c]:

@@ -6,7 +6,7 @@ kind            layers                                      fused mode
 ``Pointwise``   1x1 channel fusion (Eq. 5, 6; B >= 1)       DCDPointwise (stride 1)
 ``CentreTap``   k x k channel fusion, residual at the tap   Conv + DCDConvEpilogue
 ``Depthwise``   k x k depthwise (Eq. 7)                     DCDDepthwise
-``Joint``       k x k joint fusion (Eq. 8)                  standard ops
+``Joint``       k x k joint fusion (Eq. 8)                  Convs + DCDConvEpilogue
 ``Linear``      the classifier, ``DCDLinear``               standard ops
 ==============  ==========================================  ======================
 

@@ -114,6 +114,14 @@ class DCDKind:
         """The fused node's constant inputs by contract name (:mod:`.._fused_contract`)."""
         raise ValueError(f"a {self.name} DCD layer is not fused")
 
+    def fused_attrs(self, m: nn.Module) -> dict[str, int]:
+        """A ``DCDConvEpilogue`` node's own attributes (after pool, se, attention, residual, activation)."""
+        raise ValueError(f"a {self.name} DCD layer is not fused around a convolution")
+
+    def emit_fused_latent(self, m: nn.Module, s, x: str) -> str | None:
+        """The latent input ``z`` (NCHW) a ``DCDConvEpilogue`` node reads in place of ``Q x_s``, or None."""
+        return None
+
 
 class ConvKind(DCDKind):
     """What the convolution kinds share: the W0 conv, Λ, the pooled branch input."""

@@ -126,6 +126,9 @@ class CentreTap(ConvKind):
         """k x k: the runtime's Conv of W0, then DCDConvEpilogue adds the rest."""
         return EPILOGUE
 
+    def fused_attrs(self, m: nn.Module) -> dict[str, int]:
+        return {"stride": m.stride, "offset": 0}  # the centre tap of padding k//2
+
     def fused_constants(self, m: nn.Module) -> dict[str, torch.Tensor]:
         return {
             "fc1": m.fc1,
