@@ -46,6 +46,7 @@ from torch import nn
 from ._builder import FunctionScope, GraphBuilder
 from ._deploy_dcd import DeployDCD
 from ._fused_contract import ACTIVATIONS, EPILOGUE, POINTWISE, fused_inputs
+from ._kinds import Linear
 
 #: Op type of the fused node (domain ``dcd_deploy``).
 OP_TYPE = POINTWISE
@@ -82,6 +83,11 @@ def around_conv(layer: DeployDCD) -> bool:
     """Whether a fusable layer is emitted as Conv + DCDConvEpilogue (k x k or strided)
     rather than one DCDPointwise node (1x1, stride 1)."""
     return layer.form_kind.fused_op(layer) == EPILOGUE_OP_TYPE
+
+
+def on_features(layer: nn.Module) -> bool:
+    """Whether a fusable layer reads and writes (B, C) features (the classifier), not images."""
+    return isinstance(layer.form_kind, Linear)
 
 
 def why_not(layer: nn.Module) -> str | None:
@@ -175,6 +181,19 @@ class Layout:
         self.nhwc[out] = name  # a following fused layer reads the NHWC tensor directly
         return out
 
+    def to_pixel(self, name: str, path: str) -> str:
+        """(B, C) features as one NHWC pixel (B, 1, 1, C), made once per tensor."""
+        if name not in self.nhwc:
+            s = self.g.scope(path)
+            self.nhwc[name] = s.op("Reshape", [name, s.ints("pixel_shape", [0, 1, 1, -1])])  # (B, 1, 1, C)
+        return self.nhwc[name]
+
+    def from_pixel(self, name: str, path: str) -> str:
+        s = self.g.scope(path)
+        out = s.op("Reshape", [name, s.ints("features_shape", [0, -1])])  # (B, C)
+        self.nhwc[out] = name
+        return out
+
 
 def emit(
     g: GraphBuilder,
@@ -187,6 +206,8 @@ def emit(
     in_shape,
 ) -> str:
     """Emit one fused node (NCHW in and out); returns the output name."""
+    if on_features(layer):
+        return _emit_linear(g, layout, layer, activation, path, x, residual)
     if around_conv(layer):
         return _emit_around_conv(g, layout, layer, activation, path, x, residual, in_shape)
     attrs = dict(
@@ -240,6 +261,33 @@ def _emit_around_conv(
     return layout.to_nchw(y, path)
 
 
+def _emit_linear(
+    g: GraphBuilder, layout: Layout, layer: DeployDCD, activation: str, path: str, x: str, residual: str | None
+) -> str:
+    """The classifier (``DCDLinear``): the runtime's Gemm of W0 (+ b0, which Λ scales), then
+    one DCDConvEpilogue at 1x1 spatial size (its global pool of one pixel is x itself);
+    (B, C_in) in, (B, C_out) out."""
+    s = g.scope(path)
+    b0 = [s.const("b0", layer.b0)] if layer.b0 is not None else []
+    conv = s.op("Gemm", [x, s.const("w0", layer.w0)] + b0, transB=1)  # (B, C_out)
+    attrs = dict(
+        pool=1,
+        se=int(layer.se),
+        attention=int(layer.scale_w is not None),
+        residual=int(residual is not None),
+        activation=activation,
+        stride=1,
+        offset=0,
+    )
+    activations = {"conv": layout.to_pixel(conv, path), "x": layout.to_pixel(x, path)}
+    if residual is not None:
+        activations["residual"] = layout.to_pixel(residual, path)
+    fs, w = _inputs(g, path, layer, fused_inputs(attrs, EPILOGUE_OP_TYPE), activations)
+    out = _body(fs, layer, w, None, residual=residual is not None, activation=activation, stride=1, pool=1)
+    y = fs.finish(out, kind=EPILOGUE_OP_TYPE, op_type=EPILOGUE_OP_TYPE, attrs=attrs)
+    return layout.from_pixel(y, path)
+
+
 def _inputs(
     g: GraphBuilder, path: str, layer: DeployDCD, names: list[str], activations: dict[str, str]
 ) -> tuple[FunctionScope, dict[str, str]]:
@@ -290,12 +338,15 @@ def _body(
     residual: bool,
     activation: str,
     stride: int | None = None,
+    pool: int | None = None,
 ) -> str:
     """The node's function body: the layer in NHWC with standard ops. With ``stride``
     (DCDConvEpilogue) the static term is the body's ``conv`` input and the latent path
-    reads x's centre-tap pixels, every ``stride``-th row and column from 0."""
+    reads x's centre-tap pixels, every ``stride``-th row and column from 0. ``pool``
+    overrides the layer's (the classifier's one pixel: 1)."""
     lat = layer.latent_dim
-    y = fs.op("Gemm", [_pooled(fs, layer.pool_size, in_shape), w["fc1"]], transB=1)  # (B, S)
+    pooled = _pooled(fs, layer.pool_size if pool is None else pool, in_shape)
+    y = fs.op("Gemm", [pooled, w["fc1"]], transB=1)  # (B, S)
     if layer.se:
         y = fs.op(
             "Mul", [y, fs.op("HardSigmoid", [fs.op("Gemm", [y, w["gate"]], transB=1)], alpha=1.0 / 6.0, beta=0.5)]
