@@ -241,7 +241,12 @@ def _emit_around_conv(
     then one DCDConvEpilogue node (NHWC); returns the NCHW output name."""
     k, stride = layer.kernel_size, layer.stride
     conv = g.scope(path).op(
-        "Conv", [x, g.scope(path).const("w0", layer.w0)], kernel_shape=[k, k], strides=[stride] * 2, pads=[k // 2] * 4
+        "Conv",
+        [x, g.scope(path).const("w0", layer.w0)],
+        kernel_shape=[k, k],
+        strides=[stride] * 2,
+        pads=[k // 2] * 4,
+        group=layer.groups,
     )  # (B, C_out, H', W')
     attrs = dict(
         pool=layer.pool_size,

@@ -127,6 +127,7 @@ class CentreTap(ConvKind):
     def fused_constants(self, m: nn.Module) -> dict[str, torch.Tensor]:
         """B > 1 (Eq. 6) goes through the same ops as the dense layer with zeros off the
         blocks: Q, P and Φ's head made dense (the head's L² outputs instead of B·Lb²)."""
+        # w0 is read by DCDPointwise only (1x1): the Conv + epilogue path keeps the runtime's grouped Conv
         nb = m.num_blocks
         phi_w, phi_b = dense_phi(m.phi_w, m.phi_b, blocks=nb, latent=m.latent_dim)
         return {
@@ -138,7 +139,7 @@ class CentreTap(ConvKind):
             "q": dense_blocks(m.q, nb),
             "q_b": m.q_b,
             "p": dense_blocks(m.p, nb),  # (L, C_in), (C_out, L)
-            "w0": m.w0.flatten(1),
+            "w0": dense_blocks(m.w0, m.groups),  # a grouped 1x1 W0 (groups | B) made dense too
             "bias": m.bias,
         }  # (C_out, C_in), (C_out,)
 
