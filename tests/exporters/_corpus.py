@@ -425,11 +425,7 @@ CORPUS: dict[str, Case] = {
 
 #: Fused mode: DCD layers that stay standard ops, with the reason the export gives.
 UNFUSED = {
-    "mobilenetv3_like": {
-        "blocks.0.dw.0": "depthwise",
-        "blocks.1.dw.0": "depthwise",
-        "blocks.2.dw.0": "depthwise",
-    },
+    "mobilenetv3_like": {"blocks.0.dw.0": "depthwise", "blocks.1.dw.0": "depthwise", "blocks.2.dw.0": "depthwise"},
     "efficientnet_like": {},
     "shufflenet_like": {},
     "densenet_like": {},

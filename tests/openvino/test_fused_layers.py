@@ -218,10 +218,7 @@ def test_zoo_dcd_models_fused_in_openvino(arch, tmp_path):
     channel = [
         m
         for m in model.modules()
-        if isinstance(m, DCDConv2d)
-        and m.channel_fusion
-        and not m.form.depthwise
-        and not m.form.joint
+        if isinstance(m, DCDConv2d) and m.channel_fusion and not m.form.depthwise and not m.form.joint
     ]
     pointwise = sum(m.kernel_size == 1 and m.stride == 1 for m in channel)
     assert result.op_histogram.get("dcd_deploy.DCDPointwise", 0) == pointwise
