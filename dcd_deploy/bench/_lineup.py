@@ -118,6 +118,8 @@ def build_models(
             "static counterpart": "to_static() of it",
             "onnx": "ONNX file",
         }.get(source, f"checkpoint of {archs.get(e.spec)}")
+        if weights is not None and e.spec in specs:
+            how = f"{'built by ' + e.spec if source == 'factory' else source}, weights {weights}"
         progress(f"[build] {e.name}: {how}, {meta[e.name]['params_m']:.2f}M params, {seconds:.1f} s")
     return entries, built, meta
 
