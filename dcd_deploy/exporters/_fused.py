@@ -32,9 +32,12 @@ Inputs: ``conv``, ``x``, ``residual`` (if fused), then the DCDPointwise weights 
 
 The epilogue is matched on the exported ONNX graph (:func:`plan`): a same-shape Add
 and then a Relu or Clip(0, 6), each only where the tensor before it feeds nothing else.
-Other DCD kinds (depthwise, joint, several latent blocks, the classifier) stay standard
-ops in this mode: they are not fused yet, and :func:`why_not` (the kind's
-``why_not_fused``) says why for the export's report.
+A layer with B > 1 latent blocks (Eq. 6) takes the same ops as the dense layer with zeros
+off the blocks (its kind's ``fused_constants``). The classifier (``DCDLinear``) is the
+runtime's Gemm of W0 (+ b0) and one DCDConvEpilogue at 1x1 spatial size, its (B, C)
+tensors reshaped to (B, 1, 1, C) (:func:`_emit_linear`). Other DCD kinds (depthwise,
+joint) stay standard ops in this mode: they are not fused yet, and :func:`why_not` (the
+kind's ``why_not_fused``) says why for the export's report.
 """
 
 from __future__ import annotations
@@ -75,7 +78,7 @@ class FusedLayer:
 
 
 def fusable(layer: nn.Module) -> bool:
-    """A channel-fusion DCD layer with one latent block and an odd kernel: a fused op's kind."""
+    """A channel-fusion DCD layer (conv with an odd kernel, or the classifier): a fused op's kind."""
     return isinstance(layer, DeployDCD) and why_not(layer) is None
 
 
