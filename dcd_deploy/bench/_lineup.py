@@ -29,6 +29,28 @@ from .harness import input_hw
 Progress = Callable[[str], None]
 
 
+def check_weights_target(specs: Sequence[str], weights) -> None:
+    """Refuse ``--weights`` unless ``specs`` is one model that a zoo name or
+    ``MODULE:FUNCTION`` builds (a checkpoint or ONNX file has its own weights).
+
+    Raises:
+        DCDDeployError: several models, or one that is a file.
+    """
+    from .._factory_spec import parse_factory_spec
+    from ..models import is_model
+
+    if len(specs) != 1:
+        raise DCDDeployError(
+            f"--weights {weights} is for one model (MODULE:FUNCTION or a zoo name); {len(specs)} models given"
+        )
+    (spec,) = specs
+    if parse_factory_spec(spec) is None and not is_model(spec):
+        raise DCDDeployError(
+            f"--weights {weights} goes into a model that MODULE:FUNCTION or a zoo name builds, "
+            f"not into {spec} (a file has its own weights)"
+        )
+
+
 def build_models(
     specs: Sequence[str],
     *,
@@ -37,16 +59,24 @@ def build_models(
     trust_checkpoint: bool,
     progress: Progress,
     baseline: str | None = None,
+    weights=None,
 ) -> tuple[list[ModelEntry], dict[str, Any], dict[str, dict]]:
     """Load every model, then name and pair them: a checkpoint by the arch it holds, a
     factory with its static counterpart (``to_static``) or with ``baseline``, an ONNX
-    file with ``baseline``."""
+    file with ``baseline``. ``weights`` go into the one model of ``specs``
+    (:func:`check_weights_target`), not into ``baseline``."""
     specs = [s.strip() for s in specs if s and s.strip()]
     pair_models(specs + ([baseline] if baseline else []))  # names and duplicates checked before anything is loaded
     loaded: dict[str, tuple[Any, str, float]] = {}
     for spec in specs + ([baseline] if baseline else []):
         t0 = time.perf_counter()
-        model, source = load_model(spec, input_size=input_size, seed=seed, trust_checkpoint=trust_checkpoint)
+        model, source = load_model(
+            spec,
+            input_size=input_size,
+            seed=seed,
+            trust_checkpoint=trust_checkpoint,
+            weights=weights if spec in specs else None,
+        )
         loaded[spec] = (model, source, time.perf_counter() - t0)
     archs = {spec: getattr(m, "arch", None) for spec, (m, source, _) in loaded.items() if source == "checkpoint"}
     names: dict[str, str] = {}
@@ -88,6 +118,8 @@ def build_models(
             "static counterpart": "to_static() of it",
             "onnx": "ONNX file",
         }.get(source, f"checkpoint of {archs.get(e.spec)}")
+        if weights is not None and e.spec in specs:
+            how = f"{'built by ' + e.spec if source == 'factory' else source}, weights {weights}"
         progress(f"[build] {e.name}: {how}, {meta[e.name]['params_m']:.2f}M params, {seconds:.1f} s")
     return entries, built, meta
 

@@ -124,10 +124,16 @@ def pair_models(
 
 
 def load_model(
-    spec: str, *, input_size: int | tuple[int, int], seed: int = DEFAULT_SEED, trust_checkpoint: bool = False
+    spec: str,
+    *,
+    input_size: int | tuple[int, int],
+    seed: int = DEFAULT_SEED,
+    trust_checkpoint: bool = False,
+    weights=None,
 ):
-    """A zoo name (pseudo-trained with ``seed``), a checkpoint path or ``MODULE:FUNCTION``,
-    in eval mode; an ONNX file as its checked path.
+    """A zoo name (pseudo-trained with ``seed``, or with ``weights`` loaded), a checkpoint
+    path or ``MODULE:FUNCTION`` (with ``weights`` loaded, if given), in eval mode; an ONNX
+    file as its checked path.
 
     Returns:
         ``(model, source)`` with source ``"zoo"``, ``"checkpoint"``, ``"factory"`` or
@@ -140,7 +146,7 @@ def load_model(
         onnx_input(spec)  # refuse a file that is no image-model ONNX before anything runs
         return Path(spec), "onnx"
     source = "zoo" if _is_zoo(spec) else "factory" if parse_factory_spec(spec) else "checkpoint"
-    model = resolve_model(spec, trust_checkpoint=trust_checkpoint, seed=seed, input_size=input_size)
+    model = resolve_model(spec, weights=weights, trust_checkpoint=trust_checkpoint, seed=seed, input_size=input_size)
     return model.eval(), source
 
 

@@ -43,6 +43,7 @@ Method (docs/design.md#measurement, :mod:`.harness`):
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Sequence
 
@@ -69,7 +70,7 @@ from ._latency_result import (
     paper_ms,
     paper_ratio,
 )
-from ._lineup import build_models, file_backends, file_input_shape, onnx_files, unpaired_notes
+from ._lineup import build_models, check_weights_target, file_backends, file_input_shape, onnx_files, unpaired_notes
 from ._machine import MachineInfo, machine_info
 from ._models import DEFAULT_SEED, ModelEntry, pair_models
 from ._runner_cache import ONNX_EXPORT, RunnerCache
@@ -131,6 +132,7 @@ def run_benchmark(
     burst_s: float | None = None,
     progress: Progress | None = None,
     baseline: str | None = None,
+    weights: str | os.PathLike | None = None,
 ) -> BenchResult:
     """Time ``models`` on ``backends`` and set them beside the paper (module docstring).
 
@@ -155,6 +157,9 @@ def run_benchmark(
         progress: called with one line per step (the CLI prints them on stderr).
         baseline: the static partner of the one model in ``models`` (a spec of any of
             its kinds), instead of its zoo partner or ``to_static`` of it.
+        weights: a checkpoint loaded (weights-only, strictly) into the one model of
+            ``models``, which a zoo name or ``MODULE:FUNCTION`` builds; its static
+            counterpart is ``to_static`` of the loaded model.
 
     Raises:
         DCDDeployError: bad arguments, a model that cannot be loaded or exported.
@@ -166,6 +171,8 @@ def run_benchmark(
     check_arguments(threads=threads, batch=batch, input_size=min(input_hw(input_size)), timing=timing)
     notes: list[str] = []
     specs = [s.strip() for s in models if s and s.strip()]
+    if weights is not None:
+        check_weights_target(specs, weights)
     files, backends, paper = _plan(
         specs,
         baseline=baseline,
@@ -195,6 +202,7 @@ def run_benchmark(
             baseline=baseline,
             trust_checkpoint=trust_checkpoint,
             progress=progress,
+            weights=weights,
         )
         notes += unpaired_notes(entries)
         timings, forms, profiles = _measure(

@@ -188,13 +188,15 @@ def write_json(path: Path, data) -> str | None:
     return str(path)
 
 
-def check_out_dir(*paths: Path | None, models: str | None = None) -> None:
-    """Refuse unwritable outputs, and outputs that are a --models file or each other ('-' is stdout)."""
+def check_out_dir(*paths: Path | None, models: str | None = None, extra_inputs=()) -> None:
+    """Refuse unwritable outputs, and outputs that are a --models file, one of ``extra_inputs``
+    (--weights) or each other ('-' is stdout)."""
     files = [p for p in paths if p is not None and str(p) != "-"]
     for path in files:
         if not path.resolve().parent.is_dir():
             raise DCDDeployError(f"cannot write {path}: no directory {path.parent}")
-    check_outputs(outputs=files, inputs=[f for spec in csv(models) or () for f in model_inputs(spec)])
+    inputs = [f for spec in csv(models) or () for f in model_inputs(spec)]
+    check_outputs(outputs=files, inputs=inputs + list(extra_inputs))
 
 
 def write_outputs(echo: Echo, json_path: Path | None, document: dict, files) -> None:

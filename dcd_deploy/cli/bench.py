@@ -191,6 +191,15 @@ def _square(input_size: tuple[int, int], command: str) -> int:
 @click.option(
     "--profile-runs", type=click.IntRange(min=1), default=None, help="Profiled runs per model. [default: 50; --quick 3]"
 )
+@click.option(
+    "--weights",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    metavar="FILE",
+    help="State dict (or checkpoint) loaded into the one model of --models that MODULE:FUNCTION or a "
+    "zoo name builds: read weights-only like any checkpoint, strictly, 'module.' prefixes dropped; "
+    "its static counterpart is made from the loaded model.",
+)
 @json_option
 @report_options
 @seed_option
@@ -211,13 +220,20 @@ def run_latency(
     baseline: str | None,
     batch: int,
     markdown_path: Path | None,
+    weights: Path | None = None,
     plot_path: Path | None,
     **options,
 ) -> None:
     """Run :func:`~dcd_deploy.bench.latency.run_benchmark`, print its tables, write the files asked for."""
     from ..bench import latency, plot, report
 
-    check_out_dir(json_path, markdown_path, plot_path, models=",".join(filter(None, [models, baseline])) or None)
+    check_out_dir(
+        json_path,
+        markdown_path,
+        plot_path,
+        models=",".join(filter(None, [models, baseline])) or None,
+        extra_inputs=[weights] if weights is not None else (),
+    )
     check_memory(input_size=max(input_size), batch=batch, what="the benchmark")
     if plot_path is not None:
         plot.require_matplotlib()  # fail before minutes of timing, not after
@@ -231,6 +247,7 @@ def run_latency(
         input_size=api_size(input_size),
         progress=echo.progress,
         baseline=baseline,
+        weights=weights,
         **options,
     )
     echo("")

@@ -187,15 +187,17 @@ class _Walk:
         y = _fused.emit(self.g, layout, layer, spec.activation, path, x, residual, self.shapes.get(ph.input[0]))
         self.alias[node.output[0]] = y
         self.result.fused.append(path)
+        # the classifier's record keeps its (B, C) tensors: the per-layer check feeds them to the layer
+        twin = (lambda t: t) if _fused.on_features(layer) else layout.nhwc.__getitem__
         self.result.layers.append(
             _record(
                 path,
                 layer,
-                layout.nhwc[x],
-                layout.nhwc[y],
+                twin(x),
+                twin(y),
                 self.folded_bn,
                 layout="NHWC",
-                residual=layout.nhwc[residual] if residual is not None else None,
+                residual=twin(residual) if residual is not None else None,
                 activation=spec.activation,
             )
         )

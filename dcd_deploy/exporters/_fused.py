@@ -42,9 +42,12 @@ then one depthwise convolution of x with K, bias, residual and activation fused.
 
 The epilogue is matched on the exported ONNX graph (:func:`plan`): a same-shape Add
 and then a Relu or Clip(0, 6), each only where the tensor before it feeds nothing else.
-Other DCD kinds (several latent blocks, the classifier) stay standard
-ops in this mode: they are not fused yet, and :func:`why_not` (the kind's
-``why_not_fused``) says why for the export's report.
+A layer with B > 1 latent blocks (Eq. 6) takes the same ops as the dense layer with zeros
+off the blocks (its kind's ``fused_constants``). The classifier (``DCDLinear``) is the
+runtime's Gemm of W0 (+ b0) and one DCDConvEpilogue at 1x1 spatial size, its (B, C)
+tensors reshaped to (B, 1, 1, C) (:func:`_emit_linear`). A layer that cannot be fused
+(no channel fusion, a geometry the ops do not take) stays standard ops, and
+:func:`why_not` (the kind's ``why_not_fused``) says why for the export's report.
 """
 
 from __future__ import annotations
@@ -56,6 +59,7 @@ from torch import nn
 from ._builder import FunctionScope, GraphBuilder
 from ._deploy_dcd import DeployDCD
 from ._fused_contract import ACTIVATIONS, DEPTHWISE, EPILOGUE, POINTWISE, fused_inputs
+from ._kinds import Linear
 
 #: Op type of the fused node (domain ``dcd_deploy``).
 OP_TYPE = POINTWISE
@@ -86,7 +90,7 @@ class FusedLayer:
 
 
 def fusable(layer: nn.Module) -> bool:
-    """A channel-fusion DCD layer with one latent block and an odd kernel: a fused op's kind."""
+    """A channel-fusion DCD layer (conv with an odd kernel, or the classifier): a fused op's kind."""
     return isinstance(layer, DeployDCD) and why_not(layer) is None
 
 
@@ -94,6 +98,11 @@ def around_conv(layer: DeployDCD) -> bool:
     """Whether a fusable layer is emitted as Conv + DCDConvEpilogue (k x k or strided)
     rather than one DCDPointwise node (1x1, stride 1)."""
     return layer.form_kind.fused_op(layer) == EPILOGUE_OP_TYPE
+
+
+def on_features(layer: nn.Module) -> bool:
+    """Whether a fusable layer reads and writes (B, C) features (the classifier), not images."""
+    return isinstance(layer.form_kind, Linear)
 
 
 def why_not(layer: nn.Module) -> str | None:
@@ -187,6 +196,19 @@ class Layout:
         self.nhwc[out] = name  # a following fused layer reads the NHWC tensor directly
         return out
 
+    def to_pixel(self, name: str, path: str) -> str:
+        """(B, C) features as one NHWC pixel (B, 1, 1, C), made once per tensor."""
+        if name not in self.nhwc:
+            s = self.g.scope(path)
+            self.nhwc[name] = s.op("Reshape", [name, s.ints("pixel_shape", [0, 1, 1, -1])])  # (B, 1, 1, C)
+        return self.nhwc[name]
+
+    def from_pixel(self, name: str, path: str) -> str:
+        s = self.g.scope(path)
+        out = s.op("Reshape", [name, s.ints("features_shape", [0, -1])])  # (B, C)
+        self.nhwc[out] = name
+        return out
+
 
 def emit(
     g: GraphBuilder,
@@ -199,6 +221,8 @@ def emit(
     in_shape,
 ) -> str:
     """Emit one fused node (NCHW in and out); returns the output name."""
+    if on_features(layer):
+        return _emit_linear(g, layout, layer, activation, path, x, residual)
     if layer.form_kind.fused_op(layer) == DEPTHWISE_OP_TYPE:
         return _emit_depthwise(g, layout, layer, activation, path, x, residual, in_shape)
     if around_conv(layer):
@@ -234,7 +258,9 @@ def _emit_around_conv(
     and, for joint fusion, the standard Convs of its latent z, then one DCDConvEpilogue
     node (NHWC); returns the NCHW output name."""
     kind, scope = layer.form_kind, g.scope(path)
-    conv = scope.op("Conv", [x, scope.const("w0", layer.w0)], **kind.conv_attrs(layer))  # (B, C_out, H', W')
+    conv = scope.op(
+        "Conv", [x, scope.const("w0", layer.w0)], group=layer.groups, **kind.conv_attrs(layer)
+    )  # (B, C_out, H', W'); grouped: B > 1 blocks
     attrs = dict(
         pool=layer.pool_size,
         se=int(layer.se),
@@ -283,6 +309,33 @@ def _emit_depthwise(
     out = _finish(fs, out, w, residual=residual is not None, activation=activation)
     y = fs.finish(out, kind=DEPTHWISE_OP_TYPE, op_type=DEPTHWISE_OP_TYPE, attrs=attrs)
     return layout.to_nchw(y, path)
+
+
+def _emit_linear(
+    g: GraphBuilder, layout: Layout, layer: DeployDCD, activation: str, path: str, x: str, residual: str | None
+) -> str:
+    """The classifier (``DCDLinear``): the runtime's Gemm of W0 (+ b0, which Λ scales), then
+    one DCDConvEpilogue at 1x1 spatial size (its global pool of one pixel is x itself);
+    (B, C_in) in, (B, C_out) out."""
+    s = g.scope(path)
+    b0 = [s.const("b0", layer.b0)] if layer.b0 is not None else []
+    conv = s.op("Gemm", [x, s.const("w0", layer.w0)] + b0, transB=1)  # (B, C_out)
+    attrs = dict(
+        pool=1,
+        se=int(layer.se),
+        attention=int(layer.scale_w is not None),
+        residual=int(residual is not None),
+        activation=activation,
+        stride=1,
+        offset=0,
+    )
+    activations = {"conv": layout.to_pixel(conv, path), "x": layout.to_pixel(x, path)}
+    if residual is not None:
+        activations["residual"] = layout.to_pixel(residual, path)
+    fs, w = _inputs(g, path, layer, fused_inputs(attrs, EPILOGUE_OP_TYPE), activations)
+    out = _body(fs, layer, w, None, residual=residual is not None, activation=activation, stride=1, pool=1)
+    y = fs.finish(out, kind=EPILOGUE_OP_TYPE, op_type=EPILOGUE_OP_TYPE, attrs=attrs)
+    return layout.from_pixel(y, path)
 
 
 def _inputs(
@@ -335,14 +388,16 @@ def _body(
     residual: bool,
     activation: str,
     stride: int | None = None,
+    pool: int | None = None,
 ) -> str:
     """The node's function body: the layer in NHWC with standard ops. With ``stride``
     (DCDConvEpilogue) the static term is the body's ``conv`` input and the latent path
     reads x's centre-tap pixels, every ``stride``-th row and column from 0, or, without
-    ``q`` (``latent_input``), the body's ``z`` input with Φ' of L x L·L_k."""
+    ``q`` (``latent_input``), the body's ``z`` input with Φ' of L x L·L_k. ``pool``
+    overrides the layer's (the classifier's one pixel: 1)."""
     lat = layer.latent_dim
-    lz = layer.phi_w.shape[0] // lat  # Φ' columns: L, or L·L_k for joint fusion
-    y = _features(fs, layer, w, in_shape)
+    lz = lat if "q" in w else lat * layer.kernel_latent_dim  # Φ' columns: L, or L·L_k for joint fusion
+    y = _features(fs, layer, w, in_shape, pool)
     phi = fs.op("Gemm", [y, w["phi_w"], w["phi_b"]], transB=1)  # (B, L²)
     phi = fs.op("Reshape", [phi, fs.ints("phi_shape", [0, lat, lz])])  # (B, L, Lz)
     phi_t = fs.op("Unsqueeze", [fs.op("Transpose", [phi], perm=[0, 2, 1]), fs.ints("axis", [1])])  # (B, 1, Lz, L)
@@ -376,9 +431,11 @@ def _body(
     return _finish(fs, fs.op("Add", [out, dyn]), w, residual=residual, activation=activation)
 
 
-def _features(fs: FunctionScope, layer: DeployDCD, w: dict[str, str], in_shape) -> str:
-    """The branch's gated features (B, S) from the pooled x, as every fused op's body has them."""
-    y = fs.op("Gemm", [_pooled(fs, layer.pool_size, in_shape), w["fc1"]], transB=1)  # (B, S)
+def _features(fs: FunctionScope, layer: DeployDCD, w: dict[str, str], in_shape, pool: int | None = None) -> str:
+    """The branch's gated features (B, S) from the pooled x, as every fused op's body has them
+    (``pool`` overrides the layer's)."""
+    pooled = _pooled(fs, layer.pool_size if pool is None else pool, in_shape)
+    y = fs.op("Gemm", [pooled, w["fc1"]], transB=1)  # (B, S)
     if layer.se:
         return fs.op(
             "Mul", [y, fs.op("HardSigmoid", [fs.op("Gemm", [y, w["gate"]], transB=1)], alpha=1.0 / 6.0, beta=0.5)]

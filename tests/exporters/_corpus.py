@@ -425,13 +425,13 @@ CORPUS: dict[str, Case] = {
 
 #: Fused mode: DCD layers that stay standard ops, with the reason the export gives.
 UNFUSED = {
-    "mobilenetv3_like": {"classifier.3": "classifier (DCD linear layer)"},
     "efficientnet_like": {},
     "shufflenet_like": {},
     "densenet_like": {},
     "convnext_like": {},
     "segnet_like": {},
-    "two_input": {"cls": "classifier (DCD linear layer)"},
     "nonsquare": {},
-    "resnet_like": {"layer1.conv3": "2 latent blocks", "layer2.conv3": "2 latent blocks"},
+    "resnet_like": {},
+    "mobilenetv3_like": {},
+    "two_input": {},
 }

@@ -40,11 +40,14 @@ def _attrs(node) -> dict:
 
 def test_one_node_per_pointwise_dcd_layer_with_its_epilogue(fused):
     model, _, proto, result = fused
-    nodes = [n for n in proto.graph.node if n.domain == "dcd_deploy"]
+    nodes = [n for n in proto.graph.node if n.op_type == "DCDPointwise"]
     layers = [m for m in model.modules() if isinstance(m, DCDConv2d)]
     assert layers and all(m.kernel_size == 1 and m.stride == 1 for m in layers)  # MobileNetV2's DCD convs
     assert len(nodes) == len(layers) == result.op_histogram["dcd_deploy.DCDPointwise"]
-    assert {n.op_type for n in nodes} == {"DCDPointwise"}
+    # the DCD classifier: the runtime's Gemm of W0, then one DCDConvEpilogue on (B, 1, 1, C)
+    (cls,) = [n for n in proto.graph.node if n.domain == "dcd_deploy" and n.op_type != "DCDPointwise"]
+    assert cls.op_type == "DCDConvEpilogue" and _attrs(cls)["pool"] == 1 and _attrs(cls)["stride"] == 1
+    assert result.fused_summary() == f"{len(layers) + 1} of {len(layers) + 1} DCD layers fused"
 
     blocks = [m for m in model.modules() if isinstance(m, InvertedResidual)]
     residual_blocks = sum(b.identity and any(isinstance(m, DCDConv2d) for m in b.modules()) for b in blocks)
@@ -67,11 +70,11 @@ def test_layout_changes_only_at_the_edges_of_fused_runs(fused):
     for t in transposes:
         src = producer.get(t.input[0])
         assert src is None or src.op_type != "Transpose", "a Transpose pair that cancels"
-    for node in (n for n in proto.graph.node if n.domain == "dcd_deploy"):
+    for node in (n for n in proto.graph.node if n.op_type == "DCDPointwise"):
         src = producer[node.input[0]]
         # NHWC comes from a Transpose of an NCHW tensor or straight from the previous fused node
         assert src.domain == "dcd_deploy" or (src.op_type == "Transpose" and list(_attrs(src)["perm"]) == [0, 2, 3, 1])
-    chained = sum(producer[n.input[0]].domain == "dcd_deploy" for n in proto.graph.node if n.domain == "dcd_deploy")
+    chained = sum(producer[n.input[0]].domain == "dcd_deploy" for n in proto.graph.node if n.op_type == "DCDPointwise")
     assert chained > 0  # block i's projection feeds block i+1's expansion in NHWC
 
 

@@ -81,8 +81,10 @@ def test_depthwise_and_joint_madds_by_hand():
         (DCDConv2d(8, 8, 3, dilation=(1, 2), groups=8), "depthwise dilation 1x2"),
         (DCDConv2d(8, 8, (3, 5), groups=8), "depthwise 3x5 kernel"),
         (DCDConv2d(8, 16, 3, joint_fusion=True, channel_fusion=False), "no channel fusion"),
-        (DCDLinear(16, 10), "classifier (DCD linear layer)"),
-        (DCDConv2d(8, 16, 1, num_blocks=2), "2 latent blocks"),
+        (DCDLinear(16, 10, channel_attention=False, channel_fusion=True), None),
+        (DCDLinear(16, 10, channel_fusion=False), "no channel fusion"),
+        (DCDConv2d(8, 16, 1, num_blocks=2), None),
+        (DCDConv2d(8, 16, 3, num_blocks=2), None),
         (DCDConv2d(8, 16, 3, padding=0), "padding (0, 0, 0, 0)"),
         (DCDConv2d(8, 16, 1), None),
         (DCDConv2d(8, 16, 3, stride=2), None),
@@ -94,10 +96,11 @@ def test_depthwise_and_joint_madds_by_hand():
 def test_fused_contract_per_kind(layer, reason):
     deploy = DeployDCD(layer.eval())
     assert deploy.form_kind.why_not_fused(deploy) == reason
-    if reason is None and layer.groups > 1:
+    if reason is None and isinstance(layer, DCDConv2d) and layer.groups > 1:
         assert deploy.form_kind.fused_op(deploy) == "DCDDepthwise"
     elif reason is None:
-        want = "DCDPointwise" if layer.kernel_size == 1 and layer.stride == 1 else "DCDConvEpilogue"
+        pointwise = isinstance(layer, DCDConv2d) and layer.kernel_size == 1 and layer.stride == 1
+        want = "DCDPointwise" if pointwise else "DCDConvEpilogue"  # the classifier: Gemm + epilogue
         assert deploy.form_kind.fused_op(deploy) == want
 
 

@@ -35,7 +35,7 @@ pytest.importorskip("openvino")
 import _zoo  # noqa: E402
 
 from dcd_deploy import export_onnx, list_models  # noqa: E402
-from dcd_deploy.layers import DCDConv2d  # noqa: E402
+from dcd_deploy.layers import DCDConv2d, DCDLinear  # noqa: E402
 from dcd_deploy.openvino import kernel_isa  # noqa: E402
 from dcd_deploy.parity import check_parity  # noqa: E402
 
@@ -218,16 +218,13 @@ def test_zoo_dcd_models_fused_in_openvino(arch, tmp_path):
     channel = [
         m
         for m in model.modules()
-        if isinstance(m, DCDConv2d)
-        and m.channel_fusion
-        and m.num_blocks == 1
-        and not m.form.depthwise
-        and not m.form.joint
+        if isinstance(m, DCDConv2d) and m.channel_fusion and not m.form.depthwise and not m.form.joint
     ]
     pointwise = sum(m.kernel_size == 1 and m.stride == 1 for m in channel)
     assert result.op_histogram.get("dcd_deploy.DCDPointwise", 0) == pointwise
-    # k x k and strided ones: OpenVINO's Conv of W0, then the epilogue op
-    assert result.op_histogram.get("dcd_deploy.DCDConvEpilogue", 0) == len(channel) - pointwise
+    classifiers = sum(isinstance(m, DCDLinear) and m.channel_fusion for m in model.modules())
+    # k x k and strided ones: OpenVINO's Conv of W0, then the epilogue op; the classifier: Gemm, then it
+    assert result.op_histogram.get("dcd_deploy.DCDConvEpilogue", 0) == len(channel) - pointwise + classifiers
     report = check_parity(model, path, batch_sizes=(1, 2), n_inputs=2, backends=("openvino",))
     assert report, report.table()
     assert report.max_rel < 1e-3 and all(r.top1_agreement == 1.0 for r in report.rows)

@@ -7,7 +7,7 @@ kind            layers                                      fused mode
 ``CentreTap``   k x k channel fusion, residual at the tap   Conv + DCDConvEpilogue
 ``Depthwise``   k x k depthwise (Eq. 7)                     DCDDepthwise
 ``Joint``       k x k joint fusion (Eq. 8)                  Convs + DCDConvEpilogue
-``Linear``      the classifier, ``DCDLinear``               standard ops
+``Linear``      the classifier, ``DCDLinear``               Gemm + DCDConvEpilogue
 ==============  ==========================================  ======================
 
 Each owns its folding, its PyTorch forward, its ONNX emission, its MAdds and its fused-op

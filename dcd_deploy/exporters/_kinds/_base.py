@@ -32,6 +32,41 @@ def adaptive_windows(size: int, out: int) -> tuple[int, int] | None:
     return kernels.pop(), strides.pop()
 
 
+def dense_blocks(w: torch.Tensor, groups: int) -> torch.Tensor:
+    """A grouped 1x1 weight (out, in/groups, ...) as its dense block-diagonal (out, in) matrix."""
+    w = w.reshape(w.shape[0], -1)  # (out, in/groups)
+    if groups == 1:
+        return w.clone()
+    out, per_in = w.shape
+    step = out // groups
+    dense = w.new_zeros(out, per_in * groups)
+    for g in range(groups):
+        dense[g * step : (g + 1) * step, g * per_in : (g + 1) * per_in] = w[g * step : (g + 1) * step]
+    return dense
+
+
+def dense_phi(
+    phi_w: torch.Tensor, phi_b: torch.Tensor, *, blocks: int, latent: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Φ's head for B diagonal blocks (Eq. 6) as the head of one dense L x L Φ.
+
+    ``phi_w`` (B·Lb², S) and ``phi_b`` (B·Lb²) give each block's Lb x Lb entries, row-major;
+    the result (L², S), (L²) puts them on Φ's diagonal blocks and zeros elsewhere, so the
+    fused ops (one L x L Φ per sample) compute Eq. 6 exactly.
+    """
+    if blocks == 1:
+        return phi_w, phi_b
+    lat, lb = latent, latent // blocks
+    w = phi_w.new_zeros(lat, lat, phi_w.shape[1])  # (L, L, S)
+    b = phi_b.new_zeros(lat, lat)
+    bw, bb = phi_w.view(blocks, lb, lb, -1), phi_b.view(blocks, lb, lb)
+    for g in range(blocks):
+        block = slice(g * lb, (g + 1) * lb)
+        w[block, block] = bw[g]
+        b[block, block] = bb[g]
+    return w.reshape(lat * lat, -1), b.reshape(-1)
+
+
 class DCDKind:
     """One DCD layer kind in deploy form: folding, forward, emission, MAdds, fused contract."""
 

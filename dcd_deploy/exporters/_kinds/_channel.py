@@ -15,7 +15,7 @@ from torch import nn
 from ...layers import pad_input
 from .._fold import bn_affine
 from .._fused_contract import EPILOGUE, POINTWISE
-from ._base import ConvKind
+from ._base import ConvKind, dense_blocks, dense_phi
 
 
 def emit_crop(s, x: str, pads) -> str:
@@ -116,8 +116,6 @@ class CentreTap(ConvKind):
             return f"padding {tuple(m.pads)}"
         if not m.channel_fusion:
             return "no channel fusion"
-        if m.num_blocks != 1:
-            return f"{m.num_blocks} latent blocks"
         if m.pool_size not in (1, 2):
             return f"pool {m.pool_size}"
         return None
@@ -130,16 +128,21 @@ class CentreTap(ConvKind):
         return {"stride": m.stride, "offset": 0}  # the centre tap of padding k//2
 
     def fused_constants(self, m: nn.Module) -> dict[str, torch.Tensor]:
+        """B > 1 (Eq. 6) goes through the same ops as the dense layer with zeros off the
+        blocks: Q, P and Φ's head made dense (the head's L² outputs instead of B·Lb²)."""
+        # w0 is read by DCDPointwise only (1x1): the Conv + epilogue path keeps the runtime's grouped Conv
+        nb = m.num_blocks
+        phi_w, phi_b = dense_phi(m.phi_w, m.phi_b, blocks=nb, latent=m.latent_dim)
         return {
             "fc1": m.fc1,
             "gate": m.gate,
             "scale_w": m.scale_w,
-            "phi_w": m.phi_w,  # (S, C_in·P²), ...
-            "phi_b": m.phi_b,
-            "q": m.q.flatten(1),
+            "phi_w": phi_w,  # (S, C_in·P²), ...
+            "phi_b": phi_b,
+            "q": dense_blocks(m.q, nb),
             "q_b": m.q_b,
-            "p": m.p.flatten(1),  # (L, C_in), (C_out, L)
-            "w0": m.w0.flatten(1),
+            "p": dense_blocks(m.p, nb),  # (L, C_in), (C_out, L)
+            "w0": dense_blocks(m.w0, m.groups),  # a grouped 1x1 W0 (groups | B) made dense too
             "bias": m.bias,
         }  # (C_out, C_in), (C_out,)
 

@@ -7,20 +7,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from .._fold import bn_affine
-from ._base import DCDKind
+from .._fused_contract import EPILOGUE
+from ._base import DCDKind, dense_blocks, dense_phi
 
 
 def _dense(mod: nn.Module) -> torch.Tensor:
     """Q or P as a matrix; block-diagonal (a grouped Conv1d) made dense."""
-    w = mod.weight.detach()
-    if isinstance(mod, nn.Linear):
-        return w.clone()
-    groups, (out, per_in, _) = mod.groups, w.shape
-    dense = torch.zeros(out, per_in * groups)
-    step = out // groups
-    for g in range(groups):
-        dense[g * step : (g + 1) * step, g * per_in : (g + 1) * per_in] = w[g * step : (g + 1) * step, :, 0]
-    return dense
+    return dense_blocks(mod.weight.detach(), 1 if isinstance(mod, nn.Linear) else mod.groups)
 
 
 class Linear(DCDKind):
@@ -114,5 +107,24 @@ class Linear(DCDKind):
             total += (cin * lat + lat * lat + lat * cout) // layer.num_blocks
         return total, total
 
-    def why_not_fused(self, m: nn.Module) -> str:
-        return "classifier (DCD linear layer)"
+    # -- the fused op (docs/design.md#fused-op) -------------------------------------------
+    def why_not_fused(self, m: nn.Module) -> str | None:
+        return None if m.channel_fusion else "no channel fusion"
+
+    def fused_op(self, m: nn.Module) -> str:
+        """The runtime's Gemm of W0 (+ b0), then DCDConvEpilogue at 1x1 spatial size."""
+        return EPILOGUE
+
+    def fused_constants(self, m: nn.Module) -> dict[str, torch.Tensor]:
+        phi_w, phi_b = dense_phi(m.phi_w, m.phi_b, blocks=m.num_blocks, latent=m.latent_dim)
+        return {
+            "fc1": m.fc1,  # (S, C_in): the "pool" of a 1x1 map is x itself
+            "gate": m.gate,
+            "scale_w": m.scale_w,
+            "phi_w": phi_w,
+            "phi_b": phi_b,
+            "q": m.q,  # (L, C_in), dense
+            "q_b": m.q_b,
+            "p": m.p,  # (C_out, L), dense
+            "bias": m.bias,
+        }
