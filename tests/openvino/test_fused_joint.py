@@ -304,11 +304,11 @@ def test_resnet18_joint_fusion_exports_fused_and_matches_pytorch_in_openvino(tmp
     assert len(joint) == 16
     path = tmp_path / "r18j.onnx"
     result = export_onnx(model, path, input_size=64, mode="fused", check=False)
-    # every joint layer fused; the DCD classifier is another kind (not fused yet)
-    assert sorted(result.fused) == sorted(joint)
-    assert result.unfused == {"classifier.1": "classifier (DCD linear layer)"}
-    assert result.fused_summary() == "16 of 17 DCD layers fused"
-    assert result.op_histogram.get("dcd_deploy.DCDConvEpilogue", 0) == 16
+    # every joint layer fused, and the DCD classifier (Gemm + a 1x1 epilogue)
+    assert sorted(result.fused) == sorted(joint + ["classifier.1"])
+    assert result.unfused == {}
+    assert result.fused_summary() == "17 of 17 DCD layers fused"
+    assert result.op_histogram.get("dcd_deploy.DCDConvEpilogue", 0) == 17
     report = check_parity(model, path, batch_sizes=(1, 2), n_inputs=2, backends=("openvino",))
     assert report, report.table()
     assert all(r.top1_agreement == 1.0 for r in report.rows)
