@@ -26,7 +26,6 @@ import re
 from pathlib import Path
 
 from ..errors import BackendLoadError, BackendRunError, ExtensionError
-from ..exporters._fused_contract import INPUTS
 
 #: Phases of the op's own timers (``DCD_DEPLOY_PROFILE=1``), in the library's order.
 PROFILE_PHASES = ("pool", "branch", "form", "gemm", "total")
@@ -71,7 +70,9 @@ def needs_extension(onnx_path) -> bool:
         text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise BackendLoadError(f"{onnx_path} is not an ONNX model: {_clip(text)}") from None
     ops = {n.op_type for n in proto.graph.node if n.domain == "dcd_deploy"}
-    other = sorted(ops - set(INPUTS))  # the fused ops the extension runs
+    from ..exporters import FUSED_OP_TYPES  # lazy: the exporters import torch
+
+    other = sorted(ops - set(FUSED_OP_TYPES))  # the fused ops the extension runs
     if other:
         raise BackendLoadError(
             f"{onnx_path} has dcd_deploy.{_clip(other[0], 60)} nodes (a --mode function export), "

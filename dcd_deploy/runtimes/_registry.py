@@ -105,7 +105,7 @@ BACKENDS: Mapping[str, Backend] = _backends(
         "openvino",
         "fused",
         "OpenVINO with dcd-deploy's fused DCD kernels: the DCD model exported with --mode fused "
-        "(channels-last DCDPointwise / DCDConvEpilogue nodes), the static model as for openvino, fp32",
+        "(channels-last DCDPointwise / DCDConvEpilogue / DCDDepthwise nodes), the static model as for openvino, fp32",
         "DCD models exported with --mode fused (fused kernels), others as openvino",
         requires="openvino",
     ),

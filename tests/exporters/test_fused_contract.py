@@ -18,10 +18,15 @@ from dcd_deploy.layers import DCDConv2d
 POINTWISE_ALL = ["x", "residual", "fc1", "gate", "scale_w", "phi_w", "phi_b", "q", "q_b", "p", "w0", "bias"]
 #: DCDConvEpilogue: conv, x, residual, then DCDPointwise's weights without w0.
 EPILOGUE_ALL = ["conv", "x", "residual", "fc1", "gate", "scale_w", "phi_w", "phi_b", "q", "q_b", "p", "bias"]
+#: DCDDepthwise: x, residual, DCDPointwise's weights without q, q_b, then r.
+DEPTHWISE_ALL = ["x", "residual", "fc1", "gate", "scale_w", "phi_w", "phi_b", "p", "w0", "bias", "r"]
 OPTIONAL = {"residual": "residual", "gate": "se", "scale_w": "attention"}
 
 
-@pytest.mark.parametrize("op_type, full", [("DCDPointwise", POINTWISE_ALL), ("DCDConvEpilogue", EPILOGUE_ALL)])
+@pytest.mark.parametrize(
+    "op_type, full",
+    [("DCDPointwise", POINTWISE_ALL), ("DCDConvEpilogue", EPILOGUE_ALL), ("DCDDepthwise", DEPTHWISE_ALL)],
+)
 @pytest.mark.parametrize("flags", list(itertools.product((0, 1), repeat=3)))
 def test_inputs_are_the_documented_order_minus_the_absent_ones(op_type, full, flags):
     attrs = dict(zip(("residual", "se", "attention"), flags), pool=2, activation="relu6")
@@ -42,21 +47,22 @@ def test_latent_input_takes_z_in_place_of_q(flags):
 def test_pointwise_is_the_default_and_unknown_op_types_are_refused():
     assert fused_inputs({}) == ["x", "fc1", "phi_w", "phi_b", "q", "q_b", "p", "w0", "bias"]
     with pytest.raises(ValueError):
-        fused_inputs({}, "DCDDepthwise")
+        fused_inputs({}, "DCDNoSuchOp")
 
 
 class _Net(nn.Module):
     """A 1x1 layer with a residual and ReLU (DCDPointwise), a 3x3 one (DCDConvEpilogue), a
-    joint-fusion one (DCDConvEpilogue with latent_input)."""
+    joint-fusion one (DCDConvEpilogue with latent_input), a 3x3 depthwise one (DCDDepthwise)."""
 
     def __init__(self):
         super().__init__()
         self.pw = DCDConv2d(8, 8, 1, gate="se", pool_size=2)
         self.kxk = DCDConv2d(8, 8, 3, channel_attention=False)
         self.joint = DCDConv2d(8, 8, 3, joint_fusion=True)
+        self.dw = DCDConv2d(8, 8, 3, groups=8)
 
     def forward(self, x):
-        return self.joint(self.kxk(torch.relu(self.pw(x) + x)))
+        return self.dw(self.joint(self.kxk(torch.relu(self.pw(x) + x))))
 
 
 def test_the_export_writes_nodes_in_the_contract_order(tmp_path):
@@ -74,7 +80,7 @@ def test_the_export_writes_nodes_in_the_contract_order(tmp_path):
     proto = onnx.load(str(path))
     functions = {(f.name, f.overload): f for f in proto.functions}
     nodes = [n for n in proto.graph.node if n.domain == "dcd_deploy"]
-    assert sorted(n.op_type for n in nodes) == ["DCDConvEpilogue", "DCDConvEpilogue", "DCDPointwise"]
+    assert sorted(n.op_type for n in nodes) == ["DCDConvEpilogue", "DCDConvEpilogue", "DCDDepthwise", "DCDPointwise"]
     for node in nodes:
         attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
         names = fused_inputs(attrs, node.op_type)

@@ -5,7 +5,8 @@ as IR with its first ``packed="48, 8, 4, 4"`` changed to ``packed="48, 8,
 177372507123220484, 34359738372"`` (products wrapping around 2^64 to the real 1088
 values) died on signal 11; it must be one ``Error:`` line. A short hypothesis fuzz of
 the op's attributes and ``packed`` values runs every example in a worker process (a
-crash is a failed example, not a dead pytest) under a 4 GiB address-space cap.
+crash is a failed example, not a dead pytest) under a 4 GiB address-space cap; another
+fuzzes DCDDepthwise's geometry (kernel, stride, dilation, pads) and ``packed``.
 
 Also here: an op failure OpenVINO's CPU plugin swallows (a weight reaching the op through
 a data-dependent Reshape with the wrong shape at run time) is raised by the API and named
@@ -235,6 +236,97 @@ def test_fuzzed_attributes_never_crash(small_ir, worker, tmp_path_factory, pool,
     assert answer in ("ran", "refused"), f"the worker died (status {worker.poll()}) on {data}"
     if answer == "ran":  # only a consistent node runs: the packed sizes of the real weights
         assert [int(v) for v in packed] == [12, 8, 4, 3] and pool == 2 and (se, attention) == (1, 1)
+
+
+@pytest.fixture(scope="module")
+def small_dw_ir(tmp_path_factory) -> Path:
+    """One packed DCDDepthwise node (C 8, 3x3, S 4, L 2, pool 1, attention) as IR."""
+    d = tmp_path_factory.mktemp("small_dw_ir")
+    rng = np.random.default_rng(0)
+    c, S, L = 8, 4, 2
+    shapes = {
+        "fc1": (S, c),
+        "scale_w": (c, S),
+        "phi_w": (L * L, S),
+        "phi_b": (L * L,),
+        "p": (c, L),
+        "w0": (c, 9),
+        "bias": (c,),
+        "r": (L, 9),
+    }
+    inits = [numpy_helper.from_array(rng.standard_normal(s).astype(np.float32), k) for k, s in shapes.items()]
+    node = helper.make_node(
+        "DCDDepthwise",
+        ["x", *shapes],
+        ["out"],
+        domain="dcd_deploy",
+        pool=1,
+        se=0,
+        attention=1,
+        residual=0,
+        activation="relu6",
+        kernel=3,
+        stride=1,
+        dilation=1,
+        pads=[1, 1, 1, 1],
+    )
+    graph = helper.make_graph(
+        [node],
+        "one",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 5, 5, c])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, 5, 5, c])],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("dcd_deploy", 1)])
+    onnx.save(model, d / "one.onnx")
+    ov.save_model(_core().read_model(str(d / "one.onnx")), str(d / "one.xml"), compress_to_fp16=False)
+    assert 'packed="8, 8, 4, 2"' in (d / "one.xml").read_text()
+    return d / "one.xml"
+
+
+_geometry = st.one_of(st.integers(-2, 9), st.sampled_from(_BIG), st.integers(-(2**63), 2**63 - 1))
+
+
+def test_the_untampered_depthwise_ir_runs(small_dw_ir, worker):
+    # the fuzz below has teeth: the node as written runs (and strides, paddings and
+    # dilations that fit the 5x5 input run too)
+    worker.stdin.write(f"{small_dw_ir}\n")
+    worker.stdin.flush()
+    assert worker.stdout.readline().strip() == "ran"
+
+
+@settings(
+    deadline=None,
+    derandomize=True,
+    database=None,
+    max_examples=80,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(
+    kernel=_geometry,
+    stride=_geometry,
+    dilation=_geometry,
+    pads=st.lists(_geometry, min_size=0, max_size=5),
+    packed=st.lists(st.one_of(st.sampled_from([8, 4, 2]), _dims), min_size=0, max_size=5),
+)
+def test_fuzzed_depthwise_attributes_never_crash(small_dw_ir, worker, kernel, stride, dilation, pads, packed):
+    text = small_dw_ir.read_text()
+    old = re.search(r"<data pool=[^>]*/>", text).group(0)
+    geometry = {"kernel": kernel, "stride": stride, "dilation": dilation}
+    data = old
+    for name, value in geometry.items():
+        data = re.sub(rf'{name}="[^"]*"', f'{name}="{value}"', data)
+    data = re.sub(r'pads="[^"]*"', f'pads="{", ".join(map(str, pads))}"', data)
+    data = re.sub(r'packed="[^"]*"', f'packed="{", ".join(map(str, packed))}"', data)
+    path = small_dw_ir.with_name("fuzz.xml")
+    path.write_text(text.replace(old, data, 1))
+    shutil.copy(small_dw_ir.with_suffix(".bin"), path.with_suffix(".bin"))
+    worker.stdin.write(f"{path}\n")
+    worker.stdin.flush()
+    answer = worker.stdout.readline().strip()
+    assert answer in ("ran", "refused"), f"the worker died (status {worker.poll()}) on {data}"
+    if answer == "ran":  # only the real weights' sizes and a kernel that fits the 5x5 input run
+        assert [int(v) for v in packed] == [8, 8, 4, 2] and kernel == 3 and len(pads) == 4
 
 
 # -- failures the CPU plugin swallows ----------------------------------------------------------------
