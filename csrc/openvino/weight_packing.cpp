@@ -49,7 +49,7 @@ std::string weight_dims(const std::shared_ptr<ov::op::v0::Constant> c[PK_COUNT],
     }
     // latent input: Cin from fc1 (S, Cin·pool²), Lz from phi_w (L·Lz, S)
     const ov::Shape& phs = c[PK_PHI_W]->get_shape();
-    if (phs.size() != 2 || *L == 0 || phs[0] % *L || fs[1] % (pool * pool))
+    if (phs.size() != 2 || *L == 0 || phs[0] < *L || phs[0] % *L || fs[1] % (pool * pool))
         return "phi_w has shape " + shape_text(phs) + ", expected (L·Lz, S) with L = " + std::to_string(*L) + " from p";
     *cin = fs[1] / (pool * pool), *lz = phs[0] / *L;
     return "";
