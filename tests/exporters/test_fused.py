@@ -82,11 +82,14 @@ def test_functions_share_the_op_type_and_differ_by_overload(fused):
     _, _, proto, _ = fused
     assert proto.ir_version >= 10  # overloads
     keys = [(f.domain, f.name, f.overload) for f in proto.functions]
-    assert len(set(keys)) == len(keys) and {k[:2] for k in keys} == {("dcd_deploy", "DCDPointwise")}
+    assert len(set(keys)) == len(keys)
+    assert {k[:2] for k in keys} == {("dcd_deploy", "DCDPointwise"), ("dcd_deploy", "DCDConvEpilogue")}  # + classifier
     calls = {(n.domain, n.op_type, n.overload) for n in proto.graph.node if n.domain == "dcd_deploy"}
     assert calls == set(keys)
+    common = {"pool", "se", "attention", "residual", "activation"}
     for f in proto.functions:
-        assert set(f.attribute) == {"pool", "se", "attention", "residual", "activation", "form"}
+        extra = {"form"} if f.name == "DCDPointwise" else {"stride", "offset"}
+        assert set(f.attribute) == common | extra
         assert {n.domain for n in f.node} == {""}  # standard ops only
     onnx.checker.check_model(proto, full_check=True)
 
