@@ -83,7 +83,7 @@ def translated_ops() -> set:
     }
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _entries(key) -> tuple:
     """The ``OnnxDecompMeta`` entries of one op, made once per process."""
     from torch.onnx._internal.exporter import _registration
