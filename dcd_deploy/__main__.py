@@ -50,6 +50,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from .cli._exit import run_and_exit
+    from .cli import run_and_exit
 
     run_and_exit(main)
