@@ -50,4 +50,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from .cli import run_and_exit
+
+    run_and_exit(main)

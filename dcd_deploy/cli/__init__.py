@@ -4,6 +4,7 @@
 dcd_deploy.openvino._build``), which keep the same one-line error contract.
 """
 
+from ._exit import run_and_exit
 from ._run import run_cli
 
-__all__ = ["run_cli"]
+__all__ = ["run_and_exit", "run_cli"]

@@ -174,6 +174,7 @@ def main(
         accept_inconclusive=accept_inconclusive,
         parity_preprocess=preprocess,
         parity_inputs_description=described,
+        parallel_check=True,
         **_dynamic_size(dynamic_size, input_size),
     )
     click.echo(f"wrote {result.path} ({result.size_bytes / 1e6:.1f} MB) in {time.perf_counter() - started:.1f} s")

@@ -12,7 +12,8 @@ it, which re-traces the whole graph (MobileNetV2 x1.0: 1.5 s + 2.5 s on the benc
 VM). Tracing straight to the ATen IR the translator reads (``pre_dispatch=False``) takes
 one pass (1.5 s). That entry point and the translator's are private in torch 2.13 (the
 pinned release); when they are missing or refuse a graph, the public
-``torch.onnx.export`` is used instead, which gives the same graph more slowly.
+``torch.onnx.export`` is used instead, which gives the same graph more slowly. The fast
+path's translator registry holds only the ops the graph calls (:mod:`._registry`).
 
 """
 
@@ -28,6 +29,7 @@ from torch import nn
 
 from ..errors import ExportError
 from ._placeholder import Placeholder, geometry, onnx_translation
+from ._registry import called_ops, registry_for, translated_ops
 
 #: The default-domain opset torch.onnx's translator writes.
 NATIVE_OPSET = 18
@@ -207,7 +209,7 @@ def _fast(model, args, shapes, op, translate) -> onnx.ModelProto:
     try:
         from torch.export.exported_program import _override_composite_implicit_decomp
 
-        registry, keep = _registry(op, translate)
+        keep = _kept_whole(op)
     except (ImportError, AttributeError, TypeError) as exc:
         raise _Fallback from exc
     try:
@@ -223,6 +225,7 @@ def _fast(model, args, shapes, op, translate) -> onnx.ModelProto:
             gm = ep.graph_module
             _fx_passes.insert_type_promotion_nodes(gm)
             ep._graph_module = _fx_passes.remove_assertion_nodes(gm)
+        registry = registry_for(called_ops(ep.graph_module), {op: translate})
         program = _core._exported_program_to_onnx_program(ep, registry=registry)
         program.optimize()
         return program.model_proto
@@ -231,20 +234,16 @@ def _fast(model, args, shapes, op, translate) -> onnx.ModelProto:
 
 
 @functools.lru_cache(maxsize=1)
-def _registry(op, translate):
-    """torch.onnx's registry with the placeholder's translation, built once per process
-    (onnxscript re-parses ~500 torchlib functions' sources for each new one: 0.5-1 s), and
-    what the trace does with composite ops: keep those the translator writes whole,
-    decompose the others (what ``torch.onnx.export``'s own decomposition pass decides)."""
+def _kept_whole(op):
+    """What the trace does with composite ops: keep those the translator writes whole,
+    decompose the others (what ``torch.onnx.export``'s own decomposition pass decides),
+    from the names of the ops the registry translates (:mod:`._registry`)."""
     from torch.export.exported_program import _split_decomp_table_to_cia_and_python_decomp
-    from torch.onnx._internal.exporter import _decomp, _registration
+    from torch.onnx._internal.exporter import _decomp
 
-    with _quiet_registration():
-        registry = _registration.ONNXRegistry.from_torchlib()
-    registry.register_op(op, translate)
-    table = _decomp.create_onnx_friendly_decomposition_table(set(_decomp.get_onnx_implemented_overloads(registry)))
+    table = _decomp.create_onnx_friendly_decomposition_table(translated_ops() | {op})
     cia, _ = _split_decomp_table_to_cia_and_python_decomp(table)
-    return registry, cia
+    return cia
 
 
 @contextlib.contextmanager

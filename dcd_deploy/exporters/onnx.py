@@ -18,6 +18,7 @@ every Reshape our emission writes copies the batch (``0``).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import time
@@ -157,6 +158,7 @@ def export_onnx(
     accept_inconclusive: bool = False,
     parity_preprocess=None,
     parity_inputs_description: str | None = None,
+    parallel_check: bool = False,
 ) -> ExportResult:
     """Export ``model`` to ONNX in deploy form; the file appears only if all succeeded.
 
@@ -198,6 +200,10 @@ def export_onnx(
         parity_preprocess: the model's preprocessing for the check's built-in images
             (:class:`~dcd_deploy.preprocess.Preprocess` or a preset name).
         parity_inputs_description: what ``parity_inputs`` are, for the file's metadata.
+        parallel_check: compute the check's PyTorch side (float64 reference, fp32
+            outputs) in a forked process while the model is traced
+            (:func:`~dcd_deploy.parity.prefetch`; Linux, two cores or more); the
+            verdict is the same. ``dcd-export`` turns it on.
 
     Raises:
         ExportError: bad arguments, an unwritable path, a model torch.export cannot trace
@@ -214,6 +220,77 @@ def export_onnx(
         hw = _image_hw(example) or hw
     check_output_path(path := Path(path), error=ExportError)
     stage = _Stages(progress)
+    sizes = (batch,) if batch is not None else tuple(parity_batch_sizes)
+    checked_with = {
+        "sizes": sizes,
+        "inputs": parity_inputs,
+        "example_inputs": example if example_inputs is not None else None,
+        "preprocess": parity_preprocess,
+    }
+    ahead = (
+        _prefetch(model, example, batch=batch, dynamic_size=dynamic_size, **checked_with)
+        if check and parallel_check
+        else None
+    )
+    with contextlib.closing(ahead) if ahead is not None else contextlib.nullcontext():
+        deploy, proto, fused = _lowered_and_built(
+            model,
+            example,
+            strategy=strategy,
+            hw=hw,
+            names=(input_names, output_names),
+            dynamic_size=dynamic_size,
+            batch=batch,
+            opset=opset,
+            mode=mode,
+            stage=stage,
+        )
+        candidates = _candidates(proto, mode=mode, simplify=simplify, check=check, stage=stage)
+        checker = None
+        if check:
+            for c in candidates:
+                _record_parity_inputs(c, parity_inputs, parity_inputs_description, parity_preprocess)
+            checker = functools.partial(
+                _check, model, mode=mode, accept_inconclusive=accept_inconclusive, prefetched=ahead, **checked_with
+            )
+        written, report = _write_checked(path, candidates, checker, stage)
+    return ExportResult(
+        path=path,
+        arch=getattr(model, "arch", type(model).__name__),
+        input_size=hw[0] if hw[0] == hw[1] else hw,
+        batch=batch,
+        opset=opset,
+        mode=mode,
+        seconds=time.perf_counter() - start,
+        simplified=len(candidates) > 1 and written is candidates[0],
+        strategies=dict(getattr(deploy, "strategies", {})),
+        fused=fused.fused,
+        unfused=fused.unfused,
+        dynamic_size=dynamic_size,
+        parity=report,
+        **_file_facts(path, written),
+    )
+
+
+def _prefetch(model, example, *, batch, dynamic_size, sizes, inputs, example_inputs, preprocess):
+    """The check's PyTorch side started in a second process (:func:`~dcd_deploy.parity.prefetch`)."""
+    from ..parity import prefetch
+
+    return prefetch(
+        model,
+        example,
+        batch=batch,
+        dynamic_size=dynamic_size,
+        batch_sizes=sizes,
+        inputs=inputs,
+        example_inputs=example_inputs,
+        preprocess=preprocess,
+    )
+
+
+def _lowered_and_built(model, example, *, strategy, hw, names, dynamic_size, batch, opset, mode, stage):
+    """(deploy form, ONNX proto, emission record): lower, then trace and emit."""
+    input_names, output_names = names
     deploy = to_deploy(model, strategy=strategy, input_size=hw, example_inputs=example)
     out_names = _output_names(deploy, example, output_names)
     if dynamic_size:
@@ -232,38 +309,7 @@ def export_onnx(
         output_names=out_names,
         progress=stage,
     )
-    candidates = _candidates(proto, mode=mode, simplify=simplify, check=check, stage=stage)
-    checker = None
-    if check:
-        for c in candidates:
-            _record_parity_inputs(c, parity_inputs, parity_inputs_description, parity_preprocess)
-        checker = functools.partial(
-            _check,
-            model,
-            sizes=(batch,) if batch is not None else tuple(parity_batch_sizes),
-            inputs=parity_inputs,
-            example=example if example_inputs is not None else None,
-            mode=mode,
-            accept_inconclusive=accept_inconclusive,
-            preprocess=parity_preprocess,
-        )
-    written, report = _write_checked(path, candidates, checker, stage)
-    return ExportResult(
-        path=path,
-        arch=getattr(model, "arch", type(model).__name__),
-        input_size=hw[0] if hw[0] == hw[1] else hw,
-        batch=batch,
-        opset=opset,
-        mode=mode,
-        seconds=time.perf_counter() - start,
-        simplified=len(candidates) > 1 and written is candidates[0],
-        strategies=dict(getattr(deploy, "strategies", {})),
-        fused=fused.fused,
-        unfused=fused.unfused,
-        dynamic_size=dynamic_size,
-        parity=report,
-        **_file_facts(path, written),
-    )
+    return deploy, proto, fused
 
 
 def _candidates(proto: onnx.ModelProto, *, mode: str, simplify: bool, check: bool, stage) -> list[onnx.ModelProto]:
@@ -312,7 +358,7 @@ def _checked_arguments(*, opset, mode, strategy, batch) -> int:
     return opset
 
 
-def _check(model, path, *, sizes, inputs, example, mode, accept_inconclusive, preprocess):
+def _check(model, path, *, sizes, inputs, example_inputs, mode, accept_inconclusive, preprocess, prefetched=None):
     from ..parity import check_parity
 
     return check_parity(
@@ -320,10 +366,11 @@ def _check(model, path, *, sizes, inputs, example, mode, accept_inconclusive, pr
         path,
         batch_sizes=sizes,
         inputs=inputs,
-        example_inputs=example,
+        example_inputs=example_inputs,
         backends=_parity_backends(mode),
         accept_inconclusive=accept_inconclusive,
         preprocess=preprocess,
+        prefetched=prefetched,
     )
 
 

@@ -59,6 +59,7 @@ from ._compare import compare as _compare
 from ._compare import refuse_nonfinite as _refuse_nonfinite
 from ._layerwise import LAYER_RTOL, LAYER_SAMPLES, LayerRecord, LayerRow, compare_layers, read_layers
 from ._layerwise import tensors as layer_tensors
+from ._prefetch import Prefetch
 from ._report import DEFAULT_ATOL, DEFAULT_K, DEFAULT_RTOL, SCHEMA, ParityReport, ParityRow
 from ._runtimes import BACKENDS, LEVELS
 from ._runtimes import runners as _runners
@@ -85,6 +86,7 @@ def check_parity(
     layers: bool = True,
     accept_inconclusive: bool = False,
     preprocess: Preprocess | str | None = None,
+    prefetched: Prefetch | None = None,
 ) -> ParityReport:
     """Compare ``model`` (PyTorch, eval mode) with ``onnx_path`` run by ONNX Runtime (or OpenVINO).
 
@@ -118,6 +120,9 @@ def check_parity(
             :data:`~dcd_deploy.preprocess.PRESETS`; default ``imagenet``): the built-in
             images go through it, so a model trained on [0, 255] or BGR inputs is checked
             on images it knows. ``inputs`` are taken as the model takes them.
+        prefetched: the PyTorch side computed ahead in a second process
+            (:func:`prefetch`, what ``export_onnx`` does while it traces); used only if
+            it was computed on exactly this check's inputs, and ended either way.
 
     Returns:
         A :class:`ParityReport`; it is falsy when any comparison failed.
@@ -164,8 +169,15 @@ def check_parity(
         b: _used(b, given[0].shape[0], n_inputs if synthetic else None, fixed_batch, onnx_path) for b in batch_sizes
     }
     most = max(plans.values())
-    ref_model, ref64, report.reference = _reference(model, [x[:most] for x in given])
-    _end_to_end(report, model, run, plans, given, ref64, out_specs, onnx_path)
+    ahead = prefetched.take([x[:most] for x in given], plans) if prefetched is not None else None
+    if ahead is None:
+        ref_model, ref64, report.reference = _reference(model, [x[:most] for x in given])
+        fp32 = None
+    else:
+        ref64, report.reference = ahead["ref64"], ahead["kind"]
+        fp32 = {b: [[(n, torch.from_numpy(a)) for n, a in out] for out in outs] for b, outs in ahead["fp32"].items()}
+        ref_model = _reference_model(model) if records and report.reference == "float64" else model
+    _end_to_end(report, model, run, plans, given, ref64, out_specs, onnx_path, fp32=fp32)
     if records:
         samples = _layer_samples([x[:most] for x in given], fixed_batch or max(batch_sizes))
         _layer_by_layer(
@@ -224,15 +236,27 @@ def _inputs(
 
 
 def _end_to_end(
-    report: ParityReport, model: nn.Module, run: dict, plans: dict, given, ref64, out_specs, onnx_path: Path
+    report: ParityReport,
+    model: nn.Module,
+    run: dict,
+    plans: dict,
+    given,
+    ref64,
+    out_specs,
+    onnx_path: Path,
+    fp32: dict | None = None,
 ) -> None:
     """One row per batch size, runtime configuration and output: the file's outputs
-    against the float64 reference, with PyTorch's own fp32 error beside."""
+    against the float64 reference, with PyTorch's own fp32 error beside (``fp32``: the
+    model's flattened outputs per batch size, when computed ahead)."""
     order = None
     for b, used in plans.items():
         chunks = [[x[i : i + b] for x in given] for i in range(0, used, b)]
-        with torch.no_grad():
-            flat32 = [flatten_outputs(model(*c)) for c in chunks]
+        if fp32 is not None:
+            flat32 = fp32[b]
+        else:
+            with torch.no_grad():
+                flat32 = [flatten_outputs(model(*c)) for c in chunks]
         if order is None:
             order = match_outputs([n for n, _ in flat32[0]], out_specs, onnx_path)
         ref32 = [np.concatenate([f[j][1].numpy() for f in flat32]) for j in order]
@@ -343,6 +367,64 @@ def _used(batch: int, available: int, n_inputs: int | None, fixed_batch: int | N
     return used
 
 
+def _reference_model(model: nn.Module) -> nn.Module:
+    """A float64 copy of ``model`` (the user's model is not touched)."""
+    return copy.deepcopy(model).double().eval()
+
+
+def prefetch(
+    model: nn.Module,
+    example: tuple[torch.Tensor, ...],
+    *,
+    batch: int | None,
+    dynamic_size: bool = False,
+    batch_sizes=(1, 2),
+    n_inputs: int = 8,
+    seed: int = 0,
+    inputs=None,
+    example_inputs=None,
+    preprocess: Preprocess | str | None = None,
+) -> Prefetch | None:
+    """Start computing, in a forked process, what :func:`check_parity` (same arguments)
+    will compute of ``model`` for a file exported from ``example`` with ``batch`` and
+    ``dynamic_size`` (:mod:`._prefetch`); None where that cannot be started or predicted.
+
+    The file's inputs are predicted from ``example``: its dtypes and shapes, the batch
+    axis symbolic unless ``batch``, height and width symbolic with ``dynamic_size``.
+    """
+    names = [f"input_{i}" for i in range(len(example))]
+    specs = [
+        TensorSpec(name, _predicted_dims(x, batch, dynamic_size), torch.empty(0, dtype=x.dtype).numpy().dtype)
+        for name, x in zip(names, example)
+    ]
+    try:
+        examples = as_list(example_inputs, specs, "example_inputs")
+        given = _inputs(
+            as_list(inputs, specs, "inputs"),
+            specs,
+            examples,
+            make_preprocess(preprocess),
+            n_inputs=n_inputs,
+            batch_sizes=batch_sizes,
+            seed=seed,
+        )
+        fixed = specs[0].static(0)
+        plans = {
+            b: _used(b, given[0].shape[0], n_inputs if inputs is None else None, fixed, Path("-")) for b in batch_sizes
+        }
+    except (DCDDeployError, TypeError, ValueError):  # the check itself will say what is wrong
+        return None
+    most = max(plans.values())
+    return Prefetch.start(model, [x[:most] for x in given], plans)
+
+
+def _predicted_dims(x: torch.Tensor, batch: int | None, dynamic_size: bool) -> tuple:
+    dims = ["batch" if batch is None else batch, *map(int, x.shape[1:])]
+    if dynamic_size and x.dim() == 4:
+        dims[2:4] = ["height", "width"]
+    return tuple(dims)
+
+
 def _double(x: torch.Tensor) -> torch.Tensor:
     return x.double() if x.is_floating_point() else x
 
@@ -352,7 +434,7 @@ def _reference(model: nn.Module, inputs: list[torch.Tensor]) -> tuple[nn.Module,
     the model itself in float32 where float64 cannot run."""
     n = inputs[0].shape[0]
     try:
-        ref = copy.deepcopy(model).double().eval()
+        ref = _reference_model(model)
         with torch.no_grad():
             parts = [
                 flatten_outputs(ref(*[_double(x[i : i + REFERENCE_CHUNK]) for x in inputs]))
@@ -382,5 +464,6 @@ __all__ = [
     "ParityRow",
     "TensorSpec",
     "check_parity",
+    "prefetch",
     "read_signature",
 ]

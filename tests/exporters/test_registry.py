@@ -1,0 +1,73 @@
+"""The translator registry built for a graph's ops holds what torch.onnx's full one holds.
+
+The oracle is ``ONNXRegistry.from_torchlib()``, what ``torch.onnx.export`` itself builds:
+the same ops are translated (so the trace keeps the same ops whole), each op has the
+same entries, and every corpus network translates to the same ONNX bytes with either
+registry (and takes the fast path with both, or with neither). A change of the private internals these rely on fails here.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from _corpus import CORPUS
+
+from dcd_deploy.exporters import _registry, _trace
+from dcd_deploy.exporters._placeholder import onnx_translation
+from dcd_deploy.exporters.lowering import to_deploy
+
+
+@pytest.fixture(scope="module")
+def full():
+    from torch.onnx._internal.exporter import _registration
+
+    with _trace._quiet_registration():
+        registry = _registration.ONNXRegistry.from_torchlib()
+    op, translate = onnx_translation()
+    registry.register_op(op, translate)
+    return registry
+
+
+def _same(a, b) -> bool:
+    return [(m.onnx_function, m.fx_target, m.is_complex, m.is_custom, m.opset_introduced) for m in a] == [
+        (m.onnx_function, m.fx_target, m.is_complex, m.is_custom, m.opset_introduced) for m in b
+    ]
+
+
+def test_the_same_ops_are_translated(full):
+    from torch.onnx._internal.exporter import _decomp
+
+    op, _ = onnx_translation()
+    assert _registry.translated_ops() | {op} == set(_decomp.get_onnx_implemented_overloads(full))
+    assert len(full.functions) > 400  # the whole torchlib, not a handful
+
+
+def test_every_op_has_the_full_registry_s_entries(full):
+    subset = _registry.registry_for(_registry.translated_ops(), dict([onnx_translation()]))
+    assert subset.functions.keys() == full.functions.keys()
+    different = [k for k in full.functions if not _same(full.functions[k], subset.functions[k])]
+    assert not different
+
+
+def test_a_graph_s_registry_holds_only_its_ops():
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    graph.output(graph.call_function(torch.ops.aten.relu.default, (x,)))
+    registry = _registry.registry_for(_registry.called_ops(torch.fx.GraphModule(torch.nn.Module(), graph)), {})
+    assert list(registry.functions) == ["aten::relu"]
+    assert registry.get_decomps(torch.ops.aten.relu.default)
+
+
+@pytest.mark.parametrize("name", sorted(CORPUS))
+def test_corpus_translates_to_the_same_bytes_with_the_full_registry(name, full, monkeypatch):
+    case = CORPUS[name]
+    net = case.build()
+    example = case.inputs(1)
+    deploy = to_deploy(net, strategy="auto", input_size=case.input_size, example_inputs=example)
+    kwargs = dict(batch=None, dynamic_size=False, input_names=None, output_names=None)
+    subset = _trace.trace(deploy, example, **kwargs)
+    monkeypatch.setattr(_trace, "registry_for", lambda ops, custom: full)
+    whole = _trace.trace(deploy, example, **kwargs)
+    # nonsquare's 3x4 adaptive pool takes the public path with either registry
+    assert subset.fast_path == whole.fast_path == (name != "nonsquare")
+    assert subset.proto.SerializeToString() == whole.proto.SerializeToString()

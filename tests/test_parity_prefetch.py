@@ -1,0 +1,68 @@
+"""The check's PyTorch side computed in a forked process gives the same report, or none.
+
+Oracle: the same export checked in one process (``parallel_check=False``); the
+prefetched result must also be refused for inputs other than those it computed on, and
+the child must be gone once the check (or the export) is over.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+import torch
+
+from dcd_deploy import create_model, export_onnx
+from dcd_deploy.parity import prefetch
+from dcd_deploy.parity._prefetch import compute
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="fork: Linux only")
+
+SIZE = 32
+
+
+def _report(tmp_path, parallel: bool, **kwargs) -> dict:
+    torch.manual_seed(0)
+    model = create_model("mobilenetv2_050_dcd").eval()
+    result = export_onnx(model, tmp_path / f"m{parallel}.onnx", input_size=SIZE, parallel_check=parallel, **kwargs)
+    d = result.parity.to_dict()
+    d.pop("onnx_path")
+    return d
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"batch": 2}])
+def test_same_report_with_and_without_the_second_process(tmp_path, kwargs):
+    assert _report(tmp_path, True, **kwargs) == _report(tmp_path, False, **kwargs)
+
+
+def test_other_inputs_are_refused_and_the_child_is_gone():
+    torch.manual_seed(0)
+    model = create_model("mobilenetv2_050_dcd").eval()
+    example = (torch.zeros(1, 3, SIZE, SIZE),)
+    ahead = prefetch(model, example, batch=None)
+    if (os.cpu_count() or 1) < 2:
+        assert ahead is None
+        return
+    pid = ahead.pid
+    other = [x + 1 for x in ahead.inputs]
+    assert ahead.take(other, ahead.plans) is None
+    with pytest.raises(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)  # reaped
+
+
+def test_the_result_is_what_the_check_computes():
+    torch.manual_seed(0)
+    model = create_model("mobilenetv2_050_dcd").eval()
+    ahead = prefetch(model, (torch.zeros(1, 3, SIZE, SIZE),), batch=None)
+    if ahead is None:
+        pytest.skip("one core")
+    got = ahead.take(list(ahead.inputs), dict(ahead.plans))
+    expected = compute(model, ahead.inputs, ahead.plans)
+    assert got["kind"] == expected["kind"] == "float64"
+    assert all((a == b).all() for a, b in zip(got["ref64"], expected["ref64"]))
+    for b in expected["fp32"]:
+        for out_got, out_exp in zip(got["fp32"][b], expected["fp32"][b]):
+            assert [n for n, _ in out_got] == [n for n, _ in out_exp]
+            assert all((x == y).all() for (_, x), (_, y) in zip(out_got, out_exp))
+    assert ahead.take(list(ahead.inputs), dict(ahead.plans)) is got  # kept for a second candidate
