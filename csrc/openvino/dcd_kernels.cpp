@@ -431,10 +431,13 @@ void pack_t(const float* src, int rows, int k, const float* scale, float* dst, i
 size_t packed_size(int rows, int k) { return (size_t)roundup(rows, VW) * (size_t)k; }
 
 // prepared constants: [w0 packed (K = Cin)] [q packed (K = Cin)] [p packed (K = L)]
-// [qᵀ (Cin x L)] [phi_wᵀ (S x L*L)] [scale_wᵀ (S x Cout), with attention]
+// [qᵀ (Cin x L)] [the heads' weights, transposed and side by side: S x R, each row
+// scale_w[:, s] (with attention) then phi_w[:, s]], R = head_width(P): one weight stream
+// for both heads, read row by row
 struct Prepared {
-    const float *w0p, *qp, *pp, *qt, *phiwt, *scalewt;
+    const float *w0p, *qp, *pp, *qt, *headt;
 };
+inline int head_width(const Params& P) { return (P.attention ? P.Cout : 0) + P.L * P.L; }
 template <class T>
 Prepared prepared_parts(T* base, const Params& P) {
     Prepared r;
@@ -442,13 +445,12 @@ Prepared prepared_parts(T* base, const Params& P) {
     r.qp = r.w0p + (P.w0 ? packed_size(P.Cout, P.Cin) : 0);  // no w0: the epilogue op's
     r.pp = r.qp + packed_size(P.L, P.Cin);
     r.qt = r.pp + packed_size(P.Cout, P.L);
-    r.phiwt = r.qt + (size_t)P.Cin * P.L;
-    r.scalewt = r.phiwt + (size_t)P.S * P.L * P.L;
+    r.headt = r.qt + (size_t)P.Cin * P.L;
     return r;
 }
 size_t prepared_size(const Params* P) {
     const Prepared r = prepared_parts((const float*)nullptr, *P);
-    return (size_t)(r.scalewt - r.w0p) + (P->attention ? (size_t)P->S * P->Cout : 0);
+    return (size_t)(r.headt - r.w0p) + (size_t)P->S * head_width(*P);
 }
 void transpose(const float* src, int rows, int cols, float* dst) {  // dst (cols x rows)
     for (int r = 0; r < rows; ++r)
@@ -461,84 +463,88 @@ void prepare(const Params* P, float* dst) {
     pack_t(P->q, L, cin, nullptr, const_cast<float*>(r.qp), cin, 0);
     pack_t(P->p, cout, L, nullptr, const_cast<float*>(r.pp), L, 0);
     transpose(P->q, L, cin, const_cast<float*>(r.qt));
-    transpose(P->phi_w, L * L, P->S, const_cast<float*>(r.phiwt));
-    if (P->attention) transpose(P->scale_w, cout, P->S, const_cast<float*>(r.scalewt));
+    const int R = head_width(*P), lo = P->attention ? cout : 0;
+    float* ht = const_cast<float*>(r.headt);
+    for (int s = 0; s < P->S; ++s) {
+        for (int o = 0; o < lo; ++o) ht[(long)s * R + o] = P->scale_w[(long)o * P->S + s];
+        for (int m = 0; m < L * L; ++m) ht[(long)s * R + lo + m] = P->phi_w[(long)m * P->S + s];
+    }
+
 }
 
-// out[0..R) = sum_s y[s] * mt[s, :] (+ b): a matrix-vector product with the matrix stored
-// transposed (S x R), so the vector runs over the R outputs: no horizontal sums.
+// out[0..R) = b + sum_s y[s] * mt[s, :]: a matrix-vector product with the matrix stored
+// transposed (S x R), so the vector runs over the R outputs (no horizontal sums), read
+// row after row, four rows at a time: sequential streams the prefetchers follow (the
+// first version walked 64-column strips down all S rows, half the bandwidth).
 void matvec_t(const float* mt, const float* y, const float* b, int S, int R, float* out) {
-    int r = 0;
-    for (; r + 4 * VW <= R; r += 4 * VW) {
-        vf a0 = vf{}, a1 = vf{}, a2 = vf{}, a3 = vf{};
-        for (int s = 0; s < S; ++s) {
-            const float* m = mt + (long)s * R + r;
-            const vf ys = bc(y[s]);
-            a0 += ys * ld(m);
-            a1 += ys * ld(m + VW);
-            a2 += ys * ld(m + 2 * VW);
-            a3 += ys * ld(m + 3 * VW);
+    for (int s = 0; s < S || s == 0; s += 4) {
+        const int ns = imin(4, S - s);
+        const float* m0 = mt + (long)s * R;
+        const float* m1 = m0 + (ns > 1 ? R : 0);
+        const float* m2 = m0 + (ns > 2 ? 2L * R : 0);
+        const float* m3 = m0 + (ns > 3 ? 3L * R : 0);
+        const float y0 = ns > 0 ? y[s] : 0.f, y1 = ns > 1 ? y[s + 1] : 0.f;
+        const float y2 = ns > 2 ? y[s + 2] : 0.f, y3 = ns > 3 ? y[s + 3] : 0.f;
+        const float* acc = s == 0 ? b : out;
+        const vf v0 = bc(y0), v1 = bc(y1), v2 = bc(y2), v3 = bc(y3);
+        int r = 0;
+        for (; r + VW <= R; r += VW) {
+            vf a = acc ? ld(acc + r) : vf{};
+            a += v0 * ld(m0 + r) + v1 * ld(m1 + r);
+            a += v2 * ld(m2 + r) + v3 * ld(m3 + r);
+            st(out + r, a);
         }
-        if (b) {
-            a0 += ld(b + r);
-            a1 += ld(b + r + VW);
-            a2 += ld(b + r + 2 * VW);
-            a3 += ld(b + r + 3 * VW);
-        }
-        st(out + r, a0);
-        st(out + r + VW, a1);
-        st(out + r + 2 * VW, a2);
-        st(out + r + 3 * VW, a3);
-    }
-    for (; r + VW <= R; r += VW) {
-        vf a = vf{};
-        for (int s = 0; s < S; ++s) a += bc(y[s]) * ld(mt + (long)s * R + r);
-        if (b) a += ld(b + r);
-        st(out + r, a);
-    }
-    for (; r < R; ++r) {
-        float a = 0.f;
-        for (int s = 0; s < S; ++s) a += y[s] * mt[(long)s * R + r];
-        out[r] = a + (b ? b[r] : 0.f);
+        for (; r < R; ++r) out[r] = (acc ? acc[r] : 0.f) + (y0 * m0[r] + y1 * m1[r]) + (y2 * m2[r] + y3 * m3[r]);
     }
 }
 
-// out[c] (+)= sum_{i < count} x[i * stride + c], c < C: channel blocks in registers
+// out[0, NVB*VW) (+)= sum_{i < count} x[i * stride + ...]: NVB vectors of channels, the
+// last one holding only `last` (1..VW) valid channels. U pixels at a time into separate
+// accumulators: an add's latency is 3-4 cycles, so one chain per vector (the first
+// version) ran at a quarter of the adder's rate for the narrow blocks (C 16-48).
+template <int NVB, int U>
+void colsum_vec(const float* x, long stride, long count, int last, float* out, bool accumulate) {
+    vf a[U][NVB];
+    for (int u = 0; u < U; ++u)
+        for (int v = 0; v < NVB; ++v) a[u][v] = vf{};
+    const bool part = last < VW;
+    long i = 0;
+    auto add = [&](int u, const float* p) {
+#pragma GCC unroll 8
+        for (int v = 0; v < NVB; ++v) a[u][v] += (v == NVB - 1 && part) ? ld_mask(p + v * VW, last) : ld(p + v * VW);
+    };
+    for (; i + U <= count; i += U)
+#pragma GCC unroll 8
+        for (int u = 0; u < U; ++u) add(u, x + (i + u) * stride);
+    for (; i < count; ++i) add(0, x + i * stride);
+    for (int u = 1; u < U; ++u)
+        for (int v = 0; v < NVB; ++v) a[0][v] += a[u][v];
+    for (int v = 0; v < NVB; ++v) {
+        const int n = v == NVB - 1 ? last : VW;
+        vf s = a[0][v];
+        if (accumulate) s += ld_mask(out + v * VW, n);
+        if (n == VW) st(out + v * VW, s);
+        else st_mask(out + v * VW, s, n);
+    }
+}
+
+// out[c] (+)= sum_{i < count} x[i * stride + c], c < C: blocks of up to 8 vectors of
+// channels, each one pass over the rows
 void colsum_block(const float* x, long stride, long count, int C, float* out, bool accumulate) {
-    int c = 0;
-    for (; c + 4 * VW <= C; c += 4 * VW) {
-        vf a0 = vf{}, a1 = vf{}, a2 = vf{}, a3 = vf{};
+    for (int c = 0; c < C; c += 8 * VW) {
+        const int n = imin(C - c, 8 * VW), nv = (n + VW - 1) / VW, last = n - (nv - 1) * VW;
         const float* p = x + c;
-        for (long i = 0; i < count; ++i, p += stride) {
-            a0 += ld(p);
-            a1 += ld(p + VW);
-            a2 += ld(p + 2 * VW);
-            a3 += ld(p + 3 * VW);
+        float* o = out + c;
+        switch (nv) {
+            case 1: colsum_vec<1, 8>(p, stride, count, last, o, accumulate); break;
+            case 2: colsum_vec<2, 4>(p, stride, count, last, o, accumulate); break;
+            case 3: colsum_vec<3, 4>(p, stride, count, last, o, accumulate); break;
+            case 4: colsum_vec<4, 2>(p, stride, count, last, o, accumulate); break;
+            case 5: colsum_vec<5, 2>(p, stride, count, last, o, accumulate); break;
+            case 6: colsum_vec<6, 2>(p, stride, count, last, o, accumulate); break;
+            case 7: colsum_vec<7, 2>(p, stride, count, last, o, accumulate); break;
+            default: colsum_vec<8, 2>(p, stride, count, last, o, accumulate); break;
         }
-        if (accumulate) {
-            a0 += ld(out + c);
-            a1 += ld(out + c + VW);
-            a2 += ld(out + c + 2 * VW);
-            a3 += ld(out + c + 3 * VW);
-        }
-        st(out + c, a0);
-        st(out + c + VW, a1);
-        st(out + c + 2 * VW, a2);
-        st(out + c + 3 * VW, a3);
-    }
-    for (; c + VW <= C; c += VW) {
-        vf a = vf{};
-        const float* p = x + c;
-        for (long i = 0; i < count; ++i, p += stride) a += ld(p);
-        if (accumulate) a += ld(out + c);
-        st(out + c, a);
-    }
-    if (c < C) {
-        float t[VW] = {};
-        const float* p = x + c;
-        for (long i = 0; i < count; ++i, p += stride)
-            for (int j = 0; j < C - c; ++j) t[j] += p[j];
-        for (int j = 0; j < C - c; ++j) out[c + j] = (accumulate ? out[c + j] : 0.f) + t[j];
     }
 }
 
@@ -592,12 +598,14 @@ void pool(const Params& P, const float* x, float* pooled) {
 }
 
 // The dynamic branch of one sample (both ops): from the pooled features, lam (Cout, padded
-// with zeros to a whole panel) and phi (L x L, Φ' row-major).
-void branch_heads(const Params& P, const Prepared& pre, const float* pooled, float* lam, float* phi) {
-    const int Cout = P.Cout, S = P.S;
+// with zeros to a whole panel) and the returned phi (L x L, Φ' row-major). Both heads are
+// one product over the prepared [scale_wᵀ | phi_wᵀ].
+const float* branch_heads(const Params& P, const Prepared& pre, const float* pooled, float* lam) {
+    const int Cout = P.Cout, S = P.S, R = head_width(P);
     const int cpad = roundup(Cout, NR);
     float* y = scratch(1, (size_t)2 * S);
     float* g = y + S;
+    float* h = scratch(3, (size_t)R);
     matvec(P.fc1, pooled, nullptr, S, P.Cin * P.pool * P.pool, y);
     if (P.se) {
         matvec(P.gate, y, nullptr, S, S, g);
@@ -605,14 +613,12 @@ void branch_heads(const Params& P, const Prepared& pre, const float* pooled, flo
     } else {
         for (int s = 0; s < S; ++s) y[s] = y[s] > 0.f ? y[s] : 0.f;
     }
-    if (P.attention) {
-        matvec_t(pre.scalewt, y, nullptr, S, Cout, lam);
-        for (int o = 0; o < Cout; ++o) lam[o] = hsig(lam[o]);
-    } else {
-        for (int o = 0; o < Cout; ++o) lam[o] = 1.f;
-    }
+    matvec_t(pre.headt, y, nullptr, S, R, h);
+    for (int o = 0; o < Cout; ++o) lam[o] = P.attention ? hsig(h[o]) : 1.f;
     for (int o = Cout; o < cpad; ++o) lam[o] = 0.f;
-    matvec_t(pre.phiwt, y, P.phi_b, S, P.L * P.L, phi);
+    float* phi = P.attention ? h + Cout : h;
+    add_row(phi, P.phi_b, P.L * P.L);  // (phi_b is not in the prepared weights: their cache key)
+    return phi;
 }
 
 // ppk = (p phi) (Cout x L), packed with K = L: per panel, PP_panelᵀ (L x wp) =
@@ -641,11 +647,10 @@ void form_pphi(const Params& P, const Prepared& pre, const float* phi, float* pp
 void branch(const Params& P, const Prepared& pre, const float* x, float* lam, float* ppk, double* ts) {
     const bool prof = P.profile != 0;
     float* pooled = scratch(0, (size_t)P.Cin * P.pool * P.pool);
-    float* phi = scratch(3, (size_t)P.L * P.L);
     if (prof) ts[0] = now_seconds();
     pool(P, x, pooled);
     if (prof) ts[1] = now_seconds();
-    branch_heads(P, pre, pooled, lam, phi);
+    const float* phi = branch_heads(P, pre, pooled, lam);
     form_pphi(P, pre, phi, ppk);
     if (prof) ts[2] = now_seconds();
 }

@@ -198,6 +198,34 @@ def test_options(core, lib, isas, monkeypatch, isa, form, se, attention, residua
     )
 
 
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("pool", [1, 2])
+@pytest.mark.parametrize("cin", [1, 8, 16, 24, 48, 64, 136, 144, 264, 384])
+def test_pooling_widths(core, lib, isas, monkeypatch, isa, pool, cin):
+    # the pooling's channel blocks (1-8 vectors, the last one partial) and pixel unrolls
+    # (9 and 35 pixels: remainders for every unroll); the branch's heads with and without
+    # attention (one stream of [scale_w | phi_w], or phi_w alone)
+    _need(isas, isa)
+    for hw, attention in (((3, 3), 1), ((5, 7), 0)):
+        check(
+            core,
+            lib,
+            isa,
+            monkeypatch,
+            H=hw[0],
+            W=hw[1],
+            Cin=cin,
+            Cout=8,
+            L=3,
+            S=5,
+            pool=pool,
+            attention=attention,
+            se=1,
+            form="weight",
+            seed=cin + pool,
+        )
+
+
 @pytest.mark.parametrize("form", ["weight", "latent"])
 def test_large_k(core, lib, isas, monkeypatch, form):
     # Cin above the kernel's K block (256): partial sums go through the output
