@@ -469,7 +469,6 @@ void prepare(const Params* P, float* dst) {
         for (int o = 0; o < lo; ++o) ht[(long)s * R + o] = P->scale_w[(long)o * P->S + s];
         for (int m = 0; m < L * L; ++m) ht[(long)s * R + lo + m] = P->phi_w[(long)m * P->S + s];
     }
-
 }
 
 // out[0..R) = b + sum_s y[s] * mt[s, :]: a matrix-vector product with the matrix stored
@@ -536,14 +535,30 @@ void colsum_block(const float* x, long stride, long count, int C, float* out, bo
         const float* p = x + c;
         float* o = out + c;
         switch (nv) {
-            case 1: colsum_vec<1, 8>(p, stride, count, last, o, accumulate); break;
-            case 2: colsum_vec<2, 4>(p, stride, count, last, o, accumulate); break;
-            case 3: colsum_vec<3, 4>(p, stride, count, last, o, accumulate); break;
-            case 4: colsum_vec<4, 2>(p, stride, count, last, o, accumulate); break;
-            case 5: colsum_vec<5, 2>(p, stride, count, last, o, accumulate); break;
-            case 6: colsum_vec<6, 2>(p, stride, count, last, o, accumulate); break;
-            case 7: colsum_vec<7, 2>(p, stride, count, last, o, accumulate); break;
-            default: colsum_vec<8, 2>(p, stride, count, last, o, accumulate); break;
+            case 1:
+                colsum_vec<1, 8>(p, stride, count, last, o, accumulate);
+                break;
+            case 2:
+                colsum_vec<2, 4>(p, stride, count, last, o, accumulate);
+                break;
+            case 3:
+                colsum_vec<3, 4>(p, stride, count, last, o, accumulate);
+                break;
+            case 4:
+                colsum_vec<4, 2>(p, stride, count, last, o, accumulate);
+                break;
+            case 5:
+                colsum_vec<5, 2>(p, stride, count, last, o, accumulate);
+                break;
+            case 6:
+                colsum_vec<6, 2>(p, stride, count, last, o, accumulate);
+                break;
+            case 7:
+                colsum_vec<7, 2>(p, stride, count, last, o, accumulate);
+                break;
+            default:
+                colsum_vec<8, 2>(p, stride, count, last, o, accumulate);
+                break;
         }
     }
 }
