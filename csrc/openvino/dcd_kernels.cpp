@@ -123,6 +123,15 @@ float dot(const float* a, const float* b, int n) {
 void matvec(const float* m, const float* v, const float* b, int rows, int n, float* out) {
     for (int r = 0; r < rows; ++r) out[r] = dot(m + (long)r * n, v, n) + (b ? b[r] : 0.f);
 }
+struct MatvecJob {
+    const float *m, *v;
+    int n;
+    float* out;
+};
+void matvec_rows(void* ctx, int r0, int r1) {
+    const MatvecJob& j = *static_cast<const MatvecJob*>(ctx);
+    matvec(j.m + (long)r0 * j.n, j.v, nullptr, r1 - r0, j.n, j.out + r0);
+}
 inline void add_row(float* acc, const float* src, int n) {
     int i = 0;
     for (; i + VW <= n; i += VW) st(acc + i, ld(acc + i) + ld(src + i));
@@ -413,6 +422,15 @@ void gemm_par(const Params& P, const Gemm& g) {
 }
 static_assert(NV == 2, "the edge-panel dispatch in gemm() assumes two vectors per row");
 
+// The serial phases (pooling, the branch's products, forming W(x)) split the same way, over
+// channels, outputs or panels, when the phase reads at least kSplitMin floats: a parallel
+// region costs a few microseconds, more than a small layer's whole phase.
+constexpr long kSplitMin = 32768;
+void par(const Params& P, int m, int grain, long work, void (*body)(void*, int, int), void* ctx) {
+    if (P.parallel_rows && work >= kSplitMin && m >= 2 * grain) P.parallel_rows(m, grain, body, ctx);
+    else body(ctx, 0, m);
+}
+
 // Pack src (rows x k, row-major, optional per-row scale) transposed into panels of a
 // packed matrix with K = ktot, at K offset koff.
 void pack_t(const float* src, int rows, int k, const float* scale, float* dst, int ktot, int koff) {
@@ -475,13 +493,13 @@ void prepare(const Params* P, float* dst) {
 // transposed (S x R), so the vector runs over the R outputs (no horizontal sums), read
 // row after row, four rows at a time: sequential streams the prefetchers follow (the
 // first version walked 64-column strips down all S rows, half the bandwidth).
-void matvec_t(const float* mt, const float* y, const float* b, int S, int R, float* out) {
+void matvec_t(const float* mt, long ldm, const float* y, const float* b, int S, int R, float* out) {
     for (int s = 0; s < S || s == 0; s += 4) {
         const int ns = imin(4, S - s);
-        const float* m0 = mt + (long)s * R;
-        const float* m1 = m0 + (ns > 1 ? R : 0);
-        const float* m2 = m0 + (ns > 2 ? 2L * R : 0);
-        const float* m3 = m0 + (ns > 3 ? 3L * R : 0);
+        const float* m0 = mt + (long)s * ldm;
+        const float* m1 = m0 + (ns > 1 ? ldm : 0);
+        const float* m2 = m0 + (ns > 2 ? 2 * ldm : 0);
+        const float* m3 = m0 + (ns > 3 ? 3 * ldm : 0);
         const float y0 = ns > 0 ? y[s] : 0.f, y1 = ns > 1 ? y[s + 1] : 0.f;
         const float y2 = ns > 2 ? y[s + 2] : 0.f, y3 = ns > 3 ? y[s + 3] : 0.f;
         const float* acc = s == 0 ? b : out;
@@ -495,6 +513,15 @@ void matvec_t(const float* mt, const float* y, const float* b, int S, int R, flo
         }
         for (; r < R; ++r) out[r] = (acc ? acc[r] : 0.f) + (y0 * m0[r] + y1 * m1[r]) + (y2 * m2[r] + y3 * m3[r]);
     }
+}
+struct MatvecTJob {
+    const float *mt, *y;
+    int S, R;
+    float* out;
+};
+void matvec_t_cols(void* ctx, int r0, int r1) {
+    const MatvecTJob& j = *static_cast<const MatvecTJob*>(ctx);
+    matvec_t(j.mt + r0, j.R, j.y, nullptr, j.S, r1 - r0, j.out + r0);
 }
 
 // out[0, NVB*VW) (+)= sum_{i < count} x[i * stride + ...]: NVB vectors of channels, the
@@ -574,13 +601,16 @@ void colsum(const float* x, long stride, long count, int C, float* out, bool acc
 }
 
 // ---------------------------------------------------------------------------------------------
-void pool(const Params& P, const float* x, float* pooled) {
-    const int H = P.H, W = P.W, C = P.Cin;
+// pooled (Cin x pool²) for the channels [c0, c1) of x
+void pool_channels(const Params& P, const float* x0, float* pooled, int c0, int c1) {
+    const int H = P.H, W = P.W, C = c1 - c0;
+    const long ldx = P.Cin;
+    const float* x = x0 + c0;
     if (P.pool == 1) {
         const long n = (long)H * W;
-        colsum(x, C, n, C, pooled, false);
+        colsum(x, ldx, n, C, pooled + c0, false);
         const float s = 1.f / (float)n;
-        for (int c = 0; c < C; ++c) pooled[c] *= s;
+        for (int c = c0; c < c1; ++c) pooled[c] *= s;
         return;
     }
     // adaptive 2x2: row bin 0 = [0, ceil(H/2)), bin 1 = [floor(H/2), H); same for columns
@@ -590,15 +620,15 @@ void pool(const Params& P, const float* x, float* pooled) {
     float* cs1 = bins + 5 * C;
     zero(bins, 4L * C);
     for (int h = 0; h < H; ++h) {
-        const float* xr = x + (long)h * W * C;
+        const float* xr = x + (long)h * W * ldx;
         const bool in0 = h < r0e, in1 = h >= r1s;
         if (in0 != in1) {  // the row is in one row bin: sum straight into it
             float* b = bins + (in0 ? 0 : 2 * C);
-            colsum(xr, C, c0e, C, b, true);
-            colsum(xr + (long)c1s * C, C, W - c1s, C, b + C, true);
+            colsum(xr, ldx, c0e, C, b, true);
+            colsum(xr + (long)c1s * ldx, ldx, W - c1s, C, b + C, true);
         } else {
-            colsum(xr, C, c0e, C, cs0, false);
-            colsum(xr + (long)c1s * C, C, W - c1s, C, cs1, false);
+            colsum(xr, ldx, c0e, C, cs0, false);
+            colsum(xr + (long)c1s * ldx, ldx, W - c1s, C, cs1, false);
             add_row(bins, cs0, C);
             add_row(bins + C, cs1, C);
             add_row(bins + 2 * C, cs0, C);
@@ -608,8 +638,23 @@ void pool(const Params& P, const float* x, float* pooled) {
     const float rows[2] = {(float)r0e, (float)(H - r1s)}, cols[2] = {(float)c0e, (float)(W - c1s)};
     for (int b = 0; b < 4; ++b) {
         const float s = 1.f / (rows[b >> 1] * cols[b & 1]);
-        for (int c = 0; c < C; ++c) pooled[c * 4 + b] = bins[b * C + c] * s;
+        for (int c = 0; c < C; ++c) pooled[(c0 + c) * 4 + b] = bins[b * C + c] * s;
     }
+}
+struct PoolJob {
+    const Params* P;
+    const float* x;
+    float* pooled;
+};
+void pool_range(void* ctx, int c0, int c1) {
+    const PoolJob& j = *static_cast<const PoolJob*>(ctx);
+    pool_channels(*j.P, j.x, j.pooled, c0, c1);
+}
+// pooled = the channels' means over x (pool 1) or over its adaptive 2x2 bins (pool 2),
+// channel-major (Cin x pool²): fc1's column order
+void pool(const Params& P, const float* x, float* pooled) {
+    PoolJob j{&P, x, pooled};
+    par(P, P.Cin, VW, (long)P.H * P.W * P.Cin, pool_range, &j);
 }
 
 // The dynamic branch of one sample (both ops): from the pooled features, lam (Cout, padded
@@ -621,14 +666,17 @@ const float* branch_heads(const Params& P, const Prepared& pre, const float* poo
     float* y = scratch(1, (size_t)2 * S);
     float* g = y + S;
     float* h = scratch(3, (size_t)R);
-    matvec(P.fc1, pooled, nullptr, S, P.Cin * P.pool * P.pool, y);
+    const int n1 = P.Cin * P.pool * P.pool;
+    MatvecJob fc1{P.fc1, pooled, n1, y};
+    par(P, S, 1, (long)S * n1, matvec_rows, &fc1);
     if (P.se) {
         matvec(P.gate, y, nullptr, S, S, g);
         for (int s = 0; s < S; ++s) y[s] *= hsig(g[s]);
     } else {
         for (int s = 0; s < S; ++s) y[s] = y[s] > 0.f ? y[s] : 0.f;
     }
-    matvec_t(pre.headt, y, nullptr, S, R, h);
+    MatvecTJob heads{pre.headt, y, S, R, h};
+    par(P, R, VW, (long)S * R, matvec_t_cols, &heads);
     for (int o = 0; o < Cout; ++o) lam[o] = P.attention ? hsig(h[o]) : 1.f;
     for (int o = Cout; o < cpad; ++o) lam[o] = 0.f;
     float* phi = P.attention ? h + Cout : h;
@@ -680,9 +728,20 @@ void add_phases(Params& P, const double* ts) {
 // The weight form's B = W(x)ᵀ = diag(lam) w0 + (p phi) q, packed with K = Cin, as a GEMM over
 // the panels: W_panel (Cin x wp) = lam * w0p_panel + qᵀ (Cin x L) . PP_panelᵀ; and
 // cvec = (p phi) q_b + bias.
-void form_weight(const Params& P, const Prepared& pre, const float* lam, const float* ppk, float* wpk, float* cvec) {
+struct FormJob {
+    const Params* P;
+    const Prepared* pre;
+    const float *lam, *ppk;
+    float* wpk;
+};
+void form_panels(void* ctx, int p0, int p1) {
+    const FormJob& j = *static_cast<const FormJob*>(ctx);
+    const Params& P = *j.P;
+    const Prepared& pre = *j.pre;
+    const float *lam = j.lam, *ppk = j.ppk;
+    float* wpk = j.wpk;
     const int Cin = P.Cin, Cout = P.Cout, L = P.L;
-    for (int j0 = 0; j0 < Cout; j0 += NR) {
+    for (int j0 = p0 * NR; j0 < imin(Cout, p1 * NR); j0 += NR) {
         const int wp = imin(NR, roundup(Cout - j0, VW));
         Gemm f{};
         f.m = Cin;
@@ -698,6 +757,11 @@ void form_weight(const Params& P, const Prepared& pre, const float* lam, const f
         f.ldc = wp;
         gemm(f);
     }
+}
+void form_weight(const Params& P, const Prepared& pre, const float* lam, const float* ppk, float* wpk, float* cvec) {
+    const int Cout = P.Cout, L = P.L;
+    FormJob job{&P, &pre, lam, ppk, wpk};
+    par(P, (Cout + NR - 1) / NR, 1, (long)P.Cin * Cout, form_panels, &job);
     for (int o = 0; o < roundup(Cout, NR); ++o) cvec[o] = 0.f;
     for (int j0 = 0; j0 < Cout; j0 += NR) {
         const int wp = imin(NR, roundup(Cout - j0, VW));

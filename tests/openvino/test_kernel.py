@@ -377,6 +377,28 @@ def test_the_gemms_split_over_openvinos_threads(core, lib, monkeypatch, threads)
     assert lib.dcd_deploy_ov_split_calls(1) == (6 if threads == 2 else 0)
 
 
+@pytest.mark.parametrize("form", ["weight", "latent"])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_the_serial_phases_split_too(core, lib, monkeypatch, form, threads):
+    # a layer whose pooling, fc1 and heads product (and, in the weight form, forming W(x))
+    # each read at least 32768 floats: with 2 threads each of those is split over
+    # OpenVINO's threads as well as the GEMM(s): five splits per call in either form
+    # (weight: pool, fc1, heads, forming, GEMM; latent: pool, fc1, heads, Z, GEMM)
+    monkeypatch.delenv("DCD_DEPLOY_ISA", raising=False)
+    lib.dcd_deploy_ov_split_calls.restype = ctypes.c_long
+    lib.dcd_deploy_ov_split_calls.argtypes = [ctypes.c_int]
+    rng = np.random.default_rng(11)
+    x, res, c = make_case(rng, B=1, H=16, W=16, Cin=192, Cout=192, L=8, S=160, pool=2, se=1, attention=1, residual=1)
+    model = core.read_model(make_model(x, res, c, pool=2, se=1, attention=1, activation="none", form=form), b"")
+    compiled = core.compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32", "INFERENCE_NUM_THREADS": threads})
+    want = reference(x, res, c, pool=2, se=1, attention=1, activation="none")
+    lib.dcd_deploy_ov_split_calls(1)
+    for _ in range(3):
+        got = compiled([x, res])[0]
+        assert np.abs(got - want).max() < 1e-5 * max(1.0, np.abs(want).max())
+    assert lib.dcd_deploy_ov_split_calls(1) == (15 if threads == 2 else 0)
+
+
 def test_inconsistent_weights_fail_at_read_model(core, monkeypatch):
     # shape errors surface when the model is read (OpenVINO's CPU plugin would swallow an
     # exception from evaluate)
