@@ -215,6 +215,12 @@ __attribute__((noinline)) void ukernel(const Tile& t) {
 #pragma GCC unroll 4
             for (int v = 0; v < N; ++v) acc[i][v] = vf{};
     }
+    // The tile's output lines, fetched for writing while the K loop runs (a short K, as in
+    // MobileNetV2's expansions, otherwise waits for them at the stores): measured 3-10% off
+    // those layers' GEMM, 2.6-3.7% off the whole (MobileNetV2 x1.0, x0.5) on an EPYC.
+    if (t.epi)
+        for (int i = 0; i < M; ++i)
+            for (int v = 0; v < N; ++v) __builtin_prefetch(t.c + i * t.ldc + v * VW, 1, 3);
     rank_k<M, N>(acc, t.a1, t.lda1, t.b1, t.ldb1, t.k1);
     if (t.scale1) {
 #pragma GCC unroll 4
