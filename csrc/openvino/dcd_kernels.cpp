@@ -123,6 +123,15 @@ float dot(const float* a, const float* b, int n) {
 void matvec(const float* m, const float* v, const float* b, int rows, int n, float* out) {
     for (int r = 0; r < rows; ++r) out[r] = dot(m + (long)r * n, v, n) + (b ? b[r] : 0.f);
 }
+struct MatvecJob {
+    const float *m, *v;
+    int n;
+    float* out;
+};
+void matvec_rows(void* ctx, int r0, int r1) {
+    const MatvecJob& j = *static_cast<const MatvecJob*>(ctx);
+    matvec(j.m + (long)r0 * j.n, j.v, nullptr, r1 - r0, j.n, j.out + r0);
+}
 inline void add_row(float* acc, const float* src, int n) {
     int i = 0;
     for (; i + VW <= n; i += VW) st(acc + i, ld(acc + i) + ld(src + i));
@@ -206,6 +215,12 @@ __attribute__((noinline)) void ukernel(const Tile& t) {
 #pragma GCC unroll 4
             for (int v = 0; v < N; ++v) acc[i][v] = vf{};
     }
+    // The tile's output lines, fetched for writing while the K loop runs (a short K, as in
+    // MobileNetV2's expansions, otherwise waits for them at the stores): measured 3-10% off
+    // those layers' GEMM, 2.6-3.7% off the whole (MobileNetV2 x1.0, x0.5) on an EPYC.
+    if (t.epi)
+        for (int i = 0; i < M; ++i)
+            for (int v = 0; v < N; ++v) __builtin_prefetch(t.c + i * t.ldc + v * VW, 1, 3);
     rank_k<M, N>(acc, t.a1, t.lda1, t.b1, t.ldb1, t.k1);
     if (t.scale1) {
 #pragma GCC unroll 4
@@ -413,6 +428,15 @@ void gemm_par(const Params& P, const Gemm& g) {
 }
 static_assert(NV == 2, "the edge-panel dispatch in gemm() assumes two vectors per row");
 
+// The serial phases (pooling, the branch's products, forming W(x)) split the same way, over
+// channels, outputs or panels, when the phase reads at least kSplitMin floats: a parallel
+// region costs a few microseconds, more than a small layer's whole phase.
+constexpr long kSplitMin = 32768;
+void par(const Params& P, int m, int grain, long work, void (*body)(void*, int, int), void* ctx) {
+    if (P.parallel_rows && work >= kSplitMin && m >= 2 * grain) P.parallel_rows(m, grain, body, ctx);
+    else body(ctx, 0, m);
+}
+
 // Pack src (rows x k, row-major, optional per-row scale) transposed into panels of a
 // packed matrix with K = ktot, at K offset koff.
 void pack_t(const float* src, int rows, int k, const float* scale, float* dst, int ktot, int koff) {
@@ -434,10 +458,13 @@ size_t packed_size(int rows, int k) { return (size_t)roundup(rows, VW) * (size_t
 inline int phi_cols(const Params& P) { return P.Lz > 0 ? P.Lz : P.L; }
 
 // prepared constants: [w0 packed (K = Cin)] [q packed (K = Cin)] [p packed (K = L)]
-// [qᵀ (Cin x L)] [phi_wᵀ (S x L*phi_cols)] [scale_wᵀ (S x Cout), with attention]
+// [qᵀ (Cin x L)] [the heads' weights, transposed and side by side: S x R, each row
+// scale_w[:, s] (with attention) then phi_w[:, s]], R = head_width(P): one weight stream
+// for both heads, read row by row
 struct Prepared {
-    const float *w0p, *qp, *pp, *qt, *phiwt, *scalewt;
+    const float *w0p, *qp, *pp, *qt, *headt;
 };
+inline int head_width(const Params& P) { return (P.attention ? P.Cout : 0) + P.L * phi_cols(P); }
 template <class T>
 Prepared prepared_parts(T* base, const Params& P) {
     const bool q = P.q && P.Lz == 0;  // no q: the depthwise op's, or the latent input's
@@ -446,13 +473,12 @@ Prepared prepared_parts(T* base, const Params& P) {
     r.qp = r.w0p + (P.w0 ? packed_size(P.Cout, P.Cin) : 0);  // no w0: the epilogue op's
     r.pp = r.qp + (q ? packed_size(P.L, P.Cin) : 0);
     r.qt = r.pp + packed_size(P.Cout, P.L);
-    r.phiwt = r.qt + (q ? (size_t)P.Cin * P.L : 0);
-    r.scalewt = r.phiwt + (size_t)P.S * P.L * phi_cols(P);
+    r.headt = r.qt + (q ? (size_t)P.Cin * P.L : 0);
     return r;
 }
 size_t prepared_size(const Params* P) {
     const Prepared r = prepared_parts((const float*)nullptr, *P);
-    return (size_t)(r.scalewt - r.w0p) + (P->attention ? (size_t)P->S * P->Cout : 0);
+    return (size_t)(r.headt - r.w0p) + (size_t)P->S * head_width(*P);
 }
 void transpose(const float* src, int rows, int cols, float* dst) {  // dst (cols x rows)
     for (int r = 0; r < rows; ++r)
@@ -465,84 +491,112 @@ void prepare(const Params* P, float* dst) {
     if (P->q && P->Lz == 0) pack_t(P->q, L, cin, nullptr, const_cast<float*>(r.qp), cin, 0);
     pack_t(P->p, cout, L, nullptr, const_cast<float*>(r.pp), L, 0);
     if (P->q && P->Lz == 0) transpose(P->q, L, cin, const_cast<float*>(r.qt));
-    transpose(P->phi_w, L * phi_cols(*P), P->S, const_cast<float*>(r.phiwt));
-    if (P->attention) transpose(P->scale_w, cout, P->S, const_cast<float*>(r.scalewt));
-}
-
-// out[0..R) = sum_s y[s] * mt[s, :] (+ b): a matrix-vector product with the matrix stored
-// transposed (S x R), so the vector runs over the R outputs: no horizontal sums.
-void matvec_t(const float* mt, const float* y, const float* b, int S, int R, float* out) {
-    int r = 0;
-    for (; r + 4 * VW <= R; r += 4 * VW) {
-        vf a0 = vf{}, a1 = vf{}, a2 = vf{}, a3 = vf{};
-        for (int s = 0; s < S; ++s) {
-            const float* m = mt + (long)s * R + r;
-            const vf ys = bc(y[s]);
-            a0 += ys * ld(m);
-            a1 += ys * ld(m + VW);
-            a2 += ys * ld(m + 2 * VW);
-            a3 += ys * ld(m + 3 * VW);
-        }
-        if (b) {
-            a0 += ld(b + r);
-            a1 += ld(b + r + VW);
-            a2 += ld(b + r + 2 * VW);
-            a3 += ld(b + r + 3 * VW);
-        }
-        st(out + r, a0);
-        st(out + r + VW, a1);
-        st(out + r + 2 * VW, a2);
-        st(out + r + 3 * VW, a3);
-    }
-    for (; r + VW <= R; r += VW) {
-        vf a = vf{};
-        for (int s = 0; s < S; ++s) a += bc(y[s]) * ld(mt + (long)s * R + r);
-        if (b) a += ld(b + r);
-        st(out + r, a);
-    }
-    for (; r < R; ++r) {
-        float a = 0.f;
-        for (int s = 0; s < S; ++s) a += y[s] * mt[(long)s * R + r];
-        out[r] = a + (b ? b[r] : 0.f);
+    const int R = head_width(*P), lo = P->attention ? cout : 0;
+    float* ht = const_cast<float*>(r.headt);
+    for (int s = 0; s < P->S; ++s) {
+        for (int o = 0; o < lo; ++o) ht[(long)s * R + o] = P->scale_w[(long)o * P->S + s];
+        for (int m = 0; m < L * phi_cols(*P); ++m) ht[(long)s * R + lo + m] = P->phi_w[(long)m * P->S + s];
     }
 }
 
-// out[c] (+)= sum_{i < count} x[i * stride + c], c < C: channel blocks in registers
+// out[0..R) = b + sum_s y[s] * mt[s, :]: a matrix-vector product with the matrix stored
+// transposed (S x R), so the vector runs over the R outputs (no horizontal sums), read
+// row after row, four rows at a time: sequential streams the prefetchers follow (the
+// first version walked 64-column strips down all S rows, half the bandwidth).
+void matvec_t(const float* mt, long ldm, const float* y, const float* b, int S, int R, float* out) {
+    for (int s = 0; s < S || s == 0; s += 4) {
+        const int ns = imin(4, S - s);
+        const float* m0 = mt + (long)s * ldm;
+        const float* m1 = m0 + (ns > 1 ? ldm : 0);
+        const float* m2 = m0 + (ns > 2 ? 2 * ldm : 0);
+        const float* m3 = m0 + (ns > 3 ? 3 * ldm : 0);
+        const float y0 = ns > 0 ? y[s] : 0.f, y1 = ns > 1 ? y[s + 1] : 0.f;
+        const float y2 = ns > 2 ? y[s + 2] : 0.f, y3 = ns > 3 ? y[s + 3] : 0.f;
+        const float* acc = s == 0 ? b : out;
+        const vf v0 = bc(y0), v1 = bc(y1), v2 = bc(y2), v3 = bc(y3);
+        int r = 0;
+        for (; r + VW <= R; r += VW) {
+            vf a = acc ? ld(acc + r) : vf{};
+            a += v0 * ld(m0 + r) + v1 * ld(m1 + r);
+            a += v2 * ld(m2 + r) + v3 * ld(m3 + r);
+            st(out + r, a);
+        }
+        for (; r < R; ++r) out[r] = (acc ? acc[r] : 0.f) + (y0 * m0[r] + y1 * m1[r]) + (y2 * m2[r] + y3 * m3[r]);
+    }
+}
+struct MatvecTJob {
+    const float *mt, *y;
+    int S, R;
+    float* out;
+};
+void matvec_t_cols(void* ctx, int r0, int r1) {
+    const MatvecTJob& j = *static_cast<const MatvecTJob*>(ctx);
+    matvec_t(j.mt + r0, j.R, j.y, nullptr, j.S, r1 - r0, j.out + r0);
+}
+
+// out[0, NVB*VW) (+)= sum_{i < count} x[i * stride + ...]: NVB vectors of channels, the
+// last one holding only `last` (1..VW) valid channels. U pixels at a time into separate
+// accumulators: an add's latency is 3-4 cycles, so one chain per vector (the first
+// version) ran at a quarter of the adder's rate for the narrow blocks (C 16-48).
+template <int NVB, int U>
+void colsum_vec(const float* x, long stride, long count, int last, float* out, bool accumulate) {
+    vf a[U][NVB];
+    for (int u = 0; u < U; ++u)
+        for (int v = 0; v < NVB; ++v) a[u][v] = vf{};
+    const bool part = last < VW;
+    long i = 0;
+    auto add = [&](int u, const float* p) {
+#pragma GCC unroll 8
+        for (int v = 0; v < NVB; ++v) a[u][v] += (v == NVB - 1 && part) ? ld_mask(p + v * VW, last) : ld(p + v * VW);
+    };
+    for (; i + U <= count; i += U)
+#pragma GCC unroll 8
+        for (int u = 0; u < U; ++u) add(u, x + (i + u) * stride);
+    for (; i < count; ++i) add(0, x + i * stride);
+    for (int u = 1; u < U; ++u)
+        for (int v = 0; v < NVB; ++v) a[0][v] += a[u][v];
+    for (int v = 0; v < NVB; ++v) {
+        const int n = v == NVB - 1 ? last : VW;
+        vf s = a[0][v];
+        if (accumulate) s += ld_mask(out + v * VW, n);
+        if (n == VW) st(out + v * VW, s);
+        else st_mask(out + v * VW, s, n);
+    }
+}
+
+// out[c] (+)= sum_{i < count} x[i * stride + c], c < C: blocks of up to 8 vectors of
+// channels, each one pass over the rows
 void colsum_block(const float* x, long stride, long count, int C, float* out, bool accumulate) {
-    int c = 0;
-    for (; c + 4 * VW <= C; c += 4 * VW) {
-        vf a0 = vf{}, a1 = vf{}, a2 = vf{}, a3 = vf{};
+    for (int c = 0; c < C; c += 8 * VW) {
+        const int n = imin(C - c, 8 * VW), nv = (n + VW - 1) / VW, last = n - (nv - 1) * VW;
         const float* p = x + c;
-        for (long i = 0; i < count; ++i, p += stride) {
-            a0 += ld(p);
-            a1 += ld(p + VW);
-            a2 += ld(p + 2 * VW);
-            a3 += ld(p + 3 * VW);
+        float* o = out + c;
+        switch (nv) {
+            case 1:
+                colsum_vec<1, 8>(p, stride, count, last, o, accumulate);
+                break;
+            case 2:
+                colsum_vec<2, 4>(p, stride, count, last, o, accumulate);
+                break;
+            case 3:
+                colsum_vec<3, 4>(p, stride, count, last, o, accumulate);
+                break;
+            case 4:
+                colsum_vec<4, 2>(p, stride, count, last, o, accumulate);
+                break;
+            case 5:
+                colsum_vec<5, 2>(p, stride, count, last, o, accumulate);
+                break;
+            case 6:
+                colsum_vec<6, 2>(p, stride, count, last, o, accumulate);
+                break;
+            case 7:
+                colsum_vec<7, 2>(p, stride, count, last, o, accumulate);
+                break;
+            default:
+                colsum_vec<8, 2>(p, stride, count, last, o, accumulate);
+                break;
         }
-        if (accumulate) {
-            a0 += ld(out + c);
-            a1 += ld(out + c + VW);
-            a2 += ld(out + c + 2 * VW);
-            a3 += ld(out + c + 3 * VW);
-        }
-        st(out + c, a0);
-        st(out + c + VW, a1);
-        st(out + c + 2 * VW, a2);
-        st(out + c + 3 * VW, a3);
-    }
-    for (; c + VW <= C; c += VW) {
-        vf a = vf{};
-        const float* p = x + c;
-        for (long i = 0; i < count; ++i, p += stride) a += ld(p);
-        if (accumulate) a += ld(out + c);
-        st(out + c, a);
-    }
-    if (c < C) {
-        float t[VW] = {};
-        const float* p = x + c;
-        for (long i = 0; i < count; ++i, p += stride)
-            for (int j = 0; j < C - c; ++j) t[j] += p[j];
-        for (int j = 0; j < C - c; ++j) out[c + j] = (accumulate ? out[c + j] : 0.f) + t[j];
     }
 }
 
@@ -557,13 +611,16 @@ void colsum(const float* x, long stride, long count, int C, float* out, bool acc
 }
 
 // ---------------------------------------------------------------------------------------------
-void pool(const Params& P, const float* x, float* pooled) {
-    const int H = P.H, W = P.W, C = P.Cin;
+// pooled (Cin x pool²) for the channels [c0, c1) of x
+void pool_channels(const Params& P, const float* x0, float* pooled, int c0, int c1) {
+    const int H = P.H, W = P.W, C = c1 - c0;
+    const long ldx = P.Cin;
+    const float* x = x0 + c0;
     if (P.pool == 1) {
         const long n = (long)H * W;
-        colsum(x, C, n, C, pooled, false);
+        colsum(x, ldx, n, C, pooled + c0, false);
         const float s = 1.f / (float)n;
-        for (int c = 0; c < C; ++c) pooled[c] *= s;
+        for (int c = c0; c < c1; ++c) pooled[c] *= s;
         return;
     }
     // adaptive 2x2: row bin 0 = [0, ceil(H/2)), bin 1 = [floor(H/2), H); same for columns
@@ -573,15 +630,15 @@ void pool(const Params& P, const float* x, float* pooled) {
     float* cs1 = bins + 5 * C;
     zero(bins, 4L * C);
     for (int h = 0; h < H; ++h) {
-        const float* xr = x + (long)h * W * C;
+        const float* xr = x + (long)h * W * ldx;
         const bool in0 = h < r0e, in1 = h >= r1s;
         if (in0 != in1) {  // the row is in one row bin: sum straight into it
             float* b = bins + (in0 ? 0 : 2 * C);
-            colsum(xr, C, c0e, C, b, true);
-            colsum(xr + (long)c1s * C, C, W - c1s, C, b + C, true);
+            colsum(xr, ldx, c0e, C, b, true);
+            colsum(xr + (long)c1s * ldx, ldx, W - c1s, C, b + C, true);
         } else {
-            colsum(xr, C, c0e, C, cs0, false);
-            colsum(xr + (long)c1s * C, C, W - c1s, C, cs1, false);
+            colsum(xr, ldx, c0e, C, cs0, false);
+            colsum(xr + (long)c1s * ldx, ldx, W - c1s, C, cs1, false);
             add_row(bins, cs0, C);
             add_row(bins + C, cs1, C);
             add_row(bins + 2 * C, cs0, C);
@@ -591,32 +648,50 @@ void pool(const Params& P, const float* x, float* pooled) {
     const float rows[2] = {(float)r0e, (float)(H - r1s)}, cols[2] = {(float)c0e, (float)(W - c1s)};
     for (int b = 0; b < 4; ++b) {
         const float s = 1.f / (rows[b >> 1] * cols[b & 1]);
-        for (int c = 0; c < C; ++c) pooled[c * 4 + b] = bins[b * C + c] * s;
+        for (int c = 0; c < C; ++c) pooled[(c0 + c) * 4 + b] = bins[b * C + c] * s;
     }
+}
+struct PoolJob {
+    const Params* P;
+    const float* x;
+    float* pooled;
+};
+void pool_range(void* ctx, int c0, int c1) {
+    const PoolJob& j = *static_cast<const PoolJob*>(ctx);
+    pool_channels(*j.P, j.x, j.pooled, c0, c1);
+}
+// pooled = the channels' means over x (pool 1) or over its adaptive 2x2 bins (pool 2),
+// channel-major (Cin x pool²): fc1's column order
+void pool(const Params& P, const float* x, float* pooled) {
+    PoolJob j{&P, x, pooled};
+    par(P, P.Cin, VW, (long)P.H * P.W * P.Cin, pool_range, &j);
 }
 
 // The dynamic branch of one sample (both ops): from the pooled features, lam (Cout, padded
-// with zeros to a whole panel) and phi (L x phi_cols, Φ' row-major).
-void branch_heads(const Params& P, const Prepared& pre, const float* pooled, float* lam, float* phi) {
-    const int Cout = P.Cout, S = P.S;
+// with zeros to a whole panel) and the returned phi (L x phi_cols, Φ' row-major). Both heads are
+// one product over the prepared [scale_wᵀ | phi_wᵀ].
+const float* branch_heads(const Params& P, const Prepared& pre, const float* pooled, float* lam) {
+    const int Cout = P.Cout, S = P.S, R = head_width(P);
     const int cpad = roundup(Cout, NR);
     float* y = scratch(1, (size_t)2 * S);
     float* g = y + S;
-    matvec(P.fc1, pooled, nullptr, S, P.Cin * P.pool * P.pool, y);
+    float* h = scratch(3, (size_t)R);
+    const int n1 = P.Cin * P.pool * P.pool;
+    MatvecJob fc1{P.fc1, pooled, n1, y};
+    par(P, S, 1, (long)S * n1, matvec_rows, &fc1);
     if (P.se) {
         matvec(P.gate, y, nullptr, S, S, g);
         for (int s = 0; s < S; ++s) y[s] *= hsig(g[s]);
     } else {
         for (int s = 0; s < S; ++s) y[s] = y[s] > 0.f ? y[s] : 0.f;
     }
-    if (P.attention) {
-        matvec_t(pre.scalewt, y, nullptr, S, Cout, lam);
-        for (int o = 0; o < Cout; ++o) lam[o] = hsig(lam[o]);
-    } else {
-        for (int o = 0; o < Cout; ++o) lam[o] = 1.f;
-    }
+    MatvecTJob heads{pre.headt, y, S, R, h};
+    par(P, R, VW, (long)S * R, matvec_t_cols, &heads);
+    for (int o = 0; o < Cout; ++o) lam[o] = P.attention ? hsig(h[o]) : 1.f;
     for (int o = Cout; o < cpad; ++o) lam[o] = 0.f;
-    matvec_t(pre.phiwt, y, P.phi_b, S, P.L * phi_cols(P), phi);
+    float* phi = P.attention ? h + Cout : h;
+    add_row(phi, P.phi_b, P.L * phi_cols(P));  // (phi_b is not in the prepared weights: their cache key)
+    return phi;
 }
 
 // ppk = (p phi) (Cout x Lz), Lz = phi_cols, packed with K = Lz: per panel, PP_panelᵀ
@@ -645,11 +720,10 @@ void form_pphi(const Params& P, const Prepared& pre, const float* phi, float* pp
 void branch(const Params& P, const Prepared& pre, const float* x, float* lam, float* ppk, double* ts) {
     const bool prof = P.profile != 0;
     float* pooled = scratch(0, (size_t)P.Cin * P.pool * P.pool);
-    float* phi = scratch(3, (size_t)P.L * phi_cols(P));
     if (prof) ts[0] = now_seconds();
     pool(P, x, pooled);
     if (prof) ts[1] = now_seconds();
-    branch_heads(P, pre, pooled, lam, phi);
+    const float* phi = branch_heads(P, pre, pooled, lam);
     form_pphi(P, pre, phi, ppk);
     if (prof) ts[2] = now_seconds();
 }
@@ -664,9 +738,20 @@ void add_phases(Params& P, const double* ts) {
 // The weight form's B = W(x)ᵀ = diag(lam) w0 + (p phi) q, packed with K = Cin, as a GEMM over
 // the panels: W_panel (Cin x wp) = lam * w0p_panel + qᵀ (Cin x L) . PP_panelᵀ; and
 // cvec = (p phi) q_b + bias.
-void form_weight(const Params& P, const Prepared& pre, const float* lam, const float* ppk, float* wpk, float* cvec) {
+struct FormJob {
+    const Params* P;
+    const Prepared* pre;
+    const float *lam, *ppk;
+    float* wpk;
+};
+void form_panels(void* ctx, int p0, int p1) {
+    const FormJob& j = *static_cast<const FormJob*>(ctx);
+    const Params& P = *j.P;
+    const Prepared& pre = *j.pre;
+    const float *lam = j.lam, *ppk = j.ppk;
+    float* wpk = j.wpk;
     const int Cin = P.Cin, Cout = P.Cout, L = P.L;
-    for (int j0 = 0; j0 < Cout; j0 += NR) {
+    for (int j0 = p0 * NR; j0 < imin(Cout, p1 * NR); j0 += NR) {
         const int wp = imin(NR, roundup(Cout - j0, VW));
         Gemm f{};
         f.m = Cin;
@@ -682,6 +767,11 @@ void form_weight(const Params& P, const Prepared& pre, const float* lam, const f
         f.ldc = wp;
         gemm(f);
     }
+}
+void form_weight(const Params& P, const Prepared& pre, const float* lam, const float* ppk, float* wpk, float* cvec) {
+    const int Cout = P.Cout, L = P.L;
+    FormJob job{&P, &pre, lam, ppk, wpk};
+    par(P, (Cout + NR - 1) / NR, 1, (long)P.Cin * Cout, form_panels, &job);
     for (int o = 0; o < roundup(Cout, NR); ++o) cvec[o] = 0.f;
     for (int j0 = 0; j0 < Cout; j0 += NR) {
         const int wp = imin(NR, roundup(Cout - j0, VW));

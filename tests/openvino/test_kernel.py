@@ -198,6 +198,34 @@ def test_options(core, lib, isas, monkeypatch, isa, form, se, attention, residua
     )
 
 
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("pool", [1, 2])
+@pytest.mark.parametrize("cin", [1, 8, 16, 24, 48, 64, 136, 144, 264, 384])
+def test_pooling_widths(core, lib, isas, monkeypatch, isa, pool, cin):
+    # the pooling's channel blocks (1-8 vectors, the last one partial) and pixel unrolls
+    # (9 and 35 pixels: remainders for every unroll); the branch's heads with and without
+    # attention (one stream of [scale_w | phi_w], or phi_w alone)
+    _need(isas, isa)
+    for hw, attention in (((3, 3), 1), ((5, 7), 0)):
+        check(
+            core,
+            lib,
+            isa,
+            monkeypatch,
+            H=hw[0],
+            W=hw[1],
+            Cin=cin,
+            Cout=8,
+            L=3,
+            S=5,
+            pool=pool,
+            attention=attention,
+            se=1,
+            form="weight",
+            seed=cin + pool,
+        )
+
+
 @pytest.mark.parametrize("form", ["weight", "latent"])
 def test_large_k(core, lib, isas, monkeypatch, form):
     # Cin above the kernel's K block (256): partial sums go through the output
@@ -347,6 +375,28 @@ def test_the_gemms_split_over_openvinos_threads(core, lib, monkeypatch, threads)
         compiled([x])
     # the latent form has two GEMMs over the 256 pixels (Z, then the output)
     assert lib.dcd_deploy_ov_split_calls(1) == (6 if threads == 2 else 0)
+
+
+@pytest.mark.parametrize("form", ["weight", "latent"])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_the_serial_phases_split_too(core, lib, monkeypatch, form, threads):
+    # a layer whose pooling, fc1 and heads product (and, in the weight form, forming W(x))
+    # each read at least 32768 floats: with 2 threads each of those is split over
+    # OpenVINO's threads as well as the GEMM(s): five splits per call in either form
+    # (weight: pool, fc1, heads, forming, GEMM; latent: pool, fc1, heads, Z, GEMM)
+    monkeypatch.delenv("DCD_DEPLOY_ISA", raising=False)
+    lib.dcd_deploy_ov_split_calls.restype = ctypes.c_long
+    lib.dcd_deploy_ov_split_calls.argtypes = [ctypes.c_int]
+    rng = np.random.default_rng(11)
+    x, res, c = make_case(rng, B=1, H=16, W=16, Cin=192, Cout=192, L=8, S=160, pool=2, se=1, attention=1, residual=1)
+    model = core.read_model(make_model(x, res, c, pool=2, se=1, attention=1, activation="none", form=form), b"")
+    compiled = core.compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32", "INFERENCE_NUM_THREADS": threads})
+    want = reference(x, res, c, pool=2, se=1, attention=1, activation="none")
+    lib.dcd_deploy_ov_split_calls(1)
+    for _ in range(3):
+        got = compiled([x, res])[0]
+        assert np.abs(got - want).max() < 1e-5 * max(1.0, np.abs(want).max())
+    assert lib.dcd_deploy_ov_split_calls(1) == (15 if threads == 2 else 0)
 
 
 def test_inconsistent_weights_fail_at_read_model(core, monkeypatch):
