@@ -59,7 +59,7 @@ from torch import nn
 from ._builder import FunctionScope, GraphBuilder
 from ._deploy_dcd import DeployDCD
 from ._fused_contract import ACTIVATIONS, DEPTHWISE, EPILOGUE, POINTWISE, fused_inputs
-from ._kinds import Linear
+from ._kinds import Linear, prefers_runtime_conv
 
 #: Op type of the fused node (domain ``dcd_deploy``).
 OP_TYPE = POINTWISE
@@ -94,10 +94,21 @@ def fusable(layer: nn.Module) -> bool:
     return isinstance(layer, DeployDCD) and why_not(layer) is None
 
 
-def around_conv(layer: DeployDCD) -> bool:
+def around_conv(layer: DeployDCD, in_shape=None) -> bool:
     """Whether a fusable layer is emitted as Conv + DCDConvEpilogue (k x k or strided)
-    rather than one DCDPointwise node (1x1, stride 1)."""
-    return layer.form_kind.fused_op(layer) == EPILOGUE_OP_TYPE
+    rather than one DCDPointwise node (1x1, stride 1): a 1x1 stride-1 layer too when the
+    cost rule (:func:`._kinds.prefers_runtime_conv`) says the runtime's Conv is faster at
+    its shape (``in_shape``, NCHW; symbolic sizes: DCDPointwise)."""
+    op = layer.form_kind.fused_op(layer)
+    if op == EPILOGUE_OP_TYPE:
+        return True
+    if op != OP_TYPE or in_shape is None or len(in_shape) != 4:
+        return False
+    h, w = in_shape[2], in_shape[3]
+    if not (isinstance(h, int) and isinstance(w, int)):
+        return False
+    c_out, c_in = layer.w0.shape[:2]
+    return prefers_runtime_conv(c_in=int(c_in), c_out=int(c_out), hw=h * w)
 
 
 def on_features(layer: nn.Module) -> bool:
@@ -225,7 +236,7 @@ def emit(
         return _emit_linear(g, layout, layer, activation, path, x, residual)
     if layer.form_kind.fused_op(layer) == DEPTHWISE_OP_TYPE:
         return _emit_depthwise(g, layout, layer, activation, path, x, residual, in_shape)
-    if around_conv(layer):
+    if around_conv(layer, in_shape):
         return _emit_around_conv(g, layout, layer, activation, path, x, residual, in_shape)
     attrs = dict(
         pool=layer.pool_size,

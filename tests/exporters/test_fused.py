@@ -8,6 +8,8 @@ The OpenVINO kernels are tested in ``tests/openvino``.
 
 from __future__ import annotations
 
+import importlib.util
+
 import _zoo
 import numpy as np
 import onnx
@@ -169,3 +171,30 @@ def _zoo_inputs() -> np.ndarray:
     from dcd_deploy.models import synthetic_images
 
     return synthetic_images(2, SIZE, seed=5).numpy()
+
+
+@pytest.mark.parametrize(
+    "c_in, c_out, side, want",
+    [
+        (256, 1024, 7, "DCDConvEpilogue"),  # wide on a small map: OpenVINO's 1x1 Conv + the epilogue
+        (1024, 256, 14, "DCDConvEpilogue"),
+        (256, 1024, 16, "DCDPointwise"),  # 256 pixels: above the rule's 14x14
+        (96, 576, 7, "DCDPointwise"),  # MobileNetV2's widths: not measured, the fused GEMM
+    ],
+)
+def test_wide_1x1_layers_on_small_maps_run_around_the_runtime_conv(tmp_path, c_in, c_out, side, want):
+    torch.manual_seed(0)
+    model = _Flat(torch.nn.Conv2d(3, c_in, 1), DCDConv2d(c_in, c_out, 1), torch.nn.ReLU()).eval()
+    path = tmp_path / "m.onnx"
+    export_onnx(model, path, input_size=side, mode="fused", check=False)
+    graph = onnx.load(str(path)).graph
+    (node,) = [n for n in graph.node if n.domain == "dcd_deploy"]
+    assert node.op_type == want
+    if want == "DCDConvEpilogue":
+        assert _attrs(node)["stride"] == 1 and _attrs(node)["activation"] == b"relu"
+        convs = [n for n in graph.node if n.op_type == "Conv"]
+        assert len(convs) == 2  # the stem and the layer's W0
+        # ORT runs the node's standard-op body; OpenVINO (when installed) the kernels
+        backends = ("onnxruntime", "openvino") if importlib.util.find_spec("openvino") else ("onnxruntime",)
+        report = check_parity(model, path, batch_sizes=(2,), backends=backends)
+        assert report, report.table()

@@ -3,7 +3,9 @@
 ==============  ==========================================  ======================
 kind            layers                                      fused mode
 ==============  ==========================================  ======================
-``Pointwise``   1x1 channel fusion (Eq. 5, 6; B >= 1)       DCDPointwise (stride 1)
+``Pointwise``   1x1 channel fusion (Eq. 5, 6; B >= 1)       DCDPointwise (stride 1;
+                                                            wide on <= 14x14: as
+                                                            CentreTap)
 ``CentreTap``   k x k channel fusion, residual at the tap   Conv + DCDConvEpilogue
 ``Depthwise``   k x k depthwise (Eq. 7)                     DCDDepthwise
 ``Joint``       k x k joint fusion (Eq. 8)                  Convs + DCDConvEpilogue
@@ -20,7 +22,7 @@ from torch import nn
 
 from ...layers.dcd import DCDConv2d, DCDLinear
 from ._base import DCDKind, adaptive_windows
-from ._channel import CentreTap, Pointwise, emit_crop, prefers_weight_form
+from ._channel import CentreTap, Pointwise, emit_crop, prefers_runtime_conv, prefers_weight_form
 from ._depthwise import Depthwise
 from ._joint import Joint
 from ._linear import Linear
@@ -35,6 +37,7 @@ __all__ = [
     "deploy_kind",
     "adaptive_windows",
     "emit_crop",
+    "prefers_runtime_conv",
     "prefers_weight_form",
 ]
 

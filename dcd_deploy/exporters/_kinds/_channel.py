@@ -43,6 +43,25 @@ def prefers_weight_form(*, c_in: int, c_out: int, latent: int, hw: int) -> bool:
     return hw * (c_in + c_out + latent) > c_in * c_out
 
 
+#: The largest map (pixels) on which a wide stride-1 1x1 layer runs as the runtime's Conv
+#: of W0 + DCDConvEpilogue rather than one DCDPointwise node (:func:`prefers_runtime_conv`).
+RUNTIME_CONV_MAX_HW = 14 * 14
+
+
+def prefers_runtime_conv(*, c_in: int, c_out: int, hw: int) -> bool:
+    """The fused 1x1 cost rule: a wide layer on a small map is faster as the runtime's own
+    1x1 Conv of W0 followed by DCDConvEpilogue than as one DCDPointwise node.
+
+    Measured on ResNet-50 in OpenVINO, one thread (docs/performance.md, "ResNet: the k x k
+    layers fused around OpenVINO's convolution"): at 14x14 and 7x7 with C 256-2048,
+    OpenVINO's 1x1 convolution plus the epilogue's extra pass over the (small) output beats
+    the fused GEMM; at 56x56 and 28x28 the fused GEMM wins (it writes the output once). The
+    channel bounds keep the rule to the widths it was measured at (MobileNetV2's narrower
+    layers are not covered by that measurement).
+    """
+    return hw <= RUNTIME_CONV_MAX_HW and min(c_in, c_out) >= 256 and max(c_in, c_out) >= 1024
+
+
 class CentreTap(ConvKind):
     """k x k channel fusion: W0 * x plus the 1x1 dynamic residual at the centre tap."""
 
