@@ -68,8 +68,9 @@ std::shared_ptr<ov::op::v0::Constant> pack_weights(const ov::OutputVector& input
     PackedLayout lay;
     *why = PackedLayout::make(cout, cin, S, L, pool, a.se, a.attention, &lay, I.weight[PK_W0] >= 0, kk, lz);
     if (!why->empty()) return nullptr;
-    const ov::Shape want[PK_COUNT] = {{S, cin * pool * pool}, {S, S}, {cout, S}, {lphi, S}, {lphi}, {L, cin}, {L},
-                                      {cout, L}, {cout, kk ? kk : cin}, {cout}, {L, kk}};
+    const ov::Shape want[PK_COUNT] = {
+        {S, cin * pool * pool}, {S, S}, {cout, S}, {lphi, S}, {lphi}, {L, cin}, {L}, {cout, L},
+        {cout, kk ? kk : cin},  {cout}, {L, kk}};
     ov::Tensor packed(ov::element::f32, ov::Shape{lay.total});
     std::fill_n(packed.data<float>(), lay.total, 0.f);
     for (int t = 0; t < PK_COUNT; ++t) {
