@@ -47,8 +47,12 @@ demo: $(PLOT_STAMP) extension
 	@echo
 	$(BIN)/dcd-bench summary out/bench.json out/frontier.json
 
+# Two pytest workers (pytest-xdist), one per core of the 2-core CI machine; a test file's
+# tests stay on one worker (--dist loadfile), so module fixtures are built once.
+# `make test TEST_WORKERS=0` runs in one process.
+TEST_WORKERS ?= 2
 test: $(STAMP) extension lint
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 # ruff (pyflakes, pycodestyle, bugbear, pyupgrade, import order) and ruff's formatter
 # over the Python, configured in pyproject.toml; clang-format over csrc/ (lint-cpp).
