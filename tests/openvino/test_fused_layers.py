@@ -220,7 +220,19 @@ def test_zoo_dcd_models_fused_in_openvino(arch, tmp_path):
         for m in model.modules()
         if isinstance(m, DCDConv2d) and m.channel_fusion and not m.form.depthwise and not m.form.joint
     ]
-    pointwise = sum(m.kernel_size == 1 and m.stride == 1 for m in channel)
+    pixels = _input_pixels(model, size, channel)
+    # design.md "Fused op": a wide 1x1 layer (C >= 256 both, >= 1024 one) on <= 14x14 runs
+    # around OpenVINO's own 1x1 Conv instead
+    pointwise = sum(
+        m.kernel_size == 1
+        and m.stride == 1
+        and not (
+            pixels[m] <= 196
+            and min(m.in_channels, m.out_channels) >= 256
+            and max(m.in_channels, m.out_channels) >= 1024
+        )
+        for m in channel
+    )
     assert result.op_histogram.get("dcd_deploy.DCDPointwise", 0) == pointwise
     classifiers = sum(isinstance(m, DCDLinear) and m.channel_fusion for m in model.modules())
     # k x k and strided ones: OpenVINO's Conv of W0, then the epilogue op; the classifier: Gemm, then it
@@ -228,6 +240,22 @@ def test_zoo_dcd_models_fused_in_openvino(arch, tmp_path):
     report = check_parity(model, path, batch_sizes=(1, 2), n_inputs=2, backends=("openvino",))
     assert report, report.table()
     assert report.max_rel < 1e-3 and all(r.top1_agreement == 1.0 for r in report.rows)
+
+
+def _input_pixels(model, size, layers) -> dict:
+    """H·W of each layer's input map at a size x size image (forward hooks)."""
+    pixels = {}
+    hooks = [
+        m.register_forward_hook(lambda m, args, out: pixels.__setitem__(m, args[0].shape[2] * args[0].shape[3]))
+        for m in layers
+    ]
+    try:
+        with torch.no_grad():
+            model(torch.zeros(1, 3, size, size))
+    finally:
+        for h in hooks:
+            h.remove()
+    return pixels
 
 
 @pytest.mark.parametrize("act", ["relu", "relu6"])
