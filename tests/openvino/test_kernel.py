@@ -377,14 +377,16 @@ def test_the_gemms_split_over_openvinos_threads(core, lib, monkeypatch, threads)
     assert lib.dcd_deploy_ov_split_calls(1) == (6 if threads == 2 else 0)
 
 
+@pytest.mark.parametrize("isa", ISAS)
 @pytest.mark.parametrize("form", ["weight", "latent"])
 @pytest.mark.parametrize("threads", [1, 2])
-def test_the_serial_phases_split_too(core, lib, monkeypatch, form, threads):
+def test_the_serial_phases_split_too(core, lib, isas, monkeypatch, isa, form, threads):
     # a layer whose pooling, fc1 and heads product (and, in the weight form, forming W(x))
     # each read at least 32768 floats: with 2 threads each of those is split over
     # OpenVINO's threads as well as the GEMM(s): five splits per call in either form
     # (weight: pool, fc1, heads, forming, GEMM; latent: pool, fc1, heads, Z, GEMM)
-    monkeypatch.delenv("DCD_DEPLOY_ISA", raising=False)
+    _need(isas, isa)
+    monkeypatch.setenv("DCD_DEPLOY_ISA", isa)
     lib.dcd_deploy_ov_split_calls.restype = ctypes.c_long
     lib.dcd_deploy_ov_split_calls.argtypes = [ctypes.c_int]
     rng = np.random.default_rng(11)
