@@ -94,6 +94,19 @@ inline void st_mask(float* p, vf v, int n) {
 }
 #endif  // (0 + s is not s for s = -0: not foldable)
 inline int imin(int a, int b) { return a < b ? a : b; }
+// lo < a ? lo : a (the larger, a if it is NaN: as PyTorch's relu) and hi < a ? hi : a:
+// x86's max/min return their second operand when either is NaN, one instruction where
+// the compiler makes a compare and a blend of the conditional (measured: see the GEMM)
+#if defined(DCD_ISA_AVX512) && !defined(DCD_NO_MAXPS)
+inline vf vmax_lo(vf lo, vf a) { return (vf)_mm512_max_ps((__m512)lo, (__m512)a); }
+inline vf vmin_hi(vf hi, vf a) { return (vf)_mm512_min_ps((__m512)hi, (__m512)a); }
+#elif defined(DCD_ISA_AVX2) && !defined(DCD_NO_MAXPS)
+inline vf vmax_lo(vf lo, vf a) { return (vf)_mm256_max_ps((__m256)lo, (__m256)a); }
+inline vf vmin_hi(vf hi, vf a) { return (vf)_mm256_min_ps((__m256)hi, (__m256)a); }
+#else
+inline vf vmax_lo(vf lo, vf a) { return a < lo ? lo : a; }
+inline vf vmin_hi(vf hi, vf a) { return a > hi ? hi : a; }
+#endif
 inline int roundup(int a, int b) { return (a + b - 1) / b * b; }
 
 inline float hsig(float v) {
@@ -217,7 +230,7 @@ __attribute__((noinline)) void ukernel(const Tile& t) {
     }
     // The tile's output lines, fetched for writing while the K loop runs (a short K, as in
     // MobileNetV2's expansions, otherwise waits for them at the stores): measured 3-10% off
-    // those layers' GEMM, 2.6-3.7% off the whole (MobileNetV2 x1.0, x0.5) on an EPYC.
+    // those layers' GEMM, 2.6-3.7% off all the fused layers' GEMMs (x1.0, x0.5) on an EPYC.
     if (t.epi)
         for (int i = 0; i < M; ++i)
             for (int v = 0; v < N; ++v) __builtin_prefetch(t.c + i * t.ldc + v * VW, 1, 3);
@@ -251,13 +264,13 @@ __attribute__((noinline)) void ukernel(const Tile& t) {
 #pragma GCC unroll 16
             for (int i = 0; i < M; ++i)
 #pragma GCC unroll 4
-                for (int v = 0; v < N; ++v) acc[i][v] = acc[i][v] < z ? z : acc[i][v];  // NaN stays NaN, as in PyTorch
+                for (int v = 0; v < N; ++v) acc[i][v] = vmax_lo(z, acc[i][v]);  // NaN stays NaN, as in PyTorch
             if (t.act == ACT_RELU6) {
                 const vf six = bc(6.f);
 #pragma GCC unroll 16
                 for (int i = 0; i < M; ++i)
 #pragma GCC unroll 4
-                    for (int v = 0; v < N; ++v) acc[i][v] = acc[i][v] > six ? six : acc[i][v];
+                    for (int v = 0; v < N; ++v) acc[i][v] = vmin_hi(six, acc[i][v]);
             }
         }
     }
@@ -502,7 +515,7 @@ void prepare(const Params* P, float* dst) {
 // out[0..R) = b + sum_s y[s] * mt[s, :]: a matrix-vector product with the matrix stored
 // transposed (S x R), so the vector runs over the R outputs (no horizontal sums), read
 // row after row, four rows at a time: sequential streams the prefetchers follow (the
-// first version walked 64-column strips down all S rows, half the bandwidth).
+// first version walked 64-column strips down all S rows: the branch took 7-11% longer).
 void matvec_t(const float* mt, long ldm, const float* y, const float* b, int S, int R, float* out) {
     for (int s = 0; s < S || s == 0; s += 4) {
         const int ns = imin(4, S - s);
@@ -536,8 +549,8 @@ void matvec_t_cols(void* ctx, int r0, int r1) {
 
 // out[0, NVB*VW) (+)= sum_{i < count} x[i * stride + ...]: NVB vectors of channels, the
 // last one holding only `last` (1..VW) valid channels. U pixels at a time into separate
-// accumulators: an add's latency is 3-4 cycles, so one chain per vector (the first
-// version) ran at a quarter of the adder's rate for the narrow blocks (C 16-48).
+// accumulators: with one dependent chain of adds per vector (the first version) a narrow
+// block (C 16-48) waits on each add's latency; pooling took 19-25% longer.
 template <int NVB, int U>
 void colsum_vec(const float* x, long stride, long count, int last, float* out, bool accumulate) {
     vf a[U][NVB];

@@ -226,6 +226,27 @@ def test_pooling_widths(core, lib, isas, monkeypatch, isa, pool, cin):
         )
 
 
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("activation", ["relu", "relu6"])
+def test_the_activation_keeps_nan(core, lib, isas, monkeypatch, isa, activation):
+    # a NaN in the residual reaches the epilogue alone (one pixel, one channel): relu and
+    # relu6 keep it NaN, as torch.relu and np.maximum do (an instruction-level max/min
+    # with its operands the other way round returns 0 or 6)
+    _need(isas, isa)
+    monkeypatch.setenv("DCD_DEPLOY_ISA", isa)
+    rng = np.random.default_rng(12)
+    x, res, c = make_case(rng, B=1, H=5, W=7, Cin=24, Cout=40, L=4, S=6, pool=1, se=0, attention=1, residual=1)
+    res[0, 2, 3, 37] = np.nan
+    res[0, 4, 6, 5] = np.nan
+    model = make_model(x, res, c, pool=1, se=0, attention=1, activation=activation, form="weight")
+    got = run_ov(core, model, x, res)
+    want = reference(x, res, c, pool=1, se=0, attention=1, activation=activation)
+    assert np.isnan(want).sum() == 2
+    assert (np.isnan(got) == np.isnan(want)).all()
+    ok = ~np.isnan(want)
+    assert np.abs(got[ok] - want[ok]).max() < 1e-5 * max(1.0, np.abs(want[ok]).max())
+
+
 @pytest.mark.parametrize("form", ["weight", "latent"])
 def test_large_k(core, lib, isas, monkeypatch, form):
     # Cin above the kernel's K block (256): partial sums go through the output
@@ -377,14 +398,16 @@ def test_the_gemms_split_over_openvinos_threads(core, lib, monkeypatch, threads)
     assert lib.dcd_deploy_ov_split_calls(1) == (6 if threads == 2 else 0)
 
 
+@pytest.mark.parametrize("isa", ISAS)
 @pytest.mark.parametrize("form", ["weight", "latent"])
 @pytest.mark.parametrize("threads", [1, 2])
-def test_the_serial_phases_split_too(core, lib, monkeypatch, form, threads):
+def test_the_serial_phases_split_too(core, lib, isas, monkeypatch, isa, form, threads):
     # a layer whose pooling, fc1 and heads product (and, in the weight form, forming W(x))
     # each read at least 32768 floats: with 2 threads each of those is split over
     # OpenVINO's threads as well as the GEMM(s): five splits per call in either form
     # (weight: pool, fc1, heads, forming, GEMM; latent: pool, fc1, heads, Z, GEMM)
-    monkeypatch.delenv("DCD_DEPLOY_ISA", raising=False)
+    _need(isas, isa)
+    monkeypatch.setenv("DCD_DEPLOY_ISA", isa)
     lib.dcd_deploy_ov_split_calls.restype = ctypes.c_long
     lib.dcd_deploy_ov_split_calls.argtypes = [ctypes.c_int]
     rng = np.random.default_rng(11)
