@@ -12,7 +12,7 @@ ops have a translation is needed (:func:`translated_ops`: the trace keeps those 
 ``ONNXRegistry``, ``OnnxDecompMeta`` and ``_get_overload`` are private in torch 2.13
 (the pinned release), as is the fast path that uses this module (:mod:`._trace`): any
 drift makes that path fall back to the public ``torch.onnx.export``, and
-``tests/exporters/test_registry.py`` compares these entries with ``from_torchlib``'s.
+``tests/exporters/test_translator_registry.py`` compares these entries with ``from_torchlib``'s.
 """
 
 from __future__ import annotations
