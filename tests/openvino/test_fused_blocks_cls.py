@@ -26,7 +26,7 @@ from torch import nn
 pytest.importorskip("openvino")
 
 import _zoo  # noqa: E402
-from test_fused_layers import ACTIVATIONS, FUZZ, available_isas, build, forced_isa  # noqa: E402
+from _fused_nets import ACTIVATIONS, FUZZ, LayerNet, available_isas, build, forced_isa  # noqa: E402
 
 from dcd_deploy import export_onnx  # noqa: E402
 from dcd_deploy.layers import DCDConv2d, DCDLinear  # noqa: E402
@@ -83,33 +83,21 @@ def block_layers(draw) -> Blocks:
     )
 
 
-class BlocksNet(nn.Module):
-    def __init__(self, cfg: Blocks):
-        super().__init__()
-        self.residual = cfg.residual
-        self.stem = nn.Conv2d(3, cfg.c_in, 1)
-        self.dcd = DCDConv2d(
-            cfg.c_in,
-            cfg.c_out,
-            cfg.kernel,
-            cfg.stride,
-            groups=cfg.groups,
-            num_blocks=cfg.blocks,
-            latent_dim=cfg.latent_dim,
-            pool_size=cfg.pool_size,
-            gate=cfg.gate,
-            channel_attention=cfg.channel_attention,
-            latent_bn=cfg.latent_bn,
-        )
-        self.bn = nn.BatchNorm2d(cfg.c_out)
-        self.act = ACTIVATIONS[cfg.act]()
-
-    def forward(self, x):
-        s = self.stem(x)
-        y = self.bn(self.dcd(s))
-        if self.residual:
-            y = s + y
-        return torch.flatten(self.act(y), 1)
+def _net(cfg: Blocks) -> nn.Module:
+    layer = DCDConv2d(
+        cfg.c_in,
+        cfg.c_out,
+        cfg.kernel,
+        cfg.stride,
+        groups=cfg.groups,
+        num_blocks=cfg.blocks,
+        latent_dim=cfg.latent_dim,
+        pool_size=cfg.pool_size,
+        gate=cfg.gate,
+        channel_attention=cfg.channel_attention,
+        latent_bn=cfg.latent_bn,
+    )
+    return LayerNet(layer, c_in=cfg.c_in, c_out=cfg.c_out, residual=cfg.residual, act=cfg.act)
 
 
 def test_fused_block_diagonal_layers_match_pytorch(tmp_path, capsys):
@@ -119,7 +107,7 @@ def test_fused_block_diagonal_layers_match_pytorch(tmp_path, capsys):
     @settings(FUZZ, max_examples=EXAMPLES)
     @given(cfg=block_layers(), isa_index=st.integers(0, 2))
     def prop(cfg: Blocks, isa_index: int):
-        model = build(cfg, BlocksNet)
+        model = build(cfg, _net)
         path = tmp_path / "m.onnx"
         result = export_onnx(model, path, input_size=cfg.side, mode="fused", check=False)
         assert result.fused == ["dcd"] and result.unfused == {}

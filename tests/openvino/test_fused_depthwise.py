@@ -30,8 +30,8 @@ from torch import nn
 
 pytest.importorskip("openvino")
 
+from _fused_nets import ACTIVATIONS, FUZZ, LayerNet, available_isas, build, forced_isa  # noqa: E402
 from _zoo import ZooCache  # noqa: E402
-from test_fused_layers import ACTIVATIONS, FUZZ, available_isas, build, forced_isa  # noqa: E402
 
 from dcd_deploy import export_onnx  # noqa: E402
 from dcd_deploy.layers import DCDConv2d  # noqa: E402
@@ -98,33 +98,21 @@ def dw_layers(draw) -> DW:
     return cfg if same or not cfg.residual else DW(**{**cfg.__dict__, "residual": False})
 
 
-class DWNet(nn.Module):
-    def __init__(self, cfg: DW):
-        super().__init__()
-        self.residual = cfg.residual
-        self.stem = nn.Conv2d(3, cfg.channels, 1)
-        self.dcd = DCDConv2d(
-            cfg.channels,
-            cfg.channels,
-            cfg.kernel,
-            cfg.stride,
-            padding=cfg.padding,
-            dilation=cfg.dilation,
-            groups=cfg.channels,
-            latent_dim=cfg.latent_dim,
-            pool_size=cfg.pool_size,
-            gate=cfg.gate,
-            channel_attention=cfg.channel_attention,
-        )
-        self.bn = nn.BatchNorm2d(cfg.channels)
-        self.act = ACTIVATIONS[cfg.act]()
-
-    def forward(self, x):
-        s = self.stem(x)
-        y = self.bn(self.dcd(s))
-        if self.residual:
-            y = s + y
-        return torch.flatten(self.act(y), 1)
+def _net(cfg: DW) -> nn.Module:
+    layer = DCDConv2d(
+        cfg.channels,
+        cfg.channels,
+        cfg.kernel,
+        cfg.stride,
+        padding=cfg.padding,
+        dilation=cfg.dilation,
+        groups=cfg.channels,
+        latent_dim=cfg.latent_dim,
+        pool_size=cfg.pool_size,
+        gate=cfg.gate,
+        channel_attention=cfg.channel_attention,
+    )
+    return LayerNet(layer, c_in=cfg.channels, c_out=cfg.channels, residual=cfg.residual, act=cfg.act)
 
 
 def test_fused_depthwise_layers_match_pytorch_in_openvino_and_onnxruntime(tmp_path, capsys):
@@ -134,7 +122,7 @@ def test_fused_depthwise_layers_match_pytorch_in_openvino_and_onnxruntime(tmp_pa
     @settings(FUZZ, max_examples=EXAMPLES)
     @given(cfg=dw_layers(), isa_index=st.integers(0, 2))
     def prop(cfg: DW, isa_index: int):
-        model = build(cfg, DWNet)
+        model = build(cfg, _net)
         path = tmp_path / "m.onnx"
         result = export_onnx(model, path, input_size=(cfg.height, cfg.width), mode="fused", check=False)
         assert result.fused == ["dcd"] and result.unfused == {}

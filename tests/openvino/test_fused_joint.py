@@ -26,11 +26,11 @@ from torch import nn
 
 ov = pytest.importorskip("openvino")
 onnx = pytest.importorskip("onnx")
+from _fused_nets import ACTIVATIONS, FUZZ, LayerNet, available_isas, build, forced_isa  # noqa: E402
 from _fused_reference import LATENT_WEIGHT_ORDER, latent_epilogue_reference, make_latent_case, max_relative_error  # noqa: E402
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
-from test_fused_layers import ACTIVATIONS, FUZZ, available_isas, build, forced_isa  # noqa: E402
 from test_kernel import ISAS, _cpu_isas, _need, core, ext_path, lib  # noqa: E402,F401
 
 from dcd_deploy import create_model, export_onnx, pseudo_train  # noqa: E402
@@ -232,33 +232,21 @@ def joint_layers(draw) -> JointLayer:
     )
 
 
-class JointNet(nn.Module):
-    def __init__(self, cfg: JointLayer):
-        super().__init__()
-        self.residual = cfg.residual
-        self.stem = nn.Conv2d(3, cfg.c_in, 1)
-        self.dcd = DCDConv2d(
-            cfg.c_in,
-            cfg.c_out,
-            cfg.kernel,
-            cfg.stride,
-            cfg.padding,
-            joint_fusion=True,
-            latent_dim=cfg.latent_dim,
-            kernel_latent_dim=cfg.kernel_latent_dim,
-            pool_size=cfg.pool_size,
-            gate=cfg.gate,
-            channel_attention=cfg.channel_attention,
-        )
-        self.bn = nn.BatchNorm2d(cfg.c_out)
-        self.act = ACTIVATIONS[cfg.act]()
-
-    def forward(self, x):
-        s = self.stem(x)
-        y = self.bn(self.dcd(s))
-        if self.residual:
-            y = s + y
-        return torch.flatten(self.act(y), 1)
+def _net(cfg: JointLayer) -> nn.Module:
+    layer = DCDConv2d(
+        cfg.c_in,
+        cfg.c_out,
+        cfg.kernel,
+        cfg.stride,
+        cfg.padding,
+        joint_fusion=True,
+        latent_dim=cfg.latent_dim,
+        kernel_latent_dim=cfg.kernel_latent_dim,
+        pool_size=cfg.pool_size,
+        gate=cfg.gate,
+        channel_attention=cfg.channel_attention,
+    )
+    return LayerNet(layer, c_in=cfg.c_in, c_out=cfg.c_out, residual=cfg.residual, act=cfg.act)
 
 
 def test_fused_joint_layers_match_pytorch_in_openvino_and_onnxruntime(tmp_path, capsys):
@@ -268,7 +256,7 @@ def test_fused_joint_layers_match_pytorch_in_openvino_and_onnxruntime(tmp_path, 
     @settings(FUZZ, max_examples=EXAMPLES)
     @given(cfg=joint_layers(), isa_index=st.integers(0, 2))
     def prop(cfg: JointLayer, isa_index: int):
-        model = build(cfg, JointNet)
+        model = build(cfg, _net)
         path = tmp_path / "m.onnx"
         result = export_onnx(model, path, input_size=cfg.hw, mode="fused", check=False)
         assert result.fused == ["dcd"] and result.unfused == {}

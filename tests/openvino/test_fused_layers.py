@@ -18,38 +18,24 @@ Also here: every zoo DCD model exported fused and checked in OpenVINO.
 
 from __future__ import annotations
 
-import math
-import os
 from collections import Counter
 from dataclasses import dataclass
 
 import onnx
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from torch import nn
 
 pytest.importorskip("openvino")
 
 import _zoo  # noqa: E402
+from _fused_nets import ACTIVATIONS, EXAMPLES, FUZZ, LayerNet, available_isas, build, forced_isa  # noqa: E402
 
 from dcd_deploy import export_onnx, list_models  # noqa: E402
 from dcd_deploy.layers import DCDConv2d, DCDLinear  # noqa: E402
-from dcd_deploy.openvino import kernel_isa  # noqa: E402
 from dcd_deploy.parity import check_parity  # noqa: E402
-
-EXAMPLES = 60
-ISAS = ("avx512", "avx2", "portable")
-FUZZ = settings(
-    deadline=None,
-    derandomize=True,
-    database=None,
-    print_blob=True,
-    max_examples=EXAMPLES,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
-ACTIVATIONS = {"none": nn.Identity, "relu": nn.ReLU, "relu6": nn.ReLU6}
 
 
 @dataclass(frozen=True)
@@ -91,77 +77,18 @@ def layers(draw) -> Layer:
     )
 
 
-class Net(nn.Module):
-    def __init__(self, cfg: Layer):
-        super().__init__()
-        self.residual = cfg.residual
-        self.stem = nn.Conv2d(3, cfg.c_in, 1)
-        self.dcd = DCDConv2d(
-            cfg.c_in,
-            cfg.c_out,
-            1,
-            latent_dim=cfg.latent_dim,
-            pool_size=cfg.pool_size,
-            gate=cfg.gate,
-            channel_attention=cfg.channel_attention,
-            latent_bn=cfg.latent_bn,
-        )
-        self.bn = nn.BatchNorm2d(cfg.c_out)
-        self.act = ACTIVATIONS[cfg.act]()
-
-    def forward(self, x):
-        s = self.stem(x)
-        y = self.bn(self.dcd(s))
-        if self.residual:
-            y = s + y
-        return torch.flatten(self.act(y), 1)
-
-
-def build(cfg, net=Net) -> nn.Module:
-    """``net(cfg)`` with random non-trivial weights and BN statistics (Λ and Φ vary per sample)."""
-    torch.manual_seed(cfg.seed)
-    model = net(cfg)
-    with torch.no_grad():
-        for mod in model.modules():
-            if isinstance(mod, nn.modules.batchnorm._BatchNorm):
-                mod.weight.uniform_(0.5, 1.5)
-                mod.bias.normal_(0, 0.5)
-                mod.running_mean.normal_(0, 0.5)
-                mod.running_var.uniform_(0.25, 2.0)
-        for name, p in model.named_parameters():
-            if p.dim() > 1:
-                gain = 2.0 if name.endswith(("fc_phi.weight", "fc_scale.weight")) else 1.0
-                p.normal_(0, gain / math.sqrt(p[0].numel()))
-    return model.eval()
-
-
-def available_isas() -> list[str]:
-    out = []
-    for isa in ISAS:
-        with forced_isa(isa):
-            try:
-                if kernel_isa() == isa:
-                    out.append(isa)
-            except OSError:
-                pass
-    return out
-
-
-class forced_isa:
-    """``DCD_DEPLOY_ISA`` set inside the block (the library reads it at every call)."""
-
-    def __init__(self, isa: str):
-        self.isa = isa
-
-    def __enter__(self):
-        self.old = os.environ.get("DCD_DEPLOY_ISA")
-        os.environ["DCD_DEPLOY_ISA"] = self.isa
-
-    def __exit__(self, *exc):
-        if self.old is None:
-            os.environ.pop("DCD_DEPLOY_ISA", None)
-        else:
-            os.environ["DCD_DEPLOY_ISA"] = self.old
+def _net(cfg: Layer) -> nn.Module:
+    layer = DCDConv2d(
+        cfg.c_in,
+        cfg.c_out,
+        1,
+        latent_dim=cfg.latent_dim,
+        pool_size=cfg.pool_size,
+        gate=cfg.gate,
+        channel_attention=cfg.channel_attention,
+        latent_bn=cfg.latent_bn,
+    )
+    return LayerNet(layer, c_in=cfg.c_in, c_out=cfg.c_out, residual=cfg.residual, act=cfg.act)
 
 
 def test_fused_layers_match_pytorch_in_openvino_and_onnxruntime(tmp_path, capsys):
@@ -172,7 +99,7 @@ def test_fused_layers_match_pytorch_in_openvino_and_onnxruntime(tmp_path, capsys
     @FUZZ
     @given(cfg=layers(), isa_index=st.integers(0, 2))
     def prop(cfg: Layer, isa_index: int):
-        model = build(cfg)
+        model = build(cfg, _net)
         size = cfg.side  # the exporter takes square inputs
         path = tmp_path / "m.onnx"
         export_onnx(model, path, input_size=size, mode="fused", strategy=cfg.strategy, check=False)
@@ -280,7 +207,7 @@ def test_a_nan_input_gives_nan_outputs_as_in_pytorch(act, tmp_path):
         strategy="weight",
         seed=4,
     )
-    model = build(cfg)
+    model = build(cfg, _net)
     path = tmp_path / "m.onnx"
     export_onnx(model, path, input_size=cfg.side, mode="fused", check=False)
     x = torch.randn(4, 3, cfg.side, cfg.side, generator=torch.Generator().manual_seed(0))

@@ -1,0 +1,99 @@
+"""What the fused-layer fuzz tests share: the small model around one DCD layer, its
+random weights, and the instruction-set paths of this CPU.
+
+Each ``test_fused_*`` file draws its own layer geometry and builds the layer; the model
+around it is the same everywhere:
+
+    Conv2d(3, C_in, 1) -> the DCD layer -> BatchNorm2d [-> + stem output] [-> ReLU | ReLU6]
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import torch
+from hypothesis import HealthCheck, settings
+from torch import nn
+
+from dcd_deploy.openvino import kernel_isa
+
+EXAMPLES = 60
+ISAS = ("avx512", "avx2", "portable")
+FUZZ = settings(
+    deadline=None,
+    derandomize=True,
+    database=None,
+    print_blob=True,
+    max_examples=EXAMPLES,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+ACTIVATIONS = {"none": nn.Identity, "relu": nn.ReLU, "relu6": nn.ReLU6}
+
+
+class LayerNet(nn.Module):
+    """A 1x1 stem to ``c_in`` channels, ``layer``, BatchNorm over ``c_out``, the residual
+    (the stem's output) when asked, the activation ``act``; flattened."""
+
+    def __init__(self, layer: nn.Module, *, c_in: int, c_out: int, residual: bool, act: str):
+        super().__init__()
+        self.residual = residual
+        self.stem = nn.Conv2d(3, c_in, 1)
+        self.dcd = layer
+        self.bn = nn.BatchNorm2d(c_out)
+        self.act = ACTIVATIONS[act]()
+
+    def forward(self, x):
+        s = self.stem(x)
+        y = self.bn(self.dcd(s))
+        if self.residual:
+            y = s + y
+        return torch.flatten(self.act(y), 1)
+
+
+def build(cfg, net) -> nn.Module:
+    """``net(cfg)`` with random non-trivial weights and BN statistics (Λ and Φ vary per sample)."""
+    torch.manual_seed(cfg.seed)
+    model = net(cfg)
+    with torch.no_grad():
+        for mod in model.modules():
+            if isinstance(mod, nn.modules.batchnorm._BatchNorm):
+                mod.weight.uniform_(0.5, 1.5)
+                mod.bias.normal_(0, 0.5)
+                mod.running_mean.normal_(0, 0.5)
+                mod.running_var.uniform_(0.25, 2.0)
+        for name, p in model.named_parameters():
+            if p.dim() > 1:
+                gain = 2.0 if name.endswith(("fc_phi.weight", "fc_scale.weight")) else 1.0
+                p.normal_(0, gain / math.sqrt(p[0].numel()))
+    return model.eval()
+
+
+class forced_isa:
+    """``DCD_DEPLOY_ISA`` set inside the block (the library reads it at every call)."""
+
+    def __init__(self, isa: str):
+        self.isa = isa
+
+    def __enter__(self):
+        self.old = os.environ.get("DCD_DEPLOY_ISA")
+        os.environ["DCD_DEPLOY_ISA"] = self.isa
+
+    def __exit__(self, *exc):
+        if self.old is None:
+            os.environ.pop("DCD_DEPLOY_ISA", None)
+        else:
+            os.environ["DCD_DEPLOY_ISA"] = self.old
+
+
+def available_isas() -> list[str]:
+    """The kernels' instruction-set paths this CPU runs."""
+    out = []
+    for isa in ISAS:
+        with forced_isa(isa):
+            try:
+                if kernel_isa() == isa:
+                    out.append(isa)
+            except OSError:
+                pass
+    return out
