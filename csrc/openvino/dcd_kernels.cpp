@@ -889,6 +889,31 @@ void gather_centre(const Params& P, const float* x, float* xs) {
 // DCDConvEpilogue: out = act(lam * conv + (p phi) (q x_s + q_b) + bias + residual). One GEMM
 // over the output pixels, (No x L) z times (L x Cout) (p phi)ᵀ, whose tiles start from
 // lam * conv and take bias, residual and activation as they leave the registers.
+// Both epilogues' GEMM for sample b: out = act(lam * conv + a (No x k) (p phi)ᵀ + cvec +
+// residual), the tiles starting from lam * conv and taking the rest as they leave the registers.
+void epilogue_gemm(const Params& P, long b, const float* a, int k, const float* lam, const float* ppk,
+                   const float* cvec) {
+    const long No = (long)P.Ho * P.Wo;
+    const int Cout = P.Cout;
+    Gemm m{};
+    m.m = (int)No;
+    m.n = Cout;
+    m.a1 = a;
+    m.lda1 = k;
+    m.k1 = k;
+    m.b1 = ppk;
+    m.c0 = P.conv + b * No * Cout;
+    m.ldc0 = Cout;
+    m.c0scale = lam;
+    m.c = P.out + b * No * Cout;
+    m.ldc = Cout;
+    m.bias = cvec;
+    m.act = P.act;
+    m.res = P.residual ? P.residual + b * No * Cout : nullptr;
+    m.ldres = Cout;
+    gemm_par(P, m);
+}
+
 void run_latent_epilogue(Params* pp);
 
 void run_epilogue(Params* pp) {
@@ -913,23 +938,7 @@ void run_epilogue(Params* pp) {
         if (!direct) gather_centre(P, x, xs);
         if (P.profile) ts[3] = now_seconds();
         latent_z(P, pre, direct ? x : xs, (int)No, z);
-        Gemm m{};
-        m.m = (int)No;
-        m.n = Cout;
-        m.a1 = z;
-        m.lda1 = L;
-        m.k1 = L;
-        m.b1 = ppk;
-        m.c0 = P.conv + b * No * Cout;
-        m.ldc0 = Cout;
-        m.c0scale = lam;
-        m.c = P.out + b * No * Cout;
-        m.ldc = Cout;
-        m.bias = cvec;
-        m.act = P.act;
-        m.res = P.residual ? P.residual + b * No * Cout : nullptr;
-        m.ldres = Cout;
-        gemm_par(P, m);
+        epilogue_gemm(P, b, z, L, lam, ppk, cvec);
         if (P.profile) {
             ts[4] = now_seconds();
             add_phases(P, ts);
@@ -956,23 +965,7 @@ void run_latent_epilogue(Params* pp) {
     for (int b = 0; b < P.B; ++b) {
         branch(P, pre, P.x + b * N * Cin, lam, ppk, ts);
         if (P.profile) ts[3] = now_seconds();
-        Gemm m{};
-        m.m = (int)No;
-        m.n = Cout;
-        m.a1 = P.z + b * No * Lz;
-        m.lda1 = Lz;
-        m.k1 = Lz;
-        m.b1 = ppk;
-        m.c0 = P.conv + b * No * Cout;
-        m.ldc0 = Cout;
-        m.c0scale = lam;
-        m.c = P.out + b * No * Cout;
-        m.ldc = Cout;
-        m.bias = cvec;
-        m.act = P.act;
-        m.res = P.residual ? P.residual + b * No * Cout : nullptr;
-        m.ldres = Cout;
-        gemm_par(P, m);
+        epilogue_gemm(P, b, P.z + b * No * Lz, Lz, lam, ppk, cvec);
         if (P.profile) {
             ts[4] = now_seconds();
             add_phases(P, ts);
