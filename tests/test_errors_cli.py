@@ -27,7 +27,6 @@ import pickle
 import random
 import stat
 import subprocess
-import sys
 import warnings
 import zipfile
 from collections.abc import Callable
@@ -37,29 +36,19 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
+from _cli import run_script
 from click.testing import CliRunner
 from torch import nn
 
 from dcd_deploy import create_model, export_onnx, pseudo_train, save_checkpoint
 from dcd_deploy.errors import DCDDeployError, ExportError, ParityError
 
-BIN = Path(sys.executable).parent
 SIZE = 32  # every export that could succeed by mistake stays small
-TIMEOUT = 300
 MARKER = "UNPICKLED_MARKER"
 
 
 def run(script: str, *args, cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
-    exe = BIN / script
-    assert exe.is_file(), f"console script {exe} is not installed (pip install -e .)"
-    return subprocess.run(
-        [str(exe), *map(str, args)],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT,
-        env={**os.environ, **(env or {})},
-    )
+    return run_script(script, *args, cwd=cwd, env=env)
 
 
 # -- inputs ----------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 no blow-ups, never destroy a file.
 
 Every case in :data:`CASES` runs ``dcd-export`` / ``dcd-validate`` / ``dcd-bench`` in a
-subprocess whose address space is capped at :data:`MEMORY_CAP` (so a regression fails
+subprocess whose address space is capped at `_hostile.MEMORY_CAP` (so a regression fails
 the test instead of exhausting the machine) and must end with
 
 * the expected exit status (1 for a user error, 2 for click's usage errors),
@@ -30,11 +30,9 @@ from __future__ import annotations
 import concurrent.futures
 import errno
 import os
-import resource
 import signal
 import stat
 import subprocess
-import sys
 import time
 import zipfile
 from collections.abc import Callable
@@ -43,34 +41,18 @@ from pathlib import Path
 
 import pytest
 import torch
-from _hostile import inputs_bomb, sigterm_inside_inference
+from _cli import BIN, TIMEOUT, run_script
+from _hostile import cap_memory, inputs_bomb, sigterm_inside_inference
 
 from dcd_deploy import create_model, export_onnx, save_checkpoint
 from dcd_deploy.errors import DCDDeployError, ExportError
 
-BIN = Path(sys.executable).parent
 SIZE = 32
-MEMORY_CAP = 4 << 30  # the cap: every case must end cleanly under it
-TIMEOUT = 300  # a safety net against hangs, not a timing assertion
 IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
 
 
-def _cap_memory():
-    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_CAP, MEMORY_CAP))
-
-
 def run(script: str, *args, cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
-    exe = BIN / script
-    assert exe.is_file(), f"console script {exe} is not installed (pip install -e .)"
-    return subprocess.run(
-        [str(exe), *map(str, args)],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT,
-        env={**os.environ, **(env or {})},
-        preexec_fn=_cap_memory,
-    )
+    return run_script(script, *args, cwd=cwd, env=env, preexec_fn=cap_memory)
 
 
 # -- hostile files ------------------------------------------------------------------------
@@ -765,7 +747,7 @@ def _signal_when_reached(args: list, env: dict, sig: int, cwd: Path) -> subproce
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, **env},
-        preexec_fn=_cap_memory,
+        preexec_fn=cap_memory,
     )
     try:
         deadline = time.monotonic() + TIMEOUT
@@ -1109,7 +1091,7 @@ def test_a_non_utf8_output_name_works(tmp_path):
         cwd=out,
         capture_output=True,
         timeout=TIMEOUT,
-        preexec_fn=_cap_memory,
+        preexec_fn=cap_memory,
     )
     assert result.returncode == 0, result.stderr.decode(errors="replace")
     assert sorted(os.listdir(os.fsencode(out))) == [b"\xfa.json", b"\xff\xfe-model.onnx"]

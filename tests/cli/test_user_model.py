@@ -19,6 +19,7 @@ from types import SimpleNamespace
 import onnx
 import pytest
 import torch
+from _cli import one_error_line
 from _user_net import write_factory
 from click.testing import CliRunner
 
@@ -32,14 +33,6 @@ SIZE = "32"
 
 def run(cmd, args):
     return CliRunner().invoke(cmd, [str(a) for a in args])
-
-
-def one_error_line(result, pattern: str, status: int = 1) -> None:
-    assert result.exit_code == status, result.output
-    lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1 and lines[0].startswith("Error: "), result.stderr
-    assert re.search(pattern, lines[0]), lines[0]
-    assert "Traceback" not in result.output
 
 
 @pytest.fixture(scope="module")
