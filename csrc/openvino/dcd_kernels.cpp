@@ -165,8 +165,9 @@ struct Tile {
     const float* a1;
     long lda1;
     int k1;
-    int taps;    // A1 . B1 is over `taps` K blocks of k1: block t reads A at a1 + t * tap_a and
-    long tap_a;  // B1's rows t * k1 onwards (the 3x3 convolution's kernel rows; else 1)
+    int taps;                    // A1 . B1 is over `taps` K blocks of k1: block t reads A at a1 + t * tap_a and
+    long tap_a;                  // B1's rows t * k1 onwards (the 3x3 convolution's kernel rows; else 1)
+    const float* const* a1rows;  // non-null: A1's row i starts at a1rows[i] (lda1 unused)
     const float* b1;
     int ldb1;
     const float* scale1;
@@ -206,6 +207,26 @@ inline void rank_k(vf (&acc)[M][N], const float* a, long lda, const float* b, lo
     }
 }
 
+// the same with A's rows anywhere (row i at rows[i] + off): the 3x3 convolution's tiles,
+// whose pixels may continue on the next output row
+template <int M, int N>
+inline void rank_k_rows(vf (&acc)[M][N], const float* const* rows, long off, const float* b, long ldb, int kn) {
+    const float* r[M];
+#pragma GCC unroll 16
+    for (int i = 0; i < M; ++i) r[i] = rows[i] + off;
+    for (int k = 0; k < kn; ++k, b += ldb) {
+        vf bv[N];
+#pragma GCC unroll 4
+        for (int v = 0; v < N; ++v) bv[v] = ld(b + v * VW);
+#pragma GCC unroll 16
+        for (int i = 0; i < M; ++i) {
+            const vf av = bc(r[i][k]);
+#pragma GCC unroll 4
+            for (int v = 0; v < N; ++v) acc[i][v] += av * bv[v];
+        }
+    }
+}
+
 template <int M, int N, bool MASK>
 __attribute__((noinline)) void ukernel(const Tile& t) {
     vf acc[M][N];
@@ -236,8 +257,10 @@ __attribute__((noinline)) void ukernel(const Tile& t) {
     if (t.epi)
         for (int i = 0; i < M; ++i)
             for (int v = 0; v < N; ++v) __builtin_prefetch(t.c + i * t.ldc + v * VW, 1, 3);
-    for (int r = 0; r < t.taps; ++r)
-        rank_k<M, N>(acc, t.a1 + r * t.tap_a, t.lda1, t.b1 + (long)r * t.k1 * t.ldb1, t.ldb1, t.k1);
+    for (int r = 0; r < t.taps; ++r) {
+        if (t.a1rows) rank_k_rows<M, N>(acc, t.a1rows, r * t.tap_a, t.b1 + (long)r * t.k1 * t.ldb1, t.ldb1, t.k1);
+        else rank_k<M, N>(acc, t.a1 + r * t.tap_a, t.lda1, t.b1 + (long)r * t.k1 * t.ldb1, t.ldb1, t.k1);
+    }
     if (t.scale1) {
 #pragma GCC unroll 4
         for (int v = 0; v < N; ++v) {
@@ -370,6 +393,7 @@ inline void gemm_tile(const Gemm& g, int k0, int kc, bool first, bool last, int 
     t.k1 = kc;
     t.taps = 1;
     t.tap_a = 0;
+    t.a1rows = nullptr;
     t.b1 = g.b1 + (long)j0 * g.k1 + (long)k0 * wp;
     t.ldb1 = wp;
     t.scale1 = (last && g.scale1) ? g.scale1 + j0 : nullptr;
