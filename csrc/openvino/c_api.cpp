@@ -73,11 +73,11 @@ DCD_EXPORT void dcd_deploy_ov_profile_reset() { dcd::reset_profile(); }
 // The names of op's inputs in order for these attributes (InputLayout), comma-separated,
 // copied into out like dcd_deploy_ov_last_error (NUL-terminated, at most n - 1 bytes);
 // returns the text's full length, or -1 for an op other than "DCDPointwise",
-// "DCDConvEpilogue" and "DCDDepthwise". latent_input, own_conv: DCDConvEpilogue's attributes.
+// "DCDConvEpilogue" and "DCDDepthwise". latent_input: DCDConvEpilogue's attribute.
 // packed != 0: the op's packed form (what the ONNX conversion makes), else the ONNX
 // node's. For the test of the contract against the exporter's description.
-DCD_EXPORT int dcd_deploy_ov_inputs(const char* op, int se, int attention, int residual, int latent_input, int own_conv,
-                                    int packed, char* out, int n) {
+DCD_EXPORT int dcd_deploy_ov_inputs(const char* op, int se, int attention, int residual, int latent_input, int packed,
+                                    char* out, int n) {
     try {
         dcd::OpKind kind;
         if (op && !std::strcmp(op, "DCDPointwise")) kind = dcd::OpKind::Pointwise;
@@ -89,7 +89,7 @@ DCD_EXPORT int dcd_deploy_ov_inputs(const char* op, int se, int attention, int r
         a.attention = attention != 0;
         a.residual = residual != 0;
         std::string text;
-        for (const std::string& name : dcd::InputLayout(kind, a, packed != 0, latent_input != 0, own_conv != 0).names())
+        for (const std::string& name : dcd::InputLayout(kind, a, packed != 0, latent_input != 0).names())
             text += (text.empty() ? "" : ",") + name;
         if (out && n > 0) {
             const size_t w = std::min(text.size(), (size_t)n - 1);

@@ -20,13 +20,12 @@ bool taps_inside(int64_t n, int64_t h, int64_t stride, int64_t offset) {
 }  // namespace
 
 DCDConvEpilogue::DCDConvEpilogue(const ov::OutputVector& args, FusedAttrs attrs, int64_t stride, int64_t offset,
-                                 std::vector<int64_t> packed, int64_t latent_input, int64_t own_conv)
+                                 std::vector<int64_t> packed, int64_t latent_input)
     : Op(args),
       m_attrs(std::move(attrs)),
       m_stride(stride),
       m_offset(offset),
       m_latent_input(latent_input),
-      m_own_conv(own_conv),
       m_packed(std::move(packed)) {
     constructor_validate_and_infer_types();
 }
@@ -36,13 +35,12 @@ bool DCDConvEpilogue::visit_attributes(ov::AttributeVisitor& v) {
     v.on_attribute("stride", m_stride);
     v.on_attribute("offset", m_offset);
     v.on_attribute("latent_input", m_latent_input);
-    v.on_attribute("own_conv", m_own_conv);
     v.on_attribute("packed", m_packed);
     return true;
 }
 
 std::shared_ptr<ov::Node> DCDConvEpilogue::clone_with_new_inputs(const ov::OutputVector& args) const {
-    return std::make_shared<DCDConvEpilogue>(args, m_attrs, m_stride, m_offset, m_packed, m_latent_input, m_own_conv);
+    return std::make_shared<DCDConvEpilogue>(args, m_attrs, m_stride, m_offset, m_packed, m_latent_input);
 }
 
 void DCDConvEpilogue::validate_and_infer_types() {
@@ -57,16 +55,13 @@ void DCDConvEpilogue::validate_and_infer_types() {
 
 std::string DCDConvEpilogue::layout(PackedLayout* lay) const {
     if (m_latent_input != 0 && m_latent_input != 1) return "latent_input must be 0 or 1";
-    if (m_own_conv != 0 && m_own_conv != 1) return "own_conv must be 0 or 1";
-    if (m_own_conv && (m_latent_input || m_offset != 0)) return "own_conv needs latent_input 0 and offset 0";
     if (m_packed.size() != (m_latent_input ? 5u : 4u))
         return std::string("packed must be {Cout, Cin, S, L") + (m_latent_input ? ", Lz" : "") + "}, got " +
                std::to_string(m_packed.size()) + " values";
     for (int64_t d : m_packed)
         if (d <= 0) return "packed dimensions must be positive";
     return PackedLayout::make(m_packed[0], m_packed[1], m_packed[2], m_packed[3], m_attrs.pool, m_attrs.se,
-                              m_attrs.attention, lay, m_own_conv != 0, 0, m_latent_input ? m_packed[4] : 0,
-                              m_own_conv ? 9 : 1);
+                              m_attrs.attention, lay, false, 0, m_latent_input ? m_packed[4] : 0);
 }
 
 void DCDConvEpilogue::validate_attributes() {
@@ -88,23 +83,12 @@ void DCDConvEpilogue::validate_attributes() {
                           ")");
 }
 
-// The output of the op's own 3x3 convolution (padding 1): (B, (H - 1) / stride + 1, ..., Cout)
-ov::PartialShape DCDConvEpilogue::own_conv_shape(const ov::PartialShape& xs) const {
-    ov::PartialShape out{ov::Dimension::dynamic(), ov::Dimension::dynamic(), ov::Dimension::dynamic(), m_packed[0]};
-    if (xs.rank().is_static() && xs.size() == 4) {
-        out[0] = xs[0];
-        for (int a = 1; a <= 2; ++a)
-            if (xs[a].is_static()) out[a] = (xs[a].get_length() - 1) / m_stride + 1;
-    }
-    return out;
-}
-
 // conv (B, Ho, Wo, Cout) and x (B, H, W, Cin) against each other and the weights; the
-// output has conv's shape (with own_conv: the op's own convolution's).
+// output has conv's shape.
 void DCDConvEpilogue::validate_shapes() {
     const InputLayout I = input_layout();
     const int64_t cout = m_packed[0], cin = m_packed[1];
-    const auto& cs = I.conv >= 0 ? get_input_partial_shape(I.conv) : own_conv_shape(get_input_partial_shape(I.x));
+    const auto& cs = get_input_partial_shape(I.conv);
     const auto& xs = get_input_partial_shape(I.x);
     NODE_VALIDATION_CHECK(this, cs.rank().compatible(4), "conv must be (B, Ho, Wo, Cout), got ", cs);
     NODE_VALIDATION_CHECK(this, xs.rank().compatible(4), "x must be (B, H, W, Cin), got ", xs);
@@ -157,10 +141,8 @@ DCDConvEpilogue::Sizes DCDConvEpilogue::check_tensors(const ov::TensorVector& in
     OPENVINO_ASSERT((int)inputs.size() == I.count, kOp, ": expected ", I.count, " inputs, got ", inputs.size());
     for (const auto& t : inputs)
         OPENVINO_ASSERT(t.get_element_type() == ov::element::f32, kOp, ": all inputs must be f32");
-    const ov::Shape& xs = inputs[I.x].get_shape();
-    OPENVINO_ASSERT(xs.size() == 4, kOp, ": x ", xs, " must have rank 4");
-    const ov::Shape cs = I.conv >= 0 ? inputs[I.conv].get_shape() : own_conv_shape(xs).to_shape();
-    OPENVINO_ASSERT(cs.size() == 4, kOp, ": conv ", cs, " must have rank 4");
+    const ov::Shape &xs = inputs[I.x].get_shape(), &cs = inputs[I.conv].get_shape();
+    OPENVINO_ASSERT(xs.size() == 4 && cs.size() == 4, kOp, ": x ", xs, " and conv ", cs, " must have rank 4");
     Sizes s{xs[0], xs[1], xs[2], xs[3], cs[1], cs[2], cs[3]};
     OPENVINO_ASSERT(s.Cin == (size_t)m_packed[1] && s.Cout == (size_t)m_packed[0] && cs[0] == s.B, kOp, ": x ", xs,
                     " and conv ", cs, " do not fit the weights (Cout ", m_packed[0], ", Cin ", m_packed[1], ")");
@@ -195,12 +177,12 @@ void DCDConvEpilogue::evaluate_checked(ov::TensorVector& outputs, const ov::Tens
     OPENVINO_ASSERT(bad.empty(), kOp, ": packed: ", bad);
     const InputLayout I = input_layout();
     const Sizes s = check_tensors(inputs, I, lay.total);
-    const ov::Shape os{s.B, s.Ho, s.Wo, s.Cout};
-    if (!(outputs[0].get_shape() == os)) outputs[0].set_shape(os);
+    const ov::Shape& os = outputs[0].get_shape();
+    if (!(os == inputs[I.conv].get_shape())) outputs[0].set_shape(inputs[I.conv].get_shape());
     if (s.B * s.Ho * s.Wo == 0) return;
     Params p{};
     p.x = inputs[I.x].data<const float>();
-    p.conv = I.conv >= 0 ? inputs[I.conv].data<const float>() : nullptr;  // null: the op's own conv
+    p.conv = inputs[I.conv].data<const float>();
     p.residual = I.residual >= 0 ? inputs[I.residual].data<const float>() : nullptr;
     p.z = I.z >= 0 ? inputs[I.z].data<const float>() : nullptr;
     p.out = outputs[0].data<float>();
@@ -220,7 +202,6 @@ void DCDConvEpilogue::run(const KernelTable* k, const Sizes& s, const InputLayou
     p->S = (int)m_packed[2];
     p->L = (int)m_packed[3];
     p->Lz = m_latent_input ? (int)m_packed[4] : 0;
-    p->k = m_own_conv ? 3 : 0;  // w0 (Cout, Cin, 3, 3): run_epilogue computes W0 * x
     p->Ho = (int)s.Ho;
     p->Wo = (int)s.Wo;
     p->stride = (int)m_stride;

@@ -14,11 +14,6 @@
 // of Q x_s + q_b: out = act(Λ ⊙ conv + P Φ' z + bias + residual), Φ' of L x Lz (no q, q_b
 // among the weights; stride and offset unused).
 //
-// own_conv = 1 (a 3x3 layer whose convolution is faster in the op, the cost rule
-// prefers_own_conv): no conv input; w0 (Cout, Cin, 3, 3) is among the weights and the op
-// computes W0 * x itself (padding 1, offset 0), in the same pass as the rest
-// (conv3x3_kernels.inc).
-//
 // The ONNX node carries the contract's weights (DCDPointwise's order without w0); the
 // conversion (extension.cpp) checks their shapes and packs them into one Constant: the op
 // is always packed (one input instead of nine saves the CPU plugin's per-call tensor
@@ -45,7 +40,7 @@ public:
     // packed = {Cout, Cin, S, L} of the packed weights (the op's last input), and Lz with
     // latent_input
     DCDConvEpilogue(const ov::OutputVector& args, FusedAttrs attrs, int64_t stride, int64_t offset,
-                    std::vector<int64_t> packed, int64_t latent_input = 0, int64_t own_conv = 0);
+                    std::vector<int64_t> packed, int64_t latent_input = 0);
 
     bool visit_attributes(ov::AttributeVisitor& v) override;
     void validate_and_infer_types() override;
@@ -58,20 +53,17 @@ private:
         size_t B, H, W, Cin, Ho, Wo, Cout;
     };
 
-    InputLayout input_layout() const {
-        return InputLayout(OpKind::ConvEpilogue, m_attrs, true, m_latent_input != 0, m_own_conv != 0);
-    }
+    InputLayout input_layout() const { return InputLayout(OpKind::ConvEpilogue, m_attrs, true, m_latent_input != 0); }
     std::string layout(PackedLayout* lay) const;
     void validate_attributes();
     void validate_shapes();
     void validate_latent(const ov::PartialShape& out);
-    ov::PartialShape own_conv_shape(const ov::PartialShape& xs) const;
     void evaluate_checked(ov::TensorVector& outputs, const ov::TensorVector& inputs) const;
     Sizes check_tensors(const ov::TensorVector& inputs, const InputLayout& I, size_t total) const;
     void run(const KernelTable* k, const Sizes& s, const InputLayout& I, Params* p) const;
 
     FusedAttrs m_attrs;
-    int64_t m_stride = 1, m_offset = 0, m_latent_input = 0, m_own_conv = 0;
+    int64_t m_stride = 1, m_offset = 0, m_latent_input = 0;
     std::vector<int64_t> m_packed;
     PreparedCache m_prepared;
 };

@@ -165,9 +165,6 @@ struct Tile {
     const float* a1;
     long lda1;
     int k1;
-    int taps;                    // A1 . B1 is over `taps` K blocks of k1: block t reads A at a1 + t * tap_a and
-    long tap_a;                  // B1's rows t * k1 onwards (the 3x3 convolution's kernel rows; else 1)
-    const float* const* a1rows;  // non-null: A1's row i starts at a1rows[i] (lda1 unused)
     const float* b1;
     int ldb1;
     const float* scale1;
@@ -207,26 +204,6 @@ inline void rank_k(vf (&acc)[M][N], const float* a, long lda, const float* b, lo
     }
 }
 
-// the same with A's rows anywhere (row i at rows[i] + off): the 3x3 convolution's tiles,
-// whose pixels may continue on the next output row
-template <int M, int N>
-inline void rank_k_rows(vf (&acc)[M][N], const float* const* rows, long off, const float* b, long ldb, int kn) {
-    const float* r[M];
-#pragma GCC unroll 16
-    for (int i = 0; i < M; ++i) r[i] = rows[i] + off;
-    for (int k = 0; k < kn; ++k, b += ldb) {
-        vf bv[N];
-#pragma GCC unroll 4
-        for (int v = 0; v < N; ++v) bv[v] = ld(b + v * VW);
-#pragma GCC unroll 16
-        for (int i = 0; i < M; ++i) {
-            const vf av = bc(r[i][k]);
-#pragma GCC unroll 4
-            for (int v = 0; v < N; ++v) acc[i][v] += av * bv[v];
-        }
-    }
-}
-
 template <int M, int N, bool MASK>
 __attribute__((noinline)) void ukernel(const Tile& t) {
     vf acc[M][N];
@@ -257,10 +234,7 @@ __attribute__((noinline)) void ukernel(const Tile& t) {
     if (t.epi)
         for (int i = 0; i < M; ++i)
             for (int v = 0; v < N; ++v) __builtin_prefetch(t.c + i * t.ldc + v * VW, 1, 3);
-    for (int r = 0; r < t.taps; ++r) {
-        if (t.a1rows) rank_k_rows<M, N>(acc, t.a1rows, r * t.tap_a, t.b1 + (long)r * t.k1 * t.ldb1, t.ldb1, t.k1);
-        else rank_k<M, N>(acc, t.a1 + r * t.tap_a, t.lda1, t.b1 + (long)r * t.k1 * t.ldb1, t.ldb1, t.k1);
-    }
+    rank_k<M, N>(acc, t.a1, t.lda1, t.b1, t.ldb1, t.k1);
     if (t.scale1) {
 #pragma GCC unroll 4
         for (int v = 0; v < N; ++v) {
@@ -391,9 +365,6 @@ inline void gemm_tile(const Gemm& g, int k0, int kc, bool first, bool last, int 
     t.a1 = g.a1 + i * g.lda1 + k0;
     t.lda1 = g.lda1;
     t.k1 = kc;
-    t.taps = 1;
-    t.tap_a = 0;
-    t.a1rows = nullptr;
     t.b1 = g.b1 + (long)j0 * g.k1 + (long)k0 * wp;
     t.ldb1 = wp;
     t.scale1 = (last && g.scale1) ? g.scale1 + j0 : nullptr;
@@ -507,14 +478,12 @@ struct Prepared {
     const float *w0p, *qp, *pp, *qt, *headt;
 };
 inline int head_width(const Params& P) { return (P.attention ? P.Cout : 0) + P.L * phi_cols(P); }
-// w0's K: Cin, or 9 Cin for the 3x3 convolution's W0 (Cout, Cin, 3, 3) (P.k == 3)
-inline int w0_k(const Params& P) { return P.k == 3 ? 9 * P.Cin : P.Cin; }
 template <class T>
 Prepared prepared_parts(T* base, const Params& P) {
     const bool q = P.q && P.Lz == 0;  // no q: the depthwise op's, or the latent input's
     Prepared r;
     r.w0p = base;
-    r.qp = r.w0p + (P.w0 ? packed_size(P.Cout, w0_k(P)) : 0);  // no w0: the epilogue op's
+    r.qp = r.w0p + (P.w0 ? packed_size(P.Cout, P.Cin) : 0);  // no w0: the epilogue op's
     r.pp = r.qp + (q ? packed_size(P.L, P.Cin) : 0);
     r.qt = r.pp + packed_size(P.Cout, P.L);
     r.headt = r.qt + (q ? (size_t)P.Cin * P.L : 0);
@@ -528,20 +497,10 @@ void transpose(const float* src, int rows, int cols, float* dst) {  // dst (cols
     for (int r = 0; r < rows; ++r)
         for (int c = 0; c < cols; ++c) dst[(long)c * rows + r] = src[(long)r * cols + c];
 }
-// W0 (Cout, Cin, 3, 3) packed with K = 9 Cin in (ky, kx, c) order: run_conv3x3's taps
-void pack_w0_3x3(const Params& P, float* dst) {
-    const int cout = P.Cout, cin = P.Cin, k = 9 * cin;
-    float* w = scratch(12, (size_t)cout * k);
-    for (int o = 0; o < cout; ++o)
-        for (int c = 0; c < cin; ++c)
-            for (int t = 0; t < 9; ++t) w[(long)o * k + t * cin + c] = P.w0[((long)o * cin + c) * 9 + t];
-    pack_t(w, cout, k, nullptr, dst, k, 0);
-}
 void prepare(const Params* P, float* dst) {
     const Prepared r = prepared_parts(dst, *P);
     const int cout = P->Cout, cin = P->Cin, L = P->L;
-    if (P->w0 && P->k == 3) pack_w0_3x3(*P, const_cast<float*>(r.w0p));
-    else if (P->w0) pack_t(P->w0, cout, cin, nullptr, const_cast<float*>(r.w0p), cin, 0);
+    if (P->w0) pack_t(P->w0, cout, cin, nullptr, const_cast<float*>(r.w0p), cin, 0);
     if (P->q && P->Lz == 0) pack_t(P->q, L, cin, nullptr, const_cast<float*>(r.qp), cin, 0);
     pack_t(P->p, cout, L, nullptr, const_cast<float*>(r.pp), L, 0);
     if (P->q && P->Lz == 0) transpose(P->q, L, cin, const_cast<float*>(r.qt));
@@ -957,12 +916,8 @@ void epilogue_gemm(const Params& P, long b, const float* a, int k, const float* 
 
 void run_latent_epilogue(Params* pp);
 
-// run_conv3x3: the epilogue with its 3x3 convolution of our own (no conv input)
-#include "conv3x3_kernels.inc"
-
 void run_epilogue(Params* pp) {
     if (pp->Lz > 0) return run_latent_epilogue(pp);
-    if (!pp->conv) return run_conv3x3(pp);
     Params& P = *pp;
     const int Cin = P.Cin, Cout = P.Cout, L = P.L;
     const long N = (long)P.H * P.W, No = (long)P.Ho * P.Wo;

@@ -43,10 +43,8 @@ ov::OutputVector convert_epilogue(const ov::frontend::NodeContext& ctx) {
                     kOp, ": pool must be 1 or 2, se, attention and residual 0 or 1");
     const int64_t latent = ctx.get_attribute<int64_t>("latent_input", 0);
     OPENVINO_ASSERT(latent == 0 || latent == 1, kOp, ": latent_input must be 0 or 1");
-    const int64_t own = ctx.get_attribute<int64_t>("own_conv", 0);
-    OPENVINO_ASSERT(own == 0 || own == 1, kOp, ": own_conv must be 0 or 1");
     const ov::OutputVector inputs = onnx_inputs(ctx);
-    const InputLayout I(OpKind::ConvEpilogue, a, false, latent != 0, own != 0);
+    const InputLayout I(OpKind::ConvEpilogue, a, false, latent != 0);
     OPENVINO_ASSERT((int)inputs.size() == I.count, kOp, ": ", inputs.size(), " inputs given, expected ", I.count,
                     " for these attributes");
     std::vector<int64_t> dims;
@@ -54,15 +52,15 @@ ov::OutputVector convert_epilogue(const ov::frontend::NodeContext& ctx) {
     auto weights = pack_weights(inputs, I, a, &dims, &why);
     OPENVINO_ASSERT(weights, kOp, ": ", why);
     // the op's own layout: the same activations, then the packed weights
-    const InputLayout P(OpKind::ConvEpilogue, a, true, latent != 0, own != 0);
+    const InputLayout P(OpKind::ConvEpilogue, a, true, latent != 0);
     ov::OutputVector args(P.count);
-    if (P.conv >= 0) args[P.conv] = inputs[I.conv];
+    args[P.conv] = inputs[I.conv];
     args[P.x] = inputs[I.x];
     if (P.residual >= 0) args[P.residual] = inputs[I.residual];
     if (P.z >= 0) args[P.z] = inputs[I.z];
     args[P.packed] = weights;
     auto node = std::make_shared<DCDConvEpilogue>(args, a, ctx.get_attribute<int64_t>("stride", 1),
-                                                  ctx.get_attribute<int64_t>("offset", 0), dims, latent, own);
+                                                  ctx.get_attribute<int64_t>("offset", 0), dims, latent);
     return node->outputs();
 }
 

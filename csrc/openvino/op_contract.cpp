@@ -36,13 +36,11 @@ int parse_form(const std::string& f) {
     return -1;
 }
 
-InputLayout::InputLayout(OpKind kind, const FusedAttrs& a, bool is_packed, bool latent_input, bool own_conv) {
+InputLayout::InputLayout(OpKind kind, const FusedAttrs& a, bool is_packed, bool latent_input) {
     for (int& w : weight) w = -1;
     const bool latent = latent_input && kind == OpKind::ConvEpilogue;
-    const bool own = own_conv && kind == OpKind::ConvEpilogue;
-    if (own) w0_taps = 9;
     int i = 0;
-    if (kind == OpKind::ConvEpilogue && !own) conv = i++;
+    if (kind == OpKind::ConvEpilogue) conv = i++;
     x = i++;
     if (a.residual) residual = i++;
     if (latent) z = i++;
@@ -53,7 +51,7 @@ InputLayout::InputLayout(OpKind kind, const FusedAttrs& a, bool is_packed, bool 
     }
     for (int t = 0; t < PK_COUNT; ++t) {
         if ((t == PK_GATE && !a.se) || (t == PK_SCALE_W && !a.attention)) continue;
-        if (t == PK_W0 && kind == OpKind::ConvEpilogue && !own) continue;       // OpenVINO's Conv has W0
+        if (t == PK_W0 && kind == OpKind::ConvEpilogue) continue;               // OpenVINO's Conv has W0
         if ((t == PK_Q || t == PK_Q_B) && kind == OpKind::Depthwise) continue;  // R in Q's place
         if ((t == PK_Q || t == PK_Q_B) && latent) continue;                     // the graph computes z
         if (t == PK_R && kind != OpKind::Depthwise) continue;

@@ -36,8 +36,6 @@ enum class OpKind { Pointwise, ConvEpilogue, Depthwise };
 //   [scale_w], phi_w, phi_b, q, q_b, p, w0, bias;
 // * DCDConvEpilogue's ONNX node: conv, x, [residual], the same weights without w0;
 //   with latent_input (joint fusion): conv, x, [residual], z, those weights without q, q_b;
-//   with own_conv (the op's own 3x3 convolution): x, [residual], the weights with w0
-//   (Cout, Cin, 3, 3), no conv;
 // * DCDDepthwise's ONNX node: x, [residual], the same weights without q and q_b (w0 is
 //   (C, k*k)), then r (L, k*k);
 // * packed (what the ONNX conversion makes of either when the weights are Constants):
@@ -50,10 +48,9 @@ struct InputLayout {
     int x = -1, conv = -1, residual = -1, z = -1, packed = -1;
     int weight[PK_COUNT];  // by PackedPart; -1: absent, or inside `packed`
     int count = 0;
-    int w0_taps = 1;  // w0's taps per input channel: 9 with own_conv (3x3), else 1
 
-    // latent_input, own_conv: DCDConvEpilogue's attributes of those names (ignored for other kinds)
-    InputLayout(OpKind kind, const FusedAttrs& a, bool is_packed, bool latent_input = false, bool own_conv = false);
+    // latent_input: DCDConvEpilogue's attribute of that name (ignored for other kinds)
+    InputLayout(OpKind kind, const FusedAttrs& a, bool is_packed, bool latent_input = false);
     // The inputs' names in order: x, conv, residual, z, packed and kPartNames.
     std::vector<std::string> names() const;
     // A validation failure on `node` unless it has `count` inputs, all f32.

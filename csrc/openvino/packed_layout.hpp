@@ -41,9 +41,9 @@ struct PackedLayout {
     // w0 = false: the layout without w0 (DCDConvEpilogue, whose W0 is OpenVINO's Conv's).
     // kk > 0: the depthwise layout (DCDDepthwise, k*k = kk taps): no q, q_b; w0 (cout x kk),
     // r (L x kk). lz > 0: DCDConvEpilogue with latent_input (joint fusion): Φ' is L x lz,
-    // no q, q_b. w0_taps: w0 is (cout, cin, w0_taps) (9: DCDConvEpilogue's own 3x3 conv).
+    // no q, q_b.
     static std::string make(uint64_t cout, uint64_t cin, uint64_t S, uint64_t L, uint64_t pool, bool se, bool att,
-                            PackedLayout* out, bool w0 = true, uint64_t kk = 0, uint64_t lz = 0, uint64_t w0_taps = 1) {
+                            PackedLayout* out, bool w0 = true, uint64_t kk = 0, uint64_t lz = 0) {
         const uint64_t dims[4] = {cout, cin, S, L};
         const char* names[4] = {"Cout", "Cin", "S", "L"};
         for (int i = 0; i < 4; ++i)
@@ -52,7 +52,6 @@ struct PackedLayout {
                        std::to_string(kMaxDim);
         if (lz > kMaxDim) return "Lz = " + std::to_string(lz) + " is outside 1-" + std::to_string(kMaxDim);
         if (pool != 1 && pool != 2) return "pool must be 1 or 2";
-        if (w0_taps < 1 || w0_taps > 9) return "w0_taps must be 1-9";
         if (kk > kMaxTaps) return "k*k = " + std::to_string(kk) + " exceeds " + std::to_string(kMaxTaps);
         PackedLayout lay;
         uint64_t t, ll;
@@ -70,14 +69,13 @@ struct PackedLayout {
         lay.size[PK_Q_B] = (kk || lz) ? 0 : L;
         ok = ok && mul_ok(cout, L, &t);
         lay.size[PK_P] = t;
-        uint64_t kw0;
-        ok = ok && mul_ok(cin, w0_taps, &kw0) && mul_ok(cout, kk ? kk : kw0, &t);
+        ok = ok && mul_ok(cout, kk ? kk : cin, &t);
         lay.size[PK_W0] = w0 ? t : 0;
         ok = ok && mul_ok(L, kk, &t);
         lay.size[PK_R] = t;
         lay.size[PK_BIAS] = cout;
         // the kernels' prepared panels: K = Cin + L columns of up to 64 padded rows
-        ok = ok && mul_ok(cout + 64, kw0 + L, &t) && mul_ok(L + 64, cin + L, &t) && mul_ok(cout + 64, lz, &t);
+        ok = ok && mul_ok(cout + 64, cin + L, &t) && mul_ok(L + 64, cin + L, &t) && mul_ok(cout + 64, lz, &t);
         if (!ok)
             return "the weights' sizes (Cout " + std::to_string(cout) + ", Cin " + std::to_string(cin) + ", S " +
                    std::to_string(S) + ", L " + std::to_string(L) + ") exceed 2^31 values";

@@ -66,11 +66,11 @@ std::shared_ptr<ov::op::v0::Constant> pack_weights(const ov::OutputVector& input
     if (!why->empty()) return nullptr;
     const size_t pool = (size_t)a.pool, lphi = L * (lz ? lz : L);
     PackedLayout lay;
-    *why = PackedLayout::make(cout, cin, S, L, pool, a.se, a.attention, &lay, I.weight[PK_W0] >= 0, kk, lz, I.w0_taps);
+    *why = PackedLayout::make(cout, cin, S, L, pool, a.se, a.attention, &lay, I.weight[PK_W0] >= 0, kk, lz);
     if (!why->empty()) return nullptr;
-    const ov::Shape w0 = I.w0_taps == 9 ? ov::Shape{cout, cin, 3, 3} : ov::Shape{cout, kk ? kk : cin};
     const ov::Shape want[PK_COUNT] = {
-        {S, cin * pool * pool}, {S, S}, {cout, S}, {lphi, S}, {lphi}, {L, cin}, {L}, {cout, L}, w0, {cout}, {L, kk}};
+        {S, cin * pool * pool}, {S, S}, {cout, S}, {lphi, S}, {lphi}, {L, cin}, {L}, {cout, L},
+        {cout, kk ? kk : cin},  {cout}, {L, kk}};
     ov::Tensor packed(ov::element::f32, ov::Shape{lay.total});
     std::fill_n(packed.data<float>(), lay.total, 0.f);
     for (int t = 0; t < PK_COUNT; ++t) {

@@ -59,7 +59,7 @@ from torch import nn
 from ._builder import FunctionScope, GraphBuilder
 from ._deploy_dcd import DeployDCD
 from ._fused_contract import ACTIVATIONS, DEPTHWISE, EPILOGUE, POINTWISE, fused_inputs
-from ._kinds import CentreTap, Linear, prefers_own_conv, prefers_runtime_conv
+from ._kinds import Linear, prefers_runtime_conv
 
 #: Op type of the fused node (domain ``dcd_deploy``).
 OP_TYPE = POINTWISE
@@ -109,28 +109,6 @@ def around_conv(layer: DeployDCD, in_shape=None) -> bool:
         return False
     c_out, c_in = layer.w0.shape[:2]
     return prefers_runtime_conv(c_in=int(c_in), c_out=int(c_out), hw=h * w)
-
-
-def own_conv(layer: DeployDCD, in_shape=None) -> bool:
-    """Whether a layer emitted around a conv is one DCDConvEpilogue node with its own 3x3
-    convolution (``own_conv = 1``) rather than the runtime's Conv of W0 + the epilogue: a
-    dense 3x3 channel-fusion layer (stride 1 or 2, padding 1, no joint fusion) where the
-    cost rule (:func:`._kinds.prefers_own_conv`) says so at its static shape (``in_shape``,
-    NCHW)."""
-    if type(layer.form_kind) is not CentreTap or in_shape is None or len(in_shape) != 4:
-        return False
-    h, w = in_shape[2], in_shape[3]
-    if not (isinstance(h, int) and isinstance(w, int)):
-        return False
-    ok = (
-        tuple(layer.kernel2) == (3, 3)
-        and layer.groups == 1
-        and tuple(layer.stride2) in ((1, 1), (2, 2))
-        and tuple(layer.dilation2) == (1, 1)
-        and tuple(layer.pads) == (1, 1, 1, 1)
-    )
-    c_out, c_in = layer.w0.shape[:2]
-    return ok and prefers_own_conv(c_in=int(c_in), c_out=int(c_out), hw=h * w, stride=layer.stride2[0])
 
 
 def on_features(layer: nn.Module) -> bool:
@@ -289,10 +267,11 @@ def _emit_around_conv(
 ) -> str:
     """A k x k / strided layer: the standard Conv of W0 (NCHW, constant weights, no bias)
     and, for joint fusion, the standard Convs of its latent z, then one DCDConvEpilogue
-    node (NHWC); returns the NCHW output name. Where :func:`own_conv` says so, no Conv:
-    the node convolves x with W0 itself (``own_conv = 1``)."""
+    node (NHWC); returns the NCHW output name."""
     kind, scope = layer.form_kind, g.scope(path)
-    own = own_conv(layer, in_shape)
+    conv = scope.op(
+        "Conv", [x, scope.const("w0", layer.w0)], group=layer.groups, **kind.conv_attrs(layer)
+    )  # (B, C_out, H', W'); grouped: B > 1 blocks
     attrs = dict(
         pool=layer.pool_size,
         se=int(layer.se),
@@ -301,27 +280,15 @@ def _emit_around_conv(
         activation=activation,
         **kind.fused_attrs(layer),
     )
-    if own:
-        attrs["own_conv"] = 1
-        activations = {"x": layout.to_nhwc(x, path)}
-    else:
-        conv = scope.op(
-            "Conv", [x, scope.const("w0", layer.w0)], group=layer.groups, **kind.conv_attrs(layer)
-        )  # (B, C_out, H', W'); grouped: B > 1 blocks
-        activations = {"conv": layout.to_nhwc(conv, path), "x": layout.to_nhwc(x, path)}
+    activations = {"conv": layout.to_nhwc(conv, path), "x": layout.to_nhwc(x, path)}
     if residual is not None:
         activations["residual"] = layout.to_nhwc(residual, path)
     z = kind.emit_fused_latent(layer, scope, x)  # (B, L·L_k, H', W') or None
     if z is not None:
         activations["z"] = layout.to_nhwc(z, path)
-    fs, w = _inputs(
-        g, path, layer, fused_inputs(attrs, EPILOGUE_OP_TYPE), activations, {"w0": layer.w0} if own else None
-    )
+    fs, w = _inputs(g, path, layer, fused_inputs(attrs, EPILOGUE_OP_TYPE), activations)
     stride = attrs.get("stride", 1)
-    conv_attrs = kind.conv_attrs(layer) if own else None
-    out = _body(
-        fs, layer, w, in_shape, residual=residual is not None, activation=activation, stride=stride, conv=conv_attrs
-    )
+    out = _body(fs, layer, w, in_shape, residual=residual is not None, activation=activation, stride=stride)
     y = fs.finish(out, kind=EPILOGUE_OP_TYPE, op_type=EPILOGUE_OP_TYPE, attrs=attrs)
     return layout.to_nchw(y, path)
 
@@ -383,19 +350,13 @@ def _emit_linear(
 
 
 def _inputs(
-    g: GraphBuilder,
-    path: str,
-    layer: DeployDCD,
-    names: list[str],
-    activations: dict[str, str],
-    overrides: dict | None = None,
+    g: GraphBuilder, path: str, layer: DeployDCD, names: list[str], activations: dict[str, str]
 ) -> tuple[FunctionScope, dict[str, str]]:
     """The node's function scope with its inputs in the contract's order (``names``);
-    returns it and the body's names of the constant inputs (``overrides`` replace the
-    kind's constants of those names)."""
+    returns it and the body's names of the constant inputs."""
     fs = FunctionScope(g, path, activations[names[0]])
     fs.formals[0] = names[0]
-    constants = {**layer.form_kind.fused_constants(layer), **(overrides or {})}
+    constants = layer.form_kind.fused_constants(layer)
     w = {}
     for name in names[1:]:
         if name in ACTIVATIONS:
@@ -439,14 +400,12 @@ def _body(
     activation: str,
     stride: int | None = None,
     pool: int | None = None,
-    conv: dict | None = None,
 ) -> str:
     """The node's function body: the layer in NHWC with standard ops. With ``stride``
     (DCDConvEpilogue) the static term is the body's ``conv`` input and the latent path
     reads x's centre-tap pixels, every ``stride``-th row and column from 0, or, without
     ``q`` (``latent_input``), the body's ``z`` input with Φ' of L x L·L_k. ``pool``
-    overrides the layer's (the classifier's one pixel: 1). ``conv``: the Conv attributes of
-    the node's own W0 * x (``own_conv``), computed in the body from x and ``w0``."""
+    overrides the layer's (the classifier's one pixel: 1)."""
     lat = layer.latent_dim
     lz = lat if "q" in w else lat * layer.kernel_latent_dim  # Φ' columns: L, or L·L_k for joint fusion
     y = _features(fs, layer, w, in_shape, pool)
@@ -474,9 +433,6 @@ def _body(
     dyn = fs.op("MatMul", [u, fs.op("Transpose", [w["p"]], perm=[1, 0])])  # (B, H, W, C_out)
     if stride is None:
         out = fs.op("MatMul", ["x", fs.op("Transpose", [w["w0"]], perm=[1, 0])])  # (B, H, W, C_out)
-    elif conv is not None:
-        out = fs.op("Conv", [fs.op("Transpose", ["x"], perm=TO_NCHW), w["w0"]], **conv)  # (B, C_out, H', W')
-        out = fs.op("Transpose", [out], perm=TO_NHWC)  # (B, H', W', C_out): W0 * x
     else:
         out = "conv"  # (B, H', W', C_out): W0 * x, the runtime's convolution
     if "scale_w" in w:

@@ -34,7 +34,7 @@ INPUTS: Mapping[str, tuple[tuple[str, str | None], ...]] = MappingProxyType(
             ("bias", None),
         ),
         EPILOGUE: (
-            ("conv", "!own_conv"),  # own_conv: the op convolves x with w0 itself
+            ("conv", None),
             ("x", None),
             ("residual", "residual"),
             ("z", "latent_input"),  # joint fusion (Eq. 8): the graph's R(Q x), in place of Q x_s
@@ -46,7 +46,6 @@ INPUTS: Mapping[str, tuple[tuple[str, str | None], ...]] = MappingProxyType(
             ("q", "!latent_input"),
             ("q_b", "!latent_input"),
             ("p", None),
-            ("w0", "own_conv"),  # (C_out, C_in, 3, 3)
             ("bias", None),
         ),
         DEPTHWISE: (
@@ -73,7 +72,7 @@ def fused_inputs(attrs: Mapping[str, object], op_type: str = POINTWISE) -> list[
 
     Args:
         attrs: the node's attributes (``residual``, ``se``, ``attention``,
-            ``latent_input``, ``own_conv`` as 0/1; any others are ignored).
+            ``latent_input`` as 0/1; any others are ignored).
         op_type: ``DCDPointwise``, ``DCDConvEpilogue`` or ``DCDDepthwise``.
 
     Returns:

@@ -31,8 +31,6 @@ def _emitted_attributes():
         attrs.update(form="latent" if op_type == _fused.OP_TYPE else None)
         if op_type == _fused.EPILOGUE_OP_TYPE:
             attrs.update(dict(latent_input=1) if latent else dict(stride=2, offset=0))  # joint fusion / centre tap
-            if not latent:  # the op's own 3x3 convolution
-                yield op_type, {**{k: v for k, v in attrs.items() if v is not None}, "own_conv": 1}
         elif latent:
             continue  # latent_input is DCDConvEpilogue's
         if op_type == _fused.DEPTHWISE_OP_TYPE:
@@ -52,15 +50,13 @@ def cpp_inputs():
         ctypes.c_int,
         ctypes.c_int,
         ctypes.c_int,
-        ctypes.c_int,
         ctypes.c_char_p,
         ctypes.c_int,
     ]
 
     def names(op_type: str, attrs: dict, *, packed: bool = False) -> list[str] | None:
         buf = ctypes.create_string_buffer(512)
-        flags = [attrs[k] for k in ("se", "attention", "residual")]
-        flags += [attrs.get("latent_input", 0), attrs.get("own_conv", 0)]
+        flags = [attrs[k] for k in ("se", "attention", "residual")] + [attrs.get("latent_input", 0)]
         n = fn(op_type.encode(), *flags, int(packed), buf, len(buf))
         if n < 0:
             return None
@@ -76,7 +72,7 @@ def cpp_inputs():
     ids=lambda v: (
         v
         if isinstance(v, str)
-        else "-".join(f"{k}{v.get(k, 0)}" for k in ("se", "attention", "residual", "pool", "latent_input", "own_conv"))
+        else "-".join(f"{k}{v.get(k, 0)}" for k in ("se", "attention", "residual", "pool", "latent_input"))
     ),
 )
 def test_cpp_input_layout_is_the_exporters(cpp_inputs, op_type, attrs):

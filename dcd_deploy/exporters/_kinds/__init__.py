@@ -22,7 +22,7 @@ from torch import nn
 
 from ...layers.dcd import DCDConv2d, DCDLinear
 from ._base import DCDKind, adaptive_windows
-from ._channel import CentreTap, Pointwise, emit_crop, prefers_own_conv, prefers_runtime_conv, prefers_weight_form
+from ._channel import CentreTap, Pointwise, emit_crop, prefers_runtime_conv, prefers_weight_form
 from ._depthwise import Depthwise
 from ._joint import Joint
 from ._linear import Linear
@@ -37,7 +37,6 @@ __all__ = [
     "deploy_kind",
     "adaptive_windows",
     "emit_crop",
-    "prefers_own_conv",
     "prefers_runtime_conv",
     "prefers_weight_form",
 ]

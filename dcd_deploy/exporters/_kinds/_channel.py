@@ -62,19 +62,6 @@ def prefers_runtime_conv(*, c_in: int, c_out: int, hw: int) -> bool:
     return hw <= RUNTIME_CONV_MAX_HW and min(c_in, c_out) >= 256 and max(c_in, c_out) >= 1024
 
 
-def prefers_own_conv(*, c_in: int, c_out: int, hw: int, stride: int) -> bool:
-    """The fused 3x3 cost rule: whether a 3x3 channel-fusion layer (input map of ``hw``
-    pixels) runs faster as one DCDConvEpilogue node with its own convolution (``own_conv``:
-    the latent path, Λ, bias, residual and activation applied as the tiles leave the
-    registers, one pass) than as OpenVINO's Conv of W0 followed by DCDConvEpilogue (an extra
-    pass over the conv's output).
-
-    Measured on ResNet-18 in OpenVINO, one thread (docs/performance.md, "ResNet-18: a 3x3
-    convolution of our own").
-    """
-    return True
-
-
 class CentreTap(ConvKind):
     """k x k channel fusion: W0 * x plus the 1x1 dynamic residual at the centre tap."""
 
