@@ -107,4 +107,50 @@ void reset_profile() {
     g_prof_calls = 0;
 }
 
+// ------------------------------------------------------------------------------ prefetch
+struct PrefetchState {
+    std::mutex mutex;
+    const bool enabled;
+    std::shared_ptr<const PrefetchTarget> mine;  // this op's reads at its last call
+    std::weak_ptr<const PrefetchTarget> next;    // the reads of the op that ran after it
+    PrefetchState() : enabled(prefetch_enabled()) {}
+    static bool prefetch_enabled() {
+        const char* env = std::getenv("DCD_DEPLOY_PREFETCH");
+        return !(env && !std::strcmp(env, "0"));
+    }
+};
+
+namespace {
+thread_local std::weak_ptr<PrefetchState> t_last;  // the op that ran last on this thread
+bool same_spans(const PrefetchSpans& a, const PrefetchSpans& b) {
+    if (a.n != b.n) return false;
+    for (int i = 0; i < a.n; ++i)
+        if (a.p[i] != b.p[i] || a.bytes[i] != b.bytes[i]) return false;
+    return true;
+}
+}  // namespace
+
+PrefetchLink::PrefetchLink() : m_state(std::make_shared<PrefetchState>()) {}
+
+std::shared_ptr<const PrefetchTarget> PrefetchLink::step(const PrefetchSpans& reads,
+                                                         std::shared_ptr<const std::vector<float>> keep) const {
+    PrefetchState& s = *m_state;
+    if (!s.enabled) return nullptr;
+    std::shared_ptr<const PrefetchTarget> mine, next;
+    {
+        std::lock_guard<std::mutex> lock(s.mutex);
+        if (!s.mine || s.mine->keep != keep || !same_spans(s.mine->spans, reads))
+            s.mine = std::make_shared<const PrefetchTarget>(PrefetchTarget{std::move(keep), reads});
+        mine = s.mine;
+        next = s.next.lock();
+    }
+    const std::shared_ptr<PrefetchState> prev = t_last.lock();
+    if (prev && prev != m_state && prev->enabled) {
+        std::lock_guard<std::mutex> lock(prev->mutex);
+        prev->next = mine;
+    }
+    if (prev != m_state) t_last = m_state;
+    return next;
+}
+
 }  // namespace dcd
