@@ -356,47 +356,7 @@ struct Gemm {
     const float* res;
     long ldres;
     int act;
-    const PrefetchSpans* pf;  // lines [pf_lo, pf_hi) of these spans prefetched over the tiles
-    long pf_lo, pf_hi;
 };
-
-// The next op's first reads (Params::prefetch), fetched into L2 a few cache lines before
-// each tile of this GEMM (compute-bound: the loads go out while the FMAs run), so its
-// bandwidth-bound branch finds them in L2 (or in L3, where Zen's L2 evicts them) instead
-// of memory. prefetcht1 (locality 2): L2 on Intel and AMD; PRFM PLDL2KEEP on aarch64.
-struct Prefetcher {
-    const PrefetchSpans* s = nullptr;
-    int span = 0;
-    long line = 0, left = 0, per = 0;
-    Prefetcher(const Gemm& g, long tiles) {
-        if (!g.pf || g.pf_hi <= g.pf_lo || tiles <= 0) return;
-        s = g.pf;
-        left = g.pf_hi - g.pf_lo;
-        per = (left + tiles - 1) / tiles;
-        line = g.pf_lo;
-        while (span < s->n && line >= lines(span)) line -= lines(span++);
-    }
-    long lines(int i) const { return (long)((s->bytes[i] + 63) / 64); }
-    void step() {
-        for (long k = 0; k < per && left > 0; ++k, --left) {
-            while (span < s->n && line >= lines(span)) {
-                line = 0;
-                ++span;
-            }
-            if (span >= s->n) {
-                left = 0;
-                return;
-            }
-            __builtin_prefetch(static_cast<const char*>(s->p[span]) + line++ * 64, 0, 2);
-        }
-    }
-};
-// the number of 64-byte lines of s
-long prefetch_lines(const PrefetchSpans* s) {
-    long n = 0;
-    for (int i = 0; s && i < s->n; ++i) n += (long)((s->bytes[i] + 63) / 64);
-    return n;
-}
 
 // One micro-tile: rows [i, i + mm), the panel at column j0, K block [k0, k0 + kc).
 inline void gemm_tile(const Gemm& g, int k0, int kc, bool first, bool last, int i, int mm, int j0) {
@@ -440,7 +400,6 @@ void gemm(const Gemm& g) {
     const int npad = roundup(g.n, VW);
     // K1 in nb even blocks of at most 1.5 KC (K = 160 is one block, not 128 + 32)
     const int nb = (g.k1 + KC * 3 / 2 - 1) / (KC * 3 / 2);
-    Prefetcher pf(g, (long)nb * ((g.m + MR - 1) / MR) * ((g.n + NR - 1) / NR));
     for (int b = 0; b < nb; ++b) {
         // block bounds on multiples of 16 floats (whole cache lines of the A rows)
         const int k0 = (int)((long)g.k1 * b / nb) & ~15;
@@ -455,16 +414,10 @@ void gemm(const Gemm& g) {
             const int i1 = imin(i0 + MC, g.m);
             if (rows_outer) {
                 for (int i = i0; i < i1; i += MR)
-                    for (int j0 = 0; j0 < g.n; j0 += NR) {
-                        pf.step();
-                        gemm_tile(g, k0, kc, first, last, i, imin(MR, i1 - i), j0);
-                    }
+                    for (int j0 = 0; j0 < g.n; j0 += NR) gemm_tile(g, k0, kc, first, last, i, imin(MR, i1 - i), j0);
             } else {
                 for (int j0 = 0; j0 < g.n; j0 += NR)
-                    for (int i = i0; i < i1; i += MR) {
-                        pf.step();
-                        gemm_tile(g, k0, kc, first, last, i, imin(MR, i1 - i), j0);
-                    }
+                    for (int i = i0; i < i1; i += MR) gemm_tile(g, k0, kc, first, last, i, imin(MR, i1 - i), j0);
             }
         }
     }
@@ -479,8 +432,6 @@ void gemm_rows(void* ctx, int r0, int r1) {
     if (g.c0) s.c0 = g.c0 + r0 * g.ldc0;
     s.c = g.c + r0 * g.ldc;
     if (g.res) s.res = g.res + r0 * g.ldres;
-    s.pf_lo = g.pf_lo + (g.pf_hi - g.pf_lo) * r0 / g.m;  // each range its share of the lines
-    s.pf_hi = g.pf_lo + (g.pf_hi - g.pf_lo) * r1 / g.m;
     gemm(s);
 }
 // gemm(), split over rows when the op was given a parallel runner (more than one thread)
@@ -913,10 +864,6 @@ void run(Params* pp) {
             m.b2 = ppk;
         }
         m.bias = cvec;
-        if (b == P.B - 1) {  // the next op runs after the last sample's GEMM
-            m.pf = P.prefetch;
-            m.pf_hi = prefetch_lines(P.prefetch);
-        }
         gemm_par(P, m);
         if (P.profile) {
             ts[4] = now_seconds();

@@ -20,14 +20,6 @@ enum Act { ACT_NONE = 0, ACT_RELU = 1, ACT_RELU6 = 2 };
 enum Form { FORM_WEIGHT = 0, FORM_LATENT = 1, FORM_AUTO = 2 };
 enum Phase { PH_POOL = 0, PH_BRANCH = 1, PH_FORM = 2, PH_GEMM = 3, PH_COUNT = 4 };
 
-// Memory an op reads first (its branch weights: fc1, gate, the heads' stream), up to four
-// ranges; the op that runs before it prefetches them (Params::prefetch).
-struct PrefetchSpans {
-    const void* p[4];
-    size_t bytes[4];
-    int n;
-};
-
 struct Params {
     int B, H, W, Cin, Cout, S, L;
     int pool, se, attention, act, form;
@@ -52,9 +44,6 @@ struct Params {
     // Runs body(ctx, begin, end) over row ranges covering [0, m) (in multiples of grain,
     // possibly on several threads, returns when all are done); null: one call on this thread.
     void (*parallel_rows)(int m, int grain, void (*body)(void* ctx, int begin, int end), void* ctx);
-    // The next op's first reads, fetched into L2 a few lines per tile of this op's main GEMM
-    // (only a hint: a prefetch never faults, never changes a result); null: none.
-    const PrefetchSpans* prefetch;
     int profile;  // accumulate phase times into phase_seconds
     double phase_seconds[PH_COUNT];
 };

@@ -288,22 +288,6 @@ void DCDPointwise::run(const KernelTable* k, const Sizes& s, const InputLayout& 
     const bool owned = is_own_constant(*this, I.packed, p->fc1);
     std::shared_ptr<const std::vector<float>> prepared = m_prepared.get(k, *p, owned);
     p->prepared = prepared->data();
-    // the branch's first reads: fc1, gate, then the heads' stream, the prepared buffer's
-    // last S x R floats (dcd_kernels.cpp, Prepared)
-    const size_t heads = (size_t)p->S * ((p->attention ? s.Cout : 0) + s.L * s.L);
-    PrefetchSpans reads{};
-    reads.p[reads.n] = p->fc1;
-    reads.bytes[reads.n++] = (size_t)p->S * s.Cin * p->pool * p->pool * sizeof(float);
-    if (p->se) {
-        reads.p[reads.n] = p->gate;
-        reads.bytes[reads.n++] = (size_t)p->S * p->S * sizeof(float);
-    }
-    if (heads <= prepared->size()) {
-        reads.p[reads.n] = prepared->data() + prepared->size() - heads;
-        reads.bytes[reads.n++] = heads * sizeof(float);
-    }
-    const std::shared_ptr<const PrefetchTarget> next = m_prefetch.step(reads, prepared);
-    p->prefetch = next ? &next->spans : nullptr;
     k->run(p);
 }
 

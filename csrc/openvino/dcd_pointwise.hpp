@@ -10,7 +10,6 @@
 #include <vector>
 
 #include "op_contract.hpp"
-#include "op_runtime.hpp"
 #include "weight_packing.hpp"
 
 namespace dcd {
@@ -57,7 +56,6 @@ private:
     std::string m_form = "auto";
     std::vector<int64_t> m_packed;
     PreparedCache m_prepared;
-    PrefetchLink m_prefetch;
 };
 
 }  // namespace dcd

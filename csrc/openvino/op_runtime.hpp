@@ -4,9 +4,7 @@
 #pragma once
 
 #include <atomic>
-#include <memory>
 #include <string>
-#include <vector>
 
 #include "dcd_kernels.hpp"
 
@@ -31,29 +29,5 @@ void add_profile(const Params& p, double total);
 // into out; how many were written.
 int read_profile(double* out, int n);
 void reset_profile();
-
-// The next op's branch weights, prefetched during this op's GEMM (Params::prefetch). An
-// op learns its successor at run time: each call links the op that ran last on this thread
-// to this one (OpenVINO runs the nodes in the same order at every inference). The targets
-// are held by shared pointers, the links are weak: a destroyed op's reads are never
-// prefetched from its op's side, a stale or wrong successor only costs the wasted lines.
-// DCD_DEPLOY_PREFETCH=0 turns it off, read when the op is made (at compile_model).
-struct PrefetchTarget {
-    std::shared_ptr<const std::vector<float>> keep;  // the prepared buffer the spans may point into
-    PrefetchSpans spans;
-};
-struct PrefetchState;
-class PrefetchLink {
-public:
-    PrefetchLink();
-    // At the start of an op's call: `reads` (in `keep` or in the op's Constants) become the
-    // target of the op that ran last on this thread; returns this op's successor's target
-    // from its last call (null: none yet, or off). Hold it until the kernels return.
-    std::shared_ptr<const PrefetchTarget> step(const PrefetchSpans& reads,
-                                               std::shared_ptr<const std::vector<float>> keep) const;
-
-private:
-    std::shared_ptr<PrefetchState> m_state;
-};
 
 }  // namespace dcd
