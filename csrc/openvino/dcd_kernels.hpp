@@ -78,5 +78,9 @@ const KernelTable* kernels_avx512();
 double now_seconds();
 // Per-thread grow-only scratch buffer number `slot` (0..15) of at least n floats, 64-byte aligned.
 float* scratch(int slot, size_t n);
+// A waiting thread's pause between two looks at what it waits for (spins: how many looks so
+// far): a CPU pause hint, after a while a yield to the OS (the thread it waits for may have
+// been preempted).
+void spin_pause(int spins);
 
 }  // namespace dcd
