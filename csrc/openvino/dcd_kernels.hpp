@@ -44,6 +44,9 @@ struct Params {
     // Runs body(ctx, begin, end) over row ranges covering [0, m) (in multiples of grain,
     // possibly on several threads, returns when all are done); null: one call on this thread.
     void (*parallel_rows)(int m, int grain, void (*body)(void* ctx, int begin, int end), void* ctx);
+    // 0: one parallel region per call, the phases its stages; 1: a region per split phase
+    // (DCD_DEPLOY_REGIONS=stage, for measuring the two against each other)
+    int region_per_stage;
     int profile;  // accumulate phase times into phase_seconds
     double phase_seconds[PH_COUNT];
 };

@@ -19,6 +19,9 @@ const KernelTable* select_kernels(std::string* err);
 // call with it (stages.inc: m large, every member runs the call's stages).
 using ParallelRows = void (*)(int m, int grain, void (*body)(void*, int, int), void* ctx);
 ParallelRows parallel_rows_or_null();
+// DCD_DEPLOY_REGIONS=stage: a parallel region per split phase instead of one per call
+// (Params::region_per_stage; the measurement of docs/performance.md "Two threads").
+bool region_per_stage();
 // Parallel regions (ov::parallel_for) since the last reset (dcd_deploy_ov_split_calls).
 extern std::atomic<long> g_split_calls;
 

@@ -403,12 +403,16 @@ def test_the_gemms_split_over_openvinos_threads(core, lib, monkeypatch, threads)
 @pytest.mark.parametrize("isa", ISAS)
 @pytest.mark.parametrize("form", ["weight", "latent"])
 @pytest.mark.parametrize("threads", [1, 2])
-def test_the_serial_phases_split_too(core, lib, isas, monkeypatch, isa, form, threads):
+@pytest.mark.parametrize("regions", ["call", "stage"])
+def test_the_serial_phases_split_too(core, lib, isas, monkeypatch, isa, form, threads, regions):
     # a layer whose pooling, fc1, heads product (and, in the weight form, forming W(x))
-    # are large enough to be split: still one region per call and sample with 2 threads
-    # (the phases are stages of it, stages.inc), none with 1; B = 2 gives two per call
+    # are large enough to be split: one region per call and sample with 2 threads (the
+    # phases are its stages, stages.inc), none with 1; B = 2 gives two per call. With
+    # DCD_DEPLOY_REGIONS=stage (the measured alternative) a region per split phase
+    # instead: weight pool, fc1, heads, forming, GEMM; latent pool, fc1, heads, Z + GEMM
     _need(isas, isa)
     monkeypatch.setenv("DCD_DEPLOY_ISA", isa)
+    monkeypatch.setenv("DCD_DEPLOY_REGIONS", regions)
     lib.dcd_deploy_ov_split_calls.restype = ctypes.c_long
     lib.dcd_deploy_ov_split_calls.argtypes = [ctypes.c_int]
     rng = np.random.default_rng(11)
@@ -420,7 +424,8 @@ def test_the_serial_phases_split_too(core, lib, isas, monkeypatch, isa, form, th
     for _ in range(3):
         got = compiled([x, res])[0]
         assert np.abs(got - want).max() < 1e-5 * max(1.0, np.abs(want).max())
-    assert lib.dcd_deploy_ov_split_calls(1) == (6 if threads == 2 else 0)
+    per_sample = 1 if regions == "call" else (5 if form == "weight" else 4)
+    assert lib.dcd_deploy_ov_split_calls(1) == (3 * 2 * per_sample if threads == 2 else 0)
 
 
 @pytest.mark.parametrize("form", ["weight", "latent"])
