@@ -190,6 +190,7 @@ void DCDDepthwise::run(const KernelTable* k, const Sizes& s, const InputLayout& 
     p->attention = (int)m_attrs.attention;
     p->act = parse_act(m_attrs.activation);
     p->parallel_rows = parallel_rows_or_null();
+    p->region_per_stage = region_per_stage();
     // prepare() makes the branch's parts only: W0 here is (C, k*k), read as it is
     Params branch_only = *p;
     branch_only.w0 = nullptr;

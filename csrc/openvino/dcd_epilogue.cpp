@@ -211,6 +211,7 @@ void DCDConvEpilogue::run(const KernelTable* k, const Sizes& s, const InputLayou
     p->attention = (int)m_attrs.attention;
     p->act = parse_act(m_attrs.activation);
     p->parallel_rows = parallel_rows_or_null();
+    p->region_per_stage = region_per_stage();
     const bool owned = is_own_constant(*this, I.packed, p->fc1);
     std::shared_ptr<const std::vector<float>> prepared = m_prepared.get(k, *p, owned);
     p->prepared = prepared->data();

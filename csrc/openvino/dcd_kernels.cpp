@@ -435,20 +435,22 @@ void gemm_rows(void* ctx, int r0, int r1) {
     gemm(s);
 }
 // gemm(), split over rows when the op was given a parallel runner (more than one thread)
-void gemm_par(const Params& P, const Gemm& g) {
+[[maybe_unused]] void gemm_par(const Params& P, const Gemm& g) {
     if (P.parallel_rows && g.m >= 2 * MR) P.parallel_rows(g.m, MR, gemm_rows, const_cast<Gemm*>(&g));
     else gemm(g);
 }
 static_assert(NV == 2, "the edge-panel dispatch in gemm() assumes two vectors per row");
 
-// The serial phases (pooling, the branch's products, forming W(x)) split the same way, over
-// channels, outputs or panels, when the phase reads at least kSplitMin floats: a parallel
-// region costs a few microseconds, more than a small layer's whole phase.
+// A phase split the same way, over channels, outputs or panels, when it reads at least
+// kSplitMin floats: a region of its own. The ops' phases do not use it: they are stages of
+// one region per call (stages.inc; Team::add takes the same arguments).
 constexpr long kSplitMin = 32768;
-void par(const Params& P, int m, int grain, long work, void (*body)(void*, int, int), void* ctx) {
+[[maybe_unused]] void par(const Params& P, int m, int grain, long work, void (*body)(void*, int, int), void* ctx) {
     if (P.parallel_rows && work >= kSplitMin && m >= 2 * grain) P.parallel_rows(m, grain, body, ctx);
     else body(ctx, 0, m);
 }
+
+#include "stages.inc"
 
 // Pack src (rows x k, row-major, optional per-row scale) transposed into panels of a
 // packed matrix with K = ktot, at K offset koff.
@@ -673,38 +675,61 @@ void pool_range(void* ctx, int c0, int c1) {
     const PoolJob& j = *static_cast<const PoolJob*>(ctx);
     pool_channels(*j.P, j.x, j.pooled, c0, c1);
 }
-// pooled = the channels' means over x (pool 1) or over its adaptive 2x2 bins (pool 2),
-// channel-major (Cin x pool²): fc1's column order
-void pool(const Params& P, const float* x, float* pooled) {
-    PoolJob j{&P, x, pooled};
-    par(P, P.Cin, VW, (long)P.H * P.W * P.Cin, pool_range, &j);
-}
 
-// The dynamic branch of one sample (both ops): from the pooled features, lam (Cout, padded
-// with zeros to a whole panel) and the returned phi (L x phi_cols, Φ' row-major). Both heads are
-// one product over the prepared [scale_wᵀ | phi_wᵀ].
-const float* branch_heads(const Params& P, const Prepared& pre, const float* pooled, float* lam) {
-    const int Cout = P.Cout, S = P.S, R = head_width(P);
-    const int cpad = roundup(Cout, NR);
-    float* y = scratch(1, (size_t)2 * S);
-    float* g = y + S;
-    float* h = scratch(3, (size_t)R);
-    const int n1 = P.Cin * P.pool * P.pool;
-    MatvecJob fc1{P.fc1, pooled, n1, y};
-    par(P, S, 1, (long)S * n1, matvec_rows, &fc1);
-    if (P.se) {
-        matvec(P.gate, y, nullptr, S, S, g);
-        for (int s = 0; s < S; ++s) y[s] *= hsig(g[s]);
+void add_phases(Params& P, const double* ts);
+
+// The dynamic branch of one sample (all three ops) as stages of a Team: pooling (over
+// channel blocks), fc1 (over its rows), the gate, both heads as one product over the
+// prepared [scale_wᵀ | phi_wᵀ] (over its outputs), then lam (Cout, padded with zeros to a
+// whole panel), phi (L x phi_cols, Φ' row-major) and ppk = p phi in one serial step.
+struct BranchJob {
+    const Params* P;
+    const Prepared* pre;
+    float *y, *g, *h, *lam, *ppk;
+    PoolJob pool;
+    MatvecJob fc1;
+    MatvecTJob heads;
+};
+void gate_step(void* ctx, int, int) {
+    const BranchJob& j = *static_cast<const BranchJob*>(ctx);
+    const int S = j.P->S;
+    float* y = j.y;
+    if (j.P->se) {
+        matvec(j.P->gate, y, nullptr, S, S, j.g);
+        for (int s = 0; s < S; ++s) y[s] *= hsig(j.g[s]);
     } else {
         for (int s = 0; s < S; ++s) y[s] = y[s] > 0.f ? y[s] : 0.f;
     }
-    MatvecTJob heads{pre.headt, y, S, R, h};
-    par(P, R, VW, (long)S * R, matvec_t_cols, &heads);
-    for (int o = 0; o < Cout; ++o) lam[o] = P.attention ? hsig(h[o]) : 1.f;
-    for (int o = Cout; o < cpad; ++o) lam[o] = 0.f;
-    float* phi = P.attention ? h + Cout : h;
+}
+void form_pphi(const Params& P, const Prepared& pre, const float* phi, float* ppk);
+void heads_step(void* ctx, int, int) {
+    const BranchJob& j = *static_cast<const BranchJob*>(ctx);
+    const Params& P = *j.P;
+    const int Cout = P.Cout;
+    for (int o = 0; o < Cout; ++o) j.lam[o] = P.attention ? hsig(j.h[o]) : 1.f;
+    for (int o = Cout; o < roundup(Cout, NR); ++o) j.lam[o] = 0.f;
+    float* phi = P.attention ? j.h + Cout : j.h;
     add_row(phi, P.phi_b, P.L * phi_cols(P));  // (phi_b is not in the prepared weights: their cache key)
-    return phi;
+    form_pphi(P, *j.pre, phi, j.ppk);
+}
+// j's buffers are the calling thread's scratch: the members write into them through j
+void add_branch(Team& t, BranchJob& j, const Params& P, const Prepared& pre, const float* x, float* lam, float* ppk) {
+    const int S = P.S, R = head_width(P), n1 = P.Cin * P.pool * P.pool;
+    j.P = &P;
+    j.pre = &pre;
+    j.y = scratch(1, (size_t)2 * S);
+    j.g = j.y + S;
+    j.h = scratch(3, (size_t)R);
+    j.lam = lam;
+    j.ppk = ppk;
+    j.pool = PoolJob{&P, x, scratch(0, (size_t)n1)};
+    j.fc1 = MatvecJob{P.fc1, j.pool.pooled, n1, j.y};
+    j.heads = MatvecTJob{pre.headt, j.y, S, R, j.h};
+    t.add(pool_range, &j.pool, P.Cin, VW, (long)P.H * P.W * P.Cin);
+    t.add(matvec_rows, &j.fc1, S, 1, (long)S * n1);
+    t.add1(gate_step, &j);
+    t.add(matvec_t_cols, &j.heads, R, VW, (long)S * R);
+    t.add1(heads_step, &j);
 }
 
 // ppk = (p phi) (Cout x Lz), Lz = phi_cols, packed with K = Lz: per panel, PP_panelᵀ
@@ -729,16 +754,11 @@ void form_pphi(const Params& P, const Prepared& pre, const float* phi, float* pp
     }
 }
 
-// The pooled features, lam and ppk of one sample x (B = 1): pool, branch, form.
-void branch(const Params& P, const Prepared& pre, const float* x, float* lam, float* ppk, double* ts) {
-    const bool prof = P.profile != 0;
-    float* pooled = scratch(0, (size_t)P.Cin * P.pool * P.pool);
-    if (prof) ts[0] = now_seconds();
-    pool(P, x, pooled);
-    if (prof) ts[1] = now_seconds();
-    const float* phi = branch_heads(P, pre, pooled, lam);
-    form_pphi(P, pre, phi, ppk);
-    if (prof) ts[2] = now_seconds();
+// The profile's phase ends from the stages' (pool: stage 0, branch: stage `branch_end`,
+// forming: stage `form_end`); t0 the call's start, t4 its end.
+void add_team_phases(Params& P, const Team& t, double t0, int branch_end, int form_end, double t4) {
+    const double ts[5] = {t0, t.st[0].end, t.st[branch_end].end, t.st[form_end].end, t4};
+    add_phases(P, ts);
 }
 
 void add_phases(Params& P, const double* ts) {
@@ -750,13 +770,26 @@ void add_phases(Params& P, const double* ts) {
 
 // The weight form's B = W(x)ᵀ = diag(lam) w0 + (p phi) q, packed with K = Cin, as a GEMM over
 // the panels: W_panel (Cin x wp) = lam * w0p_panel + qᵀ (Cin x L) . PP_panelᵀ; and
-// cvec = (p phi) q_b + bias.
+// cvec = (p phi) q_b + bias. One stage of panels + 1 items, the last one cvec.
 struct FormJob {
     const Params* P;
     const Prepared* pre;
     const float *lam, *ppk;
-    float* wpk;
+    float *wpk, *cvec;
 };
+void form_cvec(const FormJob& j) {
+    const Params& P = *j.P;
+    const int Cout = P.Cout, L = P.L;
+    float* cvec = j.cvec;
+    for (int o = 0; o < roundup(Cout, NR); ++o) cvec[o] = 0.f;
+    for (int j0 = 0; j0 < Cout; j0 += NR) {
+        const int wp = imin(NR, roundup(Cout - j0, VW));
+        const float* d = j.ppk + (long)j0 * L;
+        for (int l = 0; l < L; ++l)
+            for (int jj = 0; jj < wp; ++jj) cvec[j0 + jj] += d[l * wp + jj] * P.q_b[l];
+    }
+    for (int o = 0; o < Cout; ++o) cvec[o] += P.bias[o];
+}
 void form_panels(void* ctx, int p0, int p1) {
     const FormJob& j = *static_cast<const FormJob*>(ctx);
     const Params& P = *j.P;
@@ -775,28 +808,16 @@ void form_panels(void* ctx, int p0, int p1) {
         f.b1 = ppk + (long)j0 * L;
         f.c0 = pre.w0p + (long)j0 * Cin;
         f.ldc0 = wp;
-        f.c0scale = lam + j0;
+        f.c0scale = lam + j0;  // (B, Cin, wp) = lam * w0 + qᵀ (Cin x L) . (p phi)ᵀ (L x wp)
         f.c = wpk + (long)j0 * Cin;
         f.ldc = wp;
         gemm(f);
     }
-}
-void form_weight(const Params& P, const Prepared& pre, const float* lam, const float* ppk, float* wpk, float* cvec) {
-    const int Cout = P.Cout, L = P.L;
-    FormJob job{&P, &pre, lam, ppk, wpk};
-    par(P, (Cout + NR - 1) / NR, 1, (long)P.Cin * Cout, form_panels, &job);
-    for (int o = 0; o < roundup(Cout, NR); ++o) cvec[o] = 0.f;
-    for (int j0 = 0; j0 < Cout; j0 += NR) {
-        const int wp = imin(NR, roundup(Cout - j0, VW));
-        const float* d = ppk + (long)j0 * L;
-        for (int l = 0; l < L; ++l)
-            for (int jj = 0; jj < wp; ++jj) cvec[j0 + jj] += d[l * wp + jj] * P.q_b[l];
-    }
-    for (int o = 0; o < Cout; ++o) cvec[o] += P.bias[o];
+    if (p1 > (Cout + NR - 1) / NR) form_cvec(j);
 }
 
 // z (m x L) = a (m x Cin, row stride Cin) qᵀ + q_b: the latent path's first product
-void latent_z(const Params& P, const Prepared& pre, const float* a, int m, float* z) {
+Gemm latent_z(const Params& P, const Prepared& pre, const float* a, int m, float* z) {
     const int L = P.L;
     float* qb = scratch(8, (size_t)roundup(L, NR));
     for (int l = 0; l < roundup(L, NR); ++l) qb[l] = l < L ? P.q_b[l] : 0.f;
@@ -810,7 +831,22 @@ void latent_z(const Params& P, const Prepared& pre, const float* a, int m, float
     zg.c = z;
     zg.ldc = L;
     zg.bias = qb;
-    gemm_par(P, zg);
+    return zg;
+}
+
+// The output rows of a sample: z's rows (the latent form's Z = X qᵀ + q_b, z.m 0: none),
+// then out's; both split the same way (a row of out reads only the same row of Z).
+struct RowsJob {
+    Gemm z, out;
+};
+void rows_step(void* ctx, int r0, int r1) {
+    RowsJob& j = *static_cast<RowsJob*>(ctx);
+    if (j.z.m) gemm_rows(&j.z, r0, r1);
+    gemm_rows(&j.out, r0, r1);
+}
+// multiply-adds of the branch: pooling, fc1 and the heads (the region's threshold)
+long branch_work(const Params& P) {
+    return (long)P.H * P.W * P.Cin + (long)P.S * (P.Cin * P.pool * P.pool + head_width(P));
 }
 
 void run(Params* pp) {
@@ -818,7 +854,6 @@ void run(Params* pp) {
     const int Cin = P.Cin, Cout = P.Cout, L = P.L;
     const long N = (long)P.H * P.W;
     const int cpad = roundup(Cout, NR);
-    double ts[5] = {};
     float* lam = scratch(2, (size_t)cpad);
     float* ppk = scratch(4, packed_size(Cout, L));
     float* cvec = scratch(5, (size_t)cpad);
@@ -828,34 +863,37 @@ void run(Params* pp) {
     if (P.form == FORM_WEIGHT) weight_form = true;
     else if (P.form == FORM_LATENT) weight_form = false;
     else weight_form = N * (long)(Cin + Cout + L) > (long)Cin * Cout;
+    float* wpk = weight_form ? scratch(7, packed_size(Cout, Cin)) : nullptr;
+    float* z = weight_form ? nullptr : scratch(7, (size_t)N * L);
+    if (!weight_form)
+        for (int o = 0; o < cpad; ++o) cvec[o] = o < Cout ? P.bias[o] : 0.f;
 
     for (int b = 0; b < P.B; ++b) {
+        const double t0 = P.profile ? now_seconds() : 0.0;
         const float* x = P.x + b * N * Cin;
-        float* out = P.out + b * N * Cout;
-        const float* res = P.residual ? P.residual + b * N * Cout : nullptr;
-        branch(P, pre, x, lam, ppk, ts);
-        Gemm m{};
+        Team t(P, branch_work(P) + N * Cin * (long)(weight_form ? Cout : Cout + L));
+        BranchJob bj;
+        add_branch(t, bj, P, pre, x, lam, ppk);
+        RowsJob rj{};
+        Gemm& m = rj.out;  // (N, Cout) = x (N, Cin) W(x)ᵀ, or the latent form below
         m.m = (int)N;
         m.n = Cout;
         m.a1 = x;
         m.lda1 = Cin;
         m.k1 = Cin;
-        m.c = out;
+        m.c = P.out + b * N * Cout;
         m.ldc = Cout;
-        m.res = res;
+        m.res = P.residual ? P.residual + b * N * Cout : nullptr;
         m.ldres = Cout;
         m.act = P.act;
+        m.bias = cvec;
+        FormJob fj{&P, &pre, lam, ppk, wpk, cvec};
         if (weight_form) {
-            float* wpk = scratch(7, packed_size(Cout, Cin));
-            form_weight(P, pre, lam, ppk, wpk, cvec);
+            t.add(form_panels, &fj, (Cout + NR - 1) / NR + 1, 1, (long)Cin * Cout);
             m.b1 = wpk;
-            if (P.profile) ts[3] = now_seconds();
         } else {
             // latent: Z = X qᵀ + q_b (N x L); out = lam * (X w0ᵀ) + Z (p phi)ᵀ + bias
-            for (int o = 0; o < cpad; ++o) cvec[o] = o < Cout ? P.bias[o] : 0.f;
-            float* z = scratch(7, (size_t)N * L);
-            if (P.profile) ts[3] = now_seconds();
-            latent_z(P, pre, x, (int)N, z);
+            rj.z = latent_z(P, pre, x, (int)N, z);
             m.b1 = pre.w0p;
             m.scale1 = lam;
             m.a2 = z;
@@ -863,35 +901,36 @@ void run(Params* pp) {
             m.k2 = L;
             m.b2 = ppk;
         }
-        m.bias = cvec;
-        gemm_par(P, m);
-        if (P.profile) {
-            ts[4] = now_seconds();
-            add_phases(P, ts);
-        }
+        t.add(rows_step, &rj, (int)N, MR, N * Cin);
+        team_run(P, t);
+        if (P.profile) add_team_phases(P, t, t0, 4, weight_form ? 5 : 4, now_seconds());
     }
 }
 
 // x_s (Ho*Wo x Cin) = x at rows/columns i * stride + offset: the pixels the conv's centre
-// tap reads (the caller checked that they lie inside x)
-void gather_centre(const Params& P, const float* x, float* xs) {
+// tap reads (the caller checked that they lie inside x), output rows [i0, i1)
+struct GatherJob {
+    const Params* P;
+    const float* x;
+    float* xs;
+};
+void gather_centre(void* ctx, int i0, int i1) {
+    const GatherJob& g = *static_cast<const GatherJob*>(ctx);
+    const Params& P = *g.P;
     const int Cin = P.Cin;
-    for (int i = 0; i < P.Ho; ++i) {
-        const float* row = x + ((long)(i * P.stride + P.offset) * P.W + P.offset) * Cin;
+    for (int i = i0; i < i1; ++i) {
+        const float* row = g.x + ((long)(i * P.stride + P.offset) * P.W + P.offset) * Cin;
         for (int j = 0; j < P.Wo; ++j) {
             const float* src = row + (long)j * P.stride * Cin;
-            float* dst = xs + ((long)i * P.Wo + j) * Cin;
+            float* dst = g.xs + ((long)i * P.Wo + j) * Cin;
             for (int c = 0; c < Cin; ++c) dst[c] = src[c];
         }
     }
 }
 
-// DCDConvEpilogue: out = act(lam * conv + (p phi) (q x_s + q_b) + bias + residual). One GEMM
-// over the output pixels, (No x L) z times (L x Cout) (p phi)ᵀ, whose tiles start from
-// lam * conv and take bias, residual and activation as they leave the registers.
 // Both epilogues' GEMM for sample b: out = act(lam * conv + a (No x k) (p phi)ᵀ + cvec +
 // residual), the tiles starting from lam * conv and taking the rest as they leave the registers.
-void epilogue_gemm(const Params& P, long b, const float* a, int k, const float* lam, const float* ppk,
+Gemm epilogue_gemm(const Params& P, long b, const float* a, int k, const float* lam, const float* ppk,
                    const float* cvec) {
     const long No = (long)P.Ho * P.Wo;
     const int Cout = P.Cout;
@@ -911,11 +950,15 @@ void epilogue_gemm(const Params& P, long b, const float* a, int k, const float* 
     m.act = P.act;
     m.res = P.residual ? P.residual + b * No * Cout : nullptr;
     m.ldres = Cout;
-    gemm_par(P, m);
+    return m;
 }
 
 void run_latent_epilogue(Params* pp);
 
+// DCDConvEpilogue: out = act(lam * conv + (p phi) (q x_s + q_b) + bias + residual). Per
+// sample the branch, x_s gathered (stride or offset), then per row range Z = x_s qᵀ + q_b
+// and one GEMM, (No x L) z times (L x Cout) (p phi)ᵀ, whose tiles start from lam * conv and
+// take bias, residual and activation as they leave the registers.
 void run_epilogue(Params* pp) {
     if (pp->Lz > 0) return run_latent_epilogue(pp);
     Params& P = *pp;
@@ -923,7 +966,6 @@ void run_epilogue(Params* pp) {
     const long N = (long)P.H * P.W, No = (long)P.Ho * P.Wo;
     const int cpad = roundup(Cout, NR);
     const bool direct = P.stride == 1 && P.offset == 0 && P.Ho == P.H && P.Wo == P.W;
-    double ts[5] = {};
     float* lam = scratch(2, (size_t)cpad);
     float* ppk = scratch(4, packed_size(Cout, L));
     float* cvec = scratch(5, (size_t)cpad);
@@ -933,16 +975,17 @@ void run_epilogue(Params* pp) {
     for (int o = 0; o < cpad; ++o) cvec[o] = o < Cout ? P.bias[o] : 0.f;
 
     for (int b = 0; b < P.B; ++b) {
+        const double t0 = P.profile ? now_seconds() : 0.0;
         const float* x = P.x + b * N * Cin;
-        branch(P, pre, x, lam, ppk, ts);
-        if (!direct) gather_centre(P, x, xs);
-        if (P.profile) ts[3] = now_seconds();
-        latent_z(P, pre, direct ? x : xs, (int)No, z);
-        epilogue_gemm(P, b, z, L, lam, ppk, cvec);
-        if (P.profile) {
-            ts[4] = now_seconds();
-            add_phases(P, ts);
-        }
+        Team t(P, branch_work(P) + No * L * (long)(Cin + Cout));
+        BranchJob bj;
+        add_branch(t, bj, P, pre, x, lam, ppk);
+        GatherJob gj{&P, x, xs};
+        if (!direct) t.add(gather_centre, &gj, P.Ho, 1, No * Cin);
+        RowsJob rj{latent_z(P, pre, direct ? x : xs, (int)No, z), epilogue_gemm(P, b, z, L, lam, ppk, cvec)};
+        t.add(rows_step, &rj, (int)No, MR, No * (Cin + Cout));
+        team_run(P, t);
+        if (P.profile) add_team_phases(P, t, t0, 4, direct ? 4 : 5, now_seconds());
     }
 }
 
@@ -955,7 +998,6 @@ void run_latent_epilogue(Params* pp) {
     const int Cin = P.Cin, Cout = P.Cout, Lz = P.Lz;
     const long N = (long)P.H * P.W, No = (long)P.Ho * P.Wo;
     const int cpad = roundup(Cout, NR);
-    double ts[5] = {};
     float* lam = scratch(2, (size_t)cpad);
     float* ppk = scratch(4, packed_size(Cout, Lz));
     float* cvec = scratch(5, (size_t)cpad);
@@ -963,13 +1005,15 @@ void run_latent_epilogue(Params* pp) {
     for (int o = 0; o < cpad; ++o) cvec[o] = o < Cout ? P.bias[o] : 0.f;
 
     for (int b = 0; b < P.B; ++b) {
-        branch(P, pre, P.x + b * N * Cin, lam, ppk, ts);
-        if (P.profile) ts[3] = now_seconds();
-        epilogue_gemm(P, b, P.z + b * No * Lz, Lz, lam, ppk, cvec);
-        if (P.profile) {
-            ts[4] = now_seconds();
-            add_phases(P, ts);
-        }
+        const double t0 = P.profile ? now_seconds() : 0.0;
+        Team t(P, branch_work(P) + No * Lz * (long)Cout);
+        BranchJob bj;
+        add_branch(t, bj, P, pre, P.x + b * N * Cin, lam, ppk);
+        RowsJob rj{};
+        rj.out = epilogue_gemm(P, b, P.z + b * No * Lz, Lz, lam, ppk, cvec);
+        t.add(rows_step, &rj, (int)No, MR, No * Cout);
+        team_run(P, t);
+        if (P.profile) add_team_phases(P, t, t0, 4, 4, now_seconds());
     }
 }
 

@@ -44,6 +44,9 @@ struct Params {
     // Runs body(ctx, begin, end) over row ranges covering [0, m) (in multiples of grain,
     // possibly on several threads, returns when all are done); null: one call on this thread.
     void (*parallel_rows)(int m, int grain, void (*body)(void* ctx, int begin, int end), void* ctx);
+    // 0: one parallel region per call, the phases its stages; 1: a region per split phase
+    // (DCD_DEPLOY_REGIONS=stage, for measuring the two against each other)
+    int region_per_stage;
     int profile;  // accumulate phase times into phase_seconds
     double phase_seconds[PH_COUNT];
 };
@@ -78,5 +81,9 @@ const KernelTable* kernels_avx512();
 double now_seconds();
 // Per-thread grow-only scratch buffer number `slot` (0..15) of at least n floats, 64-byte aligned.
 float* scratch(int slot, size_t n);
+// A waiting thread's pause between two looks at what it waits for (spins: how many looks so
+// far): a CPU pause hint, after a while a yield to the OS (the thread it waits for may have
+// been preempted).
+void spin_pause(int spins);
 
 }  // namespace dcd

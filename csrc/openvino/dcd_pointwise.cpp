@@ -285,6 +285,7 @@ void DCDPointwise::run(const KernelTable* k, const Sizes& s, const InputLayout& 
     p->act = parse_act(m_attrs.activation);
     p->form = parse_form(m_form);
     p->parallel_rows = parallel_rows_or_null();
+    p->region_per_stage = region_per_stage();
     const bool owned = is_own_constant(*this, I.packed, p->fc1);
     std::shared_ptr<const std::vector<float>> prepared = m_prepared.get(k, *p, owned);
     p->prepared = prepared->data();

@@ -72,6 +72,11 @@ void parallel_rows(int m, int grain, void (*body)(void*, int, int), void* ctx) {
 
 ParallelRows parallel_rows_or_null() { return parallel_get_max_threads() > 1 ? parallel_rows : nullptr; }
 
+bool region_per_stage() {
+    const char* env = std::getenv("DCD_DEPLOY_REGIONS");
+    return env && !std::strcmp(env, "stage");
+}
+
 // ------------------------------------------------------------------------------ profiling
 namespace {
 std::mutex g_prof_mutex;

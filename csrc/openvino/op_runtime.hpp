@@ -15,10 +15,14 @@ namespace dcd {
 const KernelTable* select_kernels(std::string* err);
 
 // Params::parallel_rows over the threads of the TBB arena OpenVINO runs the inference in
-// (INFERENCE_NUM_THREADS); null when there is one thread.
+// (INFERENCE_NUM_THREADS); null when there is one thread. The kernels open one region per
+// call with it (stages.inc: m large, every member runs the call's stages).
 using ParallelRows = void (*)(int m, int grain, void (*body)(void*, int, int), void* ctx);
 ParallelRows parallel_rows_or_null();
-// Row ranges handed to ov::parallel_for since the last reset (dcd_deploy_ov_split_calls).
+// DCD_DEPLOY_REGIONS=stage: a parallel region per split phase instead of one per call
+// (Params::region_per_stage; the measurement of docs/performance.md "Two threads").
+bool region_per_stage();
+// Parallel regions (ov::parallel_for) since the last reset (dcd_deploy_ov_split_calls).
 extern std::atomic<long> g_split_calls;
 
 // DCD_DEPLOY_PROFILE=1.

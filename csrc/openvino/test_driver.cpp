@@ -44,13 +44,16 @@ namespace {
 
 constexpr int32_t kMagic = 0x4B444344;
 int g_threads = 1;
+// the members one after another on this thread (a case's threads < -1): what TBB may do
+bool g_sequential = false;
 
 [[noreturn]] void fail(const std::string& msg) {
     std::fprintf(stderr, "dcd_kernel_driver: %s\n", msg.c_str());
     std::exit(1);
 }
 
-// The op's row split (op_runtime.cpp parallel_rows), on g_threads std::threads.
+// The op's row split (op_runtime.cpp parallel_rows), on g_threads std::threads (or, with
+// g_sequential, all on this thread one after another).
 void parallel_rows(int m, int grain, void (*body)(void*, int, int), void* ctx) {
     const int tiles = (m + grain - 1) / grain;
     const int chunks = tiles < g_threads ? tiles : g_threads;
@@ -63,13 +66,19 @@ void parallel_rows(int m, int grain, void (*body)(void*, int, int), void* ctx) {
         *r0 = t0 * grain;
         *r1 = t1 * grain < m ? t1 * grain : m;
     };
+    int r0, r1;
+    if (g_sequential) {
+        for (int i = 0; i < chunks; ++i) {
+            range(i, &r0, &r1);
+            body(ctx, r0, r1);
+        }
+        return;
+    }
     std::vector<std::thread> workers;
     for (int i = 1; i < chunks; ++i) {
-        int r0, r1;
         range(i, &r0, &r1);
         workers.emplace_back([=] { body(ctx, r0, r1); });
     }
-    int r0, r1;
     range(0, &r0, &r1);
     body(ctx, r0, r1);
     for (auto& w : workers) w.join();
@@ -154,7 +163,8 @@ std::vector<float> run_depthwise_case(const dcd::KernelTable* k, Reader& r, cons
     P.bias = bias.data();
     P.r = rk.data();
     P.out = out.data();
-    g_threads = c.threads > 1 ? c.threads : 1;
+    g_threads = c.threads > 1 ? c.threads : (c.threads < -1 ? -c.threads : 1);
+    g_sequential = c.threads < -1;
     P.parallel_rows = g_threads > 1 ? parallel_rows : nullptr;
     std::vector<float> prepared(k->prepared_size(&P));  // the branch's parts: w0 and q null, as the op has it
     k->prepare(&P, prepared.data());
@@ -215,7 +225,8 @@ std::vector<float> run_case(const dcd::KernelTable* k, Reader& r, const Case& c)
     P.w0 = c.kind == 0 ? w0.data() : nullptr;
     P.bias = bias.data();
     P.out = out.data();
-    g_threads = c.threads > 1 ? c.threads : 1;
+    g_threads = c.threads > 1 ? c.threads : (c.threads < -1 ? -c.threads : 1);
+    g_sequential = c.threads < -1;
     P.parallel_rows = g_threads > 1 ? parallel_rows : nullptr;
     std::vector<float> prepared(k->prepared_size(&P));
     k->prepare(&P, prepared.data());
