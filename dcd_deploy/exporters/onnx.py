@@ -159,6 +159,7 @@ def export_onnx(
     parity_preprocess=None,
     parity_inputs_description: str | None = None,
     parallel_check: bool = False,
+    trace_worker=None,
 ) -> ExportResult:
     """Export ``model`` to ONNX in deploy form; the file appears only if all succeeded.
 
@@ -204,6 +205,10 @@ def export_onnx(
             outputs) in a forked process while the model is traced
             (:func:`~dcd_deploy.parity.prefetch`; Linux, two cores or more); the
             verdict is the same. ``dcd-export`` turns it on.
+        trace_worker: a :class:`~dcd_deploy.exporters._trace_worker.TraceWorker` started
+            before the model was loaded, which has imported the exporter meanwhile: the
+            trace runs there (this process traces if it cannot, e.g. a module that does
+            not pickle); the same graph either way. ``dcd-export`` starts one.
 
     Raises:
         ExportError: bad arguments, an unwritable path, a model torch.export cannot trace
@@ -244,6 +249,7 @@ def export_onnx(
             opset=opset,
             mode=mode,
             stage=stage,
+            worker=trace_worker,
         )
         candidates = _candidates(proto, mode=mode, simplify=simplify, check=check, stage=stage)
         checker = None
@@ -288,7 +294,7 @@ def _prefetch(model, example, *, batch, dynamic_size, sizes, inputs, example_inp
     )
 
 
-def _lowered_and_built(model, example, *, strategy, hw, names, dynamic_size, batch, opset, mode, stage):
+def _lowered_and_built(model, example, *, strategy, hw, names, dynamic_size, batch, opset, mode, stage, worker):
     """(deploy form, ONNX proto, emission record): lower, then trace and emit."""
     input_names, output_names = names
     deploy = to_deploy(model, strategy=strategy, input_size=hw, example_inputs=example)
@@ -308,6 +314,7 @@ def _lowered_and_built(model, example, *, strategy, hw, names, dynamic_size, bat
         input_names=_input_names(model, example, input_names),
         output_names=out_names,
         progress=stage,
+        worker=worker,
     )
     return deploy, proto, fused
 
@@ -446,6 +453,7 @@ def _build(
     input_names,
     output_names,
     progress=None,
+    worker=None,
 ):
     """:func:`build_onnx`, also returning the :class:`~._emit.Emitted` record."""
     hw = input_hw(input_size)
@@ -455,7 +463,13 @@ def _build(
     if output_names is None:
         output_names = _output_names(deploy, example, None)
     traced = trace(
-        deploy, example, batch=batch, dynamic_size=dynamic_size, input_names=input_names, output_names=output_names
+        deploy,
+        example,
+        batch=batch,
+        dynamic_size=dynamic_size,
+        input_names=input_names,
+        output_names=output_names,
+        worker=worker,
     )
     proto = traced.proto
     modules = dict(deploy.named_modules())
