@@ -33,6 +33,7 @@ import os
 import pickle
 import signal
 import sys
+import threading
 import traceback
 import warnings
 from collections.abc import Iterator
@@ -75,8 +76,11 @@ class TraceWorker:
             _cleanup.register_group(pid)
         return cls(pid, req_w, rep_r)
 
-    def trace(self, model: nn.Module, example: tuple[torch.Tensor, ...], **options):
+    def trace(self, model: nn.Module, example: tuple[torch.Tensor, ...], *, meanwhile=None, **options):
         """:func:`._trace.trace` of ``model`` in the child (``options`` as that takes them).
+
+        ``meanwhile`` (no arguments) runs here while the child traces: this process
+        would otherwise wait (a thread sends the request and receives the reply).
 
         Returns:
             ``(proto, fast_path)``, or None when the child cannot trace it (the caller
@@ -92,19 +96,23 @@ class TraceWorker:
         except Exception:  # a lambda, a local class, a handle: the module stays in this process
             self.close()
             return None
+        received: list[bytes] = []
+        exchange = threading.Thread(
+            target=_exchange, args=(self.requests, self.replies, payload, received), name="dcd-trace-worker", daemon=True
+        )
+        self.requests = self.replies = None  # the thread's now: it closes them
+        exchange.start()
         try:
-            with os.fdopen(self.requests, "wb", closefd=True) as f:
-                self.requests = None
-                f.write(payload)
-            with os.fdopen(self.replies, "rb", closefd=True) as f:
-                self.replies = None
-                reply = pickle.load(f)
-        except (OSError, EOFError, pickle.UnpicklingError):  # the child died
-            reply = ("fallback",)
-        except Exception:  # a reply that does not unpickle here: trace here
-            reply = ("fallback",)
+            if meanwhile is not None:
+                meanwhile()
+            exchange.join()
         finally:
-            self.close()
+            self.close()  # ends a child still tracing (this process was stopped): the thread sees EOF
+            exchange.join()
+        try:
+            reply = pickle.loads(received[0]) if received and received[0] else ("fallback",)
+        except Exception:  # the child died mid-reply, or it does not unpickle here: trace here
+            reply = ("fallback",)
         if reply[0] == "error":
             _replay(reply[2], reply[3])
             raise ExportError(reply[1])
@@ -139,6 +147,19 @@ def trace_worker() -> Iterator[TraceWorker | None]:
     finally:
         if worker is not None:
             worker.close()
+
+
+def _exchange(requests: int, replies: int, payload: bytes, received: list) -> None:
+    """Send the request, then read the reply to its end (the child closes it)."""
+    try:
+        with os.fdopen(requests, "wb", closefd=True) as f:
+            f.write(payload)
+    except OSError:  # the child died: nothing to read
+        os.close(replies)
+        return
+    with os.fdopen(replies, "rb", closefd=True) as f:
+        with contextlib.suppress(OSError):
+            received.append(f.read())
 
 
 def _replay(out: str, err: str, caught=()) -> None:

@@ -250,6 +250,9 @@ def export_onnx(
             mode=mode,
             stage=stage,
             worker=trace_worker,
+            meanwhile=functools.partial(
+                _while_tracing, model, simplify=simplify and mode == "standard", check=check, ahead=ahead
+            ),
         )
         candidates = _candidates(proto, mode=mode, simplify=simplify, check=check, stage=stage)
         checker = None
@@ -294,7 +297,9 @@ def _prefetch(model, example, *, batch, dynamic_size, sizes, inputs, example_inp
     )
 
 
-def _lowered_and_built(model, example, *, strategy, hw, names, dynamic_size, batch, opset, mode, stage, worker):
+def _lowered_and_built(
+    model, example, *, strategy, hw, names, dynamic_size, batch, opset, mode, stage, worker, meanwhile
+):
     """(deploy form, ONNX proto, emission record): lower, then trace and emit."""
     input_names, output_names = names
     deploy = to_deploy(model, strategy=strategy, input_size=hw, example_inputs=example)
@@ -315,8 +320,22 @@ def _lowered_and_built(model, example, *, strategy, hw, names, dynamic_size, bat
         output_names=out_names,
         progress=stage,
         worker=worker,
+        meanwhile=meanwhile,
     )
     return deploy, proto, fused
+
+
+def _while_tracing(model: nn.Module, *, simplify: bool, check: bool, ahead) -> None:
+    """What the stages after the trace import and build, done while a trace worker traces
+    (this process would wait): onnxsim (with sympy: 0.6-1 s of CPU where torch.export is
+    not imported), ONNX Runtime, the float64 copy of the model the layer-wise check reads."""
+    if simplify:
+        import onnxsim  # noqa: F401
+    if check:
+        import onnxruntime  # noqa: F401
+
+        if ahead is not None:
+            ahead.prepare_reference_model(model)
 
 
 def _candidates(proto: onnx.ModelProto, *, mode: str, simplify: bool, check: bool, stage) -> list[onnx.ModelProto]:
@@ -454,6 +473,7 @@ def _build(
     output_names,
     progress=None,
     worker=None,
+    meanwhile=None,
 ):
     """:func:`build_onnx`, also returning the :class:`~._emit.Emitted` record."""
     hw = input_hw(input_size)
@@ -470,6 +490,7 @@ def _build(
         input_names=input_names,
         output_names=output_names,
         worker=worker,
+        meanwhile=meanwhile,
     )
     proto = traced.proto
     modules = dict(deploy.named_modules())

@@ -178,3 +178,25 @@ def test_cli_error_in_the_worker_is_one_line_and_no_file(tmp_path, monkeypatch):
     assert len(errors) == 1 and errors[0].startswith("Error: cannot export DataDependent"), result.stderr
     assert "Traceback" not in result.output
     assert calls == [] and list(tmp_path.iterdir()) == []
+
+
+def test_interrupted_while_the_worker_traces_ends_it():
+    """Ctrl-C in the parent (here: while it does its own work meanwhile) kills the child."""
+    model = build_small()
+
+    def interrupted():
+        raise KeyboardInterrupt
+
+    worker = TraceWorker.start()
+    pid = worker.pid
+    with pytest.raises(KeyboardInterrupt):
+        worker.trace(
+            model,
+            (torch.zeros(1, 3, SIZE, SIZE),),
+            meanwhile=interrupted,
+            batch=None,
+            dynamic_size=False,
+            input_names=["input"],
+            output_names=["logits"],
+        )
+    assert worker.pid is None and _gone(pid)
