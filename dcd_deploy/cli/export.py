@@ -11,7 +11,7 @@ from .._threads import preparation_threads
 from .._version import __version__
 from ..checkpoint import resolve_model
 from ..errors import ParityError
-from ..exporters._trace_worker import trace_worker
+from ..exporters.onnx import trace_worker
 from ._input_size import InputSize, api_size, format_size
 from ._model_arg import MODEL_HELP, model_inputs, model_label, model_options, output_stem
 from ._outputs import OutputPath, check_outputs, default_output, write_json_atomic

@@ -98,7 +98,10 @@ class TraceWorker:
             return None
         received: list[bytes] = []
         exchange = threading.Thread(
-            target=_exchange, args=(self.requests, self.replies, payload, received), name="dcd-trace-worker", daemon=True
+            target=_exchange,
+            args=(self.requests, self.replies, payload, received),
+            name="dcd-trace-worker",
+            daemon=True,
         )
         self.requests = self.replies = None  # the thread's now: it closes them
         exchange.start()

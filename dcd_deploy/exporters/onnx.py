@@ -41,6 +41,7 @@ from ._deploy_dcd import STRATEGIES, DeployDCD
 from ._emit import drop_missing, emit_layers
 from ._placeholder import DOMAIN as PLACEHOLDER_DOMAIN
 from ._trace import NATIVE_OPSET, trace
+from ._trace_worker import TraceWorker, trace_worker
 from .lowering import example_tuple, input_hw, to_deploy
 
 DEFAULT_OPSET = NATIVE_OPSET
@@ -250,9 +251,7 @@ def export_onnx(
             mode=mode,
             stage=stage,
             worker=trace_worker,
-            meanwhile=functools.partial(
-                _while_tracing, model, simplify=simplify and mode == "standard", check=check, ahead=ahead
-            ),
+            meanwhile=functools.partial(_while_tracing, model, simplify=simplify and mode, check=check, ahead=ahead),
         )
         candidates = _candidates(proto, mode=mode, simplify=simplify, check=check, stage=stage)
         checker = None
@@ -325,11 +324,11 @@ def _lowered_and_built(
     return deploy, proto, fused
 
 
-def _while_tracing(model: nn.Module, *, simplify: bool, check: bool, ahead) -> None:
+def _while_tracing(model: nn.Module, *, simplify: str | bool, check: bool, ahead) -> None:
     """What the stages after the trace import and build, done while a trace worker traces
     (this process would wait): onnxsim (with sympy: 0.6-1 s of CPU where torch.export is
     not imported), ONNX Runtime, the float64 copy of the model the layer-wise check reads."""
-    if simplify:
+    if simplify == "standard":  # the mode: only a standard-op graph is simplified
         import onnxsim  # noqa: F401
     if check:
         import onnxruntime  # noqa: F401
@@ -750,4 +749,4 @@ def _simplify_keeping_layers(proto: onnx.ModelProto, *, own_check: bool = True) 
     return after, True
 
 
-__all__ = ["ALLOWED_OPS", "ExportResult", "build_onnx", "export_onnx", "LAYERS_KEY"]
+__all__ = ["ALLOWED_OPS", "ExportResult", "TraceWorker", "build_onnx", "export_onnx", "LAYERS_KEY", "trace_worker"]

@@ -176,10 +176,8 @@ def check_parity(
     else:
         ref64, report.reference = ahead["ref64"], ahead["kind"]
         fp32 = {b: [[(n, torch.from_numpy(a)) for n, a in out] for out in outs] for b, outs in ahead["fp32"].items()}
-        ref_model = model
-        if records and report.reference == "float64":
-            made = prefetched.reference_model  # while the file was traced elsewhere
-            ref_model = made if made is not None else _reference_model(model)
+        ref_model = model if not records or report.reference != "float64" else prefetched.reference_model
+        ref_model = _reference_model(model) if ref_model is None else ref_model  # not made while the file was traced
     _end_to_end(report, model, run, plans, given, ref64, out_specs, onnx_path, fp32=fp32)
     if records:
         samples = _layer_samples([x[:most] for x in given], fixed_batch or max(batch_sizes))
