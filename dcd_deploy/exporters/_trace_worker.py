@@ -14,9 +14,11 @@ The parent keeps everything the user sees: stdout and stderr (the child's Python
 warnings and prints are sent back and replayed by the parent), the output file, the
 exit status. The child's :class:`~dcd_deploy.errors.ExportError` (a model
 ``torch.export`` cannot trace) is raised again by the parent, the same one line. The
-worker serves one trace and exits; whenever it cannot (a module that does not pickle,
-e.g. a class defined in the user's ``MODULE:FUNCTION`` file, which the child never
-imported; a child that died; any other exception in it), :meth:`TraceWorker.trace`
+worker serves one trace and exits; whenever it cannot (a module that does not pickle; a
+class of a module the child has not imported, e.g. the user's ``MODULE:FUNCTION``,
+imported by the parent after the fork: the child never imports a module to unpickle,
+so the user's code never runs twice at import; a child that died; any other exception
+in it), :meth:`TraceWorker.trace`
 returns None and the caller traces in its own process, as without a worker.
 
 The child is its own process group, registered with :mod:`dcd_deploy._cleanup` (an
@@ -187,7 +189,7 @@ def _child(requests: int, replies: int) -> None:
             _prepare()
         with os.fdopen(requests, "rb", closefd=True) as f:
             try:
-                model, example, options = pickle.load(f)
+                model, example, options = _Unpickler(f).load()
             except EOFError:  # the parent needs no trace (an error before it, or it died)
                 os._exit(0)
             except Exception:  # a class this process never imported (the user's file)
@@ -199,6 +201,17 @@ def _child(requests: int, replies: int) -> None:
         pass
     finally:
         os._exit(status)
+
+
+class _Unpickler(pickle.Unpickler):
+    """Classes and functions of modules this process has imported only: unpickling never
+    imports (runs) a module, e.g. the user's ``MODULE`` a second time, with its prints
+    and side effects; the parent traces such a model itself."""
+
+    def find_class(self, module: str, name: str):
+        if module not in sys.modules:
+            raise pickle.UnpicklingError(f"{module} is not imported in the trace worker")
+        return super().find_class(module, name)
 
 
 def _prepare() -> None:

@@ -200,3 +200,30 @@ def test_interrupted_while_the_worker_traces_ends_it():
             output_names=["logits"],
         )
     assert worker.pid is None and _gone(pid)
+
+
+def test_a_class_the_worker_has_not_imported_is_traced_here(tmp_path, monkeypatch):
+    """The user's MODULE:FUNCTION file is imported after the fork: the worker does not
+    import it again (its top-level code would run twice), the parent traces."""
+    (tmp_path / "late_net.py").write_text(
+        "from torch import nn\n"
+        "from dcd_deploy.layers import DCDConv2d\n"
+        "print('imported late_net')\n"
+        "class LateNet(nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.dcd = DCDConv2d(3, 8)\n"
+        "    def forward(self, x):\n"
+        "        return self.dcd(x).mean((2, 3))\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    calls = _spy(monkeypatch)
+    with trace_worker() as worker:
+        import importlib
+
+        late = importlib.import_module("late_net")
+        torch.manual_seed(0)
+        split = _export(tmp_path, "split", late.LateNet().eval(), worker, check=False)
+    assert len(calls) == 1
+    torch.manual_seed(0)
+    assert split == _export(tmp_path, "alone", late.LateNet().eval(), None, check=False)
