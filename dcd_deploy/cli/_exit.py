@@ -63,7 +63,10 @@ def _command(module: str) -> Callable[[], object]:
 
 
 def export() -> NoReturn:
-    """``dcd-export``."""
+    """``dcd-export``, with glibc's allocator keeping freed memory (:mod:`._malloc`)."""
+    from ._malloc import keep_freed_memory
+
+    keep_freed_memory()
     run_and_exit(_command("dcd_deploy.cli.export"))
 
 

@@ -11,6 +11,7 @@ from .._threads import preparation_threads
 from .._version import __version__
 from ..checkpoint import resolve_model
 from ..errors import ParityError
+from ..exporters.onnx import trace_worker
 from ._input_size import InputSize, api_size, format_size
 from ._model_arg import MODEL_HELP, model_inputs, model_label, model_options, output_stem
 from ._outputs import OutputPath, check_outputs, default_output, write_json_atomic
@@ -153,30 +154,32 @@ def main(
     check_parity_budget(input_size=max(input_size), batch_sizes=(batch or 2,), n_inputs=8)
     progress = None if quiet else click.echo  # on stdout with the report: stderr is for the Error line
     started = time.perf_counter()
-    net = resolve_model(
-        model, arch=arch, weights=weights, trust_checkpoint=trust_checkpoint, seed=seed, input_size=input_size
-    )
-    if progress is not None:
-        progress(f"[load] {time.perf_counter() - started:.1f} s")
-    result = _export(
-        net,
-        output,
-        quiet=quiet,
-        input_size=api_size(input_size),
-        batch=batch,
-        opset=opset,
-        simplify=not no_simplify,
-        mode=mode,
-        check=not no_check,
-        strategy=strategy,
-        parity_inputs=inputs,
-        progress=progress,
-        accept_inconclusive=accept_inconclusive,
-        parity_preprocess=preprocess,
-        parity_inputs_description=described,
-        parallel_check=True,
-        **_dynamic_size(dynamic_size, input_size),
-    )
+    with trace_worker() as worker:  # imports the exporter on the second core while the model loads
+        net = resolve_model(
+            model, arch=arch, weights=weights, trust_checkpoint=trust_checkpoint, seed=seed, input_size=input_size
+        )
+        if progress is not None:
+            progress(f"[load] {time.perf_counter() - started:.1f} s")
+        result = _export(
+            net,
+            output,
+            quiet=quiet,
+            input_size=api_size(input_size),
+            batch=batch,
+            opset=opset,
+            simplify=not no_simplify,
+            mode=mode,
+            check=not no_check,
+            strategy=strategy,
+            parity_inputs=inputs,
+            progress=progress,
+            accept_inconclusive=accept_inconclusive,
+            parity_preprocess=preprocess,
+            parity_inputs_description=described,
+            parallel_check=True,
+            trace_worker=worker,
+            **_dynamic_size(dynamic_size, input_size),
+        )
     click.echo(f"wrote {result.path} ({result.size_bytes / 1e6:.1f} MB) in {time.perf_counter() - started:.1f} s")
     if json_path is not None:
         write_json_atomic(

@@ -148,13 +148,30 @@ def trace(
     dynamic_size: bool,
     input_names: list[str] | None,
     output_names: list[str] | None,
+    worker=None,
+    meanwhile=None,
 ) -> Traced:
     """Trace ``model`` (a deploy form) and translate it to ONNX with placeholders.
+
+    ``worker``: a :class:`~._trace_worker.TraceWorker` to trace in (this process traces
+    when it cannot), running ``meanwhile`` here in the meantime.
 
     Raises:
         ExportError: the model cannot be traced (the message is torch.export's first line).
     """
     emitters = emitters_of(model)
+    if worker is not None:
+        done = worker.trace(
+            model,
+            example,
+            meanwhile=meanwhile,
+            batch=batch,
+            dynamic_size=dynamic_size,
+            input_names=input_names,
+            output_names=output_names,
+        )
+        if done is not None:
+            return Traced(done[0], emitters, done[1])
     args = trace_example(example, batch)
     shapes = _dynamic_shapes(args, batch=batch, dynamic_size=dynamic_size)
     op, translate = onnx_translation()

@@ -41,6 +41,7 @@ from ._deploy_dcd import STRATEGIES, DeployDCD
 from ._emit import drop_missing, emit_layers
 from ._placeholder import DOMAIN as PLACEHOLDER_DOMAIN
 from ._trace import NATIVE_OPSET, trace
+from ._trace_worker import TraceWorker, trace_worker
 from .lowering import example_tuple, input_hw, to_deploy
 
 DEFAULT_OPSET = NATIVE_OPSET
@@ -159,6 +160,7 @@ def export_onnx(
     parity_preprocess=None,
     parity_inputs_description: str | None = None,
     parallel_check: bool = False,
+    trace_worker=None,
 ) -> ExportResult:
     """Export ``model`` to ONNX in deploy form; the file appears only if all succeeded.
 
@@ -204,6 +206,10 @@ def export_onnx(
             outputs) in a forked process while the model is traced
             (:func:`~dcd_deploy.parity.prefetch`; Linux, two cores or more); the
             verdict is the same. ``dcd-export`` turns it on.
+        trace_worker: a :class:`~dcd_deploy.exporters._trace_worker.TraceWorker` started
+            before the model was loaded, which has imported the exporter meanwhile: the
+            trace runs there (this process traces if it cannot, e.g. a module that does
+            not pickle); the same graph either way. ``dcd-export`` starts one.
 
     Raises:
         ExportError: bad arguments, an unwritable path, a model torch.export cannot trace
@@ -244,6 +250,8 @@ def export_onnx(
             opset=opset,
             mode=mode,
             stage=stage,
+            worker=trace_worker,
+            meanwhile=functools.partial(_while_tracing, model, simplify=simplify and mode, check=check, ahead=ahead),
         )
         candidates = _candidates(proto, mode=mode, simplify=simplify, check=check, stage=stage)
         checker = None
@@ -288,7 +296,9 @@ def _prefetch(model, example, *, batch, dynamic_size, sizes, inputs, example_inp
     )
 
 
-def _lowered_and_built(model, example, *, strategy, hw, names, dynamic_size, batch, opset, mode, stage):
+def _lowered_and_built(
+    model, example, *, strategy, hw, names, dynamic_size, batch, opset, mode, stage, worker, meanwhile
+):
     """(deploy form, ONNX proto, emission record): lower, then trace and emit."""
     input_names, output_names = names
     deploy = to_deploy(model, strategy=strategy, input_size=hw, example_inputs=example)
@@ -308,8 +318,23 @@ def _lowered_and_built(model, example, *, strategy, hw, names, dynamic_size, bat
         input_names=_input_names(model, example, input_names),
         output_names=out_names,
         progress=stage,
+        worker=worker,
+        meanwhile=meanwhile,
     )
     return deploy, proto, fused
+
+
+def _while_tracing(model: nn.Module, *, simplify: str | bool, check: bool, ahead) -> None:
+    """What the stages after the trace import and build, done while a trace worker traces
+    (this process would wait): onnxsim (with sympy: 0.6-1 s of CPU where torch.export is
+    not imported), ONNX Runtime, the float64 copy of the model the layer-wise check reads."""
+    if simplify == "standard":  # the mode: only a standard-op graph is simplified
+        import onnxsim  # noqa: F401
+    if check:
+        import onnxruntime  # noqa: F401
+
+        if ahead is not None:
+            ahead.prepare_reference_model(model)
 
 
 def _candidates(proto: onnx.ModelProto, *, mode: str, simplify: bool, check: bool, stage) -> list[onnx.ModelProto]:
@@ -446,6 +471,8 @@ def _build(
     input_names,
     output_names,
     progress=None,
+    worker=None,
+    meanwhile=None,
 ):
     """:func:`build_onnx`, also returning the :class:`~._emit.Emitted` record."""
     hw = input_hw(input_size)
@@ -455,7 +482,14 @@ def _build(
     if output_names is None:
         output_names = _output_names(deploy, example, None)
     traced = trace(
-        deploy, example, batch=batch, dynamic_size=dynamic_size, input_names=input_names, output_names=output_names
+        deploy,
+        example,
+        batch=batch,
+        dynamic_size=dynamic_size,
+        input_names=input_names,
+        output_names=output_names,
+        worker=worker,
+        meanwhile=meanwhile,
     )
     proto = traced.proto
     modules = dict(deploy.named_modules())
@@ -715,4 +749,4 @@ def _simplify_keeping_layers(proto: onnx.ModelProto, *, own_check: bool = True) 
     return after, True
 
 
-__all__ = ["ALLOWED_OPS", "ExportResult", "build_onnx", "export_onnx", "LAYERS_KEY"]
+__all__ = ["ALLOWED_OPS", "ExportResult", "TraceWorker", "build_onnx", "export_onnx", "LAYERS_KEY", "trace_worker"]

@@ -176,7 +176,8 @@ def check_parity(
     else:
         ref64, report.reference = ahead["ref64"], ahead["kind"]
         fp32 = {b: [[(n, torch.from_numpy(a)) for n, a in out] for out in outs] for b, outs in ahead["fp32"].items()}
-        ref_model = _reference_model(model) if records and report.reference == "float64" else model
+        ref_model = model if not records or report.reference != "float64" else prefetched.reference_model
+        ref_model = _reference_model(model) if ref_model is None else ref_model  # not made while the file was traced
     _end_to_end(report, model, run, plans, given, ref64, out_specs, onnx_path, fp32=fp32)
     if records:
         samples = _layer_samples([x[:most] for x in given], fixed_batch or max(batch_sizes))
@@ -202,13 +203,12 @@ def _runs(onnx_path: Path, backends, in_specs, out_specs, extra, proto) -> tuple
     outputs cannot change what is computed (ORT without optimisations); elsewhere the
     end-to-end run keeps the file as it is, since extra outputs stop fusions.
     """
-    run = _runners(onnx_path, backends, in_specs, out_specs)
-    run_layers = {}
-    if extra:
-        run_layers = _runners(onnx_path, backends, in_specs, out_specs, extra=extra, proto=proto)
-        if ("onnxruntime", "disabled") in run:
-            run["onnxruntime", "disabled"] = run_layers["onnxruntime", "disabled"]
-    return run, run_layers
+    if not extra:
+        return _runners(onnx_path, backends, in_specs, out_specs), {}
+    shared = {("onnxruntime", "disabled")} if "onnxruntime" in backends else set()
+    plain = _runners(onnx_path, backends, in_specs, out_specs, skip=shared)  # shared: never loaded without extra
+    run_layers = _runners(onnx_path, backends, in_specs, out_specs, extra=extra, proto=proto)
+    return {key: run_layers[key] if key in shared else plain[key] for key in run_layers}, run_layers
 
 
 def _inputs(

@@ -35,6 +35,18 @@ class Prefetch:
     def __init__(self, pid: int, fd: int, inputs: list[torch.Tensor], plans: dict[int, int]):
         self.pid, self.fd, self.inputs, self.plans = pid, fd, inputs, plans
         self.result: dict | None = None
+        #: the float64 copy of the model (made here: the layer-wise check reads it in this process)
+        self.reference_model: nn.Module | None = None
+
+    def prepare_reference_model(self, model: nn.Module) -> None:
+        """Make the float64 copy of ``model`` now, while this process would wait (a trace
+        in another process); the check makes it itself if this fails."""
+        from . import _reference_model
+
+        try:
+            self.reference_model = _reference_model(model)
+        except Exception:
+            self.reference_model = None
 
     @classmethod
     def start(cls, model: nn.Module, inputs: list[torch.Tensor], plans: dict[int, int]) -> Prefetch | None:

@@ -37,17 +37,21 @@ def runners(
     outputs: list[TensorSpec],
     extra: tuple[str, ...] = (),
     proto=None,
+    skip=frozenset(),
 ) -> dict[tuple[str, str], Runner]:
     """``{(backend, label): run}``; ``run`` returns the file's outputs, then ``extra``.
 
     Args:
         proto: the file's ``ModelProto``, when already read (saves a read with ``extra``).
+        skip: ``(backend, label)`` configurations not to load.
     """
     found = {}
     for backend in PARITY_BACKENDS:
         if backend not in backends:
             continue
         for label, options in PARITY_CONFIGS[backend]:
+            if (backend, label) in skip:
+                continue
             more = {"proto": proto} if backend == "onnxruntime" else {}
             runner = load_runner(backend, onnx_path, threads=1, extra_outputs=extra, **options, **more)
             found[backend, label] = _in_order(runner, inputs, outputs, extra)
