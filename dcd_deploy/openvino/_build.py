@@ -93,6 +93,7 @@ _SOURCES = (
     "packed_layout.hpp",
     "dcd_kernels.cpp",
     "depthwise_kernels.inc",
+    "shortk_kernels.inc",
     "dcd_kernels.hpp",
 )
 _COMMON_FLAGS = ("-O3", "-std=c++17", "-fPIC", "-fvisibility=hidden")

@@ -45,7 +45,14 @@ CROSS_CXX = ("aarch64-linux-gnu-g++", "g++-aarch64-linux-gnu")
 QEMU = (("qemu-aarch64", "qemu-aarch64-static"), "qemu-user")
 #: The Debian packages ``make test-aarch64`` needs.
 CROSS_PACKAGES = (CROSS_CXX[1], QEMU[1])
-_DRIVER_SOURCES = ("test_driver.cpp", "kernel_host.cpp", "dcd_kernels.cpp", "depthwise_kernels.inc", "dcd_kernels.hpp")
+_DRIVER_SOURCES = (
+    "test_driver.cpp",
+    "kernel_host.cpp",
+    "dcd_kernels.cpp",
+    "depthwise_kernels.inc",
+    "shortk_kernels.inc",
+    "dcd_kernels.hpp",
+)
 _DRIVER_UNITS = ("test_driver", "kernel_host")  # baseline-ISA units (.cpp), beside the kernels
 _TIMEOUT_S = 600  # qemu runs the test cases in a few seconds
 
