@@ -396,7 +396,11 @@ inline void gemm_tile(const Gemm& g, int k0, int kc, bool first, bool last, int 
 
 inline bool last_block(int b, int nb) { return b == nb - 1; }
 
+// shortk_gemm: a short K's GEMM (the expansions), in its own file but this translation unit
+#include "shortk_kernels.inc"
+
 void gemm(const Gemm& g) {
+    if (shortk_applies(g)) return shortk_gemm(g);
     const int npad = roundup(g.n, VW);
     // K1 in nb even blocks of at most 1.5 KC (K = 160 is one block, not 128 + 32)
     const int nb = (g.k1 + KC * 3 / 2 - 1) / (KC * 3 / 2);

@@ -94,6 +94,7 @@ _SOURCES = (
     "dcd_kernels.cpp",
     "depthwise_kernels.inc",
     "stages.inc",
+    "shortk_kernels.inc",
     "dcd_kernels.hpp",
 )
 _COMMON_FLAGS = ("-O3", "-std=c++17", "-fPIC", "-fvisibility=hidden")

@@ -51,6 +51,7 @@ _DRIVER_SOURCES = (
     "dcd_kernels.cpp",
     "depthwise_kernels.inc",
     "stages.inc",
+    "shortk_kernels.inc",
     "dcd_kernels.hpp",
 )
 _DRIVER_UNITS = ("test_driver", "kernel_host")  # baseline-ISA units (.cpp), beside the kernels

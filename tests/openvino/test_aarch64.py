@@ -136,6 +136,11 @@ def _cases():
                 }
             )
     out.append({**base, "H": 6, "W": 6, "pool": 2, "form": "auto"})
+    # the short-K GEMM (K <= 128, panels of 8 on aarch64 in tiles of 4 rows x 2 panels): 1-7
+    # full panels with and without a narrow last one, rows not a multiple of the 8-row block,
+    # residual and ReLU6
+    for cin, cout in ((16, 56), (24, 44), (1, 16), (128, 9)):
+        out.append({**base, "H": 7, "W": 5, "Cin": cin, "Cout": cout, "residual": 1, "activation": "relu6", "S": 6})
     # DCDConvEpilogue (kind 1): 3x3 at strides 1 and 2, 1x1 at stride 2, odd sides, options,
     # batches, partial panels, the row split
     epi = {**base, "kind": 1, "k": 3, "stride": 1, "form": "latent"}
