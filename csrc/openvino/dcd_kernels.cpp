@@ -223,7 +223,8 @@ inline void rank_k_pf(vf (&acc)[M][N], const float* a, long lda, const float* b,
     const int per_k = (pf_lines + kn - 1) / kn;
     int line = 0;
     for (int k = 0; k < kn; ++k, b += ldb) {
-        for (int u = 0; u < per_k && line < pf_lines; ++u, ++line) __builtin_prefetch(pf + line * 16L, 0, DCD_PF_LOCALITY);
+        for (int u = 0; u < per_k && line < pf_lines; ++u, ++line)
+            __builtin_prefetch(pf + line * 16L, 0, DCD_PF_LOCALITY);
         rank_1<M, N>(acc, a + k, lda, b);
     }
 }
