@@ -231,7 +231,7 @@ inline void rank_k_pf(vf (&acc)[M][N], const float* a, long lda, const float* b,
 // MASK: the last vector of each row holds only rem = ncols - (N-1)*VW valid columns
 // (masked loads of c0 and res, masked store); everything else is full width. PF: the K loop
 // fetches t.pf (a kernel of its own: with both loops in one kernel the weight form's
-// short-K expansions took 2-5% longer).
+// short-K expansions took 1.5-7% longer).
 template <int M, int N, bool MASK, bool PF = false>
 __attribute__((noinline)) void ukernel(const Tile& t) {
     vf acc[M][N];
@@ -393,7 +393,7 @@ struct Gemm {
 };
 
 // One micro-tile: rows [i, i + mm), the panel at column j0, K block [k0, k0 + kc); pf: the
-// B block to fetch meanwhile (BlockRef::next), or null.
+// B block to fetch meanwhile (next_block), or null.
 struct BlockRef {
     const float* p;
     int lines;
