@@ -60,6 +60,9 @@ constexpr int NV = 2;        // vectors per micro-tile row
 constexpr int NR = VW * NV;  // panel width (output channels)
 constexpr int KC = DCD_KC;   // K block (X part); B block KC x NR stays in L1
 constexpr int MC = MR * 16;  // rows per block
+#ifndef DCD_PF_LOCALITY
+#define DCD_PF_LOCALITY 2
+#endif
 #ifndef DCD_ROWS_OUTER_BYTES
 #define DCD_ROWS_OUTER_BYTES (64 * 1024)  // measured: helps 16->96@112 by ~10%, hurts 64->384@14 above it
 #endif
@@ -184,27 +187,52 @@ struct Tile {
     int act;
     int epi;
     int ncols;
+    // The B block the GEMM visits next (pf_lines cache lines from pf), fetched while this
+    // tile's K loop runs: null but in the first row tile of a panel (gemm)
+    const float* pf;
+    int pf_lines;
 };
 
-// MASK: the last vector of each row holds only rem = ncols - (N-1)*VW valid columns
-// (masked loads of c0 and res, masked store); everything else is full width.
+// acc (M rows x N vectors) += A column (M, stride lda) * one packed row of B (N vectors)
+template <int M, int N>
+inline void rank_1(vf (&acc)[M][N], const float* a, long lda, const float* b) {
+    vf bv[N];
+#pragma GCC unroll 4
+    for (int v = 0; v < N; ++v) bv[v] = ld(b + v * VW);
+#pragma GCC unroll 16
+    for (int i = 0; i < M; ++i) {
+        const vf av = bc(a[i * lda]);
+#pragma GCC unroll 4
+        for (int v = 0; v < N; ++v) acc[i][v] += av * bv[v];
+    }
+}
+
 // acc (M rows x N vectors) += A (M x kn, row stride lda) * B (kn packed rows of N vectors)
 template <int M, int N>
 inline void rank_k(vf (&acc)[M][N], const float* a, long lda, const float* b, long ldb, int kn) {
     for (int k = 0; k < kn; ++k, b += ldb) {
-        vf bv[N];
-#pragma GCC unroll 4
-        for (int v = 0; v < N; ++v) bv[v] = ld(b + v * VW);
-#pragma GCC unroll 16
-        for (int i = 0; i < M; ++i) {
-            const vf av = bc(a[i * lda + k]);
-#pragma GCC unroll 4
-            for (int v = 0; v < N; ++v) acc[i][v] += av * bv[v];
-        }
+        rank_1<M, N>(acc, a + k, lda, b);
     }
 }
-
-template <int M, int N, bool MASK>
+// the same, fetching pf_lines cache lines from pf into L2 along the way (about as many per k
+// as B takes): the next B block, which the layers whose weights come from memory (the
+// latent form's w0 and q) otherwise wait for at each panel's first row tile
+template <int M, int N>
+inline void rank_k_pf(vf (&acc)[M][N], const float* a, long lda, const float* b, long ldb, int kn, const float* pf,
+                      int pf_lines) {
+    const int per_k = (pf_lines + kn - 1) / kn;
+    int line = 0;
+    for (int k = 0; k < kn; ++k, b += ldb) {
+        for (int u = 0; u < per_k && line < pf_lines; ++u, ++line)
+            __builtin_prefetch(pf + line * 16L, 0, DCD_PF_LOCALITY);
+        rank_1<M, N>(acc, a + k, lda, b);
+    }
+}
+// MASK: the last vector of each row holds only rem = ncols - (N-1)*VW valid columns
+// (masked loads of c0 and res, masked store); everything else is full width. PF: the K loop
+// fetches t.pf (a kernel of its own: with both loops in one kernel the weight form's
+// short-K expansions took 1.5-7% longer).
+template <int M, int N, bool MASK, bool PF = false>
 __attribute__((noinline)) void ukernel(const Tile& t) {
     vf acc[M][N];
     const int rem = t.ncols - (N - 1) * VW;
@@ -234,7 +262,8 @@ __attribute__((noinline)) void ukernel(const Tile& t) {
     if (t.epi)
         for (int i = 0; i < M; ++i)
             for (int v = 0; v < N; ++v) __builtin_prefetch(t.c + i * t.ldc + v * VW, 1, 3);
-    rank_k<M, N>(acc, t.a1, t.lda1, t.b1, t.ldb1, t.k1);
+    if constexpr (PF) rank_k_pf<M, N>(acc, t.a1, t.lda1, t.b1, t.ldb1, t.k1, t.pf, t.pf_lines);
+    else rank_k<M, N>(acc, t.a1, t.lda1, t.b1, t.ldb1, t.k1);
     if (t.scale1) {
 #pragma GCC unroll 4
         for (int v = 0; v < N; ++v) {
@@ -283,22 +312,23 @@ __attribute__((noinline)) void ukernel(const Tile& t) {
         }
 }
 
-template <int M, int N, bool MASK>
+template <int M, int N, bool MASK, bool PF = false>
 struct Rows {
     static void run(int m, const Tile& t) {
-        if (m == M) ukernel<M, N, MASK>(t);
-        else Rows<M - 1, N, MASK>::run(m, t);
+        if (m == M) ukernel<M, N, MASK, PF>(t);
+        else Rows<M - 1, N, MASK, PF>::run(m, t);
     }
 };
-template <int N, bool MASK>
-struct Rows<0, N, MASK> {
+template <int N, bool MASK, bool PF>
+struct Rows<0, N, MASK, PF> {
     static void run(int, const Tile&) {}
 };
 // a tile of m <= MR rows in a panel of wp columns (t.ncols valid)
 inline void tile(int m, int wp, const Tile& t) {
     const bool full = t.ncols == wp;
     if (wp == NR) {
-        if (full) Rows<MR, NV, false>::run(m, t);
+        if (full && t.pf) Rows<MR, NV, false, true>::run(m, t);  // (an edge panel's tile drops pf)
+        else if (full) Rows<MR, NV, false>::run(m, t);
         else Rows<MR, NV, kMask>::run(m, t);
     } else {
         if (full) Rows<MR, 1, false>::run(m, t);
@@ -356,12 +386,23 @@ struct Gemm {
     const float* res;
     long ldres;
     int act;
+    // B1 is a prepared constant the layers between two calls push out of the caches (the
+    // latent form's w0 and q): each panel's first row tile fetches the next B block
+    // (Tile::pf). Off for a B just written (W(x), ppk): there it measured 2-4% slower.
+    bool prefetch_b;
 };
 
-// One micro-tile: rows [i, i + mm), the panel at column j0, K block [k0, k0 + kc).
-inline void gemm_tile(const Gemm& g, int k0, int kc, bool first, bool last, int i, int mm, int j0) {
+// One micro-tile: rows [i, i + mm), the panel at column j0, K block [k0, k0 + kc); pf: the
+// B block to fetch meanwhile (next_block), or null.
+struct BlockRef {
+    const float* p;
+    int lines;
+};
+inline void gemm_tile(const Gemm& g, int k0, int kc, bool first, bool last, int i, int mm, int j0, BlockRef pf) {
     const int wp = imin(NR, roundup(g.n - j0, VW));
     Tile t;
+    t.pf = pf.p;
+    t.pf_lines = pf.lines;
     t.a1 = g.a1 + i * g.lda1 + k0;
     t.lda1 = g.lda1;
     t.k1 = kc;
@@ -395,6 +436,22 @@ inline void gemm_tile(const Gemm& g, int k0, int kc, bool first, bool last, int 
 }
 
 inline bool last_block(int b, int nb) { return b == nb - 1; }
+inline int block_k0(int k1, int b, int nb) { return (int)((long)k1 * b / nb) & ~15; }
+inline int block_k1(int k1, int b, int nb) { return last_block(b, nb) ? k1 : block_k0(k1, b + 1, nb); }
+
+// The B block (panel j0, K block b) the first row tile visits after (j0 - NR, b): the next
+// panel of the block, or the next block's first panel; {null, 0} after the last. The
+// packed layout keeps a panel's K rows together, so a block is one contiguous range.
+BlockRef next_block(const Gemm& g, int b, int nb, int j0) {
+    while (j0 >= g.n) {
+        if (last_block(b, nb)) return {nullptr, 0};
+        ++b;
+        j0 -= roundup(g.n, NR);
+    }
+    const int wp = imin(NR, roundup(g.n - j0, VW));
+    const int k0 = block_k0(g.k1, b, nb), kc = block_k1(g.k1, b, nb) - k0;
+    return {g.b1 + (long)j0 * g.k1 + (long)k0 * wp, (int)(((long)kc * wp + 15) / 16)};
+}
 
 // shortk_gemm: a short K's GEMM (the expansions), in its own file but this translation unit
 #include "shortk_kernels.inc"
@@ -406,22 +463,32 @@ void gemm(const Gemm& g) {
     const int nb = (g.k1 + KC * 3 / 2 - 1) / (KC * 3 / 2);
     for (int b = 0; b < nb; ++b) {
         // block bounds on multiples of 16 floats (whole cache lines of the A rows)
-        const int k0 = (int)((long)g.k1 * b / nb) & ~15;
-        const int kc = (last_block(b, nb) ? g.k1 : (int)((long)g.k1 * (b + 1) / nb) & ~15) - k0;
+        const int k0 = block_k0(g.k1, b, nb);
+        const int kc = block_k1(g.k1, b, nb) - k0;
         const bool first = b == 0;
         const bool last = b == nb - 1;
         // A K block of B that stays in L2 (a short K): each row tile does all panels, so
         // output rows are written whole and the A tile stays in L1. Otherwise each B panel
-        // block stays in L1 for all the row tiles of a row block.
+        // block stays in L1 for all the row tiles of a row block. Either way the first row
+        // tile of each panel fetches the next B block (measured: see Tile::pf).
         const bool rows_outer = (long)(kc + (last ? g.k2 : 0)) * npad * 4 <= DCD_ROWS_OUTER_BYTES;
         for (int i0 = 0; i0 < g.m; i0 += MC) {
             const int i1 = imin(i0 + MC, g.m);
+            // the block's rows in nt tiles of as even a height as can be (49 = 10 x 4 + 9,
+            // not 12 x 4 + 1: a one-row tile runs at the FMA latency, not its throughput); the
+            // first `tall` tiles are one row higher
+            const int nt = (i1 - i0 + MR - 1) / MR, h = (i1 - i0) / nt, tall = (i1 - i0) % nt;
+            const bool pf = i0 == 0 && g.prefetch_b;
             if (rows_outer) {
-                for (int i = i0; i < i1; i += MR)
-                    for (int j0 = 0; j0 < g.n; j0 += NR) gemm_tile(g, k0, kc, first, last, i, imin(MR, i1 - i), j0);
+                for (int ti = 0, i = i0; ti < nt; i += h + (ti < tall), ++ti)
+                    for (int j0 = 0; j0 < g.n; j0 += NR)
+                        gemm_tile(g, k0, kc, first, last, i, h + (ti < tall), j0,
+                                  pf && ti == 0 ? next_block(g, b, nb, j0 + NR) : BlockRef{nullptr, 0});
             } else {
                 for (int j0 = 0; j0 < g.n; j0 += NR)
-                    for (int i = i0; i < i1; i += MR) gemm_tile(g, k0, kc, first, last, i, imin(MR, i1 - i), j0);
+                    for (int ti = 0, i = i0; ti < nt; i += h + (ti < tall), ++ti)
+                        gemm_tile(g, k0, kc, first, last, i, h + (ti < tall), j0,
+                                  pf && ti == 0 ? next_block(g, b, nb, j0 + NR) : BlockRef{nullptr, 0});
             }
         }
     }
@@ -832,6 +899,7 @@ Gemm latent_z(const Params& P, const Prepared& pre, const float* a, int m, float
     zg.lda1 = P.Cin;
     zg.k1 = P.Cin;
     zg.b1 = pre.qp;
+    zg.prefetch_b = true;
     zg.c = z;
     zg.ldc = L;
     zg.bias = qb;
@@ -899,6 +967,7 @@ void run(Params* pp) {
             // latent: Z = X qᵀ + q_b (N x L); out = lam * (X w0ᵀ) + Z (p phi)ᵀ + bias
             rj.z = latent_z(P, pre, x, (int)N, z);
             m.b1 = pre.w0p;
+            m.prefetch_b = true;
             m.scale1 = lam;
             m.a2 = z;
             m.lda2 = L;

@@ -247,6 +247,43 @@ def test_the_activation_keeps_nan(core, lib, isas, monkeypatch, isa, activation)
     assert np.abs(got[ok] - want[ok]).max() < 1e-5 * max(1.0, np.abs(want[ok]).max())
 
 
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("form", ["weight", "latent"])
+@pytest.mark.parametrize(
+    "hw,cin,cout,L,B",
+    [
+        ((7, 7), 400, 80, 20, 2),  # 49 rows in tiles of even height; three K blocks; an edge panel
+        ((7, 7), 90, 200, 12, 1),  # seven panels, the last one a single vector
+        ((15, 15), 40, 70, 8, 1),  # 225 rows: a full row block (MC) and 33 rows in even tiles
+        ((1, 13), 300, 48, 4, 1),  # fewer rows than a tile: no fetch of the next B block
+    ],
+)
+def test_row_tiles_and_weight_prefetch(core, lib, isas, monkeypatch, isa, form, hw, cin, cout, L, B):
+    # the GEMM's row tiles (as even as they can be) and, in the latent form, the next B
+    # block fetched by each panel's first row tile, across panels and K blocks
+    _need(isas, isa)
+    check(
+        core,
+        lib,
+        isa,
+        monkeypatch,
+        B=B,
+        H=hw[0],
+        W=hw[1],
+        Cin=cin,
+        Cout=cout,
+        L=L,
+        S=8,
+        pool=1,
+        se=1,
+        attention=1,
+        residual=1,
+        activation="relu6",
+        form=form,
+        seed=cin + cout,
+    )
+
+
 @pytest.mark.parametrize("form", ["weight", "latent"])
 def test_large_k(core, lib, isas, monkeypatch, form):
     # Cin above the kernel's K block (256): partial sums go through the output
