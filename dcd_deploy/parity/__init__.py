@@ -46,7 +46,10 @@ itself is broken (:class:`NonFiniteOutputError`), whatever the export does.
 
 from __future__ import annotations
 
+import concurrent.futures
 import copy
+import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -262,8 +265,8 @@ def _end_to_end(
         ref32 = [np.concatenate([f[j][1].numpy() for f in flat32]) for j in order]
         ref = [ref64[j][:used] for j in order]
         _refuse_nonfinite([x[:used] for x in given], ref32, ref)
-        for (backend, name), runner in run.items():
-            outs = [runner([x.numpy() for x in c]) for c in chunks]
+        runs = _each_runtime(run, lambda runner, chunks=chunks: [runner([x.numpy() for x in c]) for c in chunks])
+        for (backend, name), outs in runs:
             for o, spec in enumerate(out_specs):
                 got = np.concatenate([out[o] for out in outs])
                 row = _compare(
@@ -305,12 +308,16 @@ def _layer_by_layer(
     if not samples or not records:
         return
     fp32_errors: dict[str, float] = {}
-    for (backend, name), runner in run_layers.items():
+
+    def layer_values(runner) -> dict[str, list[np.ndarray]]:
         values: dict[str, list[np.ndarray]] = {}
         for chunk in samples:
             got = runner([x.numpy() for x in chunk], with_extra=True)[n_outputs:]
             for tensor, value in zip(extra, got):
                 values.setdefault(tensor, []).append(value)
+        return values
+
+    for (backend, name), values in _each_runtime(run_layers, layer_values):
         report.layers.extend(
             compare_layers(
                 records,
@@ -323,6 +330,27 @@ def _layer_by_layer(
                 fp32_errors=fp32_errors,
             )
         )
+
+
+def _each_runtime(runners: dict, work) -> Iterator[tuple[tuple[str, str], object]]:
+    """``(key, work(runner))`` for each runtime configuration, in ``runners``' order, the
+    runs of the next configurations going on in threads meanwhile: ONNX Runtime and
+    OpenVINO release the GIL while they run, so on a second core they overlap the caller's
+    comparisons (the float64 layer evaluations) and each other (dcd-export's check,
+    docs/performance.md). Each runner is used by one thread only and runs one thread
+    itself; the results, and so the report, are the same as one after the other."""
+    keys = list(runners)
+    if len(keys) < 2 or (os.cpu_count() or 1) < 2:
+        yield from ((key, work(runners[key])) for key in keys)
+        return
+    with concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="dcd-parity") as pool:
+        futures = [pool.submit(work, runners[key]) for key in keys]
+        try:
+            for key, future in zip(keys, futures):
+                yield key, future.result()
+        finally:
+            for future in futures:
+                future.cancel()
 
 
 def _layer_tensors(records, proto) -> tuple[tuple[str, ...], list]:
