@@ -83,6 +83,17 @@ def kill_group(pgid: int) -> None:
         pass
 
 
+def become_group_leader() -> None:
+    """In a child this command forked (``parity``'s reference, the trace worker): the
+    default signal dispositions (the parent's handlers and wakeup fd are its own) and a
+    process group of its own, which the parent registers (:func:`register_group`) and
+    kills as a whole."""
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
+    signal.set_wakeup_fd(-1)
+    os.setpgid(0, 0)
+
+
 def emergency_cleanup() -> None:
     """Kill the registered process groups and remove the registered paths (best effort)."""
     with _lock:

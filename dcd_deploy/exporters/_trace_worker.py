@@ -33,7 +33,6 @@ import contextlib
 import io
 import os
 import pickle
-import signal
 import sys
 import threading
 import traceback
@@ -180,10 +179,7 @@ def _replay(out: str, err: str, caught=()) -> None:
 def _child(requests: int, replies: int) -> None:
     status = 1
     try:
-        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-            signal.signal(sig, signal.SIG_DFL)
-        signal.set_wakeup_fd(-1)
-        os.setpgid(0, 0)
+        _cleanup.become_group_leader()
         torch.set_num_threads(1)  # the parent loads the model on the other core
         with contextlib.suppress(Exception):  # the trace imports what this could not
             _prepare()

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import os
 import pickle
-import signal
 import sys
 
 import torch
@@ -106,10 +105,7 @@ class Prefetch:
 def _child(model: nn.Module, inputs, plans, fd: int) -> None:
     status = 1
     try:
-        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-            signal.signal(sig, signal.SIG_DFL)
-        signal.set_wakeup_fd(-1)
-        os.setpgid(0, 0)
+        _cleanup.become_group_leader()
         torch.set_num_threads(1)
         result = compute(model, inputs, plans)
         with os.fdopen(fd, "wb") as f:
