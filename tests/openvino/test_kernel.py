@@ -417,24 +417,33 @@ def test_two_threads(core, monkeypatch, form):
     assert np.abs(got - want).max() < 1e-5 * max(1.0, np.abs(want).max())
 
 
+def _regions(core, lib, *, seed, threads, runs, form, activation, pool, se, residual, **shape) -> int:
+    """The parallel regions (``dcd_deploy_ov_split_calls``) ``runs`` calls of a layer opened,
+    its outputs checked against the float64 reference on the way."""
+    lib.dcd_deploy_ov_split_calls.restype = ctypes.c_long
+    lib.dcd_deploy_ov_split_calls.argtypes = [ctypes.c_int]
+    x, res, c = make_case(np.random.default_rng(seed), pool=pool, se=se, attention=1, residual=residual, **shape)
+    model = core.read_model(make_model(x, res, c, pool=pool, se=se, attention=1, activation=activation, form=form), b"")
+    compiled = core.compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32", "INFERENCE_NUM_THREADS": threads})
+    want = reference(x, res, c, pool=pool, se=se, attention=1, activation=activation)
+    lib.dcd_deploy_ov_split_calls(1)
+    for _ in range(runs):
+        got = compiled([x, res] if residual else [x])[0]
+        assert np.abs(got - want).max() < 1e-5 * max(1.0, np.abs(want).max())
+    return lib.dcd_deploy_ov_split_calls(1)
+
+
 @pytest.mark.parametrize("threads", [1, 2])
 def test_the_gemms_split_over_openvinos_threads(core, lib, monkeypatch, threads):
     # evaluate sees INFERENCE_NUM_THREADS (the CPU plugin runs the op inside its TBB arena):
     # with 2 threads each call opens one parallel region (ov::parallel_for) for all its
     # phases, the latent form's two GEMMs included; with 1 never
     monkeypatch.delenv("DCD_DEPLOY_ISA", raising=False)
-    lib.dcd_deploy_ov_split_calls.restype = ctypes.c_long
-    lib.dcd_deploy_ov_split_calls.argtypes = [ctypes.c_int]
-    rng = np.random.default_rng(10)
-    x, res, c = make_case(rng, B=1, H=16, W=16, Cin=24, Cout=48, L=8, S=6, pool=1, se=0, attention=1, residual=0)
-    model = core.read_model(make_model(x, res, c, pool=1, se=0, attention=1, activation="none", form="latent"), b"")
-    compiled = core.compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32", "INFERENCE_NUM_THREADS": threads})
-    want = reference(x, res, c, pool=1, se=0, attention=1, activation="none")
-    lib.dcd_deploy_ov_split_calls(1)
-    for _ in range(3):
-        got = compiled([x])[0]
-        assert np.abs(got - want).max() < 1e-5 * max(1.0, np.abs(want).max())
-    assert lib.dcd_deploy_ov_split_calls(1) == (3 if threads == 2 else 0)
+    shape = dict(B=1, H=16, W=16, Cin=24, Cout=48, L=8, S=6)
+    got = _regions(
+        core, lib, seed=10, threads=threads, runs=3, form="latent", activation="none", pool=1, se=0, residual=0, **shape
+    )
+    assert got == (3 if threads == 2 else 0)
 
 
 @pytest.mark.parametrize("isa", ISAS)
@@ -450,19 +459,12 @@ def test_the_serial_phases_split_too(core, lib, isas, monkeypatch, isa, form, th
     _need(isas, isa)
     monkeypatch.setenv("DCD_DEPLOY_ISA", isa)
     monkeypatch.setenv("DCD_DEPLOY_REGIONS", regions)
-    lib.dcd_deploy_ov_split_calls.restype = ctypes.c_long
-    lib.dcd_deploy_ov_split_calls.argtypes = [ctypes.c_int]
-    rng = np.random.default_rng(11)
-    x, res, c = make_case(rng, B=2, H=16, W=16, Cin=192, Cout=192, L=8, S=160, pool=2, se=1, attention=1, residual=1)
-    model = core.read_model(make_model(x, res, c, pool=2, se=1, attention=1, activation="none", form=form), b"")
-    compiled = core.compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32", "INFERENCE_NUM_THREADS": threads})
-    want = reference(x, res, c, pool=2, se=1, attention=1, activation="none")
-    lib.dcd_deploy_ov_split_calls(1)
-    for _ in range(3):
-        got = compiled([x, res])[0]
-        assert np.abs(got - want).max() < 1e-5 * max(1.0, np.abs(want).max())
+    shape = dict(B=2, H=16, W=16, Cin=192, Cout=192, L=8, S=160)
+    got = _regions(
+        core, lib, seed=11, threads=threads, runs=3, form=form, activation="none", pool=2, se=1, residual=1, **shape
+    )
     per_sample = 1 if regions == "call" else (5 if form == "weight" else 4)
-    assert lib.dcd_deploy_ov_split_calls(1) == (3 * 2 * per_sample if threads == 2 else 0)
+    assert got == (3 * 2 * per_sample if threads == 2 else 0)
 
 
 @pytest.mark.parametrize("form", ["weight", "latent"])
@@ -470,17 +472,11 @@ def test_a_small_call_opens_no_region(core, lib, monkeypatch, form):
     # below 2^18 multiply-adds (here 8 x 8 pixels, 16 -> 24 channels: about 25 thousand)
     # a region's hand-off would cost more than it saves: the call runs on one thread
     monkeypatch.delenv("DCD_DEPLOY_ISA", raising=False)
-    lib.dcd_deploy_ov_split_calls.restype = ctypes.c_long
-    lib.dcd_deploy_ov_split_calls.argtypes = [ctypes.c_int]
-    rng = np.random.default_rng(12)
-    x, res, c = make_case(rng, B=1, H=8, W=8, Cin=16, Cout=24, L=4, S=4, pool=1, se=0, attention=1, residual=0)
-    model = core.read_model(make_model(x, res, c, pool=1, se=0, attention=1, activation="relu", form=form), b"")
-    compiled = core.compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32", "INFERENCE_NUM_THREADS": 2})
-    want = reference(x, res, c, pool=1, se=0, attention=1, activation="relu")
-    lib.dcd_deploy_ov_split_calls(1)
-    got = compiled([x])[0]
-    assert np.abs(got - want).max() < 1e-5 * max(1.0, np.abs(want).max())
-    assert lib.dcd_deploy_ov_split_calls(1) == 0
+    shape = dict(B=1, H=8, W=8, Cin=16, Cout=24, L=4, S=4)
+    got = _regions(
+        core, lib, seed=12, threads=2, runs=1, form=form, activation="relu", pool=1, se=0, residual=0, **shape
+    )
+    assert got == 0
 
 
 def test_inconsistent_weights_fail_at_read_model(core, monkeypatch):
