@@ -16,6 +16,7 @@ import torch
 from hypothesis import HealthCheck, settings
 from torch import nn
 
+from dcd_deploy.layers import DCDConv2d
 from dcd_deploy.openvino import kernel_isa
 
 EXAMPLES = 60
@@ -49,6 +50,25 @@ class LayerNet(nn.Module):
         if self.residual:
             y = s + y
         return torch.flatten(self.act(y), 1)
+
+
+def dcd_layer_net(cfg, kernel: int = 1, stride: int = 1, **layer_options) -> nn.Module:
+    """A :class:`LayerNet` around one :class:`DCDConv2d` with ``cfg``'s shared fields (the
+    fuzz configurations' c_in, c_out, latent_dim, pool_size, gate, channel_attention,
+    latent_bn, residual, act) and the kind's own options (groups, num_blocks)."""
+    layer = DCDConv2d(
+        cfg.c_in,
+        cfg.c_out,
+        kernel,
+        stride,
+        latent_dim=cfg.latent_dim,
+        pool_size=cfg.pool_size,
+        gate=cfg.gate,
+        channel_attention=cfg.channel_attention,
+        latent_bn=cfg.latent_bn,
+        **layer_options,
+    )
+    return LayerNet(layer, c_in=cfg.c_in, c_out=cfg.c_out, residual=cfg.residual, act=cfg.act)
 
 
 def build(cfg, net) -> nn.Module:

@@ -26,7 +26,7 @@ from torch import nn
 pytest.importorskip("openvino")
 
 import _zoo  # noqa: E402
-from _fused_nets import ACTIVATIONS, FUZZ, LayerNet, available_isas, build, forced_isa  # noqa: E402
+from _fused_nets import ACTIVATIONS, FUZZ, available_isas, build, dcd_layer_net, forced_isa  # noqa: E402
 
 from dcd_deploy import export_onnx  # noqa: E402
 from dcd_deploy.layers import DCDConv2d, DCDLinear  # noqa: E402
@@ -84,20 +84,7 @@ def block_layers(draw) -> Blocks:
 
 
 def _net(cfg: Blocks) -> nn.Module:
-    layer = DCDConv2d(
-        cfg.c_in,
-        cfg.c_out,
-        cfg.kernel,
-        cfg.stride,
-        groups=cfg.groups,
-        num_blocks=cfg.blocks,
-        latent_dim=cfg.latent_dim,
-        pool_size=cfg.pool_size,
-        gate=cfg.gate,
-        channel_attention=cfg.channel_attention,
-        latent_bn=cfg.latent_bn,
-    )
-    return LayerNet(layer, c_in=cfg.c_in, c_out=cfg.c_out, residual=cfg.residual, act=cfg.act)
+    return dcd_layer_net(cfg, cfg.kernel, cfg.stride, groups=cfg.groups, num_blocks=cfg.blocks)
 
 
 def test_fused_block_diagonal_layers_match_pytorch(tmp_path, capsys):

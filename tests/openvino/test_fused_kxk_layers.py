@@ -26,10 +26,9 @@ from torch import nn
 
 pytest.importorskip("openvino")
 
-from _fused_nets import ACTIVATIONS, FUZZ, LayerNet, available_isas, build, forced_isa  # noqa: E402
+from _fused_nets import ACTIVATIONS, FUZZ, available_isas, build, dcd_layer_net, forced_isa  # noqa: E402
 
 from dcd_deploy import export_onnx  # noqa: E402
-from dcd_deploy.layers import DCDConv2d  # noqa: E402
 from dcd_deploy.parity import check_parity  # noqa: E402
 
 EXAMPLES = 40
@@ -78,18 +77,7 @@ def kxk_layers(draw) -> KxK:
 
 
 def _net(cfg: KxK) -> nn.Module:
-    layer = DCDConv2d(
-        cfg.c_in,
-        cfg.c_out,
-        cfg.kernel,
-        cfg.stride,
-        latent_dim=cfg.latent_dim,
-        pool_size=cfg.pool_size,
-        gate=cfg.gate,
-        channel_attention=cfg.channel_attention,
-        latent_bn=cfg.latent_bn,
-    )
-    return LayerNet(layer, c_in=cfg.c_in, c_out=cfg.c_out, residual=cfg.residual, act=cfg.act)
+    return dcd_layer_net(cfg, cfg.kernel, cfg.stride)
 
 
 def test_fused_kxk_layers_match_pytorch_in_openvino_and_onnxruntime(tmp_path, capsys):

@@ -31,7 +31,7 @@ from torch import nn
 pytest.importorskip("openvino")
 
 import _zoo  # noqa: E402
-from _fused_nets import ACTIVATIONS, EXAMPLES, FUZZ, LayerNet, available_isas, build, forced_isa  # noqa: E402
+from _fused_nets import ACTIVATIONS, EXAMPLES, FUZZ, available_isas, build, dcd_layer_net, forced_isa  # noqa: E402
 
 from dcd_deploy import export_onnx, list_models  # noqa: E402
 from dcd_deploy.layers import DCDConv2d, DCDLinear  # noqa: E402
@@ -78,17 +78,7 @@ def layers(draw) -> Layer:
 
 
 def _net(cfg: Layer) -> nn.Module:
-    layer = DCDConv2d(
-        cfg.c_in,
-        cfg.c_out,
-        1,
-        latent_dim=cfg.latent_dim,
-        pool_size=cfg.pool_size,
-        gate=cfg.gate,
-        channel_attention=cfg.channel_attention,
-        latent_bn=cfg.latent_bn,
-    )
-    return LayerNet(layer, c_in=cfg.c_in, c_out=cfg.c_out, residual=cfg.residual, act=cfg.act)
+    return dcd_layer_net(cfg)
 
 
 def test_fused_layers_match_pytorch_in_openvino_and_onnxruntime(tmp_path, capsys):
