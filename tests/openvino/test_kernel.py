@@ -285,8 +285,10 @@ def test_row_tiles_and_weight_prefetch(core, lib, isas, monkeypatch, isa, form, 
 
 
 @pytest.mark.parametrize("form", ["weight", "latent"])
-def test_large_k(core, lib, isas, monkeypatch, form):
-    # Cin above the kernel's K block (256): partial sums go through the output
+@pytest.mark.parametrize("cin", [600, 1201])
+def test_large_k(core, lib, isas, monkeypatch, form, cin):
+    # Cin above the kernel's K block (1.5 x 128 on AVX-512, 1.5 x 768 on AVX2, 1.5 x 256
+    # portable): partial sums go through the output
     check(
         core,
         lib,
@@ -294,7 +296,7 @@ def test_large_k(core, lib, isas, monkeypatch, form):
         monkeypatch,
         H=3,
         W=5,
-        Cin=600,
+        Cin=cin,
         Cout=40,
         L=8,
         pool=1,
