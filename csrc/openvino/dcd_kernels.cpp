@@ -214,6 +214,33 @@ inline void rank_k(vf (&acc)[M][N], const float* a, long lda, const float* b, lo
         rank_1<M, N>(acc, a + k, lda, b);
     }
 }
+// The same for a one-vector tile (a panel of VW columns: a 24-wide layer's last panel, Z's
+// columns past 16), even and odd k into two sets of accumulators: with M accumulators alone
+// (6 on AVX2) the FMAs wait on their latency (4 cycles, two FMA units: 8 chains needed).
+template <int M>
+inline void rank_k_split(vf (&acc)[M][1], const float* a, long lda, const float* b, long ldb, int kn) {
+    vf odd[M][1];
+#pragma GCC unroll 16
+    for (int i = 0; i < M; ++i) odd[i][0] = vf{};
+    int k = 0;
+    for (; k + 2 <= kn; k += 2, b += 2 * ldb) {
+        rank_1<M, 1>(acc, a + k, lda, b);
+        rank_1<M, 1>(odd, a + k + 1, lda, b + ldb);
+    }
+    if (k < kn) rank_1<M, 1>(acc, a + k, lda, b);
+#pragma GCC unroll 16
+    for (int i = 0; i < M; ++i) acc[i][0] += odd[i][0];
+}
+#if defined(DCD_ISA_AVX2) && !defined(DCD_NO_SPLIT1)
+constexpr bool kSplit1 = true;
+#else
+constexpr bool kSplit1 = false;
+#endif
+template <int M, int N>
+inline void rank_k_any(vf (&acc)[M][N], const float* a, long lda, const float* b, long ldb, int kn) {
+    if constexpr (N == 1 && kSplit1) rank_k_split<M>(acc, a, lda, b, ldb, kn);
+    else rank_k<M, N>(acc, a, lda, b, ldb, kn);
+}
 // the same, fetching pf_lines cache lines from pf into L2 along the way (about as many per k
 // as B takes): the next B block, which the layers whose weights come from memory (the
 // latent form's w0 and q) otherwise wait for at each panel's first row tile
@@ -263,7 +290,7 @@ __attribute__((noinline)) void ukernel(const Tile& t) {
         for (int i = 0; i < M; ++i)
             for (int v = 0; v < N; ++v) __builtin_prefetch(t.c + i * t.ldc + v * VW, 1, 3);
     if constexpr (PF) rank_k_pf<M, N>(acc, t.a1, t.lda1, t.b1, t.ldb1, t.k1, t.pf, t.pf_lines);
-    else rank_k<M, N>(acc, t.a1, t.lda1, t.b1, t.ldb1, t.k1);
+    else rank_k_any<M, N>(acc, t.a1, t.lda1, t.b1, t.ldb1, t.k1);
     if (t.scale1) {
 #pragma GCC unroll 4
         for (int v = 0; v < N; ++v) {
@@ -272,7 +299,7 @@ __attribute__((noinline)) void ukernel(const Tile& t) {
             for (int i = 0; i < M; ++i) acc[i][v] *= s;
         }
     }
-    if (t.k2 > 0) rank_k<M, N>(acc, t.a2, t.lda2, t.b2, t.ldb2, t.k2);  // the latent form's Z columns
+    if (t.k2 > 0) rank_k_any<M, N>(acc, t.a2, t.lda2, t.b2, t.ldb2, t.k2);  // the latent form's Z columns
     if (t.epi) {
         if (t.bias) {
 #pragma GCC unroll 4

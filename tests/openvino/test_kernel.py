@@ -284,6 +284,35 @@ def test_row_tiles_and_weight_prefetch(core, lib, isas, monkeypatch, isa, form, 
     )
 
 
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("form", ["weight", "latent"])
+@pytest.mark.parametrize("cin,cout,L", [(1, 24, 4), (7, 8, 3), (96, 24, 20), (97, 40, 20), (144, 23, 5)])
+@pytest.mark.parametrize("residual,activation", [(0, "none"), (1, "relu6")])
+def test_one_vector_panels(core, lib, isas, monkeypatch, isa, form, cin, cout, L, residual, activation):
+    # a last panel of one vector (C_out 24 and 40 on AVX2, 8 + a masked 7 for 23) and Z's
+    # columns past a full panel (L = 20): on AVX2 their tiles sum even and odd k apart
+    # (rank_k_split), with an odd K and K = 1 (no pair); 35 rows: tiles of 6 and 5
+    _need(isas, isa)
+    check(
+        core,
+        lib,
+        isa,
+        monkeypatch,
+        H=5,
+        W=7,
+        Cin=cin,
+        Cout=cout,
+        L=L,
+        S=6,
+        pool=1,
+        attention=1,
+        residual=residual,
+        activation=activation,
+        form=form,
+        seed=cin * 3 + cout + L,
+    )
+
+
 @pytest.mark.parametrize("form", ["weight", "latent"])
 @pytest.mark.parametrize("cin", [600, 1201])
 def test_large_k(core, lib, isas, monkeypatch, form, cin):
