@@ -279,6 +279,17 @@ def test_pooling_widths(core, lib, isas, monkeypatch, isa, pool, cin):
 
 
 @pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("cin", [3, 8, 20, 24, 40, 64])
+@pytest.mark.parametrize("hw", [(6, 5), (9, 11), (2, 1)])
+def test_narrow_bins(core, lib, isas, monkeypatch, isa, cin, hw):
+    """The 2x2 bins of a narrow map (up to four vectors of channels: bin_rows), whose
+    column bins overlap on odd widths and whose pixel pairs leave one over (3, 5 and 6
+    columns per bin), one row per bin included."""
+    _need(isas, isa)
+    check(core, lib, isa, monkeypatch, H=hw[0], W=hw[1], Cin=cin, Cout=8, L=3, S=5, pool=2, se=1, seed=cin + hw[1])
+
+
+@pytest.mark.parametrize("isa", ISAS)
 @pytest.mark.parametrize("activation", ["relu", "relu6"])
 def test_the_activation_keeps_nan(core, lib, isas, monkeypatch, isa, activation):
     # a NaN in the residual reaches the epilogue alone (one pixel, one channel): relu and
