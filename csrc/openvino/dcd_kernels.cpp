@@ -121,6 +121,10 @@ inline float hsum(vf v) {
     for (int i = 0; i < VW; ++i) s += v[i];
     return s;
 }
+// Fetch n floats at p into L2 (prefetcht1), one request per 64-byte line
+inline void prefetch_l2(const float* p, long n) {
+    for (long i = 0; i < n; i += 16) __builtin_prefetch(p + i, 0, 2);
+}
 float dot(const float* a, const float* b, int n) {
     vf s0 = vf{}, s1 = vf{}, s2 = vf{}, s3 = vf{};
     int i = 0;
@@ -135,9 +139,48 @@ float dot(const float* a, const float* b, int n) {
     for (; i < n; ++i) s += a[i] * b[i];
     return s;
 }
-// out[r] = M[r, :] . v  (+ b[r])
+// out[0..4) = rows m, m + n, m + 2n, m + 3n of M . v: the four rows share each load of v, and
+// two vectors per row at a time make eight independent chains of multiply-adds
+void dot4(const float* m, const float* v, int n, float* out) {
+    const float *m0 = m, *m1 = m + n, *m2 = m + 2L * n, *m3 = m + 3L * n;
+    vf a0 = vf{}, a1 = vf{}, a2 = vf{}, a3 = vf{}, b0 = vf{}, b1 = vf{}, b2 = vf{}, b3 = vf{};
+    int i = 0;
+    for (; i + 2 * VW <= n; i += 2 * VW) {
+        const vf u = ld(v + i), w = ld(v + i + VW);
+        a0 += ld(m0 + i) * u;
+        b0 += ld(m0 + i + VW) * w;
+        a1 += ld(m1 + i) * u;
+        b1 += ld(m1 + i + VW) * w;
+        a2 += ld(m2 + i) * u;
+        b2 += ld(m2 + i + VW) * w;
+        a3 += ld(m3 + i) * u;
+        b3 += ld(m3 + i + VW) * w;
+    }
+    for (; i + VW <= n; i += VW) {
+        const vf u = ld(v + i);
+        a0 += ld(m0 + i) * u;
+        a1 += ld(m1 + i) * u;
+        a2 += ld(m2 + i) * u;
+        a3 += ld(m3 + i) * u;
+    }
+    float s[4] = {hsum(a0 + b0), hsum(a1 + b1), hsum(a2 + b2), hsum(a3 + b3)};
+    for (; i < n; ++i) {
+        s[0] += m0[i] * v[i];
+        s[1] += m1[i] * v[i];
+        s[2] += m2[i] * v[i];
+        s[3] += m3[i] * v[i];
+    }
+    for (int r = 0; r < 4; ++r) out[r] = s[r];
+}
+// out[r] = M[r, :] . v  (+ b[r]): four rows at a time (dot4). One row at a time, each row's
+// dot waited on its own chain and its horizontal sum: fc1 and the gate are 4-128 rows of
+// 4-2048 floats (ResNet-18's fc1 took 20% longer).
 void matvec(const float* m, const float* v, const float* b, int rows, int n, float* out) {
-    for (int r = 0; r < rows; ++r) out[r] = dot(m + (long)r * n, v, n) + (b ? b[r] : 0.f);
+    int r = 0;
+    for (; r + 4 <= rows; r += 4) dot4(m + (long)r * n, v, n, out + r);
+    for (; r < rows; ++r) out[r] = dot(m + (long)r * n, v, n);
+    if (b)
+        for (r = 0; r < rows; ++r) out[r] += b[r];
 }
 struct MatvecJob {
     const float *m, *v;
@@ -614,27 +657,42 @@ void prepare(const Params* P, float* dst) {
 
 // out[0..R) = b + sum_s y[s] * mt[s, :]: a matrix-vector product with the matrix stored
 // transposed (S x R), so the vector runs over the R outputs (no horizontal sums), read
-// row after row, four rows at a time: sequential streams the prefetchers follow (the
-// first version walked 64-column strips down all S rows: the branch took 7-11% longer).
+// row after row, eight rows at a time: sequential streams the prefetchers follow (the
+// first version walked 64-column strips down all S rows: the branch took 7-11% longer;
+// four rows a pass read and wrote `out` twice as often: the branch 5-7% longer on AVX2,
+// sixteen rows were slower again), two chains of adds per output vector.
 void matvec_t(const float* mt, long ldm, const float* y, const float* b, int S, int R, float* out) {
-    for (int s = 0; s < S || s == 0; s += 4) {
-        const int ns = imin(4, S - s);
-        const float* m0 = mt + (long)s * ldm;
-        const float* m1 = m0 + (ns > 1 ? ldm : 0);
-        const float* m2 = m0 + (ns > 2 ? 2 * ldm : 0);
-        const float* m3 = m0 + (ns > 3 ? 3 * ldm : 0);
-        const float y0 = ns > 0 ? y[s] : 0.f, y1 = ns > 1 ? y[s + 1] : 0.f;
-        const float y2 = ns > 2 ? y[s + 2] : 0.f, y3 = ns > 3 ? y[s + 3] : 0.f;
+    constexpr int KR = 8;
+    for (int s = 0; s < S || s == 0; s += KR) {
+        const int ns = imin(KR, S - s);
+        const float* m[KR];
+        vf v[KR];
+        float yk[KR];
+#pragma GCC unroll 8
+        for (int k = 0; k < KR; ++k) {
+            m[k] = mt + (long)s * ldm + (k < ns ? k * ldm : 0);
+            yk[k] = k < ns ? y[s + k] : 0.f;
+            v[k] = bc(yk[k]);
+        }
         const float* acc = s == 0 ? b : out;
-        const vf v0 = bc(y0), v1 = bc(y1), v2 = bc(y2), v3 = bc(y3);
         int r = 0;
         for (; r + VW <= R; r += VW) {
-            vf a = acc ? ld(acc + r) : vf{};
-            a += v0 * ld(m0 + r) + v1 * ld(m1 + r);
-            a += v2 * ld(m2 + r) + v3 * ld(m3 + r);
-            st(out + r, a);
+            vf a0 = acc ? ld(acc + r) : vf{}, a1 = vf{};
+#pragma GCC unroll 8
+            for (int k = 0; k < KR; k += 2) {
+                a0 += v[k] * ld(m[k] + r);
+                a1 += v[k + 1] * ld(m[k + 1] + r);
+            }
+            st(out + r, a0 + a1);
         }
-        for (; r < R; ++r) out[r] = (acc ? acc[r] : 0.f) + (y0 * m0[r] + y1 * m1[r]) + (y2 * m2[r] + y3 * m3[r]);
+        for (; r < R; ++r) {
+            float a0 = acc ? acc[r] : 0.f, a1 = 0.f;
+            for (int k = 0; k < KR; k += 2) {
+                a0 += yk[k] * m[k][r];
+                a1 += yk[k + 1] * m[k + 1][r];
+            }
+            out[r] = a0 + a1;
+        }
     }
 }
 struct MatvecTJob {
@@ -723,6 +781,71 @@ void colsum(const float* x, long stride, long count, int C, float* out, bool acc
     }
 }
 
+// The 2x2 bins of rows [h0, h1) of a map of at most 4 vectors of channels (NVB; the last
+// holding `last`; U pixels at a time per side): bl (+)= the sums over columns [0, cl), br
+// over [cr, W), ldx floats per pixel. Each row read in order, left half then right, into
+// accumulators kept across the rows: with a colsum call per half row, whose set-up and
+// stored sums cost more than the loads on narrow maps, MobileNetV2's 112² x 8 and 56² x
+// 16-24 poolings took 1.3-2x as long (x in cache; 1.3-1.4x with x in memory). Summing each
+// bin as a rectangle instead (half rows, one bin after the other) was as fast in cache but
+// up to 25% slower with x in memory.
+template <int NVB, int U>
+void bin_rows(const float* x, long ldx, int W, int cl, int cr, int h0, int h1, int last, float* bl, float* br) {
+    vf a[2][U][NVB];
+    for (int s = 0; s < 2; ++s)
+        for (int u = 0; u < U; ++u)
+            for (int v = 0; v < NVB; ++v) a[s][u][v] = vf{};
+    const bool part = last < VW;
+    auto add = [&](vf(&acc)[NVB], const float* p) {
+#pragma GCC unroll 4
+        for (int v = 0; v < NVB; ++v) acc[v] += (v == NVB - 1 && part) ? ld_mask(p + v * VW, last) : ld(p + v * VW);
+    };
+    for (int h = h0; h < h1; ++h) {
+        const float* xr = x + (long)h * W * ldx;
+        int i = 0;
+        for (; i + U <= cl; i += U)
+            for (int u = 0; u < U; ++u) add(a[0][u], xr + (i + u) * ldx);
+        for (; i < cl; ++i) add(a[0][0], xr + i * ldx);
+        for (i = cr; i + U <= W; i += U)
+            for (int u = 0; u < U; ++u) add(a[1][u], xr + (i + u) * ldx);
+        for (; i < W; ++i) add(a[1][0], xr + i * ldx);
+    }
+    for (int s = 0; s < 2; ++s) {
+        float* out = s ? br : bl;
+        for (int v = 0; v < NVB; ++v) {
+            const int n = v == NVB - 1 ? last : VW;
+            vf sum = ld_mask(out + v * VW, n);
+            for (int u = 0; u < U; ++u) sum += a[s][u][v];
+            if (n == VW) st(out + v * VW, sum);
+            else st_mask(out + v * VW, sum, n);
+        }
+    }
+}
+
+// The 2x2 bins (bins: 4 x C, accumulated, then 2 x C of scratch) row after row, each half
+// row a colsum (a row in both row bins, odd H, summed once and added to both)
+void bins_by_rows(const float* x, long ldx, int H, int W, int C, float* bins) {
+    const int r0e = (H + 1) / 2, r1s = H / 2, c0e = (W + 1) / 2, c1s = W / 2;
+    float* cs0 = bins + 4 * C;
+    float* cs1 = bins + 5 * C;
+    for (int h = 0; h < H; ++h) {
+        const float* xr = x + (long)h * W * ldx;
+        const bool in0 = h < r0e, in1 = h >= r1s;
+        if (in0 != in1) {  // the row is in one row bin: sum straight into it
+            float* b = bins + (in0 ? 0 : 2 * C);
+            colsum(xr, ldx, c0e, C, b, true);
+            colsum(xr + (long)c1s * ldx, ldx, W - c1s, C, b + C, true);
+        } else {
+            colsum(xr, ldx, c0e, C, cs0, false);
+            colsum(xr + (long)c1s * ldx, ldx, W - c1s, C, cs1, false);
+            add_row(bins, cs0, C);
+            add_row(bins + C, cs1, C);
+            add_row(bins + 2 * C, cs0, C);
+            add_row(bins + 3 * C, cs1, C);
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // pooled (Cin x pool²) for the channels [c0, c1) of x
 void pool_channels(const Params& P, const float* x0, float* pooled, int c0, int c1) {
@@ -739,24 +862,14 @@ void pool_channels(const Params& P, const float* x0, float* pooled, int c0, int 
     // adaptive 2x2: row bin 0 = [0, ceil(H/2)), bin 1 = [floor(H/2), H); same for columns
     const int r0e = (H + 1) / 2, r1s = H / 2, c0e = (W + 1) / 2, c1s = W / 2;
     float* bins = scratch(10, (size_t)6 * C);  // 4 x C, then one row's two column-bin sums
-    float* cs0 = bins + 4 * C;
-    float* cs1 = bins + 5 * C;
     zero(bins, 4L * C);
-    for (int h = 0; h < H; ++h) {
-        const float* xr = x + (long)h * W * ldx;
-        const bool in0 = h < r0e, in1 = h >= r1s;
-        if (in0 != in1) {  // the row is in one row bin: sum straight into it
-            float* b = bins + (in0 ? 0 : 2 * C);
-            colsum(xr, ldx, c0e, C, b, true);
-            colsum(xr + (long)c1s * ldx, ldx, W - c1s, C, b + C, true);
-        } else {
-            colsum(xr, ldx, c0e, C, cs0, false);
-            colsum(xr + (long)c1s * ldx, ldx, W - c1s, C, cs1, false);
-            add_row(bins, cs0, C);
-            add_row(bins + C, cs1, C);
-            add_row(bins + 2 * C, cs0, C);
-            add_row(bins + 3 * C, cs1, C);
-        }
+    if (C <= 4 * VW) {  // narrow: one pass per row bin
+        const int nv = (C + VW - 1) / VW, last = C - (nv - 1) * VW;
+        auto rows = nv == 1 ? bin_rows<1, 2> : nv == 2 ? bin_rows<2, 2> : nv == 3 ? bin_rows<3, 1> : bin_rows<4, 1>;
+        rows(x, ldx, W, c0e, c1s, 0, r0e, last, bins, bins + C);
+        rows(x, ldx, W, c0e, c1s, r1s, H, last, bins + 2 * C, bins + 3 * C);
+    } else {
+        bins_by_rows(x, ldx, H, W, C, bins);
     }
     const float rows[2] = {(float)r0e, (float)(H - r1s)}, cols[2] = {(float)c0e, (float)(W - c1s)};
     for (int b = 0; b < 4; ++b) {
@@ -776,6 +889,33 @@ void pool_range(void* ctx, int c0, int c1) {
 
 void add_phases(Params& P, const double* ts);
 
+// The order of the products. The latent path's term (p Φ') z for n pixels costs Cout·L·Lz
+// to form p Φ' plus n·Cout·L for the GEMM; p (Φ' z), i.e. z2 = z Φ'ᵀ (n·L·Lz) and then the
+// GEMM with the prepared packed p as its B, skips forming p Φ' for n·L·Lz: fewer
+// multiply-adds when n < Cout (the 7x7 layers, the classifier: 1 pixel, Cout·L² = 1 M).
+// Measured (AVX2, EPYC): MobileNetV2's 7x7 layers with Cout 80 (n 49) 1-7% slower, so
+// only from 2n <= Cout: the classifiers -25 to -32%, x1.0's 7x7 layers -3 to -6%,
+// ResNet-18's 7x7 ones -4 to -6%.
+inline bool phi_first_pays(long n, const Params& P) { return 2 * n <= P.Cout; }
+// ppk holds p Φ' (Cout x Lz) or, phi_first, Φ' (L x Lz), both packed with K = Lz
+inline size_t ppk_size(const Params& P) {
+    const size_t a = packed_size(P.Cout, phi_cols(P)), b = packed_size(P.L, phi_cols(P));
+    return a > b ? a : b;
+}
+// z2 (n x L) = z (n x Lz, row stride Lz) Φ'ᵀ, Φ' packed in phik (K = Lz): phi_first's product
+Gemm z_phi(const Params& P, const float* z, int n, const float* phik, float* z2) {
+    Gemm g{};
+    g.m = n;
+    g.n = P.L;
+    g.a1 = z;
+    g.lda1 = phi_cols(P);
+    g.k1 = phi_cols(P);
+    g.b1 = phik;
+    g.c = z2;
+    g.ldc = P.L;
+    return g;
+}
+
 // The dynamic branch of one sample (all three ops) as stages of a Team: pooling (over
 // channel blocks), fc1 (over its rows), the gate, both heads as one product over the
 // prepared [scale_wᵀ | phi_wᵀ] (over its outputs), then lam (Cout, padded with zeros to a
@@ -784,6 +924,7 @@ struct BranchJob {
     const Params* P;
     const Prepared* pre;
     float *y, *g, *h, *lam, *ppk;
+    bool phi_first;  // ppk = Φ' packed (K = phi_cols) for the consumer's z Φ'ᵀ, not p Φ' (phi_first_pays)
     PoolJob pool;
     MatvecJob fc1;
     MatvecTJob heads;
@@ -808,10 +949,18 @@ void heads_step(void* ctx, int, int) {
     for (int o = Cout; o < roundup(Cout, NR); ++o) j.lam[o] = 0.f;
     float* phi = P.attention ? j.h + Cout : j.h;
     add_row(phi, P.phi_b, P.L * phi_cols(P));  // (phi_b is not in the prepared weights: their cache key)
-    form_pphi(P, *j.pre, phi, j.ppk);
+    if (j.phi_first) {
+        // p (packed) is now the GEMM's B, read in short panels (K = L) with no stream for the
+        // prefetchers to follow: without this fetch x0.5's 7x7 layers were 2-8% slower
+        prefetch_l2(j.pre->pp, (long)packed_size(P.Cout, P.L));
+        pack_t(phi, P.L, phi_cols(P), nullptr, j.ppk, phi_cols(P), 0);
+    } else form_pphi(P, *j.pre, phi, j.ppk);
 }
-// j's buffers are the calling thread's scratch: the members write into them through j
-void add_branch(Team& t, BranchJob& j, const Params& P, const Prepared& pre, const float* x, float* lam, float* ppk) {
+// j's buffers are the calling thread's scratch: the members write into them through j.
+// phi_first: ppk gets Φ' packed instead of p Φ' (see phi_first_pays); ppk must hold
+// ppk_size(P) floats either way.
+void add_branch(Team& t, BranchJob& j, const Params& P, const Prepared& pre, const float* x, float* lam, float* ppk,
+                bool phi_first = false) {
     const int S = P.S, R = head_width(P), n1 = P.Cin * P.pool * P.pool;
     j.P = &P;
     j.pre = &pre;
@@ -820,6 +969,7 @@ void add_branch(Team& t, BranchJob& j, const Params& P, const Prepared& pre, con
     j.h = scratch(3, (size_t)R);
     j.lam = lam;
     j.ppk = ppk;
+    j.phi_first = phi_first;
     j.pool = PoolJob{&P, x, scratch(0, (size_t)n1)};
     j.fc1 = MatvecJob{P.fc1, j.pool.pooled, n1, j.y};
     j.heads = MatvecTJob{pre.headt, j.y, S, R, j.h};
@@ -830,25 +980,54 @@ void add_branch(Team& t, BranchJob& j, const Params& P, const Prepared& pre, con
     t.add1(heads_step, &j);
 }
 
+// out (M x NVP*VW, row stride wp) = phiᵀ rows [0, M) (phi read in place: (L x ld), column i is
+// row i of phiᵀ) . b (L x wp, one packed panel of p)
+template <int M, int NVP>
+inline void pphi_rows(const float* phi, int ldp, int L, const float* b, int wp, float* out) {
+    vf acc[M][NVP];
+#pragma GCC unroll 16
+    for (int i = 0; i < M; ++i)
+        for (int v = 0; v < NVP; ++v) acc[i][v] = vf{};
+    for (int m = 0; m < L; ++m) {
+        vf bv[NVP];
+        for (int v = 0; v < NVP; ++v) bv[v] = ld(b + (long)m * wp + v * VW);
+#pragma GCC unroll 16
+        for (int i = 0; i < M; ++i) {
+            const vf a = bc(phi[(long)m * ldp + i]);
+            for (int v = 0; v < NVP; ++v) acc[i][v] += a * bv[v];
+        }
+    }
+#pragma GCC unroll 16
+    for (int i = 0; i < M; ++i)
+        for (int v = 0; v < NVP; ++v) st(out + (long)i * wp + v * VW, acc[i][v]);
+}
+// the last m (< MR) rows of a panel: a register tile of exactly m rows
+template <int M, int NVP>
+inline void pphi_tail(int m, const float* phi, int ldp, int L, const float* b, int wp, float* out) {
+    if constexpr (M > 0) {
+        if (m == M) return pphi_rows<M, NVP>(phi, ldp, L, b, wp, out);
+        pphi_tail<M - 1, NVP>(m, phi, ldp, L, b, wp, out);
+    }
+}
+template <int NVP>
+void pphi_panel(const float* phi, int Lz, int L, const float* b, float* out) {
+    constexpr int wp = NVP * VW;
+    int l = 0;
+    for (; l + MR <= Lz; l += MR) pphi_rows<MR, NVP>(phi + l, Lz, L, b, wp, out + (long)l * wp);
+    pphi_tail<MR - 1, NVP>(Lz - l, phi + l, Lz, L, b, wp, out + (long)l * wp);
+}
+
 // ppk = (p phi) (Cout x Lz), Lz = phi_cols, packed with K = Lz: per panel, PP_panelᵀ
-// (Lz x wp) = phiᵀ (Lz x L) . p_panelᵀ (L x wp)
+// (Lz x wp) = phiᵀ (Lz x L) . p_panelᵀ (L x wp). Register tiles of MR rows of phiᵀ (broadcast
+// from phi in place) by the panel's vectors, K = L whole: the first version ran gemm() per
+// panel, whose per-call and per-tile set-up made this step ~30% of the branch (AVX2, EPYC).
 void form_pphi(const Params& P, const Prepared& pre, const float* phi, float* ppk) {
     const int L = P.L, Lz = phi_cols(P), Cout = P.Cout;
-    float* phit = scratch(6, (size_t)L * Lz);
-    for (int l = 0; l < Lz; ++l)
-        for (int m = 0; m < L; ++m) phit[l * L + m] = phi[m * Lz + l];
     for (int j0 = 0; j0 < Cout; j0 += NR) {
-        const int wp = imin(NR, roundup(Cout - j0, VW));
-        Gemm f{};
-        f.m = Lz;
-        f.n = wp;
-        f.a1 = phit;
-        f.lda1 = L;
-        f.k1 = L;
-        f.b1 = pre.pp + (long)j0 * L;
-        f.c = ppk + (long)j0 * Lz;
-        f.ldc = wp;
-        gemm(f);
+        const float* b = pre.pp + (long)j0 * L;
+        float* out = ppk + (long)j0 * Lz;
+        if (Cout - j0 > NR - VW) pphi_panel<NV>(phi, Lz, L, b, out);
+        else pphi_panel<1>(phi, Lz, L, b, out);
     }
 }
 
@@ -935,12 +1114,14 @@ Gemm latent_z(const Params& P, const Prepared& pre, const float* a, int m, float
 
 // The output rows of a sample: z's rows (the latent form's Z = X qᵀ + q_b, z.m 0: none),
 // then out's; both split the same way (a row of out reads only the same row of Z).
+// With phi_first, zphi's rows (z2 = z Φ'ᵀ) between the two (zphi.m 0: none).
 struct RowsJob {
-    Gemm z, out;
+    Gemm z, zphi, out;
 };
 void rows_step(void* ctx, int r0, int r1) {
     RowsJob& j = *static_cast<RowsJob*>(ctx);
     if (j.z.m) gemm_rows(&j.z, r0, r1);
+    if (j.zphi.m) gemm_rows(&j.zphi, r0, r1);
     gemm_rows(&j.out, r0, r1);
 }
 // multiply-adds of the branch: pooling, fc1 and the heads (the region's threshold)
@@ -954,7 +1135,7 @@ void run(Params* pp) {
     const long N = (long)P.H * P.W;
     const int cpad = roundup(Cout, NR);
     float* lam = scratch(2, (size_t)cpad);
-    float* ppk = scratch(4, packed_size(Cout, L));
+    float* ppk = scratch(4, ppk_size(P));
     float* cvec = scratch(5, (size_t)cpad);
     const Prepared pre = prepared_parts(P.prepared, P);
 
@@ -964,6 +1145,8 @@ void run(Params* pp) {
     else weight_form = N * (long)(Cin + Cout + L) > (long)Cin * Cout;
     float* wpk = weight_form ? scratch(7, packed_size(Cout, Cin)) : nullptr;
     float* z = weight_form ? nullptr : scratch(7, (size_t)N * L);
+    const bool phi_first = !weight_form && phi_first_pays(N, P);
+    float* z2 = phi_first ? scratch(6, (size_t)N * L) : nullptr;
     if (!weight_form)
         for (int o = 0; o < cpad; ++o) cvec[o] = o < Cout ? P.bias[o] : 0.f;
 
@@ -972,7 +1155,7 @@ void run(Params* pp) {
         const float* x = P.x + b * N * Cin;
         Team t(P, branch_work(P) + N * Cin * (long)(weight_form ? Cout : Cout + L));
         BranchJob bj;
-        add_branch(t, bj, P, pre, x, lam, ppk);
+        add_branch(t, bj, P, pre, x, lam, ppk, phi_first);
         RowsJob rj{};
         Gemm& m = rj.out;  // (N, Cout) = x (N, Cin) W(x)ᵀ, or the latent form below
         m.m = (int)N;
@@ -991,15 +1174,17 @@ void run(Params* pp) {
             t.add(form_panels, &fj, (Cout + NR - 1) / NR + 1, 1, (long)Cin * Cout);
             m.b1 = wpk;
         } else {
-            // latent: Z = X qᵀ + q_b (N x L); out = lam * (X w0ᵀ) + Z (p phi)ᵀ + bias
+            // latent: Z = X qᵀ + q_b (N x L); out = lam * (X w0ᵀ) + Z (p phi)ᵀ + bias, or
+            // phi_first: + (Z phiᵀ) pᵀ
             rj.z = latent_z(P, pre, x, (int)N, z);
+            if (phi_first) rj.zphi = z_phi(P, z, (int)N, ppk, z2);
             m.b1 = pre.w0p;
             m.prefetch_b = true;
             m.scale1 = lam;
-            m.a2 = z;
+            m.a2 = phi_first ? z2 : z;
             m.lda2 = L;
             m.k2 = L;
-            m.b2 = ppk;
+            m.b2 = phi_first ? pre.pp : ppk;
         }
         t.add(rows_step, &rj, (int)N, MR, N * Cin);
         team_run(P, t);
@@ -1067,9 +1252,11 @@ void run_epilogue(Params* pp) {
     const int cpad = roundup(Cout, NR);
     const bool direct = P.stride == 1 && P.offset == 0 && P.Ho == P.H && P.Wo == P.W;
     float* lam = scratch(2, (size_t)cpad);
-    float* ppk = scratch(4, packed_size(Cout, L));
+    float* ppk = scratch(4, ppk_size(P));
     float* cvec = scratch(5, (size_t)cpad);
     float* z = scratch(7, (size_t)No * L);
+    const bool phi_first = phi_first_pays(No, P);
+    float* z2 = phi_first ? scratch(6, (size_t)No * L) : nullptr;
     float* xs = direct ? nullptr : scratch(9, (size_t)No * Cin);
     const Prepared pre = prepared_parts(P.prepared, P);
     for (int o = 0; o < cpad; ++o) cvec[o] = o < Cout ? P.bias[o] : 0.f;
@@ -1079,10 +1266,12 @@ void run_epilogue(Params* pp) {
         const float* x = P.x + b * N * Cin;
         Team t(P, branch_work(P) + No * L * (long)(Cin + Cout));
         BranchJob bj;
-        add_branch(t, bj, P, pre, x, lam, ppk);
+        add_branch(t, bj, P, pre, x, lam, ppk, phi_first);
         GatherJob gj{&P, x, xs};
         if (!direct) t.add(gather_centre, &gj, P.Ho, 1, No * Cin);
-        RowsJob rj{latent_z(P, pre, direct ? x : xs, (int)No, z), epilogue_gemm(P, b, z, L, lam, ppk, cvec)};
+        RowsJob rj{latent_z(P, pre, direct ? x : xs, (int)No, z), Gemm{},
+                   epilogue_gemm(P, b, phi_first ? z2 : z, L, lam, phi_first ? pre.pp : ppk, cvec)};
+        if (phi_first) rj.zphi = z_phi(P, z, (int)No, ppk, z2);
         t.add(rows_step, &rj, (int)No, MR, No * (Cin + Cout));
         team_run(P, t);
         if (P.profile) add_team_phases(P, t, t0, 4, direct ? 4 : 5, now_seconds());

@@ -161,6 +161,19 @@ def test_channels(core, lib, isas, monkeypatch, isa, cin, cout, L, stride):
 
 @pytest.mark.parametrize("isa", ISAS)
 @pytest.mark.parametrize(
+    "hw,stride,cout", [((1, 1), 1, 2), ((6, 6), 2, 18), ((6, 6), 2, 17), ((7, 7), 1, 98), ((7, 7), 1, 97)]
+)
+def test_product_order(core, lib, isas, monkeypatch, isa, hw, stride, cout):
+    """P Φ' Z as P (Φ' Z) (from 2 H' W' <= Cout) and as (P Φ') Z on either side of that
+    threshold, L above Cout included."""
+    _need(isas, isa)
+    check_epi(
+        core, lib, isa, monkeypatch, H=hw[0], W=hw[1], Cin=24, Cout=cout, L=20, S=12, stride=stride, se=1, attention=1
+    )
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize(
     "se,attention,residual,activation",
     [(0, 0, 0, "none"), (1, 0, 0, "relu"), (0, 1, 1, "relu6"), (1, 1, 1, "none"), (0, 0, 1, "relu")],
 )

@@ -199,6 +199,58 @@ def test_options(core, lib, isas, monkeypatch, isa, form, se, attention, residua
 
 
 @pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("form", ["weight", "latent"])
+@pytest.mark.parametrize("S,L,cout", [(1, 1, 8), (5, 7, 24), (9, 13, 40), (13, 5, 17), (17, 12, 33), (8, 25, 9)])
+def test_branch_tails(core, lib, isas, monkeypatch, isa, form, S, L, cout):
+    """The branch's products at their edges: fc1 and the gate four rows at a time (S % 4),
+    the heads' stream eight rows a pass (S % 8), P Φ' in tiles of MR rows (L % 6 and
+    L % 12) with a last panel of one vector (cout), fc1's rows of 44 floats (vector tails)."""
+    _need(isas, isa)
+    check(
+        core,
+        lib,
+        isa,
+        monkeypatch,
+        H=5,
+        W=5,
+        Cin=11,
+        Cout=cout,
+        L=L,
+        S=S,
+        pool=2,
+        se=1,
+        attention=1,
+        form=form,
+        seed=S * 31 + L,
+    )
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("hw,cout", [((1, 1), 2), ((1, 1), 1), ((3, 3), 18), ((3, 3), 17), ((7, 7), 98), ((7, 7), 97)])
+def test_latent_product_order(core, lib, isas, monkeypatch, isa, hw, cout):
+    """The latent form's P Φ' Z as P (Φ' Z) (from 2 H W <= Cout) and as (P Φ') Z on either
+    side of that threshold, L above Cout included (Φ' then needs more room than P Φ')."""
+    _need(isas, isa)
+    check(
+        core,
+        lib,
+        isa,
+        monkeypatch,
+        H=hw[0],
+        W=hw[1],
+        Cin=24,
+        Cout=cout,
+        L=20,
+        S=12,
+        pool=1,
+        se=1,
+        attention=1,
+        form="latent",
+        seed=cout,
+    )
+
+
+@pytest.mark.parametrize("isa", ISAS)
 @pytest.mark.parametrize("pool", [1, 2])
 @pytest.mark.parametrize("cin", [1, 8, 16, 24, 48, 64, 136, 144, 264, 384])
 def test_pooling_widths(core, lib, isas, monkeypatch, isa, pool, cin):
@@ -224,6 +276,17 @@ def test_pooling_widths(core, lib, isas, monkeypatch, isa, pool, cin):
             form="weight",
             seed=cin + pool,
         )
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("cin", [3, 8, 20, 24, 40, 64])
+@pytest.mark.parametrize("hw", [(6, 5), (9, 11), (2, 1)])
+def test_narrow_bins(core, lib, isas, monkeypatch, isa, cin, hw):
+    """The 2x2 bins of a narrow map (up to four vectors of channels: bin_rows), whose
+    column bins overlap on odd widths and whose pixel pairs leave one over (3, 5 and 6
+    columns per bin), one row per bin included."""
+    _need(isas, isa)
+    check(core, lib, isa, monkeypatch, H=hw[0], W=hw[1], Cin=cin, Cout=8, L=3, S=5, pool=2, se=1, seed=cin + hw[1])
 
 
 @pytest.mark.parametrize("isa", ISAS)
