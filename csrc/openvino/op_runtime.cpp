@@ -70,12 +70,18 @@ void parallel_rows(int m, int grain, void (*body)(void*, int, int), void* ctx) {
 }
 }  // namespace
 
-ParallelRows parallel_rows_or_null() { return parallel_get_max_threads() > 1 ? parallel_rows : nullptr; }
-
-bool region_per_stage() {
+namespace {
+bool regions_are(const char* value) {
     const char* env = std::getenv("DCD_DEPLOY_REGIONS");
-    return env && !std::strcmp(env, "stage");
+    return env && !std::strcmp(env, value);
 }
+}  // namespace
+
+ParallelRows parallel_rows_or_null() {
+    return parallel_get_max_threads() > 1 && !regions_are("none") ? parallel_rows : nullptr;
+}
+
+bool region_per_stage() { return regions_are("stage"); }
 
 // ------------------------------------------------------------------------------ profiling
 namespace {

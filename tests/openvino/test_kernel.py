@@ -543,13 +543,14 @@ def test_the_gemms_split_over_openvinos_threads(core, lib, monkeypatch, threads)
 @pytest.mark.parametrize("isa", ISAS)
 @pytest.mark.parametrize("form", ["weight", "latent"])
 @pytest.mark.parametrize("threads", [1, 2])
-@pytest.mark.parametrize("regions", ["call", "stage"])
+@pytest.mark.parametrize("regions", ["call", "stage", "none"])
 def test_the_serial_phases_split_too(core, lib, isas, monkeypatch, isa, form, threads, regions):
     # a layer whose pooling, fc1, heads product (and, in the weight form, forming W(x))
     # are large enough to be split: one region per call and sample with 2 threads (the
     # phases are its stages, stages.inc), none with 1; B = 2 gives two per call. With
     # DCD_DEPLOY_REGIONS=stage (the measured alternative) a region per split phase
-    # instead: weight pool, fc1, heads, forming, GEMM; latent pool, fc1, heads, Z + GEMM
+    # instead: weight pool, fc1, heads, forming, GEMM; latent pool, fc1, heads, Z + GEMM.
+    # DCD_DEPLOY_REGIONS=none (measuring what the split buys): no region at all
     _need(isas, isa)
     monkeypatch.setenv("DCD_DEPLOY_ISA", isa)
     monkeypatch.setenv("DCD_DEPLOY_REGIONS", regions)
@@ -557,7 +558,7 @@ def test_the_serial_phases_split_too(core, lib, isas, monkeypatch, isa, form, th
     got = _regions(
         core, lib, seed=11, threads=threads, runs=3, form=form, activation="none", pool=2, se=1, residual=1, **shape
     )
-    per_sample = 1 if regions == "call" else (5 if form == "weight" else 4)
+    per_sample = {"call": 1, "stage": 5 if form == "weight" else 4, "none": 0}[regions]
     assert got == (3 * 2 * per_sample if threads == 2 else 0)
 
 
