@@ -392,6 +392,7 @@ class GroupTime:
 #: The clock of the profiled runs (a module attribute: the tests replace it).
 _clock = time.perf_counter
 
+
 @dataclass
 class TraceBreakdown:
     """What :func:`group_trace` makes of one trace.
