@@ -143,11 +143,18 @@ class OpenVINORunner(Runner):
         return {n: np.array(result[p]) for n, p in chosen}
 
     def bind(self, feed: Feed) -> Callable[[], object]:
+        """As :meth:`Runner.bind`, in OpenVINO's shared-memory mode: the call reads the
+        feed's arrays in place and leaves the outputs in the request's own tensors (the
+        result is valid until the next call). Copying a 224x224 image in and the outputs
+        out took 0.05-0.1 ms of every timed call, more in the fused models' runs than in
+        the static ones' (AMD EPYC, 2026-11-27), none of it the inference's."""
         request, feed = self._for(feed)[1], dict(feed)
-        return lambda: self._call(request, feed)
+        return lambda: self._call(request, feed, shared=True)
 
-    def _call(self, request, feed):
+    def _call(self, request, feed, *, shared: bool = False):
         try:
+            if shared:
+                return request.infer(feed, share_inputs=True, share_outputs=True)
             return request.infer(feed)
         except RuntimeError as exc:  # OpenVINO's run-time failures (a kernel refusing its input, a shape)
             raise BackendRunError(f"OpenVINO failed running {self.path}: {ovx.openvino_message(exc)}") from None

@@ -35,6 +35,20 @@ def test_bind_with_fixed_shapes(tiny):
     np.testing.assert_allclose(next(iter(result.values())), oracle(x)[0], rtol=1e-6, atol=1e-6)
 
 
+def test_bind_reads_the_feed_in_place_and_each_call_sees_it(tiny):
+    """The timed call is the inference alone: no copy of the input into the request (the
+    request's input tensor is the feed's memory); a change to the feed reaches the next
+    call, as it would with a copy per call."""
+    x = sample(2)
+    runner = load_runner("openvino", tiny, input_shapes=x.shape)
+    call = runner.bind({0: x})
+    call()
+    assert np.shares_memory(runner.request.get_input_tensor(0).data, x)
+    x *= -2.0
+    result = call()
+    np.testing.assert_allclose(next(iter(result.values())), oracle(x)[0], rtol=1e-6, atol=1e-6)
+
+
 def test_extra_outputs_follow_the_outputs(tiny):
     x = sample()
     got = load_runner("openvino", tiny, extra_outputs=("h",)).run({"x": x}, ["y", "h"])
