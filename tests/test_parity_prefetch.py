@@ -7,8 +7,11 @@ the child must be gone once the check (or the export) is over.
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import os
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -20,12 +23,25 @@ from dcd_deploy.parity._prefetch import compute
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="fork: Linux only")
 
 SIZE = 32
+SMALL = 8  # the hand-built net's input side
+
+
+@functools.cache
+def _nets():
+    """The hand-built DCD nets of the lowering tests (three DCD layers with BNs, a DCD
+    classifier): the exports compared below trace in a fraction of a zoo model's time,
+    and what the second process computes is the same for any model."""
+    path = Path(__file__).resolve().parent / "exporters" / "test_lowering.py"
+    spec = importlib.util.spec_from_file_location("_dcd_test_lowering_nets_prefetch", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 def _report(tmp_path, parallel: bool, **kwargs) -> dict:
-    torch.manual_seed(0)
-    model = create_model("mobilenetv2_050_dcd").eval()
-    result = export_onnx(model, tmp_path / f"m{parallel}.onnx", input_size=SIZE, parallel_check=parallel, **kwargs)
+    model = _nets().small_net(SMALL)
+    result = export_onnx(model, tmp_path / f"m{parallel}.onnx", input_size=SMALL, parallel_check=parallel, **kwargs)
     d = result.parity.to_dict()
     d.pop("onnx_path")
     return d

@@ -8,21 +8,36 @@ case: results in the runners' order, an exception raised where its result is tak
 
 from __future__ import annotations
 
+import functools
+import importlib.util
+import sys
 import threading
+from pathlib import Path
 
 import pytest
-import torch
 
 import dcd_deploy.parity as parity
-from dcd_deploy import create_model, export_onnx
+from dcd_deploy import export_onnx
 
-SIZE = 32
+SIZE = 8
+
+
+@functools.cache
+def _nets():
+    """The hand-built DCD nets of the lowering tests (three DCD layers with BNs, a DCD
+    classifier): what the check runs is the same for any model, and these trace in a
+    fraction of a zoo model's time."""
+    path = Path(__file__).resolve().parent / "exporters" / "test_lowering.py"
+    spec = importlib.util.spec_from_file_location("_dcd_test_lowering_nets_threads", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 def _report(tmp_path, monkeypatch, cores: int, mode: str) -> dict:
     monkeypatch.setattr(parity.os, "cpu_count", lambda: cores)
-    torch.manual_seed(0)
-    model = create_model("mobilenetv2_050_dcd").eval()
+    model = _nets().small_net(SIZE)
     result = export_onnx(model, tmp_path / f"m{cores}.onnx", input_size=SIZE, mode=mode, parallel_check=False)
     d = result.parity.to_dict()
     d.pop("onnx_path")

@@ -112,9 +112,24 @@ def test_validate_missing_file(tmp_path):
     assert result.stderr.strip().splitlines() == [f"Error: {tmp_path / 'none.onnx'}: no such ONNX file"]
 
 
-def test_export_function_mode(tmp_path):
-    out = tmp_path / "f.onnx"
-    result = run(export_main, [MODEL, "--input-size", SIZE, "-o", out, "--mode", "function"])
+@pytest.fixture(scope="module")
+def function_export(tmp_path_factory):
+    """One function-mode export (checked), for the tests that read such a file."""
+    out = tmp_path_factory.mktemp("function") / "f.onnx"
+    return run(export_main, [MODEL, "--input-size", SIZE, "-o", out, "--mode", "function"]), out
+
+
+@pytest.fixture(scope="module")
+def fused_export(tmp_path_factory):
+    """One fused-mode export (checked in ONNX Runtime and OpenVINO), for the tests that
+    read such a file or break one of its nodes."""
+    pytest.importorskip("openvino")
+    out = tmp_path_factory.mktemp("fused") / "f.onnx"
+    return run(export_main, [MODEL, "--input-size", SIZE, "-o", out, "--mode", "fused"]), out
+
+
+def test_export_function_mode(function_export):
+    result, out = function_export
     assert result.exit_code == 0, result.output
     assert "mode function" in result.stdout and "parity   PASS" in result.stdout
     proto = onnx.load(str(out))
@@ -122,10 +137,9 @@ def test_export_function_mode(tmp_path):
     assert "dcd_deploy.DCD" in result.stdout  # the histogram names the domain
 
 
-def test_export_fused_mode_checks_in_openvino_and_validates_there(tmp_path):
-    pytest.importorskip("openvino")
-    out, report = tmp_path / "f.onnx", tmp_path / "v.json"
-    result = run(export_main, [MODEL, "--input-size", SIZE, "-o", out, "--mode", "fused"])
+def test_export_fused_mode_checks_in_openvino_and_validates_there(fused_export, tmp_path):
+    result, out = fused_export
+    report = tmp_path / "v.json"
     assert result.exit_code == 0, result.output
     assert "mode fused" in result.stdout and "dcd_deploy.DCDPointwise" in result.stdout
     assert "parity   PASS" in result.stdout
@@ -141,10 +155,10 @@ def test_export_fused_mode_checks_in_openvino_and_validates_there(tmp_path):
     assert data["passed"] is True and {r["backend"] for r in data["rows"]} == {"openvino"}
 
 
-def test_a_function_mode_file_in_openvino_is_one_error_line(tmp_path):
+def test_a_function_mode_file_in_openvino_is_one_error_line(function_export):
     pytest.importorskip("openvino")
-    out = tmp_path / "f.onnx"
-    assert run(export_main, [MODEL, "--input-size", SIZE, "-o", out, "--mode", "function", "--no-check"]).exit_code == 0
+    export, out = function_export
+    assert export.exit_code == 0, export.output
     result = run(validate_main, [MODEL, out, "--backend", "openvino"])
     assert result.exit_code == 1
     (line,) = result.stderr.strip().splitlines()
@@ -206,10 +220,9 @@ def _tamper_drop(node):
         (_tamper_drop, "inputs"),
     ],
 )
-def test_a_tampered_fused_node_is_one_error_line_in_openvino(tmp_path, tamper, reason):
-    pytest.importorskip("openvino")
-    good = tmp_path / "f.onnx"
-    assert run(export_main, [MODEL, "--input-size", SIZE, "-o", good, "--mode", "fused", "--no-check"]).exit_code == 0
+def test_a_tampered_fused_node_is_one_error_line_in_openvino(fused_export, tmp_path, tamper, reason):
+    export, good = fused_export
+    assert export.exit_code == 0, export.output
     proto = onnx.load(str(good))
     tamper(next(n for n in proto.graph.node if n.domain == "dcd_deploy"))
     bad = tmp_path / "bad.onnx"
@@ -467,8 +480,8 @@ def test_json_documents_carry_schema_version_and_inputs(exported, tmp_path):
     assert val["onnx_path"] == str(out) and val["model"] == MODEL and val["inputs"] is None
 
 
-def test_export_reports_each_stage_unless_quiet(tmp_path):
-    result = run(export_main, [MODEL, "--input-size", SIZE, "-o", tmp_path / "m.onnx"])
+def test_export_reports_each_stage_unless_quiet(exported, tmp_path):
+    result, _, _ = exported  # the default export (its --json changes nothing on stdout)
     assert result.exit_code == 0, result.output
     lines = [line for line in result.stdout.splitlines() if line.startswith("[")]
     assert [line.split()[0] for line in lines] == ["[load]", "[lower]", "[emit]", "[simplify]", "[write]", "[check]"]

@@ -9,6 +9,7 @@ assembled from the independent re-implementation of their layers in
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import sys
@@ -97,6 +98,7 @@ def test_function_mode_cases_cover_every_dynamic_layer_kind():
     """The models exported in function mode hold every kind a zoo model's layers have."""
     from dcd_deploy.exporters.lowering import to_deploy
 
+    @functools.cache  # the function-mode models are in both sets: each is built and lowered once
     def kinds(name: str) -> set:
         model = create_model(name)
         deploy = to_deploy(model, input_size=input_size(name))
@@ -253,27 +255,47 @@ def assert_close_to_torch(model, path, x):
 
 
 # ------------------------------------------------------------------------ the zoo
-@pytest.mark.parametrize("name, mode", zoo_cases())
-def test_zoo_model_exports_with_parity(tmp_path, name, mode):
-    model = trained(name)
-    size = input_size(name)
-    path = tmp_path / f"{name}.onnx"
+@pytest.fixture(scope="module")
+def zoo_export(tmp_path_factory):
+    """``zoo_export(name, mode)``: (model, path, result, seconds the call took) of the zoo
+    case's export of ``name`` in ``mode``, made on first request, each in a folder of its own.
 
-    # onnxsim re-runs and folds the whole model; on the 90-185M-parameter CondConv ResNets
-    # that alone takes half a minute, so those skip it (simplification is covered by the rest).
+    The zoo test checks the export; the dynamic-batch test runs the same files at other
+    batch sizes instead of exporting those models again. Models are rebuilt on request
+    (``trained`` holds one at a time; pseudo-training is seeded, so the same weights).
+    """
+    made = {}
+
+    def get(name: str, mode: str):
+        model = trained(name)
+        if (name, mode) not in made:
+            size = input_size(name)
+            path = tmp_path_factory.mktemp(f"{name}-{mode}") / f"{name}.onnx"
+            # onnxsim re-runs and folds the whole model; on the 90-185M-parameter CondConv ResNets
+            # that alone takes half a minute, so those skip it (simplification is covered by the rest).
+            simplify = sum(p.numel() for p in model.parameters()) < BIG_MODEL_PARAMS
+            before = time.perf_counter()
+            # four images: one batch of 4 and four of 1 (the default's 8 doubles the float64 reference and runs)
+            result = export_onnx(
+                model,
+                path,
+                input_size=size,
+                mode=mode,
+                parity_batch_sizes=(1, 4),
+                simplify=simplify,
+                parity_inputs=synthetic_images(4, size, seed=0),
+            )
+            made[name, mode] = path, result, time.perf_counter() - before
+        return (model, *made[name, mode])
+
+    return get
+
+
+@pytest.mark.parametrize("name, mode", zoo_cases())
+def test_zoo_model_exports_with_parity(zoo_export, name, mode):
+    model, path, result, elapsed = zoo_export(name, mode)
+    size = input_size(name)
     simplify = sum(p.numel() for p in model.parameters()) < BIG_MODEL_PARAMS
-    before = time.perf_counter()
-    # four images: one batch of 4 and four of 1 (the default's 8 doubles the float64 reference and runs)
-    result = export_onnx(
-        model,
-        path,
-        input_size=size,
-        mode=mode,
-        parity_batch_sizes=(1, 4),
-        simplify=simplify,
-        parity_inputs=synthetic_images(4, size, seed=0),
-    )
-    elapsed = time.perf_counter() - before
 
     assert result and result.parity
     assert result.simplified == (simplify and mode == "standard")
@@ -281,7 +303,7 @@ def test_zoo_model_exports_with_parity(tmp_path, name, mode):
         (level, b) for level in ("disabled", "all") for b in (1, 4)
     }
     assert all(r.nonfinite == 0 and r.top1_mismatches == 0 for r in result.parity.rows)
-    assert sorted(p.name for p in tmp_path.iterdir()) == [path.name]  # no temp files left
+    assert sorted(p.name for p in path.parent.iterdir()) == [path.name]  # no temp files left
 
     onnx.checker.check_model(str(path), full_check=True)
     proto = onnx.load(str(path))
@@ -326,12 +348,12 @@ def test_pseudo_trained_dyconv_mobilenetv2_at_64_is_exportable(tmp_path):
         ("mobilenetv2_035_condconv", "standard"),  # DeployMixture: same code for DY-Conv
     ],
 )
-def test_dynamic_batch_really_works(tmp_path, name, mode):
-    model = trained(name, 64)
-    path = tmp_path / "m.onnx"
-    export_onnx(model, path, input_size=64, mode=mode, check=False)
+def test_dynamic_batch_really_works(zoo_export, name, mode):
+    """The zoo test's files (checked there at batches 1 and 4) run at batches 1, 3 and 8."""
+    model, path, _, _ = zoo_export(name, mode)
+    size = input_size(name)
     for n in (1, 3, 8):
-        assert_close_to_torch(model, path, synthetic_images(n, 64, seed=10 + n))
+        assert_close_to_torch(model, path, synthetic_images(n, size, seed=10 + n))
 
 
 def test_fixed_batch_export(tmp_path):
@@ -409,28 +431,35 @@ def test_adaptive_pool_over_a_single_pixel(tmp_path):
 
 
 # ------------------------------------------------------------------------ failures
+#: The failure-path tests' model: the hand-built net (DCD layers with BNs after them, a
+#: DCD classifier) at 8x8. What they check is what ``export_onnx`` does with a wrong file
+#: (raise, keep nothing, keep the unsimplified graph), the same for any model; tracing it
+#: takes a fraction of a zoo model's time.
+SMALL = 8
+
+
 def test_failed_parity_raises_and_leaves_no_file(tmp_path, monkeypatch):
-    model = trained("mobilenetv2_035_dcd", 64)
-    other = pseudo_train(create_model("mobilenetv2_035_dcd"), seed=1, input_size=64)
+    model = nets.small_net(SMALL)
+    other = nets.small_net(SMALL, seed=1)
     # The emitter is handed another model's deploy form: a wrong ONNX for `model`.
     monkeypatch.setattr(onnx_exporter, "to_deploy", lambda m, **kw: to_deploy(other, **kw))
     path = tmp_path / "wrong.onnx"
     with pytest.raises(ParityError, match="parity check failed: FAIL") as exc:
-        export_onnx(model, path, input_size=64)
+        export_onnx(model, path, input_size=SMALL)
     assert exc.value.report is not None and not exc.value.report
     assert not all(r.passed for r in exc.value.report.rows)
     assert list(tmp_path.iterdir()) == []  # neither the file nor a temporary
 
 
 def test_zero_tolerance_fails_parity_and_leaves_no_file(tmp_path, monkeypatch):
-    model = trained("mobilenetv2_035_dcd", 64)
+    model = nets.small_net(SMALL)
     import dcd_deploy.parity as parity
 
     monkeypatch.setattr(parity, "DEFAULT_ATOL", 0.0)
     monkeypatch.setattr(parity, "DEFAULT_RTOL", 0.0)
     monkeypatch.setattr(parity, "DEFAULT_K", 0.0)
     with pytest.raises(ParityError):
-        export_onnx(model, tmp_path / "m.onnx", input_size=64)
+        export_onnx(model, tmp_path / "m.onnx", input_size=SMALL)
     assert list(tmp_path.iterdir()) == []
 
 
@@ -451,29 +480,29 @@ def _corrupting_simplifier(calls):
 
 
 def test_a_simplified_graph_that_fails_the_check_is_not_kept(tmp_path, monkeypatch):
-    model = trained("mobilenetv2_035_dcd", 64)
+    model = nets.small_net(SMALL)
     calls = []
     monkeypatch.setattr(onnx_exporter, "_simplify", _corrupting_simplifier(calls))
-    result = export_onnx(model, tmp_path / "m.onnx", input_size=64)
+    result = export_onnx(model, tmp_path / "m.onnx", input_size=SMALL)
     assert calls == [False]  # the parity check, not onnxsim's own, decides
     assert result and not result.simplified
-    x = synthetic_images(2, 64, seed=3)
+    x = synthetic_images(2, SMALL, seed=3)
     assert_close_to_torch(model, result.path, x)  # the file is the unsimplified, right one
     assert list(tmp_path.iterdir()) == [tmp_path / "m.onnx"]
 
 
 def test_without_the_check_onnxsim_checks_its_own_result(tmp_path, monkeypatch):
-    model = trained("mobilenetv2_035_dcd", 64)
+    model = nets.small_net(SMALL)
     calls = []
     monkeypatch.setattr(onnx_exporter, "_simplify", _corrupting_simplifier(calls))
-    result = export_onnx(model, tmp_path / "m.onnx", input_size=64, check=False)
+    result = export_onnx(model, tmp_path / "m.onnx", input_size=SMALL, check=False)
     assert calls == [True] and result.simplified
 
 
 def test_check_parity_against_another_models_file_fails(tmp_path):
-    model = trained("mobilenetv2_035_dcd", 64)
-    other = pseudo_train(create_model("mobilenetv2_035_dcd"), seed=1, input_size=64)
-    path = export_onnx(other, tmp_path / "other.onnx", input_size=64, check=False).path
+    model = nets.small_net(SMALL)
+    other = nets.small_net(SMALL, seed=1)
+    path = export_onnx(other, tmp_path / "other.onnx", input_size=SMALL, check=False).path
     report = check_parity(model, path, batch_sizes=(1, 2))
     assert not report and not report.passed
     assert report.max_rel > 1e-2
