@@ -16,10 +16,11 @@ node's median over the profiled runs is summed per group of
 * ``layout_other``: everything else (Reorder, Transpose, pooling of the head, ...).
 
 The profiled run's time (``wall_ms``) is the wall time of the same call the timed runs
-time (:meth:`Runner.bind <dcd_deploy.runtimes.Runner.bind>`: the binding's copy of the
-input and of the outputs included), not the request's own ``latency``, which leaves out
-about 0.4 ms per call on a 224x224 MobileNetV2 (measured on an AMD EPYC, 2026-11-27) and
-once made a profiled run look 1.6 ms faster than the same model's timed runs.
+time (:meth:`Runner.bind <dcd_deploy.runtimes.Runner.bind>`, the Python binding's own
+work included), not the request's own ``latency``, which leaves that out: 0.3 ms per call
+on a 224x224 MobileNetV2, 0.4 ms when the binding still copied the input and outputs
+(AMD EPYC, 2026-11-27); set beside the timed runs it once made a profiled run look 1.6 ms
+faster than the same model's timed runs.
 """
 
 from __future__ import annotations

@@ -304,7 +304,7 @@ def format_profile_table(result: BenchResult) -> list[str]:
         "  Runs: the node total omits ORT's dispatch between nodes (a few µs per node: it grows with the",
         "  node count); profiling adds its own cost per node; and a sum of per-node medians is not the",
         "  median of run times on a noisy machine. Compare groups with each other, static vs DCD.",
-        "  Both run rows time the same call (the binding's input and output copies included), but the",
+        "  Both run rows time the same call (the Python binding's own work included), but the",
         "  profiled runs go one model after another, not interleaved: between two models the machine",
         "  may have changed speed, so compare the profiled runs of two models only loosely.",
     ]
