@@ -45,7 +45,7 @@ def test_openvino_runner_pins_fp32_and_one_stream(monkeypatch, tmp_path):
 
     class Compiled:
         def create_infer_request(self):
-            return types.SimpleNamespace(infer=lambda feeds: seen.setdefault("feeds", feeds))
+            return types.SimpleNamespace(infer=lambda feeds, **shared: seen.setdefault("feeds", feeds))
 
     class Core:
         def read_model(self, path):
