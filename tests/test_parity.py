@@ -10,6 +10,7 @@ pass when ONNX Runtime has them in the same places as PyTorch fp32.
 from __future__ import annotations
 
 import copy
+import functools
 import importlib.util
 import json
 import sys
@@ -288,6 +289,7 @@ def test_report_summary_mentions_non_finite_values():
 
 
 # ------------------------------------------------------------------------ check_parity
+@functools.cache
 def _nets():
     path = Path(__file__).resolve().parent / "exporters" / "test_lowering.py"
     spec = importlib.util.spec_from_file_location("_dcd_test_lowering_nets_parity", path)
@@ -425,10 +427,10 @@ def test_unreadable_file_is_a_user_error(tmp_path, exported):
         check_parity(model, bad)
 
 
-def test_another_models_file_fails(tmp_path):
-    a = pseudo_train(create_model("mobilenetv2_035_dcd"), seed=0, input_size=32)
-    b = pseudo_train(create_model("mobilenetv2_035_dcd"), seed=1, input_size=32)
-    path = export_onnx(b, tmp_path / "b.onnx", input_size=32, check=False).path
+def test_another_models_file_fails(tmp_path, exported):
+    a, _ = exported  # the small net (seed 0), and its twin with the weights of seed 1
+    b = _nets().small_net(SIZE, seed=1)
+    path = export_onnx(b, tmp_path / "b.onnx", input_size=SIZE, check=False).path
     report = check_parity(a, path, batch_sizes=(1, 2))
     assert not report
     assert all(not r.passed for r in report.rows)

@@ -48,9 +48,10 @@ from dcd_deploy.layers.dcd import default_latent_dim
 from dcd_deploy.models import synthetic_images
 from dcd_deploy.parity import DEFAULT_ATOL, DEFAULT_RTOL, check_parity
 
-#: Examples per property; together they keep this file around a minute on 2 cores.
+#: Examples per property; together they keep this file around a minute on 2 cores (the
+#: AMD EPYC CI machine: 40 ONNX examples took 51 s there, the file 84 s).
 DEPLOY_EXAMPLES = 500
-ONNX_EXAMPLES = 40  # each example exports twice through torch.export (~1 s each)
+ONNX_EXAMPLES = 25  # each example exports twice through torch.export (~1 s each)
 MAX_SIDE = 24
 
 FUZZ = settings(

@@ -19,7 +19,8 @@ from torch import nn
 from dcd_deploy.layers import DCDConv2d
 from dcd_deploy.openvino import kernel_isa
 
-EXAMPLES = 60
+#: test_fused_layers' examples; the other fused fuzz tests set 30-40 of their own.
+EXAMPLES = 40
 ISAS = ("avx512", "avx2", "portable")
 FUZZ = settings(
     deadline=None,
