@@ -194,7 +194,7 @@ def run_floor(
     timing = timing_settings(quick=quick, runs=runs, min_time=min_time, warmup=warmup, burst_s=burst_s)
     check_arguments(threads=threads, batch=1, input_size=input_size, timing=timing)
     with pinned_threads(threads):  # as run_benchmark: building and exporting at the count being timed
-        x = fixed_input((1, 3, input_size, input_size), seed=seed, images=True).numpy()
+        x = fixed_input((1, 3, input_size, input_size), seed=seed).numpy()
         runners, pairs = {}, []
         for spec in models:
             name, static_name, files = _floor_files(

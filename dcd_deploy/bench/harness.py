@@ -7,8 +7,8 @@ Every measurement here goes the same way (docs/design.md#measurement):
 2. PyTorch's thread pools set to the count being measured for the whole run, building
    and exporting included, and the intra-op count restored afterwards, also after an
    error (:func:`pinned_threads`);
-3. one fixed-seed input, made before any timing and shared by every model and backend
-   (:func:`fixed_input`);
+3. one fixed-seed input, synthetic images in the models' working range, made before any
+   timing and shared by every model and backend (:func:`fixed_input`);
 4. every runner prepared before timing (:class:`~dcd_deploy.bench._runner_cache.RunnerCache`
    for the latency and frontier runs; the floor times files it writes itself);
 5. all runners timed interleaved in one process (:func:`time_interleaved`, around
@@ -117,17 +117,16 @@ def input_hw(input_size) -> tuple[int, int]:
     return int(input_size), int(input_size)
 
 
-def fixed_input(shape: tuple[int, ...], *, seed: int, images: bool = False):
+def fixed_input(shape: tuple[int, ...], *, seed: int):
     """The one input of a run (a float32 tensor of ``shape``, the same for a seed):
-    standard normal noise, or with ``images`` natural-looking synthetic images
-    (:func:`~dcd_deploy.models.synthetic_images`)."""
-    import torch
+    natural-looking synthetic images, ImageNet-normalised
+    (:func:`~dcd_deploy.models.synthetic_images`), so every model is timed in its working
+    range. Standard normal noise (values to about +-4.5) is not: the zoo's pseudo-trained
+    DCD ResNets overflow on it to NaN logits, and a time measured on NaN is not the time
+    of the deployed model."""
+    from ..models import synthetic_images
 
-    if images:
-        from ..models import synthetic_images
-
-        return synthetic_images(shape[0], (shape[2], shape[3]), seed=seed, channels=shape[1])
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+    return synthetic_images(shape[0], (shape[2], shape[3]), seed=seed, channels=shape[1])
 
 
 def time_interleaved(

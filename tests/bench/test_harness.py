@@ -81,7 +81,22 @@ def test_fixed_input_is_the_same_for_a_seed_and_differs_across_seeds():
     assert not torch.equal(a, harness.fixed_input((1, 3, 8, 8), seed=4))
     from dcd_deploy.models import synthetic_images
 
-    assert torch.equal(harness.fixed_input((1, 3, 8, 8), seed=3, images=True), synthetic_images(1, 8, seed=3))
+    assert torch.equal(a, synthetic_images(1, 8, seed=3))
+    b = harness.fixed_input((2, 1, 5, 7), seed=3)  # a user's model: other channels, batch, a non-square map
+    assert b.shape == (2, 1, 5, 7) and torch.equal(b, synthetic_images(2, (5, 7), seed=3, channels=1))
+
+
+def test_fixed_input_is_in_the_working_range_of_a_pseudo_trained_dcd_resnet():
+    """The bench times models on an input they compute finitely. The pseudo-trained DCD
+    ResNet-18 (the latency run's model) gave NaN logits on the standard normal noise the
+    bench fed before (measured with torch 2.13: all 1000 logits NaN)."""
+    from dcd_deploy.bench._models import load_model
+
+    net = load_model("resnet18_dcd", input_size=224, seed=0)[0]
+    x = harness.fixed_input((1, 3, 224, 224), seed=0)
+    with torch.no_grad():
+        logits = net(x)
+    assert bool(logits.isfinite().all()) and float(logits.abs().max()) < 1e3
 
 
 def test_time_interleaved_order_and_progress():
