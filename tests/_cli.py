@@ -48,15 +48,15 @@ def run_script(
 #: The body of :func:`run_scripts`'s server: it makes the scripts' one import, then forks
 #: a child per job that runs the script file itself as ``__main__``.
 _SERVER = r"""
-import gc, json, os, resource, runpy, sys, tempfile, traceback
+import gc, json, os, resource, runpy, signal, sys, tempfile, time, traceback
 
 import dcd_deploy.cli._exit  # what every console script imports first (torch: ~2.5 s)
 
 gc.freeze()  # the children leave the imported objects alone: no copy of their pages
 
 jobs = json.loads(open(sys.argv[1]).read())
-workers = int(sys.argv[3])
-status, running, queue = {}, {}, list(enumerate(jobs))
+workers, timeout = int(sys.argv[3]), float(sys.argv[4])
+status, running, queue, late = {}, {}, list(enumerate(jobs)), []
 
 def child(job):
     os.chdir(job["cwd"])
@@ -91,11 +91,18 @@ while queue or running:
                 child(job)
             finally:
                 os._exit(1)
-        running[pid] = i
-    pid, wait_status = os.wait()
-    status[running.pop(pid)] = os.waitstatus_to_exitcode(wait_status)
+        running[pid] = i, time.monotonic() + timeout
+    pid, wait_status = os.waitpid(-1, os.WNOHANG)
+    if pid == 0:  # none ended: kill a hang as subprocess.run's timeout would
+        for other, (i, end) in running.items():
+            if time.monotonic() > end and i not in late:
+                os.kill(other, signal.SIGKILL)
+                late.append(i)
+        time.sleep(0.01)
+        continue
+    status[running.pop(pid)[0]] = os.waitstatus_to_exitcode(wait_status)
 with open(sys.argv[2], "w") as f:
-    json.dump([status[i] for i in range(len(jobs))], f)
+    json.dump({"status": [status[i] for i in range(len(jobs))], "late": late}, f)
 """
 
 
@@ -119,6 +126,9 @@ def run_scripts(jobs: list[dict], *, workdir: Path, workers: int, memory_cap: in
 
     Returns:
         One ``subprocess.CompletedProcess`` (text output) per job, in order.
+
+    Raises:
+        subprocess.TimeoutExpired: a job ran longer than ``TIMEOUT`` (it was killed).
     """
     import json
 
@@ -139,14 +149,17 @@ def run_scripts(jobs: list[dict], *, workdir: Path, workers: int, memory_cap: in
         )
     (workdir / "jobs.json").write_text(json.dumps(spec))
     server = subprocess.run(
-        [sys.executable, "-c", _SERVER, workdir / "jobs.json", workdir / "status.json", str(workers)],
+        [sys.executable, "-c", _SERVER, workdir / "jobs.json", workdir / "status.json", str(workers), str(TIMEOUT)],
         cwd=workdir,
         capture_output=True,
         text=True,
-        timeout=TIMEOUT * max(1, len(jobs) // workers),
+        timeout=TIMEOUT * (len(jobs) + 2),  # a safety net: each job has its own TIMEOUT
     )
     assert server.returncode == 0, server.stderr
-    codes = json.loads((workdir / "status.json").read_text())
+    done = json.loads((workdir / "status.json").read_text())
+    if done["late"]:
+        raise subprocess.TimeoutExpired([spec[done["late"][0]]["exe"], *spec[done["late"][0]]["args"]], TIMEOUT)
+    codes = done["status"]
     return [
         subprocess.CompletedProcess(
             [s["exe"], *s["args"]],
