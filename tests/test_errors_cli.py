@@ -10,7 +10,9 @@ Every bad input in :data:`CASES` runs the real ``dcd-export`` / ``dcd-validate``
 * no output: the requested file does not exist, and the output directory and the
   working directory hold nothing (no temporary or partial file either).
 
-The subprocesses start in parallel (one per core; each is mostly torch's import time).
+The cases run forked from one interpreter that imported torch once
+(``_cli.run_scripts``: each would otherwise be mostly torch's import time); a case whose
+hook is a ``sitecustomize`` starts the script from a fresh interpreter, as a user does.
 Cases the CLI cannot reach are tested through the Python API below the table: a layer
 the exporter cannot lower (the CLI only ever builds zoo architectures, all lowerable,
 even from a trusted pickled module) and a parity failure of ``export_onnx``. A parity
@@ -36,7 +38,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-from _cli import run_script
+from _cli import run_script, run_scripts
 from click.testing import CliRunner
 from torch import nn
 
@@ -463,25 +465,38 @@ def runs(request, assets, tmp_path_factory):
         if getattr(item, "originalname", None) == "test_bad_input" and hasattr(item, "callspec")
     }
     root_writes = _root_writes_read_only_dirs(base)
-    results = {}
-    with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
-        futures = {}
-        for case in CASES:
-            if case.id not in selected:
-                continue
-            if case.readonly_out and root_writes:
-                results[case.id] = (
-                    "skip",
-                    "running as root (euid 0): chmod 0o555 does not stop writes, "
-                    "so a read-only directory cannot be made",
-                )
-                continue
-            d = base / case.id
-            args = _prepare(case, d, assets)
-            env = {"PYTHONPATH": str(assets / case.env_hook)} if case.env_hook else None
-            futures[case.id] = (pool.submit(run, case.script, *args, cwd=d / "cwd", env=env), d)
-        for case_id, (future, d) in futures.items():
-            results[case_id] = (future.result(), d)
+    results, hooked, forked = {}, {}, {}
+    for case in CASES:
+        if case.id not in selected:
+            continue
+        if case.readonly_out and root_writes:
+            results[case.id] = (
+                "skip",
+                "running as root (euid 0): chmod 0o555 does not stop writes, so a read-only directory cannot be made",
+            )
+            continue
+        d = base / case.id
+        args = _prepare(case, d, assets)
+        env = {"PYTHONPATH": str(assets / case.env_hook)} if case.env_hook else None
+        (hooked if case.env_hook else forked)[case.id] = ({"script": case.script, "args": args, "env": env}, d)
+    # A hook is a sitecustomize, read by a new interpreter's start: those cases start the
+    # script as a user does, beside the rest, forked from one interpreter that imported
+    # torch once (their checks are all after the script's first line).
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        futures = {
+            case_id: pool.submit(run, job["script"], *job["args"], cwd=d / "cwd", env=job["env"])
+            for case_id, (job, d) in hooked.items()
+        }
+        if forked:
+            logs = base / "logs"
+            logs.mkdir()
+            jobs = [{**job, "cwd": d / "cwd"} for job, d in forked.values()]
+            for (case_id, (_, d)), result in zip(
+                forked.items(), run_scripts(jobs, workdir=logs, workers=1), strict=True
+            ):
+                results[case_id] = (result, d)
+        for case_id, future in futures.items():
+            results[case_id] = (future.result(), hooked[case_id][1])
     yield results
     for case in CASES:
         if case.readonly_out and case.id in results and results[case.id][0] != "skip":

@@ -3,7 +3,8 @@ no blow-ups, never destroy a file.
 
 Every case in :data:`CASES` runs ``dcd-export`` / ``dcd-validate`` / ``dcd-bench`` in a
 subprocess whose address space is capped at `_hostile.MEMORY_CAP` (so a regression fails
-the test instead of exhausting the machine) and must end with
+the test instead of exhausting the machine; forked from one interpreter that imported
+torch once, ``_cli.run_scripts``, unless the case's hook needs a fresh one) and must end with
 
 * the expected exit status (1 for a user error, 2 for click's usage errors),
 * exactly one ``Error:`` line, the last one, naming the key fact, and no traceback,
@@ -41,8 +42,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from _cli import BIN, TIMEOUT, run_script
-from _hostile import cap_memory, inputs_bomb, sigterm_inside_inference
+from _cli import BIN, TIMEOUT, run_script, run_scripts
+from _hostile import MEMORY_CAP, cap_memory, inputs_bomb, sigterm_inside_inference
 
 from dcd_deploy import create_model, export_onnx, save_checkpoint
 from dcd_deploy.errors import DCDDeployError, ExportError
@@ -617,27 +618,40 @@ def runs(request, assets, tmp_path_factory):
         for item in request.session.items
         if getattr(item, "originalname", None) == "test_hostile_input" and hasattr(item, "callspec")
     }
-    results = {}
-    with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
-        futures = {}
-        for case in CASES:
-            if case.id not in selected:
-                continue
-            if case.root_only and not IS_ROOT:
-                results[case.id] = ("skip", "creating a device node needs root")
-                continue
-            d = base / case.id
-            (d / "cwd").mkdir(parents=True)
-            (base / "tmp" / case.id).mkdir(parents=True)  # outside the snapshot: torch and ORT cache there
-            if case.make:
-                case.make(d, assets)
-            snap = _snapshot(d)
-            args = [arg.format(d=d, a=assets) for arg in case.args]
-            env = {"PYTHONPATH": str(assets / case.env_hook)} if case.env_hook else {}
-            env["TMPDIR"] = str(base / "tmp" / case.id)
-            futures[case.id] = (pool.submit(run, case.script, *args, cwd=d / "cwd", env=env), d, snap)
-        for case_id, (future, d, snap) in futures.items():
-            results[case_id] = (future.result(), d, snap)
+    results, hooked, forked = {}, {}, {}
+    for case in CASES:
+        if case.id not in selected:
+            continue
+        if case.root_only and not IS_ROOT:
+            results[case.id] = ("skip", "creating a device node needs root")
+            continue
+        d = base / case.id
+        (d / "cwd").mkdir(parents=True)
+        (base / "tmp" / case.id).mkdir(parents=True)  # outside the snapshot: torch and ORT cache there
+        if case.make:
+            case.make(d, assets)
+        snap = _snapshot(d)
+        args = [arg.format(d=d, a=assets) for arg in case.args]
+        env = {"PYTHONPATH": str(assets / case.env_hook)} if case.env_hook else {}
+        env["TMPDIR"] = str(base / "tmp" / case.id)
+        job = {"script": case.script, "args": args, "cwd": d / "cwd", "env": env}
+        (hooked if case.env_hook else forked)[case.id] = (job, d, snap)
+    # A hook is a sitecustomize, read by a new interpreter's start: those cases start the
+    # script as a user does, beside the rest, forked from one interpreter that imported
+    # torch once (their checks are all after the script's first line).
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        futures = {
+            case_id: pool.submit(run, job["script"], *job["args"], cwd=job["cwd"], env=job["env"])
+            for case_id, (job, _, _) in hooked.items()
+        }
+        if forked:
+            logs = base / "logs"
+            logs.mkdir()
+            done = run_scripts([job for job, _, _ in forked.values()], workdir=logs, workers=1, memory_cap=MEMORY_CAP)
+            for (case_id, (_, d, snap)), result in zip(forked.items(), done, strict=True):
+                results[case_id] = (result, d, snap)
+        for case_id, future in futures.items():
+            results[case_id] = (future.result(), *hooked[case_id][1:])
     yield results
 
 

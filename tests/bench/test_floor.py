@@ -9,6 +9,7 @@ W0 and bias with ``F.conv2d`` / ``F.linear`` (what the floor files must compute)
 from __future__ import annotations
 
 import copy
+import functools
 import json
 from collections import Counter
 
@@ -51,6 +52,12 @@ def model():
     return pseudo_train(create_model(NAME), seed=3, input_size=SIZE)
 
 
+@pytest.fixture(scope="module")
+def floor(model):
+    """``floor(stage)``: ``floor_onnx(model, stage=stage)``, built once per stage (tests only read it)."""
+    return functools.cache(lambda stage: floor_onnx(model, stage=stage, input_size=SIZE))
+
+
 def _ops(proto) -> Counter:
     return Counter(n.op_type for n in proto.graph.node)
 
@@ -61,7 +68,7 @@ def _run(proto, x: np.ndarray) -> np.ndarray:
 
 
 @pytest.mark.parametrize("stage", STAGES)
-def test_floor_computes_the_w0_only_network(model, stage):
+def test_floor_computes_the_w0_only_network(model, floor, stage):
     deploy = to_deploy(model, input_size=SIZE)
     ref_net = copy.deepcopy(deploy)
     for name, mod in list(ref_net.named_modules()):
@@ -72,13 +79,13 @@ def test_floor_computes_the_w0_only_network(model, stage):
     with torch.no_grad():
         ref = ref_net(x).numpy()
         dcd = model(x).numpy()
-    out = _run(floor_onnx(model, stage=stage, input_size=SIZE), x.numpy())
+    out = _run(floor(stage), x.numpy())
     scale = float(np.abs(ref).max())
     np.testing.assert_allclose(out, ref, atol=1e-5 + 1e-3 * scale, rtol=0)  # the parity contract
     assert np.abs(out - dcd).max() > 0.1 * scale  # not the DCD model: W(x) is not applied
 
 
-def test_floor_keeps_the_branch_and_only_the_static_convs(model, tmp_path):
+def test_floor_keeps_the_branch_and_only_the_static_convs(model, floor, tmp_path):
     static = export_onnx(
         pseudo_train(create_model("mobilenetv2_035"), input_size=SIZE),
         tmp_path / "s.onnx",
@@ -87,15 +94,15 @@ def test_floor_keeps_the_branch_and_only_the_static_convs(model, tmp_path):
         simplify=False,
     )
     full = export_onnx(model, tmp_path / "d.onnx", input_size=SIZE, check=False, simplify=False)
-    branch = _ops(floor_onnx(model, stage="branch", input_size=SIZE))
-    forming = _ops(floor_onnx(model, stage="forming", input_size=SIZE))
+    branch = _ops(floor("branch"))
+    forming = _ops(floor("forming"))
     assert branch["Conv"] == forming["Conv"] == static.op_histogram["Conv"]
     for pool in ("AveragePool", "GlobalAveragePool"):
         assert branch[pool] == forming[pool] == full.op_histogram.get(pool, 0)
     assert branch["MatMul"] == 0
     weight_layers = sum(v == "weight" for v in full.strategies.values())
     assert weight_layers > 0 and forming["MatMul"] == 2 * weight_layers  # P·Φ' and (PΦ')·Q per layer
-    tie = [n for n in floor_onnx(model, stage="branch", input_size=SIZE).graph.node if n.name.startswith("floor/")]
+    tie = [n for n in floor("branch").graph.node if n.name.startswith("floor/")]
     assert [n.op_type for n in tie] == ["Concat", "ReduceSum", "Mul", "Add"]
 
 
