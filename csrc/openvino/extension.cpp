@@ -1,7 +1,6 @@
 // How the ops enter OpenVINO: OpExtensions (IR round trips) and ONNX ConversionExtensions
 // for the three ops of domain/opset "dcd_deploy"; the conversion packs the node's weight
-// Constants into one input (weight_packing.hpp). A DCDConvEpilogue node with form
-// "weight" becomes standard ops instead (runtime_weights.hpp).
+// Constants into one input (weight_packing.hpp).
 #include <openvino/core/extension.hpp>
 #include <openvino/core/op_extension.hpp>
 #include <openvino/frontend/onnx/extension/conversion.hpp>
@@ -9,8 +8,6 @@
 #include "dcd_depthwise.hpp"
 #include "dcd_epilogue.hpp"
 #include "dcd_pointwise.hpp"
-#include "op_failures.hpp"
-#include "runtime_weights.hpp"
 
 namespace dcd {
 namespace {
@@ -50,15 +47,6 @@ ov::OutputVector convert_epilogue(const ov::frontend::NodeContext& ctx) {
     const InputLayout I(OpKind::ConvEpilogue, a, false, latent != 0);
     OPENVINO_ASSERT((int)inputs.size() == I.count, kOp, ": ", inputs.size(), " inputs given, expected ", I.count,
                     " for these attributes");
-    const std::string form = ctx.get_attribute<std::string>("form", "latent");
-    OPENVINO_ASSERT(form == "latent" || form == "weight", kOp, ": form must be latent or weight, got '", clip(form),
-                    "'");
-    if (form == "weight" && latent == 0) {
-        // the graph's Conv of W0 again, with W(x) for W0; none when the node's conv input
-        // is not that Conv (then the epilogue below computes the same function)
-        const ov::Output<ov::Node> out = runtime_weights_conv(inputs, I, a);
-        if (out.get_node()) return {out};
-    }
     std::vector<int64_t> dims;
     std::string why;
     auto weights = pack_weights(inputs, I, a, &dims, &why);

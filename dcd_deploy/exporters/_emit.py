@@ -188,7 +188,7 @@ class _Walk:
         self.alias[node.output[0]] = y
         self.result.fused.append(path)
         # the classifier's record keeps its (B, C) tensors: the per-layer check feeds them to the layer
-        twin = (lambda t: t) if _fused.on_features(layer) else layout.twin
+        twin = (lambda t: t) if _fused.on_features(layer) else layout.nhwc.__getitem__
         self.result.layers.append(
             _record(
                 path,

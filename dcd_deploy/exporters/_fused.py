@@ -28,11 +28,7 @@ one ``dcd_deploy.DCDConvEpilogue`` node in one pass over the output:
 
 with ``x_s`` the conv's centre-tap pixels (stride ``stride``, offset 0 at padding k//2).
 Inputs: ``conv``, ``x``, ``residual`` (if fused), then the DCDPointwise weights without
-``w0``. Attributes: those of DCDPointwise, plus ``stride``, ``offset``; ``form`` is
-``weight`` for a layer with a small W0 (:func:`._kinds.prefers_runtime_weights`): OpenVINO's
-conversion then builds one convolution with the per-sample weights
-``W(x) = Λ W0 + centre(P Φ' Q)`` instead of the op (the node's function body, and so ONNX
-Runtime, keeps the latent form; both compute the same function).
+``w0``. Attributes: those of DCDPointwise without ``form``, plus ``stride``, ``offset``.
 A joint-fusion layer (Eq. 8) also keeps its latent ``z = R(Q x)`` standard Convs and its
 node has ``latent_input = 1``: ``z`` follows ``residual``, ``q`` and ``q_b`` are absent,
 Φ' is L x L·L_k.
@@ -199,30 +195,16 @@ class Layout:
 
     def __init__(self, g: GraphBuilder):
         self.g = g
-        self.nhwc: dict[str, str] = {}  # NCHW tensor -> its NHWC twin, for the next fused layer
-        self.node_output: dict[str, str] = {}  # a fused node's NCHW output -> the node's own
-
-    def twin(self, name: str) -> str:
-        """The NHWC tensor a fused layer's record names for ``name`` (its input, its residual
-        or its output: the node's own output even where the next layer does not read it)."""
-        return self.node_output.get(name) or self.nhwc[name]
+        self.nhwc: dict[str, str] = {}  # NCHW tensor -> its NHWC twin
 
     def to_nhwc(self, name: str, path: str) -> str:
         if name not in self.nhwc:
             self.nhwc[name] = self.g.scope(path).op("Transpose", [name], perm=TO_NHWC)
         return self.nhwc[name]
 
-    def to_nchw(self, name: str, path: str, *, share: bool = True) -> str:
-        """The NCHW twin of a fused node's output; with ``share`` a following fused layer
-        reads the node's NHWC tensor directly. Not for a node OpenVINO converts to standard
-        ops ending in a convolution (the weight form): the plugin then makes NCHW, and a
-        consumer of the NHWC tensor costs a reference Transpose (0.7-1.4 ms measured at
-        ResNet-18's first 56x56x64 boundary) where a Transpose of the NCHW one merges into
-        a reorder."""
+    def to_nchw(self, name: str, path: str) -> str:
         out = self.g.scope(path).op("Transpose", [name], perm=TO_NCHW)
-        self.node_output[out] = name
-        if share:
-            self.nhwc[out] = name
+        self.nhwc[out] = name  # a following fused layer reads the NHWC tensor directly
         return out
 
     def to_pixel(self, name: str, path: str) -> str:
@@ -308,7 +290,7 @@ def _emit_around_conv(
     stride = attrs.get("stride", 1)
     out = _body(fs, layer, w, in_shape, residual=residual is not None, activation=activation, stride=stride)
     y = fs.finish(out, kind=EPILOGUE_OP_TYPE, op_type=EPILOGUE_OP_TYPE, attrs=attrs)
-    return layout.to_nchw(y, path, share=attrs.get("form") != "weight")
+    return layout.to_nchw(y, path)
 
 
 def _emit_depthwise(

@@ -198,27 +198,3 @@ def test_wide_1x1_layers_on_small_maps_run_around_the_runtime_conv(tmp_path, c_i
         backends = ("onnxruntime", "openvino") if importlib.util.find_spec("openvino") else ("onnxruntime",)
         report = check_parity(model, path, batch_sizes=(2,), backends=backends)
         assert report, report.table()
-
-
-@pytest.mark.parametrize(
-    "c_in, c_out, kernel, groups, want",
-    [
-        (64, 64, 3, 1, "weight"),  # ResNet's first stage: W0 of 36,864 floats, the rule's bound
-        (64, 65, 3, 1, "latent"),  # one output channel over it
-        (128, 128, 3, 1, "latent"),  # the second stage: repacking W0 per call costs more than it saves
-        (16, 24, 5, 1, "weight"),
-        (64, 64, 3, 2, "latent"),  # a grouped W0: not one dense convolution per sample
-    ],
-)
-def test_small_kxk_layers_take_the_weight_form(tmp_path, c_in, c_out, kernel, groups, want):
-    """The node's ``form`` follows the rule ``C_out·C_in·k² <= 64·64·9``, one group (an
-    independent count of the bound, not the code's constant)."""
-    torch.manual_seed(0)
-    layer = DCDConv2d(c_in, c_out, kernel, groups=groups, num_blocks=groups)
-    model = _Flat(torch.nn.Conv2d(3, c_in, 1), layer, torch.nn.ReLU()).eval()
-    path = tmp_path / "m.onnx"
-    export_onnx(model, path, input_size=6, mode="fused", check=False)
-    (node,) = [n for n in onnx.load(str(path)).graph.node if n.domain == "dcd_deploy"]
-    assert node.op_type == "DCDConvEpilogue" and _attrs(node)["form"] == want.encode()
-    report = check_parity(model, path, batch_sizes=(2,), backends=("onnxruntime",))
-    assert report, report.table()

@@ -7,7 +7,6 @@ kind            layers                                      fused mode
                                                             wide on <= 14x14: as
                                                             CentreTap)
 ``CentreTap``   k x k channel fusion, residual at the tap   Conv + DCDConvEpilogue
-                                                            (small W0: form weight)
 ``Depthwise``   k x k depthwise (Eq. 7)                     DCDDepthwise
 ``Joint``       k x k joint fusion (Eq. 8)                  Convs + DCDConvEpilogue
 ``Linear``      the classifier, ``DCDLinear``               Gemm + DCDConvEpilogue
@@ -23,14 +22,7 @@ from torch import nn
 
 from ...layers.dcd import DCDConv2d, DCDLinear
 from ._base import DCDKind, adaptive_windows
-from ._channel import (
-    CentreTap,
-    Pointwise,
-    emit_crop,
-    prefers_runtime_conv,
-    prefers_runtime_weights,
-    prefers_weight_form,
-)
+from ._channel import CentreTap, Pointwise, emit_crop, prefers_runtime_conv, prefers_weight_form
 from ._depthwise import Depthwise
 from ._joint import Joint
 from ._linear import Linear
@@ -46,7 +38,6 @@ __all__ = [
     "adaptive_windows",
     "emit_crop",
     "prefers_runtime_conv",
-    "prefers_runtime_weights",
     "prefers_weight_form",
 ]
 

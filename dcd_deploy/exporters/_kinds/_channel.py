@@ -62,24 +62,6 @@ def prefers_runtime_conv(*, c_in: int, c_out: int, hw: int) -> bool:
     return hw <= RUNTIME_CONV_MAX_HW and min(c_in, c_out) >= 256 and max(c_in, c_out) >= 1024
 
 
-#: The largest W0 (C_out·C_in·k·k floats, one group) whose k x k layer runs in the weight
-#: form in OpenVINO (:func:`prefers_runtime_weights`): ResNet's 64-channel 3x3 layers.
-RUNTIME_WEIGHTS_MAX = 64 * 64 * 3 * 3
-
-
-def prefers_runtime_weights(*, c_in: int, c_out: int, kernel: int, groups: int) -> bool:
-    """The fused k x k cost rule: a layer with a small W0 is faster as one OpenVINO
-    convolution with the per-sample weights ``W(x) = Λ W0 + P Φ' Qᵀ`` (the node's
-    ``form = "weight"``) than as the Conv of W0 plus DCDConvEpilogue's second pass.
-
-    OpenVINO repacks a convolution's runtime weights at every call: measured on one thread
-    (docs/performance.md, "Round six"), +56 µs for a 64->64 3x3 conv and +0.4, +1.4
-    and +5.6 ms at 128, 256 and 512 channels, against the 0.2-0.3 ms the weight form saves
-    a 56x56 layer; so only W0 up to ResNet's 64-channel 3x3 layers.
-    """
-    return groups == 1 and c_in * c_out * kernel * kernel <= RUNTIME_WEIGHTS_MAX
-
-
 class CentreTap(ConvKind):
     """k x k channel fusion: W0 * x plus the 1x1 dynamic residual at the centre tap."""
 
@@ -161,12 +143,8 @@ class CentreTap(ConvKind):
         """k x k: the runtime's Conv of W0, then DCDConvEpilogue adds the rest."""
         return EPILOGUE
 
-    def fused_attrs(self, m: nn.Module) -> dict[str, int | str]:
-        c_out, c_in, k = m.w0.shape[0], m.w0.shape[1], m.kernel2[0]
-        weight = prefers_runtime_weights(c_in=int(c_in), c_out=int(c_out), kernel=int(k), groups=m.groups)
-        # the centre tap of padding k//2; the form only tells OpenVINO's conversion which
-        # engine to build (the node's function body, what ONNX Runtime runs, is the latent one)
-        return {"stride": m.stride, "offset": 0, "form": "weight" if weight else "latent"}
+    def fused_attrs(self, m: nn.Module) -> dict[str, int]:
+        return {"stride": m.stride, "offset": 0}  # the centre tap of padding k//2
 
     def fused_constants(self, m: nn.Module) -> dict[str, torch.Tensor]:
         """B > 1 (Eq. 6) goes through the same ops as the dense layer with zeros off the
