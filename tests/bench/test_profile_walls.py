@@ -23,13 +23,13 @@ STEP_MS = 7.0
 
 
 def _fake_clock():
-    """Successive readings k, k + 7 ms, k + 1, k + 1 + 7 ms, ...: every start/end pair
-    of a profiled run is 7 ms apart."""
+    """Successive readings (ns) k s, k s + 7 ms, k + 1 s, k + 1 s + 7 ms, ...: every
+    start/end pair of a profiled run is 7 ms apart."""
     reads = itertools.count()
 
     def clock():
         n = next(reads)
-        return float(n // 2) + (n % 2) * STEP_MS / 1e3
+        return (n // 2) * 10**9 + (n % 2) * int(STEP_MS * 10**6)
 
     return clock
 
