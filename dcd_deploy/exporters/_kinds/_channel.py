@@ -56,8 +56,9 @@ def prefers_runtime_conv(*, c_in: int, c_out: int, hw: int) -> bool:
     layers fused around OpenVINO's convolution"): at 14x14 and 7x7 with C 256-2048,
     OpenVINO's 1x1 convolution plus the epilogue's extra pass over the (small) output beats
     the fused GEMM; at 56x56 and 28x28 the fused GEMM wins (it writes the output once). The
-    channel bounds keep the rule to the widths it was measured at (MobileNetV2's narrower
-    layers are not covered by that measurement).
+    channel bounds keep the rule to the widths it was measured at: MobileNetV2's narrower
+    layers (at most 960 channels) were measured too and are slower that way at 7x7, 14x14
+    and 28x28 (docs/performance.md, "Round seven").
     """
     return hw <= RUNTIME_CONV_MAX_HW and min(c_in, c_out) >= 256 and max(c_in, c_out) >= 1024
 
