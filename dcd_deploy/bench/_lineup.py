@@ -132,11 +132,8 @@ def size_counts(model, input_size) -> dict:
     if isinstance(model, Path):  # an ONNX file: its weights' count only
         return {"params_m": onnx_input(model).params / MILLION, **unknown}
     params = sum(p.numel() for p in model.parameters()) / MILLION
-    h, w = input_hw(input_size)
-    if h != w:  # the counter takes square inputs
-        return {"params_m": params, **unknown}
     try:
-        c = count_complexity(model, input_size=h)
+        c = count_complexity(model, input_size=input_hw(input_size))
     except (TypeError, DCDDeployError):  # a checkpoint with a layer the counter has no rule for
         return {"params_m": params, **unknown}
     dynamic = c.madds_latent != c.madds_weight

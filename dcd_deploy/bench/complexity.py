@@ -1,7 +1,7 @@
 """Parameter and multiply-add (MAdds) counts for any zoo model, and the paper check.
 
 :func:`count_complexity` runs one shape-only forward pass (meta tensors) of a
-``(1, 3, S, S)`` input with forward hooks and adds up, per executed layer, the
+``(1, 3, H, W)`` input (``H = W = S`` for a side ``S``) with forward hooks and adds up, per executed layer, the
 multiply-adds below. A dynamic layer (:class:`~dcd_deploy.layers.DCDConv2d`,
 :class:`~dcd_deploy.layers.DCDLinear`, :class:`~dcd_deploy.layers.MixtureConv2d`)
 is counted as one unit from its attributes and the shapes it saw; its children are not
@@ -75,6 +75,7 @@ from ..exporters import deploy_kind
 from ..layers import DCDConv2d, DCDLinear, MixtureConv2d
 from ..layers.common import SEGate
 from ..models import create_model
+from .harness import input_hw
 from .paper import PAPER_ROWS, PARAMS_EXCL_CLASSIFIER, PaperRow, parse_figure
 
 #: MAdd forms; legend: "latent" as DCD's forward executes, "weight" per-sample W(x),
@@ -152,7 +153,8 @@ class Complexity:
         madds_min: MAdds, every DCD layer in the cheaper of the two.
         branch_pool_madds: the dynamic branches' pooling adds (included in all three).
         classifier_params: parameters of ``model.classifier`` (0 if it has none).
-        input_size: side S of the (1, C, S, S) input counted.
+        input_size: side S of the (1, C, S, S) input counted, or (H, W) of a
+            (1, C, H, W) one.
         breakdown: per layer type (class name), a :class:`LayerCost`; read-only.
     """
 
@@ -162,7 +164,7 @@ class Complexity:
     madds_min: int
     branch_pool_madds: int
     classifier_params: int
-    input_size: int
+    input_size: int | tuple[int, int]
     breakdown: Mapping[str, LayerCost]
 
     @property
@@ -292,10 +294,10 @@ def _units(model: nn.Module) -> tuple[list[nn.Module], list[nn.Module]]:
     return units, free
 
 
-def _shape_only_forward(model: nn.Module, input_size: int, in_channels: int) -> None:
+def _shape_only_forward(model: nn.Module, hw: tuple[int, int], in_channels: int) -> None:
     """Run ``model`` once on meta tensors: shapes flow, nothing is computed or changed."""
     meta = {name: torch.empty_like(t, device="meta") for name, t in (*model.named_parameters(), *model.named_buffers())}
-    x = torch.empty(1, in_channels, input_size, input_size, device="meta")
+    x = torch.empty(1, in_channels, *hw, device="meta")
     functional_call(model, meta, (x,))
 
 
@@ -304,7 +306,7 @@ def _count_calls(
     units: list[nn.Module],
     add: Callable[[str, LayerCost], None],
     *,
-    input_size: int,
+    hw: tuple[int, int],
     in_channels: int,
 ) -> int:
     """Add every unit's MAdds per call of one shape-only forward; returns the branch pooling adds."""
@@ -321,7 +323,7 @@ def _count_calls(
     try:
         model.eval()
         with torch.no_grad():
-            _shape_only_forward(model, input_size, in_channels)
+            _shape_only_forward(model, hw, in_channels)
     finally:
         for h in handles:
             h.remove()
@@ -330,9 +332,9 @@ def _count_calls(
 
 
 def count_complexity(
-    model: nn.Module, *, input_size: int = DEFAULT_INPUT_SIZE, in_channels: int = IMAGE_CHANNELS
+    model: nn.Module, *, input_size: int | tuple[int, int] = DEFAULT_INPUT_SIZE, in_channels: int = IMAGE_CHANNELS
 ) -> Complexity:
-    """Count parameters and MAdds (every form) of ``model`` on one (1, C, S, S) input.
+    """Count parameters and MAdds (every form) of ``model`` on one (1, C, H, W) input.
 
     The model runs once in eval mode on meta tensors (shapes only; its weights, buffers
     and mode are left as they were); every counted layer's cost comes from the shapes
@@ -341,7 +343,7 @@ def count_complexity(
     Args:
         model: a zoo model, or any module built from ``torch.nn`` convs, linears,
             pools and this package's dynamic layers (on any device, meta included).
-        input_size: side S of the square input.
+        input_size: side S of a square input, or its (H, W).
         in_channels: C, the input's channels (3 for every zoo model).
 
     Returns:
@@ -351,9 +353,11 @@ def count_complexity(
         UnsupportedInputError: the model cannot take ``input_size``.
         TypeError: the model holds a parameterised layer these rules do not cover.
     """
+    hw = input_hw(input_size)
     check = getattr(model, "check_input_size", None)
     if callable(check):
-        check(input_size)
+        for side in dict.fromkeys(hw):  # the zoo's models take one side at a time
+            check(side)
     units, free = _units(model)
     totals: dict[str, LayerCost] = {}
 
@@ -364,7 +368,7 @@ def count_complexity(
         add(type(m).__name__, LayerCost(1, sum(p.numel() for p in m.parameters())))
     for m in free:
         add(type(m).__name__, LayerCost(1, sum(p.numel() for p in m.parameters(recurse=False))))
-    branch_pool = _count_calls(model, units, add, input_size=input_size, in_channels=in_channels)
+    branch_pool = _count_calls(model, units, add, hw=hw, in_channels=in_channels)
 
     params = sum(p.numel() for p in model.parameters())
     unattributed = params - sum(c.params for c in totals.values())
@@ -379,7 +383,7 @@ def count_complexity(
         madds_min=sum(c.madds_min for c in totals.values()),
         branch_pool_madds=branch_pool,
         classifier_params=cls_params,
-        input_size=input_size,
+        input_size=hw[0] if hw[0] == hw[1] else hw,
         breakdown=dict(sorted(totals.items())),
     )
 

@@ -81,6 +81,28 @@ def test_dcd_conv_1x1_by_hand():
     assert c.params == cout * cin + cin * lat + lat * cout + cin * sq + sq * (lat * lat + cout)
 
 
+def test_non_square_input_by_hand():
+    """(H, W) counts H·W pixels wherever the square count used S²; strides halve each side."""
+    cin, cout, lat, sq, h, w = 16, 32, 4, 8, 6, 10
+    net = nn.Sequential(
+        DCDConv2d(cin, cout, 1, latent_dim=lat, squeeze=sq), nn.Conv2d(cout, 8, 3, stride=2, padding=1, bias=False)
+    )
+    c = count_complexity(net, input_size=(h, w), in_channels=cin)
+    n = h * w
+    branch = cin * n + cin * sq + sq * (lat * lat) + sq * cout
+    dcd_latent = cout * cin * n + cout * n + cin * lat * n + lat * lat * n + lat * cout * n + branch
+    conv = 8 * (3 * 5) * cout * 3 * 3  # output 3x5
+    assert c.madds_latent == dcd_latent + conv
+    assert c.branch_pool_madds == cin * n
+    assert c.input_size == (h, w)
+    assert count_complexity(net, input_size=(8, 8), in_channels=cin).input_size == 8
+
+
+def test_non_square_input_checks_each_side():
+    with pytest.raises(UnsupportedInputError):
+        count_complexity(meta_model("resnet18_dcd"), input_size=(224, 160))
+
+
 def test_condconv_by_hand():
     cin, cout, k, h = 8, 16, 8, 6
     layer = CondConv2d(cin, cout, 1, num_kernels=k)

@@ -18,6 +18,7 @@ from click.testing import CliRunner
 from dcd_deploy import export_onnx
 from dcd_deploy._factory_spec import build_from_factory
 from dcd_deploy.bench._models import onnx_input
+from dcd_deploy.bench.complexity import count_complexity
 from dcd_deploy.cli.bench import main
 from dcd_deploy.layers import DCDConv2d
 
@@ -110,9 +111,17 @@ def test_factory_with_a_baseline_factory(user_dir):
 
 
 def test_non_square_input(user_dir):
-    result = run(["--models", "tiny.py:build", "--input-size", "32x48", "--backends", "torch", *FAST])
+    result = run(
+        ["--models", "tiny.py:build", "--input-size", "32x48", "--backends", "torch", "--json", "r.json", *FAST]
+    )
     assert result.exit_code == 0, result.output
     assert "input 32x48" in result.stdout
+    # the MAdds column counts the 32x48 input (it was left empty for non-square inputs)
+    model = build_from_factory("tiny.py:build")
+    madds = {r["variant"]: r["madds_m"] for r in json.loads((user_dir / "r.json").read_text())["records"]}
+    assert madds["dcd"] == pytest.approx(count_complexity(model, input_size=(32, 48)).madds_min / 1e6)
+    assert madds["static"] == pytest.approx(count_complexity(to_static(model), input_size=(32, 48)).madds_min / 1e6)
+    assert madds["dcd"] > madds["static"] > count_complexity(to_static(model), input_size=32).madds_min / 1e6
 
 
 def test_onnx_files_with_a_baseline(files, tmp_path):
