@@ -1,12 +1,16 @@
 """Fused mode and nn.Conv2d geometry: only layers at the fused ops' own geometry are fused.
 
-The fused ops read the centre tap at padding k//2 without dilation; a DCD layer with any
-other padding, a dilation or a non-square kernel stays standard ops, says why, and the
-file still computes the model (checked in ONNX Runtime and OpenVINO by the export).
+The epilogue reads x at the centre tap, rows and columns ``i * stride``: a channel-fusion
+layer with any odd kernel shape and dilation and a square stride fuses when its padding
+puts that tap on x's pixel grid ("same" padding for the dilated kernel); a DCD layer with
+any other padding or a non-square stride stays standard ops and says why (an even kernel
+has no centre tap: channel fusion refuses it when the layer is built). Either way the file computes the model (checked against float64 PyTorch in ONNX
+Runtime and OpenVINO by the export).
 """
 
 from __future__ import annotations
 
+import onnx
 import pytest
 import torch
 from torch import nn
@@ -22,27 +26,38 @@ class _Geometries(nn.Module):
         super().__init__()
         torch.manual_seed(0)
         self.plain = DCDConv2d(8, 16, 1)
-        self.padded = DCDConv2d(16, 16, 1, padding=1)  # 1x1 with a ring of zeros: 14x14 -> 16x16
-        self.dilated = DCDConv2d(16, 16, 3, padding=2, dilation=2)
+        self.padded = DCDConv2d(16, 16, 1, padding=1)  # 1x1 with a ring of zeros: 14x15 -> 16x17
+        self.dilated = DCDConv2d(16, 16, 3, padding=2, dilation=2)  # "same" for its 5x5 extent
         self.same3 = DCDConv2d(16, 16, 3, padding="same")
+        self.row = DCDConv2d(16, 16, (1, 3), padding=(0, 1))  # a non-square kernel, "same"
+        self.tall = DCDConv2d(16, 16, (5, 3), stride=2, padding=(4, 1), dilation=(2, 1))
+        self.valid = DCDConv2d(16, 16, 3, padding=0)  # the centre tap is cropped
+        self.wide_stride = DCDConv2d(16, 16, 3, stride=(1, 2), padding=1)
         for m in self.modules():
             if isinstance(m, DCDConv2d):
                 for head in (m.fc_phi, m.fc_scale):
                     nn.init.normal_(head.weight, std=0.3)
 
     def forward(self, x):
-        return self.same3(self.dilated(self.padded(self.plain(x))))
+        x = self.row(self.same3(self.dilated(self.padded(self.plain(x)))))
+        return self.wide_stride(self.valid(self.tall(x)))
 
 
 def test_only_layers_at_the_fused_geometry_are_fused(tmp_path):
     result = export_onnx(
         _Geometries().eval(),
         tmp_path / "g.onnx",
-        input_size=14,
+        input_size=(14, 15),
         mode="fused",
-        example_inputs=(torch.zeros(1, 8, 14, 14),),
+        example_inputs=(torch.zeros(1, 8, 14, 15),),
         parity_batch_sizes=(2,),
     )
     assert result, result.parity.summary()
-    assert sorted(result.fused) == ["plain", "same3"]
-    assert result.unfused == {"padded": "padding (1, 1, 1, 1)", "dilated": "dilation 2x2"}
+    assert sorted(result.fused) == ["dilated", "plain", "row", "same3", "tall"]
+    assert result.unfused == {
+        "padded": "padding (1, 1, 1, 1)",
+        "valid": "padding (0, 0, 0, 0)",
+        "wide_stride": "stride 1x2",
+    }
+    ops = [n.op_type for n in onnx.load(str(tmp_path / "g.onnx")).graph.node if n.domain == "dcd_deploy"]
+    assert sorted(ops) == ["DCDConvEpilogue"] * 4 + ["DCDPointwise"]

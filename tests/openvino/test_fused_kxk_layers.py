@@ -2,13 +2,14 @@
 OpenVINO with the extension and through ONNX Runtime (the node's function body), against
 the PyTorch layer in float64 (:func:`check_parity`).
 
-A random channel-fusion :class:`DCDConv2d` (3x3 at stride 1 or 2, or 1x1 at stride 2; the
-paper's Eq. 8 form with the 1x1 dynamic residual at the centre tap) in a small image model
+A random channel-fusion :class:`DCDConv2d` (3x3 or 5x5, a non-square odd kernel, dilated
+or not, at stride 1 or 2, or 1x1 at stride 2, at the default "same" padding; the paper's
+Eq. 8 form with the 1x1 dynamic residual at the centre tap) in a small image model
 
     Conv2d(3, C_in, 1) -> DCDConv2d(k, stride) -> BatchNorm2d [-> + stem output] [-> ReLU | ReLU6]
 
 is exported with ``mode="fused"``; hypothesis draws channels, latent sizes, pooling over
-odd, even and 1-pixel maps, gates, Λ, the latent BNs, residual (stride 1), activation,
+odd, even, non-square and 1-pixel maps, gates, Λ, the latent BNs, residual (stride 1), activation,
 batch and the instruction-set path; ``derandomize`` keeps CI runs identical.
 """
 
@@ -38,7 +39,7 @@ EXAMPLES = 40
 class KxK:
     c_in: int
     c_out: int
-    kernel: int
+    kernel: int | tuple[int, int]
     stride: int
     latent_dim: int | None
     pool_size: int
@@ -50,11 +51,20 @@ class KxK:
     side: int
     batch: int
     seed: int
+    dilation: int | tuple[int, int] = 1
+    width: int | None = None  # None: side x side
+
+    @property
+    def geometry(self) -> str:
+        kh, kw = (self.kernel,) * 2 if isinstance(self.kernel, int) else self.kernel
+        dilated = "" if self.dilation == 1 else f" dilation {self.dilation}"
+        return f"{kh}x{kw}/{self.stride}{dilated}"
 
 
 @st.composite
 def kxk_layers(draw) -> KxK:
-    kernel, stride = draw(st.sampled_from([(3, 1), (3, 2), (1, 2), (5, 1)]))
+    kernel, stride = draw(st.sampled_from([(3, 1), (3, 2), (1, 2), (5, 1), ((1, 3), 1), ((5, 3), 2)]))
+    dilation = 1 if kernel == 1 else draw(st.sampled_from([1, 1, 2, (2, 1)]))
     c_in = draw(st.sampled_from([1, 3, 8, 17, 23, 32]))
     residual = stride == 1 and draw(st.booleans())
     c_out = c_in if residual else draw(st.sampled_from([4, 16, 17, 23, 48]))
@@ -73,11 +83,13 @@ def kxk_layers(draw) -> KxK:
         side=draw(st.sampled_from([1, 2, 5, 7, 12, 15])),
         batch=draw(st.integers(1, 3)),
         seed=draw(st.integers(0, 2**16)),
+        dilation=dilation,
+        width=draw(st.none() | st.sampled_from([3, 8])),
     )
 
 
 def _net(cfg: KxK) -> nn.Module:
-    return dcd_layer_net(cfg, cfg.kernel, cfg.stride)
+    return dcd_layer_net(cfg, cfg.kernel, cfg.stride, dilation=cfg.dilation)
 
 
 def test_fused_kxk_layers_match_pytorch_in_openvino_and_onnxruntime(tmp_path, capsys):
@@ -89,10 +101,17 @@ def test_fused_kxk_layers_match_pytorch_in_openvino_and_onnxruntime(tmp_path, ca
     @example(  # a strided 1x1 layer always, whatever the derandomized draws cover
         cfg=KxK(8, 16, 1, 2, None, 2, "se", True, True, False, "relu", 7, 2, 3), isa_index=2
     )
+    @example(  # ResNet's strided 3x3 layer, undilated
+        cfg=KxK(16, 32, 3, 2, None, 1, "relu", True, False, False, "relu", 12, 1, 11), isa_index=0
+    )
+    @example(  # a dilated non-square kernel on a non-square map, residual
+        cfg=KxK(8, 8, (3, 5), 1, 6, 1, "relu", True, False, True, "relu6", 9, 2, 5, dilation=2, width=6), isa_index=1
+    )
     def prop(cfg: KxK, isa_index: int):
         model = build(cfg, _net)
         path = tmp_path / "m.onnx"
-        export_onnx(model, path, input_size=cfg.side, mode="fused", check=False)
+        hw = cfg.side if cfg.width is None else (cfg.side, cfg.width)
+        export_onnx(model, path, input_size=hw, mode="fused", check=False)
         graph = onnx.load(str(path)).graph
         (node,) = [n for n in graph.node if n.domain == "dcd_deploy"]
         assert node.op_type == "DCDConvEpilogue"
@@ -100,13 +119,15 @@ def test_fused_kxk_layers_match_pytorch_in_openvino_and_onnxruntime(tmp_path, ca
         assert attrs["stride"] == cfg.stride and attrs["offset"] == 0
         assert attrs["residual"] == int(cfg.residual) and attrs["activation"].decode() == cfg.act
         g = torch.Generator().manual_seed(cfg.seed + 1)
-        x = torch.randn(2 * cfg.batch, 3, cfg.side, cfg.side, generator=g).double().float()
+        x = torch.randn(2 * cfg.batch, 3, cfg.side, cfg.width or cfg.side, generator=g).double().float()
         isa = isas[isa_index % len(isas)]
         with forced_isa(isa):
             report = check_parity(model, path, batch_sizes=(cfg.batch,), inputs=x, backends=("onnxruntime", "openvino"))
         assert report, f"{cfg!r} isa={isa}\n{report.table()}"
         coverage[f"isa {isa}"] += 1
-        coverage[f"{cfg.kernel}x{cfg.kernel}/{cfg.stride}"] += 1
+        coverage[cfg.geometry] += 1
+        coverage["dilated" if cfg.dilation != 1 else "not dilated"] += 1
+        coverage["non-square map" if cfg.width not in (None, cfg.side) else "square map"] += 1
         coverage[f"pool {cfg.pool_size}"] += 1
         coverage["residual" if cfg.residual else "no residual"] += 1
 
@@ -117,4 +138,5 @@ def test_fused_kxk_layers_match_pytorch_in_openvino_and_onnxruntime(tmp_path, ca
             + ", ".join(f"{k} {v}" for k, v in sorted(coverage.items()))
         )
     assert all(coverage[f"isa {isa}"] > 0 for isa in isas)
-    assert all(coverage[k] > 0 for k in ("3x3/1", "3x3/2", "1x1/2", "residual", "pool 2"))
+    assert all(coverage[k] > 0 for k in ("3x3/1", "3x3/2", "1x1/2", "residual", "pool 2", "dilated", "non-square map"))
+    assert any(k.startswith(("1x3/", "5x3/", "3x5/")) for k in coverage)

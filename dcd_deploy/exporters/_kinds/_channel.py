@@ -124,15 +124,14 @@ class CentreTap(ConvKind):
     # -- the fused op (docs/design.md#fused-op) -------------------------------------------
     def why_not_fused(self, m: nn.Module) -> str | None:
         (kh, kw), (sh, sw) = m.kernel2, m.stride2
-        if kh != kw:
-            return f"{kh}x{kw} kernel"
-        if kh % 2 == 0:  # the centre tap is not a pixel
-            return f"{kh}x{kh} kernel (even)"
+        if kh % 2 == 0 or kw % 2 == 0:  # the centre tap is not a pixel
+            return f"{kh}x{kw} kernel (even)"
         if sh != sw:
             return f"stride {sh}x{sw}"
-        if tuple(m.dilation2) != (1, 1):
-            return f"dilation {m.dilation2[0]}x{m.dilation2[1]}"
-        if tuple(m.pads) != (kh // 2,) * 4:  # the fused ops read the centre tap at padding k//2
+        # The fused ops read x at the centre tap, row and column i * stride: the padding must
+        # put that tap on x's pixel grid without a ring or a crop ("same" padding for the
+        # kernel's dilated extent); any kernel shape and dilation are the Conv's business.
+        if any(m.tap_pads):
             return f"padding {tuple(m.pads)}"
         if not m.channel_fusion:
             return "no channel fusion"
@@ -145,7 +144,7 @@ class CentreTap(ConvKind):
         return EPILOGUE
 
     def fused_attrs(self, m: nn.Module) -> dict[str, int]:
-        return {"stride": m.stride, "offset": 0}  # the centre tap of padding k//2
+        return {"stride": m.stride, "offset": 0}  # the centre tap at "same" padding (why_not_fused)
 
     def fused_constants(self, m: nn.Module) -> dict[str, torch.Tensor]:
         """B > 1 (Eq. 6) goes through the same ops as the dense layer with zeros off the
