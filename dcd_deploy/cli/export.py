@@ -235,6 +235,8 @@ def _print_report(result, *, label: str, params: int, shape: str, strategy: str,
         click.echo(f"  fused    {result.fused_summary()}")
         for path, reason in result.unfused.items():
             click.echo(f"           {path}: not fused ({reason})")
+        if result.fused and (result.batch is None or result.dynamic_size):
+            _static_shape_note(result)
     if result.parity is not None:
         click.echo(f"  parity   {result.parity.summary()}")
         runtimes = dict.fromkeys(r.backend for r in result.parity.rows)
@@ -244,6 +246,19 @@ def _print_report(result, *, label: str, params: int, shape: str, strategy: str,
         )
     else:
         click.echo("  parity   not checked (--no-check)")
+
+
+def _static_shape_note(result) -> None:
+    """How to compile a fused file with a dynamic axis in OpenVINO without the slow path."""
+    h, w = (result.input_size,) * 2 if isinstance(result.input_size, int) else result.input_size
+    click.echo(
+        f"  note     in OpenVINO, reshape to a static shape before compiling (model.reshape([{result.batch or 1}, 3, {h}, {w}]);"
+        " dcd_deploy.openvino.compile_onnx(path, input_shape=...) does it)"
+    )
+    click.echo(
+        "           at a dynamic shape the layout changes around the fused nodes run as reference ops"
+        " (MobileNetV2 x1.0: about twice the time, docs/performance.md)"
+    )
 
 
 def _dynamic_size(dynamic_size: bool, size: tuple[int, int]) -> dict:
