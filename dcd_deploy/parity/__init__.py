@@ -56,6 +56,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from .._modes import evaluating
 from ..errors import DCDDeployError
 from ..preprocess import PRESETS, Preprocess, make_preprocess
 from ._compare import compare as _compare
@@ -166,37 +167,41 @@ def check_parity(
         accept_inconclusive=bool(accept_inconclusive),
         preprocess=preprocess.to_dict() if synthetic else None,
     )
-    model = model.eval()
-    fixed_batch = in_specs[0].static(0)
-    plans = {
-        b: _used(b, given[0].shape[0], n_inputs if synthetic else None, fixed_batch, onnx_path) for b in batch_sizes
-    }
-    most = max(plans.values())
-    ahead = prefetched.take([x[:most] for x in given], plans) if prefetched is not None else None
-    if ahead is None:
-        ref_model, ref64, report.reference = _reference(model, [x[:most] for x in given])
-        fp32 = None
-    else:
-        ref64, report.reference = ahead["ref64"], ahead["kind"]
-        fp32 = {b: [[(n, torch.from_numpy(a)) for n, a in out] for out in outs] for b, outs in ahead["fp32"].items()}
-        ref_model = model if not records or report.reference != "float64" else prefetched.reference_model
-        ref_model = _reference_model(model) if ref_model is None else ref_model  # not made while the file was traced
-    _end_to_end(report, model, run, plans, given, ref64, out_specs, onnx_path, fp32=fp32)
-    if records:
-        samples = _layer_samples([x[:most] for x in given], fixed_batch or max(batch_sizes))
-        _layer_by_layer(
-            report,
-            records,
-            missing,
-            samples,
-            run_layers,
-            extra,
-            len(out_specs),
-            ref_model=ref_model,
-            model=model,
-            first_backend=backends[0],
-        )
-    return report
+    with evaluating(model):  # the user's model comes back in the modes it had
+        fixed_batch = in_specs[0].static(0)
+        plans = {
+            b: _used(b, given[0].shape[0], n_inputs if synthetic else None, fixed_batch, onnx_path) for b in batch_sizes
+        }
+        most = max(plans.values())
+        ahead = prefetched.take([x[:most] for x in given], plans) if prefetched is not None else None
+        if ahead is None:
+            ref_model, ref64, report.reference = _reference(model, [x[:most] for x in given])
+            fp32 = None
+        else:
+            ref64, report.reference = ahead["ref64"], ahead["kind"]
+            fp32 = {
+                b: [[(n, torch.from_numpy(a)) for n, a in out] for out in outs] for b, outs in ahead["fp32"].items()
+            }
+            ref_model = model if not records or report.reference != "float64" else prefetched.reference_model
+            ref_model = (
+                _reference_model(model) if ref_model is None else ref_model
+            )  # not made while the file was traced
+        _end_to_end(report, model, run, plans, given, ref64, out_specs, onnx_path, fp32=fp32)
+        if records:
+            samples = _layer_samples([x[:most] for x in given], fixed_batch or max(batch_sizes))
+            _layer_by_layer(
+                report,
+                records,
+                missing,
+                samples,
+                run_layers,
+                extra,
+                len(out_specs),
+                ref_model=ref_model,
+                model=model,
+                first_backend=backends[0],
+            )
+        return report
 
 
 def _runs(onnx_path: Path, backends, in_specs, out_specs, extra, proto) -> tuple[dict, dict]:
