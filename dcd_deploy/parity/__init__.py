@@ -173,19 +173,7 @@ def check_parity(
             b: _used(b, given[0].shape[0], n_inputs if synthetic else None, fixed_batch, onnx_path) for b in batch_sizes
         }
         most = max(plans.values())
-        ahead = prefetched.take([x[:most] for x in given], plans) if prefetched is not None else None
-        if ahead is None:
-            ref_model, ref64, report.reference = _reference(model, [x[:most] for x in given])
-            fp32 = None
-        else:
-            ref64, report.reference = ahead["ref64"], ahead["kind"]
-            fp32 = {
-                b: [[(n, torch.from_numpy(a)) for n, a in out] for out in outs] for b, outs in ahead["fp32"].items()
-            }
-            ref_model = model if not records or report.reference != "float64" else prefetched.reference_model
-            ref_model = (
-                _reference_model(model) if ref_model is None else ref_model
-            )  # not made while the file was traced
+        ref_model, ref64, fp32 = _pytorch_side(model, [x[:most] for x in given], plans, prefetched, records, report)
         _end_to_end(report, model, run, plans, given, ref64, out_specs, onnx_path, fp32=fp32)
         if records:
             samples = _layer_samples([x[:most] for x in given], fixed_batch or max(batch_sizes))
@@ -202,6 +190,21 @@ def check_parity(
                 first_backend=backends[0],
             )
         return report
+
+
+def _pytorch_side(model: nn.Module, given: list[torch.Tensor], plans: dict, prefetched, records, report):
+    """(reference model, float64 reference outputs, fp32 outputs per batch or None): from
+    the prefetch when it computed them, else here (fp32 then by :func:`_end_to_end`)."""
+    ahead = prefetched.take(given, plans) if prefetched is not None else None
+    if ahead is None:
+        ref_model, ref64, report.reference = _reference(model, given)
+        return ref_model, ref64, None
+    ref64, report.reference = ahead["ref64"], ahead["kind"]
+    fp32 = {b: [[(n, torch.from_numpy(a)) for n, a in out] for out in outs] for b, outs in ahead["fp32"].items()}
+    ref_model = model if not records or report.reference != "float64" else prefetched.reference_model
+    if ref_model is None:  # not made while the file was traced
+        ref_model = _reference_model(model)
+    return ref_model, ref64, fp32
 
 
 def _runs(onnx_path: Path, backends, in_specs, out_specs, extra, proto) -> tuple[dict, dict]:
