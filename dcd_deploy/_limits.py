@@ -24,6 +24,8 @@ from .errors import DCDDeployError, UnsupportedInputError
 MAX_INPUT_SIZE = 1024
 #: Images per batch (``--batch``, ``--batch-sizes``).
 MAX_BATCH = 1024
+#: Input channels (``--channels``; an ONNX file's channel axis): grey, RGB, RGB-D, stacks.
+MAX_CHANNELS = 64
 #: Synthetic inputs per batch size in dcd-validate.
 MAX_INPUTS = 10_000
 #: Threads of a benchmark backend; each OpenMP thread maps its own stack, so thousands

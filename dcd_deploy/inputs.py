@@ -101,29 +101,31 @@ def _check_size(path: Path, shape: tuple) -> None:
 
 
 def load_images(
-    path: str | os.PathLike, *, input_size: int | tuple[int, int] | None = None, preprocess=None
+    path: str | os.PathLike, *, input_size: int | tuple[int, int] | None = None, preprocess=None, channels: int = 3
 ) -> tuple[torch.Tensor, str]:
     """Read a batch of images for a parity check, in whichever form they were saved.
 
-    * floating-point, (N, 3, H, W) or (N, H, W, 3): taken as the model takes them
+    * floating-point, (N, C, H, W) or (N, H, W, C): taken as the model takes them
       (already preprocessed); NHWC is transposed;
-    * uint8, either layout: pixels on [0, 255], put through ``preprocess`` (the model's
-      preprocessing, :class:`~dcd_deploy.preprocess.Preprocess`; default ``imagenet``).
+    * uint8, either layout, 3 channels: pixels on [0, 255], put through ``preprocess``
+      (the model's preprocessing, :class:`~dcd_deploy.preprocess.Preprocess`; default
+      ``imagenet``, which describes RGB images).
 
-    A 4-D array whose axis 1 has 3 entries is NCHW, else one whose last axis has 3 is NHWC.
+    A 4-D array whose axis 1 has C entries is NCHW, else one whose last axis has C is NHWC.
 
     Args:
         path: a ``.npy`` (read without pickle) or ``.pt`` (``weights_only``) file.
         input_size: the model's input side or (H, W); the images must have it.
         preprocess: a ``Preprocess``, a preset name, or None (``imagenet``).
+        channels: the model's input channels C.
 
     Returns:
-        (float32 (N, 3, H, W) tensor, a description for reports: file, dtype, layout and
+        (float32 (N, C, H, W) tensor, a description for reports: file, dtype, layout and
         the preprocessing applied).
 
     Raises:
-        UnsupportedInputError: a missing or unreadable file, or not a batch of 3-channel
-            images of the model's size.
+        UnsupportedInputError: a missing or unreadable file, not a batch of C-channel
+            images of the model's size, or uint8 pixels for a model of other than 3.
     """
     from .preprocess import make_preprocess
 
@@ -137,11 +139,17 @@ def load_images(
             f"inputs file {path} holds {data.dtype} values; expected floating-point "
             "(preprocessed) or uint8 (pixel) images"
         )
-    if data.dim() != 4 or 3 not in (shape[1], shape[3]):
+    if data.dim() != 4 or channels not in (shape[1], shape[3]):
         raise UnsupportedInputError(
-            f"inputs file {path} holds a tensor of shape {shape}; expected N x 3 x H x W or N x H x W x 3"
+            f"inputs file {path} holds a tensor of shape {shape}; "
+            f"expected N x {channels} x H x W or N x H x W x {channels}"
         )
-    layout = "NCHW" if shape[1] == 3 else "NHWC"
+    if data.dtype == torch.uint8 and channels != 3:
+        raise UnsupportedInputError(
+            f"inputs file {path} holds uint8 pixels; the preprocessing presets describe 3-channel "
+            f"images, so for a {channels}-channel model pass the preprocessed float32 inputs"
+        )
+    layout = "NCHW" if shape[1] == channels else "NHWC"
     if layout == "NHWC":
         data = data.permute(0, 3, 1, 2)
     n, _, h, w = data.shape

@@ -433,7 +433,7 @@ CASES = [
         "onnx-rank-2-input",
         "dcd-validate",
         VALIDATE,
-        ("has shape (1, 10)", "(N, 3, S, S)"),
+        ("has shape (1, 10)", "(N, C, H, W)"),
         make=_onnx_file("m.onnx", [1, 10]),
     ),
     Case("onnx-no-input", "dcd-validate", VALIDATE, ("has 0 inputs",), make=_onnx_file("m.onnx", None, n_inputs=0)),

@@ -55,3 +55,17 @@ def test_image_count_is_bounded_before_reading(tmp_path):
 def test_directory_is_not_an_inputs_file(tmp_path):
     with pytest.raises(UnsupportedInputError, match="is not a regular file"):
         load_inputs(tmp_path)
+
+
+def test_images_of_other_channel_counts(tmp_path):
+    from dcd_deploy.inputs import load_images
+
+    grey = np.random.default_rng(1).normal(size=(2, 8, 10, 1)).astype(np.float32)
+    np.save(tmp_path / "g.npy", grey)
+    images, described = load_images(tmp_path / "g.npy", input_size=(8, 10), channels=1)
+    assert torch.equal(images, torch.from_numpy(grey).permute(0, 3, 1, 2)) and "NHWC" in described
+    np.save(tmp_path / "u.npy", (grey * 0 + 7).astype(np.uint8))
+    with pytest.raises(UnsupportedInputError, match="preprocessing presets describe 3-channel images"):
+        load_images(tmp_path / "u.npy", channels=1)
+    with pytest.raises(UnsupportedInputError, match="expected N x 3 x H x W or N x H x W x 3"):
+        load_images(tmp_path / "g.npy")  # a grey batch for an RGB model

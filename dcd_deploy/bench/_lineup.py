@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..errors import DCDDeployError
+from ..errors import DCDDeployError, UnsupportedInputError
 from ._models import (
     ModelEntry,
     dynamic_variant,
@@ -60,6 +60,7 @@ def build_models(
     progress: Progress,
     baseline: str | None = None,
     weights=None,
+    channels: int = 3,
 ) -> tuple[list[ModelEntry], dict[str, Any], dict[str, dict]]:
     """Load every model, then name and pair them: a checkpoint by the arch it holds, a
     factory with its static counterpart (``to_static``) or with ``baseline``, an ONNX
@@ -111,7 +112,7 @@ def build_models(
     for e in entries:
         model, source, seconds = loaded[e.spec]
         built[e.name] = model
-        meta[e.name] = {"source": source, **size_counts(model, input_size)}
+        meta[e.name] = {"source": source, **size_counts(model, input_size, channels)}
         how = {
             "zoo": f"pseudo-trained (seed {seed})",
             "factory": f"built by {e.spec}",
@@ -124,7 +125,27 @@ def build_models(
     return entries, built, meta
 
 
-def size_counts(model, input_size) -> dict:
+def _check_runs(model, shape: tuple[int, ...]) -> None:
+    """Run ``model`` once on zeros of ``shape``.
+
+    Raises:
+        UnsupportedInputError: it does not run on such an input.
+    """
+    import torch
+
+    from .._modes import evaluating
+
+    try:
+        with torch.no_grad(), evaluating(model):
+            model(torch.zeros(shape))
+    except (RuntimeError, ValueError, TypeError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UnsupportedInputError(
+            f"{type(model).__name__} does not run on a {shape} input: {first} (--channels and --input-size set it)"
+        ) from exc
+
+
+def size_counts(model, input_size, channels: int = 3) -> dict:
     """Parameters and MAdds in millions (the record's fields); unknown MAdds are None."""
     from .complexity import MILLION, count_complexity
 
@@ -133,8 +154,11 @@ def size_counts(model, input_size) -> dict:
         return {"params_m": onnx_input(model).params / MILLION, **unknown}
     params = sum(p.numel() for p in model.parameters()) / MILLION
     try:
-        c = count_complexity(model, input_size=input_hw(input_size))
+        c = count_complexity(model, input_size=input_hw(input_size), in_channels=channels)
     except (TypeError, DCDDeployError):  # a checkpoint with a layer the counter has no rule for
+        return {"params_m": params, **unknown}
+    except (RuntimeError, ValueError):  # meta tensors stopped: an op without them, or an input that does not fit
+        _check_runs(model, (1, channels, *input_hw(input_size)))
         return {"params_m": params, **unknown}
     dynamic = c.madds_latent != c.madds_weight
     return {

@@ -66,6 +66,9 @@ class RunnerCache:
         square = isinstance(input_size, int) or input_size[0] != input_size[1]
         self.input_size = input_size if square else input_size[0]
         self.threads, self.progress = threads, progress
+        # a model of other than 3 input channels is traced on the timed input's shape
+        c, hw = x.shape[1], tuple(x.shape[2:])
+        self.example = {} if c == 3 else {"example_inputs": (x.new_zeros(1, c, *hw),)}
         self.runners: dict[tuple[str, str], Callable[[], Any]] = {}
         self.forms: dict[tuple[str, str], dict | None] = {}
         self._onnx: dict[tuple[str, str], Path] = {}
@@ -85,6 +88,7 @@ class RunnerCache:
                 self.built[name],
                 Path(self.tmp) / f"{name}{suffix}.onnx",
                 input_size=self.input_size,
+                **self.example,
                 batch=None,
                 check=False,
                 strategy=ONNX_EXPORT["strategy"],
@@ -112,7 +116,9 @@ class RunnerCache:
             from ..exporters import to_deploy
 
             t0 = time.perf_counter()
-            self._deploy[name] = to_deploy(self.built[name], strategy="auto", input_size=self.input_size)
+            self._deploy[name] = to_deploy(
+                self.built[name], strategy="auto", input_size=self.input_size, **self.example
+            )
             self.forms[("deploy", name)] = count_forms(getattr(self._deploy[name], "strategies", None))
             self.progress(f"[deploy] {name}: deploy form in {time.perf_counter() - t0:.1f} s")
         return self._deploy[name]

@@ -121,6 +121,7 @@ def run_benchmark(
     threads: int = DEFAULT_THREADS,
     batch: int = DEFAULT_BATCH,
     input_size: int = DEFAULT_INPUT_SIZE,
+    channels: int = 3,
     runs: int | None = None,
     min_time: float | None = None,
     warmup: int | None = None,
@@ -147,6 +148,7 @@ def run_benchmark(
         threads: threads of every backend.
         batch: images per run (times are per batch).
         input_size: the input's side, or ``(H, W)`` (an ONNX file's fixed axes win).
+        channels: the models' input channels (an ONNX file's own win).
         runs, min_time, warmup, burst_s, profile_runs: see the module docstring; None
             takes the default, or the ``--quick`` value when ``quick``.
         quick: a few runs only (smoke tests; the numbers mean little).
@@ -187,7 +189,7 @@ def run_benchmark(
         shape = tuple(
             file_input_shape(files, batch=batch, input_size=input_hw(input_size))
             if files
-            else (batch, 3, *input_hw(input_size))
+            else (batch, channels, *input_hw(input_size))
         )
         machine = machine_info(
             threads=threads,
@@ -198,6 +200,7 @@ def run_benchmark(
         entries, built, meta = build_models(
             specs,
             input_size=shape[2:],
+            channels=shape[1],
             seed=seed,
             baseline=baseline,
             trust_checkpoint=trust_checkpoint,

@@ -1,4 +1,5 @@
-"""``--input-size S`` or ``HxW``: the input's spatial size on the command line.
+"""``--input-size S`` or ``HxW``: the input's spatial size on the command line; and
+``--channels C``, its channel count (3 unless the model takes grey, RGB-D, ... images).
 
 One side for a square input (``224``), or height and width (``256x320``, also ``256X320``
 and ``256,320``); each side in the command's range (:data:`dcd_deploy._limits.MAX_INPUT_SIZE`
@@ -50,3 +51,21 @@ def api_size(size: tuple[int, int]) -> int | tuple[int, int]:
 def format_size(size: tuple[int, int]) -> str:
     """``224x224``, ``256x320``."""
     return f"{size[0]}x{size[1]}"
+
+
+#: ``--channels``' default: RGB images.
+DEFAULT_CHANNELS = 3
+
+
+def channels_option(more: str = ""):
+    """``--channels C``: the model's input channels (a user's grey or RGB-D network);
+    ``more`` completes the help with what the command does differently for C != 3."""
+    from .._limits import MAX_CHANNELS
+
+    return click.option(
+        "--channels",
+        type=click.IntRange(1, MAX_CHANNELS),
+        default=DEFAULT_CHANNELS,
+        show_default=True,
+        help="Input channels of the model (1 for grey, 4 for RGB-D, ...)." + (" " + more if more else ""),
+    )

@@ -36,9 +36,9 @@ def inputs_option(fn):
         type=click.Path(dir_okay=False, path_type=Path),
         default=None,
         metavar="FILE",
-        help="Check parity on these images: a .npy or .pt tensor, N x 3 x H x W or N x H x W x 3; "
-        "floating-point values are taken as preprocessed, uint8 pixels go through "
-        "--preprocess (default: built-in synthetic images).",
+        help="Check parity on these images: a .npy or .pt tensor, N x C x H x W or N x H x W x C "
+        "(C = 3, or the model's channels); floating-point values are taken as preprocessed, "
+        "uint8 RGB pixels go through --preprocess (default: built-in synthetic images).",
     )(fn)
 
 
@@ -108,6 +108,21 @@ def make_preprocess_from_options(preset, mean, std, scale, bgr):
         return make_preprocess(preset, mean=mean, std=std, scale=scale, bgr=bgr)
     except DCDDeployError as exc:
         raise click.UsageError(str(exc)) from None
+
+
+def check_preprocess_channels(channels: int, preset, mean, std, scale, bgr) -> None:
+    """Refuse the preprocessing options for a model of other than 3 input channels: the
+    presets describe RGB images, and such a model's check takes preprocessed inputs."""
+    given = [
+        name
+        for name, v in zip(("--preprocess", "--mean", "--std", "--scale", "--bgr"), (preset, mean, std, scale, bgr))
+        if v is not None
+    ]
+    if channels != 3 and given:
+        raise click.UsageError(
+            f"{', '.join(given)} describe{'s' if len(given) == 1 else ''} RGB images; a {channels}-channel "
+            "model is checked on preprocessed float --inputs or on seeded samples"
+        )
 
 
 def accept_inconclusive_option(fn):

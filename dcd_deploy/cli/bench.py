@@ -46,7 +46,7 @@ from ._bench_options import (
     write_outputs,
     wrote,
 )
-from ._input_size import api_size, format_size
+from ._input_size import api_size, channels_option, format_size
 from ._outputs import OutputPath
 from ._run import run_cli
 
@@ -181,6 +181,7 @@ def _square(input_size: tuple[int, int], command: str) -> int:
 )
 @click.option("--batch", type=click.IntRange(1, MAX_BATCH), default=1, show_default=True, help="Images per run.")
 @input_size_option(square=False)
+@channels_option("An ONNX file's own channel count wins.")
 @timing_options(runs=50, min_time=5, warmup=5)
 @click.option(
     "--profile",

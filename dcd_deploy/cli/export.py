@@ -12,12 +12,13 @@ from .._version import __version__
 from ..checkpoint import resolve_model
 from ..errors import ParityError
 from ..exporters.onnx import trace_worker
-from ._input_size import InputSize, api_size, format_size
+from ._input_size import InputSize, api_size, channels_option, format_size
 from ._model_arg import MODEL_HELP, model_inputs, model_label, model_options, output_stem
 from ._outputs import OutputPath, check_outputs, default_output, write_json_atomic
 from ._parity_options import (
     accept_inconclusive_option,
     check_parity_budget,
+    check_preprocess_channels,
     inputs_option,
     make_preprocess_from_options,
     parity_failure,
@@ -58,6 +59,10 @@ def _batch(value: str) -> int | None:
     default=None,
     help=f"Input size: one side (224) or height x width (256x320), each 1-{MAX_INPUT_SIZE} "
     f"(default: that of --inputs, else {DEFAULT_INPUT_SIZE}).",
+)
+@channels_option(
+    "With other than 3 the export's parity check runs on seeded samples (or --inputs "
+    "holding preprocessed floats), not the built-in images."
 )
 @click.option(
     "--dynamic-size",
@@ -113,6 +118,7 @@ def main(
     model,
     output,
     input_size,
+    channels,
     dynamic_size,
     batch,
     opset,
@@ -145,10 +151,11 @@ def main(
         output = default_output(output_stem(model))
     # fail before the slow part, and before anything is written
     check_outputs(outputs=[output, json_path], inputs=[*model_inputs(model, weights), inputs_path])
+    check_preprocess_channels(channels, preset, mean, std, scale, bgr)
     preprocess = make_preprocess_from_options(preset, mean, std, scale, bgr)
     inputs, described = None, None
     if inputs_path is not None:
-        inputs, described = load_images(inputs_path, input_size=input_size, preprocess=preprocess)
+        inputs, described = load_images(inputs_path, input_size=input_size, preprocess=preprocess, channels=channels)
         input_size = tuple(inputs.shape[2:])
     input_size = (DEFAULT_INPUT_SIZE,) * 2 if input_size is None else input_size
     check_parity_budget(input_size=max(input_size), batch_sizes=(batch or 2,), n_inputs=8)
@@ -178,7 +185,7 @@ def main(
             parity_inputs_description=described,
             parallel_check=True,
             trace_worker=worker,
-            **_dynamic_size(dynamic_size, input_size),
+            **_example(dynamic_size, input_size, channels),
         )
     click.echo(f"wrote {result.path} ({result.size_bytes / 1e6:.1f} MB) in {time.perf_counter() - started:.1f} s")
     if json_path is not None:
@@ -192,7 +199,8 @@ def main(
             result,
             label=model_label(model, net),
             params=sum(p.numel() for p in net.parameters()),
-            shape=f"{'N' if batch is None else batch}x3x{size}",
+            shape=f"{'N' if batch is None else batch}x{channels}x{size}",
+            channels=channels,
             strategy=strategy,
             verbose=verbose,
         )
@@ -214,7 +222,7 @@ def _export(net, output, *, quiet: bool, **options):
         raise parity_failure(exc.report) from None
 
 
-def _print_report(result, *, label: str, params: int, shape: str, strategy: str, verbose: bool) -> None:
+def _print_report(result, *, label: str, params: int, shape: str, channels: int, strategy: str, verbose: bool) -> None:
     """The lines under ``wrote ...``: model, graph, DCD forms, fused nodes, parity."""
     ops = ", ".join(f"{k} {v}" for k, v in result.op_histogram.items())
     forms = list(result.strategies.values())
@@ -236,7 +244,7 @@ def _print_report(result, *, label: str, params: int, shape: str, strategy: str,
         for path, reason in result.unfused.items():
             click.echo(f"           {path}: not fused ({reason})")
         if result.fused and (result.batch is None or result.dynamic_size):
-            _static_shape_note(result)
+            _static_shape_note(result, channels)
     if result.parity is not None:
         click.echo(f"  parity   {result.parity.summary()}")
         runtimes = dict.fromkeys(r.backend for r in result.parity.rows)
@@ -248,11 +256,11 @@ def _print_report(result, *, label: str, params: int, shape: str, strategy: str,
         click.echo("  parity   not checked (--no-check)")
 
 
-def _static_shape_note(result) -> None:
+def _static_shape_note(result, channels: int) -> None:
     """How to compile a fused file with a dynamic axis in OpenVINO without the slow path."""
     h, w = (result.input_size,) * 2 if isinstance(result.input_size, int) else result.input_size
     click.echo(
-        f"  note     in OpenVINO, reshape to a static shape before compiling (model.reshape([{result.batch or 1}, 3, {h}, {w}]);"
+        f"  note     in OpenVINO, reshape to a static shape before compiling (model.reshape([{result.batch or 1}, {channels}, {h}, {w}]);"
         " dcd_deploy.openvino.compile_onnx(path, input_shape=...) does it)"
     )
     click.echo(
@@ -261,12 +269,14 @@ def _static_shape_note(result) -> None:
     )
 
 
-def _dynamic_size(dynamic_size: bool, size: tuple[int, int]) -> dict:
-    """``dynamic_size=True`` for the exporter, only when asked (the keyword is newer than
-    ``input_size``; a default run passes nothing extra), with the example it traces: a
-    file with symbolic height and width does not say at which size to check it."""
-    if not dynamic_size:
+def _example(dynamic_size: bool, size: tuple[int, int], channels: int) -> dict:
+    """The exporter's ``example_inputs`` when the default (one (1, 3, H, W) image) is not
+    it: a file with symbolic height and width does not say at which size to check it
+    (``dynamic_size=True`` is passed only then: the keyword is newer than ``input_size``),
+    and a model of other than 3 channels takes (1, C, H, W)."""
+    if not dynamic_size and channels == 3:
         return {}
     import torch
 
-    return {"dynamic_size": True, "example_inputs": (torch.zeros(1, 3, *size),)}
+    example = {"example_inputs": (torch.zeros(1, channels, *size),)}
+    return {"dynamic_size": True, **example} if dynamic_size else example

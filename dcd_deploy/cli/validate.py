@@ -6,17 +6,18 @@ from pathlib import Path
 
 import click
 
-from .._limits import MAX_BATCH, MAX_INPUTS, read_onnx_image_size
+from .._limits import MAX_BATCH, MAX_INPUTS
 from .._threads import preparation_threads
 from .._version import __version__
 from ..checkpoint import resolve_model
 from ..errors import DCDDeployError
-from ..runtimes import PARITY_BACKENDS
+from ..runtimes import PARITY_BACKENDS, read_onnx_input
 from ._model_arg import MODEL_HELP, model_inputs, model_options
 from ._outputs import OutputPath, check_outputs, write_json_atomic
 from ._parity_options import (
     accept_inconclusive_option,
     check_parity_budget,
+    check_preprocess_channels,
     inputs_option,
     make_preprocess_from_options,
     parity_failure,
@@ -101,11 +102,15 @@ def main(
         raise DCDDeployError(f"{onnx_path}: no such ONNX file")
     check_outputs(outputs=[json_path], inputs=[*model_inputs(model, weights), onnx_path, inputs_path])
     sizes = _sizes(batch_sizes)
-    input_size = read_onnx_image_size(onnx_path)  # (H, W): a zoo model is pseudo-trained at that size
+    file_input = read_onnx_input(onnx_path)
+    input_size = file_input.image_size()  # (H, W): a zoo model is pseudo-trained at that size
+    check_preprocess_channels(file_input.channels, preset, mean, std, scale, bgr)
     preprocess = make_preprocess_from_options(preset, mean, std, scale, bgr)
     inputs, described = None, None
     if inputs_path is not None:
-        inputs, described = load_images(inputs_path, input_size=input_size, preprocess=preprocess)
+        inputs, described = load_images(
+            inputs_path, input_size=input_size, preprocess=preprocess, channels=file_input.channels
+        )
     check_parity_budget(input_size=max(input_size), batch_sizes=sizes, n_inputs=n_inputs)
     net = resolve_model(
         model, arch=arch, weights=weights, trust_checkpoint=trust_checkpoint, seed=seed, input_size=input_size
@@ -119,7 +124,7 @@ def main(
             atol=atol,
             rtol=rtol,
             inputs=inputs,
-            **_size_example(onnx_path, input_size),
+            **_size_example(onnx_path, input_size, file_input.channels),
             backends=tuple(dict.fromkeys(backends)) or ("onnxruntime",),
             accept_inconclusive=accept_inconclusive,
             preprocess=preprocess,
@@ -141,18 +146,20 @@ def main(
                 **report.to_dict(),
                 "model": model,
                 "inputs": None if inputs_path is None else str(inputs_path),
-                "inputs_description": described or _builtin(preprocess),
+                "inputs_description": described or _builtin(preprocess, file_input.channels),
             },
         )
     if not report:
         raise parity_failure(report)
 
 
-def _builtin(preprocess) -> str:
+def _builtin(preprocess, channels: int) -> str:
+    if channels != 3:
+        return f"seeded samples ({channels}-channel input: the built-in images are RGB)"
     return f"built-in natural images, preprocessed: {preprocess.describe()}"
 
 
-def _size_example(path: Path, size: tuple[int, int]) -> dict:
+def _size_example(path: Path, size: tuple[int, int], channels: int) -> dict:
     """For a file with symbolic height and width (``dcd-export --dynamic-size``), the
     example the check makes its images like: of the size the file's metadata records."""
     import onnx
@@ -163,4 +170,4 @@ def _size_example(path: Path, size: tuple[int, int]) -> dict:
     dims = next(i for i in graph.input if i.name not in weights).type.tensor_type.shape.dim
     if all(d.HasField("dim_value") for d in dims[2:]):
         return {}
-    return {"example_inputs": (torch.zeros(1, 3, *size),)}
+    return {"example_inputs": (torch.zeros(1, channels, *size),)}

@@ -57,7 +57,7 @@ import torch
 from torch import nn
 
 from .._modes import evaluating
-from ..errors import DCDDeployError
+from ..errors import DCDDeployError, UnsupportedInputError
 from ..preprocess import PRESETS, Preprocess, make_preprocess
 from ._compare import compare as _compare
 from ._compare import refuse_nonfinite as _refuse_nonfinite
@@ -137,7 +137,7 @@ def check_parity(
         BackendRunError: a runtime fails running the file on the inputs.
         ExtensionError: OpenVINO or its extension is missing.
         DCDDeployError: the inputs do not fit the file (count, rank, batch, spatial size),
-            or the model's outputs do not match the file's.
+            the model does not run on them, or its outputs do not match the file's.
     """
     atol = DEFAULT_ATOL if atol is None else float(atol)
     rtol = DEFAULT_RTOL if rtol is None else float(rtol)
@@ -478,8 +478,15 @@ def _reference(model: nn.Module, inputs: list[torch.Tensor]) -> tuple[nn.Module,
             ]
         kind = "float64"
     except (RuntimeError, TypeError, NotImplementedError):  # an op or buffer without float64 support
-        with torch.no_grad():
-            parts = [flatten_outputs(model(*inputs))]
+        try:
+            with torch.no_grad():
+                parts = [flatten_outputs(model(*inputs))]
+        except (RuntimeError, TypeError, ValueError) as exc:  # the file's inputs do not fit the model
+            shapes = ", ".join(str(tuple(x.shape)) for x in inputs)
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise UnsupportedInputError(
+                f"{type(model).__name__} does not run on the file's inputs ({shapes}): {first}"
+            ) from exc
         ref, kind = model, "float32"
     return ref, [np.concatenate([p[j][1].double().numpy() for p in parts]) for j in range(len(parts[0]))], kind
 

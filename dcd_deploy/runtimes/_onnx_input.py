@@ -59,19 +59,26 @@ class OnnxInput:
         """Height or width is symbolic (``dcd-export --dynamic-size``)."""
         return self.shape[2] is None or self.shape[3] is None
 
+    @property
+    def channels(self) -> int:
+        """C of the (N, C, H, W) input; 3 (RGB) when the axis is symbolic."""
+        return 3 if self.shape[1] is None else self.shape[1]
+
     def image_size(self) -> tuple[int, int]:
-        """``(H, W)`` of a 3-channel image input: from the ``input_size`` metadata this
-        toolkit writes, else from the shape, else :data:`DEFAULT_SIDE` for a dynamic axis.
+        """``(H, W)`` of an image input of 1-:data:`~dcd_deploy._limits.MAX_CHANNELS`
+        channels: from the ``input_size`` metadata this toolkit writes, else from the
+        shape, else :data:`DEFAULT_SIDE` for a dynamic axis.
 
         Raises:
-            UnsupportedInputError: not 3 channels, metadata that is no size or disagrees
-                with the shape, or a side out of range.
+            UnsupportedInputError: too many channels, metadata that is no size or
+                disagrees with the shape, or a side out of range.
         """
-        from .._limits import check_input_size_range
+        from .._limits import MAX_CHANNELS, check_input_size_range
 
-        if self.shape[1] not in (None, 3):
+        if self.shape[1] is not None and not 1 <= self.shape[1] <= MAX_CHANNELS:
             raise UnsupportedInputError(
-                f"{self.path}: its input {self.name!r} has shape {_text(self.shape)}; an image model takes (N, 3, S, S)"
+                f"{self.path}: its input {self.name!r} has shape {_text(self.shape)}; an image model "
+                f"takes (N, C, H, W) with C 1-{MAX_CHANNELS}"
             )
         if self.size_metadata is None:
             size = (self.shape[2] or DEFAULT_SIDE, self.shape[3] or DEFAULT_SIDE)
@@ -109,7 +116,7 @@ def read_onnx_input(path: str | Path) -> OnnxInput:
     weights = {t.name for t in proto.graph.initializer}
     inputs = [i for i in proto.graph.input if i.name not in weights]
     if len(inputs) != 1:
-        raise UnsupportedInputError(f"{path} has {len(inputs)} inputs; an image model has one, of shape (N, 3, S, S)")
+        raise UnsupportedInputError(f"{path} has {len(inputs)} inputs; an image model has one, of shape (N, C, H, W)")
     value = inputs[0]
     tensor = value.type.tensor_type
     if not value.type.HasField("tensor_type") or tensor.elem_type != onnx.TensorProto.FLOAT:
@@ -123,7 +130,7 @@ def read_onnx_input(path: str | Path) -> OnnxInput:
     if not tensor.HasField("shape") or len(dims) != 4:
         shape = "unknown" if not tensor.HasField("shape") else _text(dims)
         raise UnsupportedInputError(
-            f"{path}: its input {value.name!r} has shape {shape}; an image model takes (N, 3, S, S)"
+            f"{path}: its input {value.name!r} has shape {shape}; an image model takes (N, C, H, W)"
         )
     if any(d is not None and not 1 <= d <= MAX_INPUT_SIZE for d in dims[1:]):
         raise UnsupportedInputError(f"{path}: its input shape {_text(dims)} has a side outside 1-{MAX_INPUT_SIZE}")

@@ -41,6 +41,9 @@ def test_not_an_image_input(tmp_path):
     onnx.save(model, str(tmp_path / "two.onnx"))
     with pytest.raises(UnsupportedInputError, match="has 2 inputs"):
         read_onnx_input(tmp_path / "two.onnx")
-    one = read_onnx_input(write_tiny(tmp_path / "c4.onnx", ("N", 4, 8, 8)))  # any channels for a file timed as is
-    with pytest.raises(UnsupportedInputError, match=r"an image model takes \(N, 3, S, S\)"):
-        one.image_size()
+    four = read_onnx_input(write_tiny(tmp_path / "c4.onnx", ("N", 4, 8, 12)))  # RGB-D: any channel count 1-64
+    assert (four.channels, four.image_size()) == (4, (8, 12))
+    assert read_onnx_input(write_tiny(tmp_path / "cn.onnx", ("N", "C", 8, 8))).channels == 3  # symbolic: RGB
+    many = read_onnx_input(write_tiny(tmp_path / "c65.onnx", ("N", 65, 8, 8)))
+    with pytest.raises(UnsupportedInputError, match=r"takes \(N, C, H, W\) with C 1-64"):
+        many.image_size()
