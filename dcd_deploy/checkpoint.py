@@ -31,9 +31,8 @@ from torch import nn
 
 from ._limits import check_config
 from ._safe_pickle import check_regular_file, check_zip, scan_pickle
-from .errors import CheckpointError, StateDictMismatchError, UnsafeCheckpointError
+from .errors import CheckpointError, StateDictMismatchError, UnsafeCheckpointError, first_line
 from .models import authors
-from .state_dict import first_line as _first_line
 from .state_dict import listing as _listing
 from .state_dict import load_weights, save_atomic, strip_module_prefix  # noqa: F401  (public here too)
 
@@ -199,7 +198,7 @@ def _read(path: Path, trust: bool):
         except MemoryError:
             raise CheckpointError(f"cannot read {path}: out of memory while loading it") from None
         except Exception as exc:
-            raise CheckpointError(f"cannot read {path} (damaged or truncated?): {_first_line(exc)}") from exc
+            raise CheckpointError(f"cannot read {path} (damaged or truncated?): {first_line(exc)}") from exc
     warnings.warn(
         f"loading {path} with trust_checkpoint=True: this runs any code stored in the file", UserWarning, stacklevel=3
     )
@@ -220,7 +219,7 @@ def _read(path: Path, trust: bool):
             "PYTHONPATH)"
         ) from exc
     except Exception as exc:
-        raise CheckpointError(f"cannot read {path}: {_first_line(exc)}") from exc
+        raise CheckpointError(f"cannot read {path}: {first_line(exc)}") from exc
     finally:
         if added and cwd in sys.path:
             sys.path.remove(cwd)
@@ -245,7 +244,7 @@ def _sniff(path: Path) -> str:
                     if pkl is not None and not any(_TORCHSCRIPT_ENTRY.fullmatch(n) for n in names):
                         data = zf.read(pkl)
     except (OSError, zipfile.BadZipFile, EOFError, NotImplementedError) as exc:
-        raise CheckpointError(f"cannot read {path}: {_first_line(exc)}") from exc
+        raise CheckpointError(f"cannot read {path}: {first_line(exc)}") from exc
     if not head:
         raise CheckpointError(f"{path} is empty")
     if names is not None:

@@ -9,6 +9,13 @@ is a bug in the toolkit and keeps its traceback.
 from __future__ import annotations
 
 
+def first_line(exc: BaseException) -> str:
+    """The first non-blank line of ``exc``'s message (its type's name when it has none):
+    what an ``Error:`` line quotes of an exception from a library or the user's code."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    return lines[0] if lines else type(exc).__name__
+
+
 class DCDDeployError(Exception):
     """Base class of every error a user can act on."""
 

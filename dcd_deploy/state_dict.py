@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from ._atomic import atomic_output
-from .errors import CheckpointError, StateDictMismatchError
+from .errors import CheckpointError, StateDictMismatchError, first_line
 
 #: Keys named in a mismatch message before "...".
 MAX_LISTED = 3
@@ -86,8 +86,3 @@ def save_atomic(obj, path: str | os.PathLike) -> Path:
 
 def listing(items: list[str]) -> str:
     return ", ".join(items[:MAX_LISTED]) + (", ..." if len(items) > MAX_LISTED else "")
-
-
-def first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__

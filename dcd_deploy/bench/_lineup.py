@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..errors import DCDDeployError, UnsupportedInputError
+from ..errors import DCDDeployError, UnsupportedInputError, first_line
 from ._models import (
     ModelEntry,
     dynamic_variant,
@@ -139,9 +139,9 @@ def _check_runs(model, shape: tuple[int, ...]) -> None:
         with torch.no_grad(), evaluating(model):
             model(torch.zeros(shape))
     except (RuntimeError, ValueError, TypeError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise UnsupportedInputError(
-            f"{type(model).__name__} does not run on a {shape} input: {first} (--channels and --input-size set it)"
+            f"{type(model).__name__} does not run on a {shape} input: {first_line(exc)}"
+            " (--channels and --input-size set it)"
         ) from exc
 
 

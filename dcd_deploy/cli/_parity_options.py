@@ -100,9 +100,12 @@ class _Floats(click.ParamType):
         return floats
 
 
-def make_preprocess_from_options(preset, mean, std, scale, bgr):
-    """The :class:`~dcd_deploy.preprocess.Preprocess` the options describe (one line on a bad one)."""
+def make_preprocess_from_options(preset, mean, std, scale, bgr, *, channels: int = 3):
+    """The :class:`~dcd_deploy.preprocess.Preprocess` the options describe (one line on a bad
+    one, or on any for a model of other than 3 ``channels``: :func:`check_preprocess_channels`)."""
     from ..preprocess import make_preprocess
+
+    check_preprocess_channels(channels, preset, mean, std, scale, bgr)
 
     try:
         return make_preprocess(preset, mean=mean, std=std, scale=scale, bgr=bgr)

@@ -18,7 +18,6 @@ from ._outputs import OutputPath, check_outputs, default_output, write_json_atom
 from ._parity_options import (
     accept_inconclusive_option,
     check_parity_budget,
-    check_preprocess_channels,
     inputs_option,
     make_preprocess_from_options,
     parity_failure,
@@ -151,13 +150,11 @@ def main(
         output = default_output(output_stem(model))
     # fail before the slow part, and before anything is written
     check_outputs(outputs=[output, json_path], inputs=[*model_inputs(model, weights), inputs_path])
-    check_preprocess_channels(channels, preset, mean, std, scale, bgr)
-    preprocess = make_preprocess_from_options(preset, mean, std, scale, bgr)
+    preprocess = make_preprocess_from_options(preset, mean, std, scale, bgr, channels=channels)
     inputs, described = None, None
     if inputs_path is not None:
         inputs, described = load_images(inputs_path, input_size=input_size, preprocess=preprocess, channels=channels)
-        input_size = tuple(inputs.shape[2:])
-    input_size = (DEFAULT_INPUT_SIZE,) * 2 if input_size is None else input_size
+    input_size = tuple(inputs.shape[2:]) if inputs is not None else input_size or (DEFAULT_INPUT_SIZE,) * 2
     check_parity_budget(input_size=max(input_size), batch_sizes=(batch or 2,), n_inputs=8)
     progress = None if quiet else click.echo  # on stdout with the report: stderr is for the Error line
     started = time.perf_counter()

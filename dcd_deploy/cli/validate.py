@@ -17,7 +17,6 @@ from ._outputs import OutputPath, check_outputs, write_json_atomic
 from ._parity_options import (
     accept_inconclusive_option,
     check_parity_budget,
-    check_preprocess_channels,
     inputs_option,
     make_preprocess_from_options,
     parity_failure,
@@ -104,8 +103,7 @@ def main(
     sizes = _sizes(batch_sizes)
     file_input = read_onnx_input(onnx_path)
     input_size = file_input.image_size()  # (H, W): a zoo model is pseudo-trained at that size
-    check_preprocess_channels(file_input.channels, preset, mean, std, scale, bgr)
-    preprocess = make_preprocess_from_options(preset, mean, std, scale, bgr)
+    preprocess = make_preprocess_from_options(preset, mean, std, scale, bgr, channels=file_input.channels)
     inputs, described = None, None
     if inputs_path is not None:
         inputs, described = load_images(

@@ -27,7 +27,7 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 from torch.utils import _pytree as pytree
 
-from ..errors import ExportError
+from ..errors import ExportError, first_line
 from ..layers import DCDConv2d, DCDLinear, MixtureConv2d
 from ..models import check_input_size
 from ._deploy_dcd import STRATEGIES, DeployDCD
@@ -208,7 +208,7 @@ def analyse(model: nn.Module, example: tuple[torch.Tensor, ...]) -> Analysis:
     except Exception as exc:
         raise ExportError(
             f"{type(model).__name__} does not run on its example inputs "
-            f"({', '.join(str(tuple(t.shape)) for t in example)}): {_first_line(exc)}"
+            f"({', '.join(str(tuple(t.shape)) for t in example)}): {first_line(exc)}"
         ) from exc
     finally:
         for h in handles:
@@ -226,11 +226,6 @@ def _recorder(analysis: Analysis, path: str):
         analysis.calls.setdefault(path, []).append(_Call(module, tensors, output))
 
     return hook
-
-
-def _first_line(exc: BaseException) -> str:
-    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
-    return lines[0] if lines else type(exc).__name__
 
 
 def to_deploy(

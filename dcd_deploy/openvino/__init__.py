@@ -25,7 +25,7 @@ import importlib.util
 import re
 from pathlib import Path
 
-from ..errors import BackendLoadError, BackendRunError, ExtensionError
+from ..errors import BackendLoadError, BackendRunError, ExtensionError, first_line
 
 #: Phases of the op's own timers (``DCD_DEPLOY_PROFILE=1``), in the library's order.
 PROFILE_PHASES = ("pool", "branch", "form", "gemm", "total")
@@ -67,8 +67,7 @@ def needs_extension(onnx_path) -> bool:
     try:
         proto = onnx.load(str(onnx_path), load_external_data=False)
     except Exception as exc:  # protobuf's DecodeError and friends
-        text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise BackendLoadError(f"{onnx_path} is not an ONNX model: {_clip(text)}") from None
+        raise BackendLoadError(f"{onnx_path} is not an ONNX model: {_clip(first_line(exc))}") from None
     ops = {n.op_type for n in proto.graph.node if n.domain == "dcd_deploy"}
     from ..exporters import FUSED_OP_TYPES  # lazy: the exporters import torch
 

@@ -57,7 +57,7 @@ import torch
 from torch import nn
 
 from .._modes import evaluating
-from ..errors import DCDDeployError, UnsupportedInputError
+from ..errors import DCDDeployError, UnsupportedInputError, first_line
 from ..preprocess import PRESETS, Preprocess, make_preprocess
 from ._compare import compare as _compare
 from ._compare import refuse_nonfinite as _refuse_nonfinite
@@ -483,9 +483,8 @@ def _reference(model: nn.Module, inputs: list[torch.Tensor]) -> tuple[nn.Module,
                 parts = [flatten_outputs(model(*inputs))]
         except (RuntimeError, TypeError, ValueError) as exc:  # the file's inputs do not fit the model
             shapes = ", ".join(str(tuple(x.shape)) for x in inputs)
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise UnsupportedInputError(
-                f"{type(model).__name__} does not run on the file's inputs ({shapes}): {first}"
+                f"{type(model).__name__} does not run on the file's inputs ({shapes}): {first_line(exc)}"
             ) from exc
         ref, kind = model, "float32"
     return ref, [np.concatenate([p[j][1].double().numpy() for p in parts]) for j in range(len(parts[0]))], kind
