@@ -36,6 +36,7 @@ class MachineInfo:
     input_size: int | list[int]  # a side, or [H, W] when not square
     date: str
     load_avg: list[float] | None  # 1, 5, 15 min load averages when the benchmark started
+    channels: int = 3  # the input's channels (a user's grey or RGB-D network: --channels)
 
 
 def cpu_model(cpuinfo: str | os.PathLike = "/proc/cpuinfo") -> str:
@@ -58,7 +59,9 @@ def _version(module: str) -> str | None:
     return str(getattr(mod, "__version__", None) or getattr(mod, "get_version", lambda: "?")())
 
 
-def machine_info(*, threads: int, batch: int, input_size: int, with_openvino: bool = False) -> MachineInfo:
+def machine_info(
+    *, threads: int, batch: int, input_size: int, with_openvino: bool = False, channels: int = 3
+) -> MachineInfo:
     import torch
 
     from .._version import __version__
@@ -83,6 +86,7 @@ def machine_info(*, threads: int, batch: int, input_size: int, with_openvino: bo
         input_size=input_size,
         date=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         load_avg=_load_avg(),
+        channels=channels,
     )
 
 

@@ -186,15 +186,12 @@ def run_benchmark(
         progress=progress,
     )
     with pinned_threads(threads):
-        shape = tuple(
-            file_input_shape(files, batch=batch, input_size=input_hw(input_size))
-            if files
-            else (batch, channels, *input_hw(input_size))
-        )
+        shape = _input_shape(files, batch=batch, input_size=input_size, channels=channels)
         machine = machine_info(
             threads=threads,
             batch=batch,
             input_size=_size_of(shape),
+            channels=shape[1],
             with_openvino=bool(set(OPENVINO_BACKENDS) & set(backends)),
         )
         entries, built, meta = build_models(
@@ -258,6 +255,12 @@ def _plan(
             "paper's conditions, but not the paper's batch 1, 224x224"
         )
     return files, backends, paper
+
+
+def _input_shape(files: list[str], *, batch: int, input_size, channels: int) -> tuple[int, ...]:
+    """(N, C, H, W) of the run's input: the files' own fixed axes, else the options'."""
+    hw = input_hw(input_size)
+    return tuple(file_input_shape(files, batch=batch, input_size=hw) if files else (batch, channels, *hw))
 
 
 def _size_of(shape: Sequence[int]):

@@ -62,6 +62,12 @@ _MD_COLUMNS = tuple(
 
 
 # -- cells --------------------------------------------------------------------------------
+def _channels(m) -> str:
+    """``, 1 channel`` / ``, 4 channels`` beside the input size; nothing for RGB."""
+    c = getattr(m, "channels", 3)
+    return "" if c == 3 else f", {c} channel{'s' if c != 1 else ''}"
+
+
 def size_text(input_size) -> str:
     """``224x224`` for a side, ``256x320`` for an ``[H, W]`` pair (the JSON's ``input_size``)."""
     h, w = (input_size, input_size) if isinstance(input_size, int) else input_size
@@ -134,7 +140,7 @@ def header_lines(result: BenchResult) -> list[str]:
         "are a snapshot)",
         f"CPU {m.cpu}, {m.cores} cores ({m.cpus_usable} usable){_load(m)}; {versions}; dcd-deploy {m.dcd_deploy}",
         f"threads {m.threads} (torch inter-op {m.torch_interop_threads}), batch {m.batch}, input "
-        f"{size_text(m.input_size)}; per model and backend >= {s['runs']} runs and >= "
+        f"{size_text(m.input_size)}{_channels(m)}; per model and backend >= {s['runs']} runs and >= "
         f"{s['min_time_s']:g} s after {s['warmup']} warm-up runs, models interleaved"
         + (" (--quick: a smoke test, not a measurement)" if s.get("quick") else ""),
     ]

@@ -67,6 +67,7 @@ MACHINE_KEYS = {
     "input_size",
     "date",
     "load_avg",
+    "channels",
 }
 
 

@@ -139,6 +139,8 @@ def test_bench_a_grey_model(in_grey_dir):
         ],
     )
     assert result.exit_code == 0, result.output
+    assert "input 32x40, 1 channel;" in result.stdout
+    assert json.loads((in_grey_dir / "b.json").read_text())["machine"]["channels"] == 1
     records = json.loads((in_grey_dir / "b.json").read_text())["records"]
     madds = {(r["backend"], r["variant"]): r["madds_m"] for r in records}
     # static partner on 16x20 maps: conv 8·320·1·9 + the two W0 convs 8·320·8·9 and 16·320·8
