@@ -4,15 +4,16 @@ Public API: build (:func:`create_model`, :func:`list_models`), bring in a networ
 one's own (:func:`convert`; :func:`to_static` for its static counterpart), load and
 save (:func:`load_checkpoint`, :func:`save_checkpoint`), lower and export
 (:func:`to_deploy`, :func:`export_onnx`), prove (:func:`check_parity`) and run fused
-kernels in OpenVINO (:func:`openvino_extension`). Export and parity import ONNX Runtime
-lazily; OpenVINO is optional.
+kernels in OpenVINO (:func:`openvino_extension`). Every name but
+:data:`__version__` and :class:`DCDDeployError` is imported on first use, so ``import
+dcd_deploy`` (and a command that stops at a usage error) does not load torch; export
+and parity import ONNX Runtime lazily; OpenVINO is optional.
 """
 
 from __future__ import annotations
 
 from ._version import __version__
 from .errors import DCDDeployError
-from .models import create_model, list_models, pseudo_train
 
 __all__ = [
     "DCDDeployError",
@@ -32,7 +33,12 @@ __all__ = [
 
 
 def __getattr__(name: str):
-    # Lazy so that `import dcd_deploy.models` needs only torch.
+    # Lazy: `import dcd_deploy` loads neither torch nor ONNX, and `import dcd_deploy.models`
+    # needs only torch.
+    if name in ("create_model", "list_models", "pseudo_train"):
+        from . import models
+
+        return getattr(models, name)
     if name in ("load_checkpoint", "save_checkpoint"):
         from . import checkpoint
 
@@ -58,3 +64,7 @@ def __getattr__(name: str):
 
         return openvino_extension
     raise AttributeError(f"module 'dcd_deploy' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

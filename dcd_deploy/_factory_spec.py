@@ -27,10 +27,12 @@ import sys
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
-
-from torch import nn
+from typing import TYPE_CHECKING
 
 from .errors import ModelSpecError
+
+if TYPE_CHECKING:
+    from torch import nn
 
 _DOTTED = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
 #: Longest part of a message quoted from the user's exception.
@@ -102,6 +104,8 @@ def build_from_factory(spec: str | FactorySpec) -> nn.Module:
         model = _run_user_code(factory, parsed)
     except _UserCodeFailed as exc:
         raise ModelSpecError(f"{where} raised {exc.text}") from None
+    from torch import nn
+
     if not isinstance(model, nn.Module):
         raise ModelSpecError(f"{where} returned a value of type {type(model).__name__}, not a torch.nn.Module")
     return model.eval()

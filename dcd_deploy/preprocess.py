@@ -16,10 +16,12 @@ and what the built-in images always were.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-
-import torch
+from typing import TYPE_CHECKING
 
 from .errors import DCDDeployError
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,8 @@ class Preprocess:
 
     def apply(self, pixels: torch.Tensor) -> torch.Tensor:
         """(N, C, H, W) RGB pixels in [0, 1] -> what the model takes."""
+        import torch  # here: the commands read the presets before they load torch
+
         c = pixels.shape[1]
         if c != len(self.mean):
             raise DCDDeployError(f"preprocessing {self.name} has {len(self.mean)} channels; the images have {c}")

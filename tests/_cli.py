@@ -50,7 +50,8 @@ def run_script(
 _SERVER = r"""
 import gc, json, os, resource, runpy, signal, sys, tempfile, time, traceback
 
-import dcd_deploy.cli._exit  # what every console script imports first (torch: ~2.5 s)
+import dcd_deploy.cli._exit  # what every console script imports first
+import dcd_deploy.models  # and torch (~2.5 s), which every command that gets past its options loads
 
 gc.freeze()  # the children leave the imported objects alone: no copy of their pages
 
@@ -111,7 +112,7 @@ def run_scripts(jobs: list[dict], *, workdir: Path, workers: int, memory_cap: in
     interpreter start and torch's import (~2.5 s) for each.
 
     One server interpreter imports what every script imports first
-    (``dcd_deploy.cli._exit``), then forks a child per job; the child takes the job's
+    (``dcd_deploy.cli._exit``) and torch (``dcd_deploy.models``), then forks a child per job; the child takes the job's
     working directory, environment (added to this process's), address-space cap and
     ``argv``, sends stdout and stderr to files, and runs the script file itself as
     ``__main__``. The child is a process of its own as in :func:`run_script`: the

@@ -58,3 +58,35 @@ def test_installed_entry_points():
     assert all(p.returncode == 0 and "Traceback" not in p.stderr for p in procs), [p.stderr for p in procs]
     assert procs[0].stdout.startswith(USAGE)
     assert [p.stdout for p in procs[1:]] == [f"dcd-{name}, version {__version__}\n" for name in COMMANDS]
+
+
+#: Run in a fresh interpreter: the package and the commands load no torch until a command
+#: gets past its options; then every public name resolves to its module's object.
+LAZY = """
+import sys
+import dcd_deploy, dcd_deploy.__main__
+from dcd_deploy.cli import bench, export, validate
+for main, args in ((export.main, ["m.pt", "--input-size", "5000"]), (validate.main, ["--version"]),
+                   (bench.main, ["latency", "--threads", "1000"])):
+    try:
+        main(args)
+    except SystemExit as exc:
+        print(exc.code)
+print("torch" in sys.modules, "onnx" in sys.modules)
+from dcd_deploy import *
+from dcd_deploy import checkpoint, conversion, exporters, models, openvino, parity
+assert (create_model, list_models, pseudo_train) == (models.create_model, models.list_models, models.pseudo_train)
+assert (load_checkpoint, save_checkpoint) == (checkpoint.load_checkpoint, checkpoint.save_checkpoint)
+assert (to_deploy, export_onnx, check_parity) == (exporters.to_deploy, exporters.export_onnx, parity.check_parity)
+assert (convert, to_static, openvino_extension) == (conversion.convert, conversion.to_static, openvino.openvino_extension)
+assert set(dcd_deploy.__all__) <= set(dir(dcd_deploy))
+print(sorted(dcd_deploy.__all__) == sorted(n for n in dcd_deploy.__all__ if n in globals()))
+"""
+
+
+def test_the_package_and_the_commands_load_torch_only_when_a_command_needs_it():
+    proc = subprocess.run([sys.executable, "-c", LAZY], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    # usage error (2), --version (0), usage error (2); no torch, no onnx; every name resolved
+    assert proc.stdout.splitlines() == ["2", f"dcd-validate, version {__version__}", "0", "2", "False False", "True"]
+    assert "Traceback" not in proc.stderr

@@ -25,12 +25,14 @@ import numpy as np
 import onnx
 import pytest
 import torch
+from _memo import memoize_reference, memoize_resolved_model
 from _tamper import DCD_ONLY, TAMPERS
 from _zoo import ZooCache, input_size
 from click.testing import CliRunner
 from torch import nn
 
 from dcd_deploy import check_parity, create_model, export_onnx, pseudo_train
+from dcd_deploy.cli import validate as validate_command
 from dcd_deploy.cli.export import main as export_main
 from dcd_deploy.cli.validate import main as validate_main
 from dcd_deploy.exporters import _deploy_dcd, _deploy_mixture, _fold
@@ -49,6 +51,17 @@ models = ZooCache(keep_one=True)
 
 #: Cheap but complete: one batch of two, both ORT optimisation levels.
 CHECK = {"batch_sizes": (2,), "n_inputs": 2}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_reference_per_model():
+    """Every case checks another file against the same model on the same inputs: the
+    model's float64 reference, and the checkpoint ``dcd-validate`` loads, are computed
+    once per model (``_memo``); each file is still loaded, run and judged."""
+    with pytest.MonkeyPatch.context() as patch:
+        memoize_reference(patch)
+        memoize_resolved_model(patch, validate_command)
+        yield
 
 
 def user_inputs(arch):

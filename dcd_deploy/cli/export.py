@@ -9,9 +9,7 @@ import click
 from .._limits import MAX_BATCH, MAX_INPUT_SIZE
 from .._threads import preparation_threads
 from .._version import __version__
-from ..checkpoint import resolve_model
 from ..errors import ParityError
-from ..exporters.onnx import trace_worker
 from ._input_size import InputSize, api_size, channels_option, format_size
 from ._model_arg import MODEL_HELP, model_inputs, model_label, model_options, output_stem
 from ._outputs import OutputPath, check_outputs, default_output, write_json_atomic
@@ -24,6 +22,22 @@ from ._parity_options import (
     preprocess_options,
 )
 from ._run import run_cli
+
+
+def resolve_model(*args, **kwargs):
+    """:func:`dcd_deploy.checkpoint.resolve_model`, imported when a command gets that far
+    (it loads torch: ``--help``, ``--version`` and usage errors do not)."""
+    from ..checkpoint import resolve_model as resolve
+
+    return resolve(*args, **kwargs)
+
+
+def trace_worker(*args, **kwargs):
+    """:func:`dcd_deploy.exporters.onnx.trace_worker`, imported on first use (torch)."""
+    from ..exporters.onnx import trace_worker as worker
+
+    return worker(*args, **kwargs)
+
 
 #: Input side when neither --input-size nor --inputs gives one.
 DEFAULT_INPUT_SIZE = 224
