@@ -53,3 +53,12 @@ def test_check_parity_leaves_the_model_as_it_was(tmp_path):
     before = _modes(net)
     assert dcd_deploy.check_parity(net, tmp_path / "m.onnx", backends=("onnxruntime",))
     assert _modes(net) == before
+
+
+def test_count_complexity_leaves_the_model_as_it_was():
+    from dcd_deploy.bench.complexity import count_complexity
+
+    net = _net()
+    before = _modes(net)
+    count_complexity(net, input_size=(16, 24))
+    assert _modes(net) == before

@@ -1,8 +1,8 @@
 """Parameter and multiply-add (MAdds) counts for any zoo model, and the paper check.
 
 :func:`count_complexity` runs one shape-only forward pass (meta tensors) of a
-``(1, 3, H, W)`` input (``H = W = S`` for a side ``S``) with forward hooks and adds up, per executed layer, the
-multiply-adds below. A dynamic layer (:class:`~dcd_deploy.layers.DCDConv2d`,
+``(1, 3, H, W)`` input (``H = W = S`` for a side ``S``) with forward hooks and adds up,
+per executed layer, the multiply-adds below. A dynamic layer (:class:`~dcd_deploy.layers.DCDConv2d`,
 :class:`~dcd_deploy.layers.DCDLinear`, :class:`~dcd_deploy.layers.MixtureConv2d`)
 is counted as one unit from its attributes and the shapes it saw; its children are not
 hooked. :func:`compare_with_paper` counts every model of Tables 1-4 and sets it beside
@@ -71,6 +71,7 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
+from .._modes import evaluating
 from ..exporters import deploy_kind
 from ..layers import DCDConv2d, DCDLinear, MixtureConv2d
 from ..layers.common import SEGate
@@ -319,15 +320,12 @@ def _count_calls(
         add(type(mod).__name__, LayerCost(0, 0, cost.latent, cost.weight, min(cost.latent, cost.weight)))
 
     handles = [m.register_forward_hook(hook) for m in units]
-    was_training = model.training
     try:
-        model.eval()
-        with torch.no_grad():
+        with torch.no_grad(), evaluating(model):  # every submodule's own mode back after
             _shape_only_forward(model, hw, in_channels)
     finally:
         for h in handles:
             h.remove()
-        model.train(was_training)
     return branch_pool
 
 
