@@ -23,6 +23,14 @@ MODEL_HELP = (
 )
 
 
+def resolve_model(*args, **kwargs):
+    """:func:`dcd_deploy.checkpoint.resolve_model`, imported when a command gets that far
+    (it loads torch: ``--help``, ``--version`` and usage errors do not)."""
+    from ..checkpoint import resolve_model as resolve
+
+    return resolve(*args, **kwargs)
+
+
 def weights_option(fn):
     """``--weights FILE``: a state dict for the model MODULE:FUNCTION (or a zoo name) builds."""
     return click.option(

@@ -11,7 +11,7 @@ from .._threads import preparation_threads
 from .._version import __version__
 from ..errors import DCDDeployError
 from ..runtimes import PARITY_BACKENDS, read_onnx_input
-from ._model_arg import MODEL_HELP, model_inputs, model_options
+from ._model_arg import MODEL_HELP, model_inputs, model_options, resolve_model
 from ._outputs import OutputPath, check_outputs, write_json_atomic
 from ._parity_options import (
     accept_inconclusive_option,
@@ -22,14 +22,6 @@ from ._parity_options import (
     preprocess_options,
 )
 from ._run import run_cli
-
-
-def resolve_model(*args, **kwargs):
-    """:func:`dcd_deploy.checkpoint.resolve_model`, imported when a command gets that far
-    (it loads torch: ``--help``, ``--version`` and usage errors do not)."""
-    from ..checkpoint import resolve_model as resolve
-
-    return resolve(*args, **kwargs)
 
 
 def _sizes(value: str) -> tuple[int, ...]:
