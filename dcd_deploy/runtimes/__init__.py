@@ -62,7 +62,7 @@ def load_runner(runtime: str, source, **options) -> Runner:
         runtime: a key of :data:`RUNTIMES`.
         source: what to load.
         **options: ``threads``, ``input_shapes``, ``extra_outputs`` (every runtime) and the
-            runtime's own: ``optimization``, ``profile_dir``, ``proto`` (ONNX Runtime),
+            runtime's own: ``optimization``, ``profile_dir``, ``proto``, ``serialized`` (ONNX Runtime),
             ``extension``, ``perf_counters`` (OpenVINO), ``onednn`` (PyTorch).
 
     Raises:

@@ -74,6 +74,8 @@ class OnnxRuntimeRunner(Runner):
         extra_outputs: tensors to return after the file's outputs.
         profile_dir: a directory for ONNX Runtime's profile (profiling on).
         proto: the file's ``ModelProto`` when already read (saves a read with ``extra_outputs``).
+        serialized: the file with ``extra_outputs`` appended, as :func:`with_outputs` returns
+            it, when already made (sessions of several configurations share one copy).
     """
 
     runtime, title = "onnxruntime", "ONNX Runtime"
@@ -88,6 +90,7 @@ class OnnxRuntimeRunner(Runner):
         extra_outputs: Sequence[str] = (),
         profile_dir=None,
         proto=None,
+        serialized: bytes | None = None,
     ):
         super().__init__(source, threads=threads, input_shapes=input_shapes, extra_outputs=extra_outputs)
         if optimization not in LEVELS:
@@ -97,14 +100,16 @@ class OnnxRuntimeRunner(Runner):
         self.optimization = optimization
         self.path = Path(source)
         prefix = None if profile_dir is None else str(Path(profile_dir) / (self.path.stem + "_profile"))
-        self.session = self._load(proto, prefix)
+        self.session = self._load(proto, serialized, prefix)
         self.input_names = [i.name for i in self.session.get_inputs()]
         self.output_names = [o.name for o in self.session.get_outputs()]
 
-    def _load(self, proto, prefix):
+    def _load(self, proto, serialized, prefix):
         import onnxruntime as ort
 
-        model = str(self.path) if not self.extra_outputs else with_outputs(self.path, proto, self.extra_outputs)
+        model = str(self.path)
+        if self.extra_outputs:
+            model = serialized if serialized is not None else with_outputs(self.path, proto, self.extra_outputs)
         try:
             return ort.InferenceSession(
                 model,
