@@ -6,11 +6,14 @@ Oracle: NumPy computing the tiny graph (``_tiny.oracle``).
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import pytest
 from _tiny import oracle, sample, write_tiny
+from onnx import TensorProto, helper
 
 from dcd_deploy.errors import BackendLoadError, BackendRunError, DCDDeployError
 from dcd_deploy.runtimes import load_runner
+from dcd_deploy.runtimes._ort import with_outputs
 
 
 @pytest.fixture(scope="module")
@@ -40,6 +43,20 @@ def test_extra_outputs_follow_the_outputs(tiny):
     np.testing.assert_allclose(got["h"], oracle(x)[1], rtol=1e-6, atol=1e-6)
     np.testing.assert_allclose(got["y"], oracle(x)[0], rtol=1e-6, atol=1e-6)
     assert list(runner.run({"x": x})) == ["y", "h"]
+
+
+def test_the_copy_with_extra_outputs_is_the_file_with_them_appended(tiny):
+    """From a read ``proto``, the copy is the file's bytes plus the outputs (no second
+    serialisation); it must parse to what appending them to the whole model gives."""
+    proto = onnx.load(str(tiny))
+    got = onnx.load_from_string(with_outputs(tiny, proto, ("h", "y", "h")))
+    want = onnx.load(str(tiny))
+    want.graph.output.append(helper.make_tensor_value_info("h", TensorProto.FLOAT, None))
+    assert got == want
+    assert [o.name for o in proto.graph.output] == ["y"]  # the caller's proto is unchanged
+    x = sample()  # and ONNX Runtime runs the copy: the extra tensor is the layer's value
+    runner = load_runner("onnxruntime", tiny, extra_outputs=("h",), proto=proto)
+    np.testing.assert_allclose(runner.run({"x": x})["h"], oracle(x)[1], rtol=1e-6, atol=1e-6)
 
 
 def test_threads_and_level_reach_the_session(tiny):
