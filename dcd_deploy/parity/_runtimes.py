@@ -18,8 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..runtimes import PARITY_BACKENDS, PARITY_CONFIGS, load_runner
-from ..runtimes._ort import with_outputs
+from ..runtimes import PARITY_BACKENDS, PARITY_CONFIGS, load_runner, onnx_with_outputs
 from ._signature import TensorSpec
 
 #: ONNX Runtime graph optimisation levels compared (the labels of its rows).
@@ -58,7 +57,7 @@ def runners(
                 # one serialised copy with the extra outputs for every ORT configuration: a
                 # big model's copy takes seconds (1.9 s for ResNet-50 CondConv's 740 MB)
                 if ort_copy is None:
-                    ort_copy = with_outputs(onnx_path, proto, extra)
+                    ort_copy = onnx_with_outputs(onnx_path, proto, extra)
                 more = {"serialized": ort_copy}
             runner = load_runner(backend, onnx_path, threads=1, extra_outputs=extra, **options, **more)
             found[backend, label] = _in_order(runner, inputs, outputs, extra)

@@ -72,6 +72,15 @@ def load_runner(runtime: str, source, **options) -> Runner:
     return runner_class(runtime)(source, **options)
 
 
+def onnx_with_outputs(onnx_path, proto, extra) -> bytes:
+    """The ONNX file with the tensors ``extra`` appended to its graph outputs, serialised, as
+    ONNX Runtime's runner makes it for ``extra_outputs`` (pass it as ``serialized=`` to
+    share one copy between sessions); ``proto``: the file's ``ModelProto`` or None."""
+    from ._ort import with_outputs
+
+    return with_outputs(onnx_path, proto, extra)
+
+
 def compile_openvino(path, **options):
     """``path`` compiled by OpenVINO for CPU (:func:`dcd_deploy.openvino.compile_onnx`'s
     settings; ``extension`` None loads the extension when the file needs it)."""
@@ -112,6 +121,7 @@ __all__ = [
     "compile_openvino",
     "load_runner",
     "onednn_disabled",
+    "onnx_with_outputs",
     "ort_message",
     "read_onnx_input",
     "runner_class",

@@ -13,7 +13,7 @@ from onnx import TensorProto, helper
 
 from dcd_deploy.errors import BackendLoadError, BackendRunError, DCDDeployError
 from dcd_deploy.runtimes import load_runner
-from dcd_deploy.runtimes._ort import with_outputs
+from dcd_deploy.runtimes import onnx_with_outputs as with_outputs
 
 
 @pytest.fixture(scope="module")
