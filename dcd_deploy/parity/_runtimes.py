@@ -54,8 +54,8 @@ def runners(
                 continue
             more = {}
             if backend == "onnxruntime" and extra:
-                # one serialised copy with the extra outputs for every ORT configuration: a
-                # big model's copy takes seconds (1.9 s for ResNet-50 CondConv's 740 MB)
+                # one copy with the extra outputs for every ORT configuration: each is the
+                # whole file in memory (740 MB for ResNet-50 CondConv)
                 if ort_copy is None:
                     ort_copy = onnx_with_outputs(onnx_path, proto, extra)
                 more = {"serialized": ort_copy}

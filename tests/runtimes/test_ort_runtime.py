@@ -12,8 +12,7 @@ from _tiny import oracle, sample, write_tiny
 from onnx import TensorProto, helper
 
 from dcd_deploy.errors import BackendLoadError, BackendRunError, DCDDeployError
-from dcd_deploy.runtimes import load_runner
-from dcd_deploy.runtimes import onnx_with_outputs as with_outputs
+from dcd_deploy.runtimes import load_runner, onnx_with_outputs
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +48,7 @@ def test_the_copy_with_extra_outputs_is_the_file_with_them_appended(tiny):
     """From a read ``proto``, the copy is the file's bytes plus the outputs (no second
     serialisation); it must parse to what appending them to the whole model gives."""
     proto = onnx.load(str(tiny))
-    got = onnx.load_from_string(with_outputs(tiny, proto, ("h", "y", "h")))
+    got = onnx.load_from_string(onnx_with_outputs(tiny, proto, ("h", "y", "h")))
     want = onnx.load(str(tiny))
     want.graph.output.append(helper.make_tensor_value_info("h", TensorProto.FLOAT, None))
     assert got == want
