@@ -164,22 +164,21 @@ def with_outputs(onnx_path: Path, proto, extra: Sequence[str]) -> bytes:
     import onnx
     from onnx import TensorProto, helper
 
-    external = proto is not None and any(t.data_location == TensorProto.EXTERNAL for t in proto.graph.initializer)
-    if proto is not None and not external:
-        have = {o.name for o in proto.graph.output}
-        tail = onnx.ModelProto()
-        for name in dict.fromkeys(n for n in extra if n not in have):
-            tail.graph.output.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, None))
+    whole = proto is None or any(t.data_location == TensorProto.EXTERNAL for t in proto.graph.initializer)
+    if whole:
         try:
-            data = Path(onnx_path).read_bytes()
-        except OSError as exc:
+            proto = onnx.load(str(onnx_path))  # the weights too: the copy is run from memory
+        except Exception as exc:  # protobuf's DecodeError and friends
             raise BackendLoadError(f"ONNX Runtime cannot load {onnx_path}: {clip(exc)}") from None
-        return data + tail.SerializeToString()
-    try:
-        proto = onnx.load(str(onnx_path))  # the weights too: the copy is run from memory
-    except Exception as exc:  # protobuf's DecodeError and friends
-        raise BackendLoadError(f"ONNX Runtime cannot load {onnx_path}: {clip(exc)}") from None
     have = {o.name for o in proto.graph.output}
-    for name in dict.fromkeys(n for n in extra if n not in have):
-        proto.graph.output.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, None))
-    return proto.SerializeToString()
+    added = [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in dict.fromkeys(extra) if n not in have]
+    if whole:
+        proto.graph.output.extend(added)
+        return proto.SerializeToString()
+    tail = onnx.ModelProto()
+    tail.graph.output.extend(added)
+    try:
+        data = Path(onnx_path).read_bytes()
+    except OSError as exc:
+        raise BackendLoadError(f"ONNX Runtime cannot load {onnx_path}: {clip(exc)}") from None
+    return data + tail.SerializeToString()

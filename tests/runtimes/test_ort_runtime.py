@@ -58,6 +58,20 @@ def test_the_copy_with_extra_outputs_is_the_file_with_them_appended(tiny):
     np.testing.assert_allclose(runner.run({"x": x})["h"], oracle(x)[1], rtol=1e-6, atol=1e-6)
 
 
+def test_the_copy_of_a_file_with_external_weights_carries_them(tiny, tmp_path):
+    """Weights in a side file are not in the file's bytes: the copy is the whole model."""
+    path = tmp_path / "ext.onnx"
+    onnx.save(onnx.load(str(tiny)), str(path), save_as_external_data=True, size_threshold=0, location="ext.bin")
+    proto = onnx.load(str(path), load_external_data=False)
+    copy = onnx.load_from_string(onnx_with_outputs(path, proto, ("h",)))
+    assert all(t.data_location != TensorProto.EXTERNAL for t in copy.graph.initializer)
+    x = sample()
+    runner = load_runner("onnxruntime", path, extra_outputs=("h",), proto=proto)
+    got = runner.run({"x": x})
+    np.testing.assert_allclose(got["h"], oracle(x)[1], rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(got["y"], oracle(x)[0], rtol=1e-6, atol=1e-6)
+
+
 def test_threads_and_level_reach_the_session(tiny):
     runner = load_runner("onnxruntime", tiny, threads=3, optimization="disabled")
     options = runner.session.get_session_options()
