@@ -705,9 +705,23 @@ def _record_parity_inputs(proto, inputs, description, preprocess) -> None:
     if inputs is None:
         text = f"built-in natural images, preprocessed: {make_preprocess(preprocess).describe()}"
     else:
-        text = description or f"caller's inputs, {' x '.join(map(str, inputs.shape))}, taken as preprocessed"
+        text = description or f"caller's inputs, {_shapes_text(inputs)}, taken as preprocessed"
     entry = proto.metadata_props.add()
     entry.key, entry.value = "dcd_deploy.parity_inputs", text
+
+
+def _shapes_text(inputs) -> str:
+    """``4 x 3 x 96 x 96`` for a tensor; its parts joined for a tuple/list (by name for a dict)."""
+
+    def shape(x) -> str:
+        dims = getattr(x, "shape", None)
+        return " x ".join(map(str, dims)) if dims is not None else type(x).__name__
+
+    if isinstance(inputs, dict):
+        return ", ".join(f"{name}: {shape(x)}" for name, x in inputs.items())
+    if isinstance(inputs, (tuple, list)):
+        return " and ".join(shape(x) for x in inputs)
+    return shape(inputs)
 
 
 def _simplify_keeping_layers(proto: onnx.ModelProto, *, own_check: bool = True) -> tuple[onnx.ModelProto, bool]:

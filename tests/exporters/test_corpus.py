@@ -170,6 +170,29 @@ def test_two_inputs_are_named_after_forward(tmp_path):
     assert (result.input_names, result.output_names) == (["a", "b"], ["cls", "emb"])
 
 
+@pytest.mark.parametrize("given", ["tuple", "dict"])
+def test_two_inputs_checked_on_the_callers_inputs(tmp_path, given):
+    """``parity_inputs`` as the documented tuple (input order) or dict (by input name): the
+    check runs on them and the file says what it ran on, both shapes named."""
+    case = CORPUS["two_input"]
+    rgb, depth = case.inputs(3)
+    inputs = (rgb, depth) if given == "tuple" else {"depth": depth, "rgb": rgb}
+    result = export_onnx(
+        model("two_input"),
+        tmp_path / "m.onnx",
+        example_inputs=case.inputs(1),
+        parity_inputs=inputs,
+        parity_batch_sizes=(1, 3),
+    )
+    assert result.parity and not result.parity.synthetic_inputs
+    assert {r.n_inputs for r in result.parity.rows} == {3}
+    props = {p.key: p.value for p in onnx.load(str(result.path)).metadata_props}
+    shapes = (
+        "3 x 3 x 32 x 32 and 3 x 1 x 32 x 32" if given == "tuple" else "depth: 3 x 1 x 32 x 32, rgb: 3 x 3 x 32 x 32"
+    )
+    assert props["dcd_deploy.parity_inputs"] == f"caller's inputs, {shapes}, taken as preprocessed"
+
+
 def test_non_square_input_size_pair(tmp_path):
     net = model("nonsquare")
     result = export_onnx(net, tmp_path / "m.onnx", input_size=(48, 64), check=True)
