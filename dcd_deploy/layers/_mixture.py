@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ._geometry import pair, resolve_padding, square
+from .common import require_rank
 
 
 class MixtureConv2d(nn.Module):
@@ -66,6 +67,7 @@ class MixtureConv2d(nn.Module):
         raise NotImplementedError
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        require_rank(self, x, 4, f"(batch, {self.in_channels}, H, W)")
         b, c, h, w = x.shape
         pi = self.routing(torch.flatten(self.pool(x), 1))  # (B, K)
         weight = torch.matmul(pi, self.weight.view(self.num_kernels, -1))  # (B, C_out * C_in/g * k * k)

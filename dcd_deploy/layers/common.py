@@ -50,3 +50,13 @@ def make_gate(kind: str, channels: int) -> nn.Module:
     if kind == "se":
         return SEGate(channels)
     raise ValueError(f"unknown gate {kind!r}; expected 'relu' or 'se'")
+
+
+def require_rank(layer: nn.Module, x: torch.Tensor, rank: int, shape: str) -> None:
+    """A clear error where ``nn.Conv2d`` / ``nn.Linear`` would take other ranks (an unbatched
+    image, a (B, T, C) sequence): the dynamic weights are one per sample of axis 0."""
+    if x.dim() != rank:
+        raise ValueError(
+            f"{type(layer).__name__} takes {shape} input (its dynamic weights are one per sample), "
+            f"got shape {tuple(x.shape)}"
+        )

@@ -34,7 +34,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ._geometry import centre_tap_pads, explicit_pads, pad_input, pair, resolve_padding, square
-from .common import hsig, make_gate
+from .common import hsig, make_gate, require_rank
 
 #: Smallest width of the squeeze FC, as in the authors' code.
 MIN_SQUEEZE = 4
@@ -414,6 +414,7 @@ class DCDConv2d(_DCDBase):
         return torch.flatten(self.pool(x), 1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        require_rank(self, x, 4, f"(batch, {self.in_channels}, H, W)")
         b = x.shape[0]
         out = self.conv(x)  # (B, C_out, H', W')
         y = self.fc(self.pooled_features(x))  # (B, S)
@@ -550,6 +551,7 @@ class DCDLinear(_DCDBase):
         return layer(v.unsqueeze(-1)).squeeze(-1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        require_rank(self, x, 2, f"(batch, {self.in_features})")
         b = x.shape[0]
         out = self.cls(x)  # (B, C_out)
         y = self.fc(x)  # (B, S)

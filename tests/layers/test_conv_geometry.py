@@ -357,6 +357,24 @@ def test_mixture_invalid_geometry_raises_value_error(build_layer):
         build_layer()
 
 
+@pytest.mark.parametrize(
+    "layer, shape, expected",
+    [
+        (lambda: DCDConv2d(8, 8, 3, padding=1), (8, 6, 6), "DCDConv2d takes (batch, 8, H, W) input"),
+        (lambda: CondConv2d(8, 8, 3, padding=1), (8, 6, 6), "CondConv2d takes (batch, 8, H, W) input"),
+        (lambda: DynamicConv2d(8, 8, 1), (2, 8, 6, 6, 1), "DynamicConv2d takes (batch, 8, H, W) input"),
+        (lambda: DCDLinear(8, 4), (2, 5, 8), "DCDLinear takes (batch, 8) input"),
+    ],
+    ids=["dcd-unbatched", "condconv-unbatched", "dyconv-5d", "linear-sequence"],
+)
+def test_other_ranks_than_one_dynamic_weight_per_sample_are_refused_by_name(layer, shape, expected):
+    """nn.Conv2d takes an unbatched (C, H, W) image and nn.Linear a (B, T, C) sequence; these
+    layers draw one weight per sample of axis 0, so they say so rather than fail deep inside."""
+    with pytest.raises(ValueError) as info:
+        layer()(torch.randn(*shape))
+    assert str(info.value).startswith(expected) and f"got shape {shape}" in str(info.value)
+
+
 # ----------------------------------------------------------------------------- ONNX emission
 class GeometryNet(nn.Sequential):
     """Dynamic layers at every geometry in one chain (3 -> 24 channels, 27 -> 7x5 pixels)."""
