@@ -31,7 +31,7 @@ from torch import nn
 
 from ._limits import check_config
 from ._safe_pickle import check_regular_file, check_zip, scan_pickle
-from .errors import CheckpointError, StateDictMismatchError, UnsafeCheckpointError, first_line
+from .errors import CheckpointError, StateDictMismatchError, UnsafeCheckpointError, UnsupportedInputError, first_line
 from .models import authors
 from .state_dict import listing as _listing
 from .state_dict import load_weights, save_atomic, strip_module_prefix  # noqa: F401  (public here too)
@@ -380,7 +380,8 @@ def resolve_model(
         CheckpointError: not a file, a zoo name nor ``MODULE:FUNCTION`` (close names are
             suggested), a file that cannot be loaded, or weights that do not fit.
         ModelSpecError: ``MODULE:FUNCTION`` cannot be built.
-        UnsupportedInputError: the architecture cannot take ``input_size``.
+        UnsupportedInputError: the architecture cannot take ``input_size``, or the model's
+            ``forward`` needs more than the one image input the commands give it.
     """
     from ._factory_spec import build_from_factory, parse_factory_spec
     from ._threads import preparation_threads
@@ -396,7 +397,7 @@ def resolve_model(
             model = build_from_factory(factory)
         if weights is not None:
             load_weights_file(model, weights, trust_checkpoint=trust_checkpoint, label=factory.name)
-        _check_sides(model, sides, check_input_size)
+        _check_users_model(model, spec, sides, check_input_size)
         return model
     path = Path(spec)
     if path.exists() or not is_model(spec):
@@ -426,7 +427,7 @@ def resolve_model(
             raise UnknownModelError(
                 f"{exc}; a model of your own is given as MODULE:FUNCTION (e.g. mynet.py:build) with --weights FILE"
             ) from None
-        _check_sides(model, sides, check_input_size)
+        _check_users_model(model, spec, sides, check_input_size)
         return model
     if arch not in (None, spec):
         raise CheckpointError(f"{spec} is a zoo name; --arch {arch} contradicts it (leave --arch out)")
@@ -482,6 +483,26 @@ def _sides(input_size) -> tuple[int, int]:
         h, w = input_size
         return int(h), int(w)
     return int(input_size), int(input_size)
+
+
+def _check_users_model(model: nn.Module, spec: str, sides: tuple[int, int], check) -> None:
+    """A model from a factory or a checkpoint: one image input (the commands feed one image
+    batch; a ``forward`` that needs more is refused before the slow part, with the way that
+    does take it, the Python API) of ``sides``."""
+    import inspect
+
+    try:
+        params = inspect.signature(model.forward).parameters.values()
+    except (TypeError, ValueError):  # no Python signature: the trace will say what is wrong
+        params = ()
+    required = [p.name for p in params if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    if len(required) > 1:
+        raise UnsupportedInputError(
+            f"{spec}: {type(model).__name__}.forward takes {len(required)} inputs ({', '.join(required)}); "
+            "the commands feed one image batch: export it from Python, "
+            "dcd_deploy.export_onnx(model, path, example_inputs=(...), parity_inputs=(...))"
+        )
+    _check_sides(model, sides, check)
 
 
 def _check_sides(model: nn.Module, sides: tuple[int, int], check) -> None:

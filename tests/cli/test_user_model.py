@@ -93,6 +93,26 @@ def test_validate_a_factory(exported, in_user_dir):
     one_error_line(result, r"parity check failed: FAIL")
 
 
+#: A network of two image inputs (the commands give one; the API takes it).
+TWO_INPUTS = """\
+import torch
+from dcd_deploy.layers import DCDConv2d
+
+
+class Fuse(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = DCDConv2d(4, 8, 1)
+
+    def forward(self, rgb, depth, scale=1.0):
+        return self.conv(torch.cat([rgb, depth], 1)) * scale
+
+
+def build():
+    return Fuse()
+"""
+
+
 @pytest.mark.parametrize(
     "args, pattern",
     [
@@ -107,12 +127,18 @@ def test_validate_a_factory(exported, in_user_dir):
         (["broken.py:build"], r"importing broken\.py failed: SyntaxError in broken\.py, line 2"),
         (["raises.py:build"], r"raises\.py:build raised ValueError: no such width \(at raises\.py, line 2\)"),
         (["raises.py:make"], r"raises\.py:make returned a value of type str, not a torch\.nn\.Module"),
+        (
+            ["two.py:build"],
+            r"two\.py:build: Fuse\.forward takes 2 inputs \(rgb, depth\); the commands feed one image batch: "
+            r"export it from Python, dcd_deploy\.export_onnx\(model, path, example_inputs=",
+        ),
     ],
 )
 def test_every_error_is_one_line(in_user_dir, args, pattern):
     d = in_user_dir
     (d / "broken.py").write_text("import torch\ndef build(:\n")
     (d / "raises.py").write_text("def build():\n    raise ValueError('no such width')\ndef make():\n    return 'x'\n")
+    (d / "two.py").write_text(TWO_INPUTS)
     torch.save(
         {"head.bias": torch.zeros(3)} | {k: v for k, v in torch.load("tiny.pt").items() if k != "head.bias"},
         d / "wrong.pt",
