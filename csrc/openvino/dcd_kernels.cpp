@@ -110,6 +110,34 @@ inline vf vmin_hi(vf hi, vf a) { return (vf)_mm256_min_ps((__m256)hi, (__m256)a)
 inline vf vmax_lo(vf lo, vf a) { return a < lo ? lo : a; }
 inline vf vmin_hi(vf hi, vf a) { return a > hi ? hi : a; }
 #endif
+typedef int vi __attribute__((vector_size(VW * 4)));
+
+// exp(v), for SiLU: Cephes' expf (n = round(v / ln 2), ln 2 in two parts, a degree-5
+// polynomial on the rest; about 1 ulp), v clamped to [-87, 88] so that 2^n is a normal
+// float (sigmoid's tails are 0 or 1 to float precision long before). NaN stays NaN.
+inline vf vexp(vf v) {
+    v = vmin_hi(bc(88.f), vmax_lo(bc(-87.f), v));
+    vf fx = v * 1.44269504088896341f + 0.5f;
+    const vf t = __builtin_convertvector(__builtin_convertvector(fx, vi), vf);  // toward zero
+    fx = t - (vf)((t > fx) & (vi)bc(1.f));                                      // floor
+    v = v - fx * 0.693359375f - fx * -2.12194440e-4f;
+    vf y = bc(1.9875691500e-4f);
+    y = y * v + 1.3981999507e-3f;
+    y = y * v + 8.3334519073e-3f;
+    y = y * v + 4.1665795894e-2f;
+    y = y * v + 1.6666665459e-1f;
+    y = y * v + 5.0000001201e-1f;
+    y = y * (v * v) + v + 1.f;
+    return y * (vf)((__builtin_convertvector(fx, vi) + 127) << 23);  // y * 2^n
+}
+
+// The activations with more than a max and a min (ReLU, ReLU6 are written where they are
+// used), as PyTorch computes them: SiLU v * sigmoid(v) = v / (1 + e^-v); Hardswish
+// v * min(max(v + 3, 0), 6) / 6.
+inline vf act_smooth(vf v, int act) {
+    if (act == ACT_SILU) return v / (1.f + vexp(-v));
+    return v * vmin_hi(bc(6.f), vmax_lo(vf{}, v + 3.f)) / 6.f;
+}
 inline int roundup(int a, int b) { return (a + b - 1) / b * b; }
 
 inline float hsig(float v) {
@@ -358,7 +386,7 @@ __attribute__((noinline)) void ukernel(const Tile& t) {
 #pragma GCC unroll 4
                 for (int v = 0; v < N; ++v) acc[i][v] += ldc(t.res + i * t.ldres + v * VW, v);
         }
-        if (t.act != ACT_NONE) {
+        if (t.act == ACT_RELU || t.act == ACT_RELU6) {
             const vf z = vf{};
 #pragma GCC unroll 16
             for (int i = 0; i < M; ++i)
@@ -371,6 +399,9 @@ __attribute__((noinline)) void ukernel(const Tile& t) {
 #pragma GCC unroll 4
                     for (int v = 0; v < N; ++v) acc[i][v] = vmin_hi(six, acc[i][v]);
             }
+        } else if (t.act != ACT_NONE) {
+            for (int i = 0; i < M; ++i)
+                for (int v = 0; v < N; ++v) acc[i][v] = act_smooth(acc[i][v], t.act);
         }
     }
 #pragma GCC unroll 16

@@ -18,7 +18,8 @@ std::string FusedAttrs::check() const {
     if (pool != 1 && pool != 2) return "pool must be 1 or 2, got " + std::to_string(pool);
     if ((se | 1) != 1 || (attention | 1) != 1 || (residual | 1) != 1)
         return "se, attention and residual must be 0 or 1";
-    if (parse_act(activation) < 0) return "activation must be none, relu or relu6, got '" + clip(activation) + "'";
+    if (parse_act(activation) < 0)
+        return "activation must be none, relu, relu6, silu or hardswish, got '" + clip(activation) + "'";
     return "";
 }
 
@@ -26,6 +27,8 @@ int parse_act(const std::string& a) {
     if (a == "none") return ACT_NONE;
     if (a == "relu") return ACT_RELU;
     if (a == "relu6") return ACT_RELU6;
+    if (a == "silu") return ACT_SILU;
+    if (a == "hardswish") return ACT_HARDSWISH;
     return -1;
 }
 

@@ -5,7 +5,7 @@ This is the graph a runtime with a fused DCD kernel needs (the OpenVINO extensio
 release's latent branch, in deploy form: BNs folded, Λ's and the SE gate's factor 2 in
 the weights) becomes one node, with what follows it fused as an epilogue:
 
-    y = act(DCD(x) + residual)       act: none, ReLU or ReLU6; residual: optional
+    y = act(DCD(x) + residual)       act: none, ReLU, ReLU6, SiLU or Hardswish; residual: optional
 
 The node reads and writes NHWC: a Transpose pair wraps it, which runtimes that keep
 activations channels-last (OpenVINO's CPU plugin) merge into their own layout
@@ -42,7 +42,9 @@ then one depthwise convolution of x with K, bias, residual and activation fused.
 ``residual``, ``activation``, ``kernel``, ``stride``, ``dilation``, ``pads`` (ONNX Conv's).
 
 The epilogue is matched on the exported ONNX graph (:func:`plan`): a same-shape Add
-and then a Relu or Clip(0, 6), each only where the tensor before it feeds nothing else.
+and then a Relu, Clip(0, 6), HardSwish or SiLU (``Mul(t, Sigmoid(t))``, as torch.onnx
+writes ``F.silu``), each only where the tensor before it feeds nothing else (but the
+SiLU's own Sigmoid).
 A layer with B > 1 latent blocks (Eq. 6) takes the same ops as the dense layer with zeros
 off the blocks (its kind's ``fused_constants``). The classifier (``DCDLinear``) is the
 runtime's Gemm of W0 (+ b0) and one DCDConvEpilogue at 1x1 spatial size, its (B, C)
@@ -85,7 +87,7 @@ class FusedLayer:
 
     node: int
     residual: str | None
-    activation: str  # "none", "relu" or "relu6"
+    activation: str  # "none", "relu", "relu6", "silu" or "hardswish"
     tail: int
     folded: tuple[int, ...] = ()
 
@@ -156,12 +158,11 @@ def plan(nodes, layers: dict[int, nn.Module], consumers, shape_of, const_of, gra
                 tail = user
                 folded.append(user)
         activation = "none"
-        user = only_consumer(nodes[tail].output[0])
-        if user is not None:
-            act = _activation(nodes[user], const_of)
-            if act is not None:
-                activation, tail = act, user
-                folded.append(user)
+        act = _activation_after(nodes, nodes[tail].output[0], consumers, const_of, graph_outputs, taken)
+        if act is not None:
+            activation, after = act
+            tail = after[-1]
+            folded.extend(after)
         taken.update(folded)
         out[index] = FusedLayer(index, residual, activation, tail, tuple(folded))
     return out
@@ -172,11 +173,37 @@ def _same_shape(a, b) -> bool:
     return a is not None and a == b and None not in a
 
 
+def _activation_after(nodes, t: str, consumers, const_of, graph_outputs, taken):
+    """The activation applied to tensor ``t`` and nothing else reading it: ``(name, node
+    indices folded, last one last)``, or None. SiLU is two nodes, ``Mul(t, Sigmoid(t))``."""
+    users = consumers.get(t, [])
+    if t in graph_outputs or any(u in taken for u in users) or not users:
+        return None
+    if len(users) == 1:
+        act = _activation(nodes[users[0]], const_of)
+        return (act, (users[0],)) if act is not None else None
+    if len(users) != 2:
+        return None
+    sig, mul = sorted(users, key=lambda u: nodes[u].op_type != "Sigmoid")
+    if not (_standard(nodes[sig], "Sigmoid") and _standard(nodes[mul], "Mul")):
+        return None
+    s = nodes[sig].output[0]
+    if sorted(nodes[mul].input) != sorted([t, s]) or consumers.get(s, []) != [mul] or s in graph_outputs:
+        return None
+    return "silu", (sig, mul)
+
+
+def _standard(node, op_type: str) -> bool:
+    return node.op_type == op_type and node.domain in ("", "ai.onnx")
+
+
 def _activation(node, const_of) -> str | None:
     if node.domain not in ("", "ai.onnx"):
         return None
     if node.op_type == "Relu":
         return "relu"
+    if node.op_type == "HardSwish":
+        return "hardswish"
     if node.op_type == "Clip" and len(node.input) == 3:
         lo, hi = (const_of(n) for n in node.input[1:])
         if (
@@ -469,6 +496,10 @@ def _finish(fs: FunctionScope, out: str, w: dict[str, str], *, residual: bool, a
         out = fs.op("Relu", [out])
     elif activation == "relu6":
         out = fs.op("Clip", [out, fs.local("min", 0.0), fs.local("max", 6.0)])
+    elif activation == "silu":
+        out = fs.op("Mul", [out, fs.op("Sigmoid", [out])])
+    elif activation == "hardswish":  # x · hardsigmoid(x): HardSwish itself is not in opset 13
+        out = fs.op("Mul", [out, fs.op("HardSigmoid", [out], alpha=1.0 / 6.0, beta=0.5)])
     return out
 
 

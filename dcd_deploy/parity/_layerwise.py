@@ -14,7 +14,7 @@ its own, like Polygraphy's ``--onnx-outputs mark all`` and "which layer diverges
    (``latent``, ``weight`` or null), ``input`` and ``output`` (ONNX tensor names; the
    output is after a folded BatchNorm and after a fused epilogue), ``bn`` (path of the
    BatchNorm folded into the layer, or null), ``residual`` (tensor added in a fused
-   epilogue, or null), ``activation`` (``none``, ``relu``, ``relu6``) and ``layout``
+   epilogue, or null), ``activation`` (``none``, ``relu``, ``relu6``, ``silu``, ``hardswish``) and ``layout``
    (``NCHW``, or ``NHWC`` for the fused op's tensors).
 2. The file runs once more per runtime with those tensors as extra outputs.
 3. Each layer is re-evaluated in float64: the module at ``path`` of a float64 copy of
@@ -61,7 +61,10 @@ LAYER_ATOL = 1e-7
 #: Samples the layer-wise run uses (at least one batch of the largest batch size checked):
 #: a wrong weight moves its layer on any input, and each sample costs a float64 pass.
 LAYER_SAMPLES = 2
-ACTIVATIONS = ("none", "relu", "relu6")
+#: The activations a fused layer's record may name (the fused ops' ``activation``), and
+#: what each computes.
+_ACTIVATION_FN = {"none": lambda y: y, "relu": F.relu, "relu6": F.relu6, "silu": F.silu, "hardswish": F.hardswish}
+ACTIVATIONS = tuple(_ACTIVATION_FN)
 
 
 @dataclass(frozen=True)
@@ -179,11 +182,7 @@ def _apply(record: LayerRecord, model: nn.Module, x: torch.Tensor, residual: tor
         y = model.get_submodule(record.bn)(y)
     if residual is not None:
         y = y + residual
-    if record.activation == "relu":
-        y = F.relu(y)
-    elif record.activation == "relu6":
-        y = F.relu6(y)
-    return y
+    return _ACTIVATION_FN[record.activation](y)
 
 
 def compare_layers(

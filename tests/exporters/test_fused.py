@@ -162,6 +162,43 @@ def test_a_broadcast_add_is_not_fused_as_a_residual(tmp_path):
     assert report, report.table()
 
 
+class _Smooth(torch.nn.Module):
+    """DCD layers followed by SiLU (``Mul(t, Sigmoid(t))`` in the file) and Hardswish, as users
+    write them; ``keep`` also returns the tensor before the last SiLU (so that one cannot fold)."""
+
+    def __init__(self, keep: bool = False):
+        super().__init__()
+        self.keep = keep
+        self.stem = torch.nn.Conv2d(3, 8, 1)
+        self.a = DCDConv2d(8, 16, 1)
+        self.b = DCDConv2d(16, 16, 3, stride=2, padding=1)
+        self.c = DCDConv2d(16, 16, 3, padding=1, groups=16)
+        self.d = DCDConv2d(16, 8, 1)
+
+    def forward(self, x):
+        y = torch.nn.functional.silu(self.a(self.stem(x)))
+        y = torch.nn.functional.hardswish(self.b(y))
+        y = torch.nn.functional.silu(self.c(y))
+        t = self.d(y)
+        return (torch.nn.functional.silu(t), t) if self.keep else torch.nn.functional.silu(t)
+
+
+@pytest.mark.parametrize("keep", [False, True])
+def test_silu_and_hardswish_are_fused_where_nothing_else_reads_their_input(tmp_path, keep):
+    torch.manual_seed(0)
+    model = _Smooth(keep).eval()
+    result = export_onnx(model, tmp_path / "m.onnx", input_size=10, mode="fused", check=False)
+    proto = onnx.load(str(tmp_path / "m.onnx"))
+    nodes = [n for n in proto.graph.node if n.domain == "dcd_deploy"]
+    assert [n.op_type for n in nodes] == ["DCDPointwise", "DCDConvEpilogue", "DCDDepthwise", "DCDPointwise"]
+    last = "none" if keep else "silu"  # the kept tensor is the layer's output: its SiLU stays a graph op
+    assert [_attrs(n)["activation"].decode() for n in nodes] == ["silu", "hardswish", "silu", last]
+    assert result.op_histogram.get("Sigmoid", 0) == int(keep) and "HardSwish" not in result.op_histogram
+    x = torch.randn(3, 3, 10, 10)
+    report = check_parity(model, tmp_path / "m.onnx", batch_sizes=(1, 3), backends=("onnxruntime",), inputs=x)
+    assert report, report.table()
+
+
 class _Flat(torch.nn.Sequential):
     def forward(self, x):
         return torch.flatten(super().forward(x), 1)

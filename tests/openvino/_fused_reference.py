@@ -45,6 +45,11 @@ def _act(out, activation):
         return np.maximum(out, 0)
     if activation == "relu6":
         return np.clip(out, 0, 6)
+    if activation == "silu":
+        with np.errstate(over="ignore"):  # e^-x is inf for x below about -709: x / inf = -0
+            return out / (1.0 + np.exp(-out))
+    if activation == "hardswish":
+        return out * np.clip(out + 3.0, 0.0, 6.0) / 6.0
     return out
 
 

@@ -172,6 +172,8 @@ def test_channels(core, lib, isas, monkeypatch, isa, form, cin, cout, L):
         (1, 1, 1, "none"),
         (1, 1, 0, "relu6"),
         (0, 0, 1, "relu"),
+        (1, 1, 1, "silu"),
+        (0, 1, 0, "hardswish"),
     ],
 )
 @pytest.mark.parametrize("B", [1, 4])
@@ -308,6 +310,28 @@ def test_the_activation_keeps_nan(core, lib, isas, monkeypatch, isa, activation)
     assert (np.isnan(got) == np.isnan(want)).all()
     ok = ~np.isnan(want)
     assert np.abs(got[ok] - want[ok]).max() < 1e-5 * max(1.0, np.abs(want[ok]).max())
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("activation", ["silu", "hardswish"])
+def test_smooth_activations_over_their_whole_range(core, lib, isas, monkeypatch, isa, activation):
+    """SiLU (through the kernels' own exp) and Hardswish on pre-activations from -150 to
+    150 (the residual sets them: e^-x overflows float32 below -88), NaN kept, against
+    float64 numpy: within 1e-6 of it, relative above 1 (float32 rounding alone is about
+    1.3e-7 here; a polynomial coefficient of exp off by 0.4% is 1.4e-6)."""
+    _need(isas, isa)
+    monkeypatch.setenv("DCD_DEPLOY_ISA", isa)
+    rng = np.random.default_rng(13)
+    x, res, c = make_case(rng, B=2, H=5, W=7, Cin=24, Cout=40, L=4, S=6, pool=1, se=0, attention=1, residual=1)
+    res[:] = np.linspace(-150, 150, res.size, dtype=np.float32).reshape(res.shape)
+    res[1, 3, 3, 17] = np.nan
+    model = make_model(x, res, c, pool=1, se=0, attention=1, activation=activation, form="latent")
+    got = run_ov(core, model, x, res)
+    want = reference(x, res, c, pool=1, se=0, attention=1, activation=activation)
+    assert np.isnan(want).sum() == 1 and (np.isnan(got) == np.isnan(want)).all()
+    ok = ~np.isnan(want)
+    assert want[ok].min() < -0.2 and want[ok].max() > 140  # both tails and the dip were reached
+    assert (np.abs(got[ok] - want[ok]) <= 1e-6 * np.maximum(1.0, np.abs(want[ok]))).all()
 
 
 @pytest.mark.parametrize("isa", ISAS)
