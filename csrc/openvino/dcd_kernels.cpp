@@ -138,6 +138,28 @@ inline vf act_smooth(vf v, int act) {
     if (act == ACT_SILU) return v / (1.f + vexp(-v));
     return v * vmin_hi(bc(6.f), vmax_lo(vf{}, v + 3.f)) / 6.f;
 }
+
+// The epilogue's activation on a register tile of accumulators (the GEMM kernels').
+template <int M, int N>
+__attribute__((always_inline)) inline void activate(vf (&acc)[M][N], int act) {
+    if (act == ACT_RELU || act == ACT_RELU6) {
+        const vf z = vf{};
+#pragma GCC unroll 16
+        for (int i = 0; i < M; ++i)
+#pragma GCC unroll 6
+            for (int v = 0; v < N; ++v) acc[i][v] = vmax_lo(z, acc[i][v]);  // NaN stays NaN, as in PyTorch
+        if (act == ACT_RELU6) {
+            const vf six = bc(6.f);
+#pragma GCC unroll 16
+            for (int i = 0; i < M; ++i)
+#pragma GCC unroll 6
+                for (int v = 0; v < N; ++v) acc[i][v] = vmin_hi(six, acc[i][v]);
+        }
+    } else if (act != ACT_NONE) {
+        for (int i = 0; i < M; ++i)
+            for (int v = 0; v < N; ++v) acc[i][v] = act_smooth(acc[i][v], act);
+    }
+}
 inline int roundup(int a, int b) { return (a + b - 1) / b * b; }
 
 inline float hsig(float v) {
@@ -386,23 +408,7 @@ __attribute__((noinline)) void ukernel(const Tile& t) {
 #pragma GCC unroll 4
                 for (int v = 0; v < N; ++v) acc[i][v] += ldc(t.res + i * t.ldres + v * VW, v);
         }
-        if (t.act == ACT_RELU || t.act == ACT_RELU6) {
-            const vf z = vf{};
-#pragma GCC unroll 16
-            for (int i = 0; i < M; ++i)
-#pragma GCC unroll 4
-                for (int v = 0; v < N; ++v) acc[i][v] = vmax_lo(z, acc[i][v]);  // NaN stays NaN, as in PyTorch
-            if (t.act == ACT_RELU6) {
-                const vf six = bc(6.f);
-#pragma GCC unroll 16
-                for (int i = 0; i < M; ++i)
-#pragma GCC unroll 4
-                    for (int v = 0; v < N; ++v) acc[i][v] = vmin_hi(six, acc[i][v]);
-            }
-        } else if (t.act != ACT_NONE) {
-            for (int i = 0; i < M; ++i)
-                for (int v = 0; v < N; ++v) acc[i][v] = act_smooth(acc[i][v], t.act);
-        }
+        activate<M, N>(acc, t.act);
     }
 #pragma GCC unroll 16
     for (int i = 0; i < M; ++i)
