@@ -216,7 +216,7 @@ def _tamper_drop(node):
     "tamper, reason",
     [
         (_tamper_pool, "pool must be 1 or 2, got 5"),
-        (_tamper_activation, "activation must be none, relu or relu6"),
+        (_tamper_activation, "activation must be none, relu, relu6, silu or hardswish"),
         (_tamper_swap, "has shape"),
         (_tamper_drop, "inputs"),
     ],
