@@ -40,6 +40,8 @@ from dcd_deploy.errors import ExtensionError
 from dcd_deploy.openvino import _cross
 
 ACTS = {"none": 0, "relu": 1, "relu6": 2, "silu": 3, "hardswish": 4}
+#: (se, attention, residual, activation) cases of the epilogue and depthwise kinds.
+OPTIONS = ((1, 0, 0, "relu"), (0, 1, 1, "relu6"), (1, 1, 1, "none"), (0, 0, 1, "silu"), (1, 0, 0, "hardswish"))
 FORMS = {"weight": 0, "latent": 1, "auto": 2}
 MAGIC = 0x4B444344
 REQUIRE_ENV = "DCD_DEPLOY_REQUIRE_AARCH64"
@@ -150,13 +152,7 @@ def _cases():
         for pool in (1, 2):
             for h, w in ((9, 9), (7, 5), (1, 1)):
                 out.append({**epi, "k": k, "stride": stride, "pool": pool, "H": h, "W": w})
-        for se, att, res, act in (
-            (1, 0, 0, "relu"),
-            (0, 1, 1, "relu6"),
-            (1, 1, 1, "none"),
-            (0, 0, 1, "silu"),
-            (1, 0, 0, "hardswish"),
-        ):
+        for se, att, res, act in OPTIONS:
             out.append(
                 {
                     **epi,
@@ -206,13 +202,7 @@ def _latent_cases(base):
     for stride in (1, 2):
         for pool, (h, w) in ((1, (9, 9)), (2, (7, 5)), (2, (1, 1))):
             out.append({**lat, "stride": stride, "pool": pool, "H": h, "W": w})
-        for se, att, res, act in (
-            (1, 0, 0, "relu"),
-            (0, 1, 1, "relu6"),
-            (1, 1, 1, "none"),
-            (0, 0, 1, "silu"),
-            (1, 0, 0, "hardswish"),
-        ):
+        for se, att, res, act in OPTIONS:
             out.append(
                 {**lat, "stride": stride, "B": 3, "H": 8, "W": 5, "Cin": 19, "Cout": 29, "L": 6, "Lz": 24}
                 | {"pool": 2, "se": se, "attention": att, "residual": res, "activation": act}
@@ -256,13 +246,7 @@ def _depthwise_cases(base):
             out.append({**dw, "k": k, "stride": stride, "pads": pads, "dilation": dil, "pool": pool, "H": h, "W": w})
     for C, L in ((4, 1), (8, 4), (33, 12), (96, 4)):
         out.append({**dw, "Cin": C, "Cout": C, "L": L, "H": 12, "W": 10, "pool": 2})
-    for se, att, res, act in (
-        (1, 0, 0, "relu"),
-        (0, 1, 1, "relu6"),
-        (1, 1, 1, "none"),
-        (0, 0, 1, "silu"),
-        (1, 0, 0, "hardswish"),
-    ):
+    for se, att, res, act in OPTIONS:
         out.append(
             {**dw, "B": 3, "H": 8, "W": 9, "Cin": 19, "Cout": 19, "se": se, "attention": att}
             | {"residual": res, "activation": act, "pool": 2}
