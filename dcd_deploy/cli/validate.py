@@ -23,6 +23,9 @@ from ._parity_options import (
 )
 from ._run import run_cli
 
+#: --batch-sizes when not given, for a file with a dynamic batch axis.
+DEFAULT_BATCH_SIZES = (1, 2)
+
 
 def _sizes(value: str) -> tuple[int, ...]:
     try:
@@ -38,7 +41,11 @@ def _sizes(value: str) -> tuple[int, ...]:
 @click.version_option(__version__, "--version", prog_name="dcd-validate")
 @click.argument("model")
 @click.argument("onnx_path", metavar="ONNX", type=click.Path(path_type=Path))
-@click.option("--batch-sizes", default="1,2", show_default=True, help=f"Comma-separated batch sizes (1-{MAX_BATCH}).")
+@click.option(
+    "--batch-sizes",
+    default=None,
+    help=f"Comma-separated batch sizes (1-{MAX_BATCH}).  [default: 1,2; a file of fixed batch N: N]",
+)
 @click.option(
     "--num-inputs",
     "n_inputs",
@@ -99,8 +106,10 @@ def main(
     if not onnx_path.is_file():
         raise DCDDeployError(f"{onnx_path}: no such ONNX file")
     check_outputs(outputs=[json_path], inputs=[*model_inputs(model, weights), onnx_path, inputs_path])
-    sizes = _sizes(batch_sizes)
+    sizes = _sizes(batch_sizes) if batch_sizes is not None else None
     file_input = read_onnx_input(onnx_path)
+    if sizes is None:  # a file exported with --batch N runs batch N only
+        sizes = (file_input.shape[0],) if file_input.shape[0] is not None else DEFAULT_BATCH_SIZES
     input_size = file_input.image_size()  # (H, W): a zoo model is pseudo-trained at that size
     preprocess = make_preprocess_from_options(preset, mean, std, scale, bgr, channels=file_input.channels)
     inputs, described = None, None

@@ -242,9 +242,14 @@ def test_export_fixed_batch(tmp_path):
     assert f"input 2x3x{SIZE}x{SIZE}" in result.stdout
     dims = onnx.load(str(out)).graph.input[0].type.tensor_type.shape.dim
     assert [d.dim_value for d in dims] == [2, 3, int(SIZE), int(SIZE)]
-    # validate takes the file's batch
+    # validate takes the file's batch: by default, and when asked
+    result = run(validate_main, [MODEL, out])
+    assert result.exit_code == 0, result.output
+    assert {r.split()[1] for r in result.stdout.splitlines() if r.startswith(("all ", "disabled "))} == {"2"}
     result = run(validate_main, [MODEL, out, "--batch-sizes", "2"])
     assert result.exit_code == 0, result.output
+    result = run(validate_main, [MODEL, out, "--batch-sizes", "1,2"])
+    assert result.exit_code == 1 and "has a fixed batch of 2; cannot check batch 1" in result.stderr
 
 
 @pytest.mark.parametrize("strategy", ["latent", "weight"])
