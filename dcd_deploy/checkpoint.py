@@ -17,6 +17,7 @@ arbitrary objects, a TorchScript archive) is refused unless the caller trusts it
 
 from __future__ import annotations
 
+import inspect
 import os
 import pickle
 import re
@@ -489,8 +490,6 @@ def _check_users_model(model: nn.Module, spec: str, sides: tuple[int, int], chec
     """A model from a factory or a checkpoint: one image input (the commands feed one image
     batch; a ``forward`` that needs more is refused before the slow part, with the way that
     does take it, the Python API) of ``sides``."""
-    import inspect
-
     try:
         params = inspect.signature(model.forward).parameters.values()
     except (TypeError, ValueError):  # no Python signature: the trace will say what is wrong

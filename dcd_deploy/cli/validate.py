@@ -106,10 +106,10 @@ def main(
     if not onnx_path.is_file():
         raise DCDDeployError(f"{onnx_path}: no such ONNX file")
     check_outputs(outputs=[json_path], inputs=[*model_inputs(model, weights), onnx_path, inputs_path])
-    sizes = _sizes(batch_sizes) if batch_sizes is not None else None
+    sizes = _sizes(batch_sizes) if batch_sizes is not None else None  # a usage error first
     file_input = read_onnx_input(onnx_path)
-    if sizes is None:  # a file exported with --batch N runs batch N only
-        sizes = (file_input.shape[0],) if file_input.shape[0] is not None else DEFAULT_BATCH_SIZES
+    # a file exported with --batch N runs batch N only
+    sizes = sizes or ((file_input.shape[0],) if file_input.shape[0] is not None else DEFAULT_BATCH_SIZES)
     input_size = file_input.image_size()  # (H, W): a zoo model is pseudo-trained at that size
     preprocess = make_preprocess_from_options(preset, mean, std, scale, bgr, channels=file_input.channels)
     inputs, described = None, None
