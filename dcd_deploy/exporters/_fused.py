@@ -59,9 +59,11 @@ from dataclasses import dataclass
 
 from torch import nn
 
+from .._activations import ACTIVATIONS
 from ._builder import FunctionScope, GraphBuilder
 from ._deploy_dcd import DeployDCD
-from ._fused_contract import ACTIVATIONS, DEPTHWISE, EPILOGUE, POINTWISE, fused_inputs
+from ._fused_contract import ACTIVATIONS as ACTIVATION_INPUTS
+from ._fused_contract import DEPTHWISE, EPILOGUE, POINTWISE, fused_inputs
 from ._kinds import Linear, prefers_runtime_conv
 
 #: Op type of the fused node (domain ``dcd_deploy``).
@@ -87,7 +89,7 @@ class FusedLayer:
 
     node: int
     residual: str | None
-    activation: str  # "none", "relu", "relu6", "silu" or "hardswish"
+    activation: str  # a name of dcd_deploy._activations.ACTIVATIONS
     tail: int
     folded: tuple[int, ...] = ()
 
@@ -387,7 +389,7 @@ def _inputs(
     constants = layer.form_kind.fused_constants(layer)
     w = {}
     for name in names[1:]:
-        if name in ACTIVATIONS:
+        if name in ACTIVATION_INPUTS:
             fs.input(name, activations[name])
         else:
             w[name] = fs.const(name, constants[name])
@@ -492,15 +494,7 @@ def _finish(fs: FunctionScope, out: str, w: dict[str, str], *, residual: bool, a
     out = fs.op("Add", [out, w["bias"]])
     if residual:
         out = fs.op("Add", [out, "residual"])
-    if activation == "relu":
-        out = fs.op("Relu", [out])
-    elif activation == "relu6":
-        out = fs.op("Clip", [out, fs.local("min", 0.0), fs.local("max", 6.0)])
-    elif activation == "silu":
-        out = fs.op("Mul", [out, fs.op("Sigmoid", [out])])
-    elif activation == "hardswish":  # x · hardsigmoid(x): HardSwish itself is not in opset 13
-        out = fs.op("Mul", [out, fs.op("HardSigmoid", [out], alpha=1.0 / 6.0, beta=0.5)])
-    return out
+    return ACTIVATIONS[activation].body(fs.op, fs.local, out)
 
 
 def _depthwise_body(fs: FunctionScope, layer: DeployDCD, w: dict[str, str], in_shape) -> str:

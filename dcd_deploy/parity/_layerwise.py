@@ -14,7 +14,7 @@ its own, like Polygraphy's ``--onnx-outputs mark all`` and "which layer diverges
    (``latent``, ``weight`` or null), ``input`` and ``output`` (ONNX tensor names; the
    output is after a folded BatchNorm and after a fused epilogue), ``bn`` (path of the
    BatchNorm folded into the layer, or null), ``residual`` (tensor added in a fused
-   epilogue, or null), ``activation`` (``none``, ``relu``, ``relu6``, ``silu``, ``hardswish``) and ``layout``
+   epilogue, or null), ``activation`` (a name of ``dcd_deploy._activations.ACTIVATIONS``) and ``layout``
    (``NCHW``, or ``NHWC`` for the fused op's tensors).
 2. The file runs once more per runtime with those tensors as extra outputs.
 3. Each layer is re-evaluated in float64: the module at ``path`` of a float64 copy of
@@ -45,9 +45,9 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
 
+from .._activations import ACTIVATIONS, torch_activation
 from ..errors import DCDDeployError
 
 #: metadata_props key of the exporter's layer record.
@@ -61,10 +61,6 @@ LAYER_ATOL = 1e-7
 #: Samples the layer-wise run uses (at least one batch of the largest batch size checked):
 #: a wrong weight moves its layer on any input, and each sample costs a float64 pass.
 LAYER_SAMPLES = 2
-#: The activations a fused layer's record may name (the fused ops' ``activation``), and
-#: what each computes.
-_ACTIVATION_FN = {"none": lambda y: y, "relu": F.relu, "relu6": F.relu6, "silu": F.silu, "hardswish": F.hardswish}
-ACTIVATIONS = tuple(_ACTIVATION_FN)
 
 
 @dataclass(frozen=True)
@@ -182,7 +178,7 @@ def _apply(record: LayerRecord, model: nn.Module, x: torch.Tensor, residual: tor
         y = model.get_submodule(record.bn)(y)
     if residual is not None:
         y = y + residual
-    return _ACTIVATION_FN[record.activation](y)
+    return torch_activation(record.activation)(y)
 
 
 def compare_layers(

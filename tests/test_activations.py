@@ -1,0 +1,89 @@
+"""The fused ops' activation table: each row's ONNX body and PyTorch function against the
+activation's textbook formula (float64 NumPy), and every row run through the OpenVINO ops
+by the fused fuzz tests."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+import torch
+from onnx import TensorProto, helper
+
+from dcd_deploy._activations import ACTIVATIONS, torch_activation
+
+#: The formulas, written from their definitions (PyTorch's docs), not from the package.
+FORMULAS = {
+    "none": lambda x: x,
+    "relu": lambda x: np.maximum(x, 0.0),
+    "relu6": lambda x: np.minimum(np.maximum(x, 0.0), 6.0),
+    "silu": lambda x: x / (1.0 + np.exp(-x)),
+    "hardswish": lambda x: x * np.minimum(np.maximum(x + 3.0, 0.0), 6.0) / 6.0,
+}
+#: Both sides of every kink (0, 6, -3, 3) and the smooth ranges.
+POINTS = np.concatenate([np.linspace(-12.0, 12.0, 97), [-3.0, -2.999, 2.999, 3.0, 5.999, 6.0, 6.001, -1e-7, 1e-7]])
+
+
+def _body_model(name: str) -> onnx.ModelProto:
+    """A one-input graph holding the row's body, as the exporter writes it (opset 13)."""
+    nodes, consts = [], []
+
+    def op(op_type, inputs, **attrs):
+        out = f"t{len(nodes)}"
+        nodes.append(helper.make_node(op_type, inputs, [out], **attrs))
+        return out
+
+    def const(hint, value):
+        consts.append(helper.make_tensor(f"c_{hint}", TensorProto.FLOAT, [], [value]))
+        return consts[-1].name
+
+    out = ACTIVATIONS[name].body(op, const, "x")
+    if out == "x":
+        nodes.append(helper.make_node("Identity", ["x"], ["y"]))
+    else:
+        nodes[-1].output[0] = "y"
+    graph = helper.make_graph(
+        nodes,
+        "act",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [len(POINTS)])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [len(POINTS)])],
+        initializer=consts,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    onnx.checker.check_model(model, full_check=True)
+    return model
+
+
+def test_the_formulas_cover_the_table():
+    assert set(FORMULAS) == set(ACTIVATIONS)
+
+
+@pytest.mark.parametrize("name", sorted(ACTIVATIONS))
+def test_onnx_body_computes_the_activation(name):
+    session = ort.InferenceSession(_body_model(name).SerializeToString(), providers=["CPUExecutionProvider"])
+    x = POINTS.astype(np.float32)
+    (y,) = session.run(None, {"x": x})
+    # atol: ONNX Runtime's Sigmoid is MLAS's rational approximation (about 1e-6 absolute
+    # in the tails, where SiLU's output is tiny), not float32 rounding
+    np.testing.assert_allclose(y, FORMULAS[name](x.astype(np.float64)), rtol=1e-6, atol=2e-6)
+
+
+@pytest.mark.parametrize("name", sorted(ACTIVATIONS))
+def test_torch_function_is_the_activation(name):
+    y = torch_activation(name)(torch.from_numpy(POINTS))
+    np.testing.assert_allclose(y.numpy(), FORMULAS[name](POINTS), rtol=1e-12, atol=1e-15)
+
+
+def test_the_fused_fuzz_draws_every_activation():
+    # the OpenVINO kernels are checked per activation by the fused fuzz tests, which draw
+    # from their own table of nn modules: a row added here must be added there
+    sys.path.insert(0, str(Path(__file__).parent / "openvino"))
+    try:
+        from _fused_nets import ACTIVATIONS as FUZZED
+    finally:
+        sys.path.pop(0)
+    assert set(FUZZED) == set(ACTIVATIONS)
