@@ -7,8 +7,11 @@
 * the authors' release format (docs/design.md#release-format): ``{"epoch", "arch", "state_dict",
   "best_prec1", "optimizer"}`` with a family ``arch`` such as ``mobilenetv2_dcd``
   (see :mod:`dcd_deploy.models.authors`);
-* a plain state dict, or a dict holding one under ``state_dict``, for an architecture
-  the caller names.
+* a plain state dict, or a dict holding one under ``state_dict``, ``model_state_dict``
+  or ``model`` (training scripts' checkpoints, :data:`STATE_DICT_KEYS`), for an
+  architecture the caller names; wrappers' key prefixes (``module.``, ``_orig_mod.``)
+  are dropped, and so is a container prefix every key shares when that makes the keys
+  fit (Lightning's ``model.``, :func:`~dcd_deploy.state_dict.load_weights`).
 
 Files are read with ``torch.load(weights_only=True)``, which rebuilds tensors and plain
 containers and never runs code from the file. A file that needs more (a pickled module,
@@ -17,6 +20,7 @@ arbitrary objects, a TorchScript archive) is refused unless the caller trusts it
 
 from __future__ import annotations
 
+import argparse
 import inspect
 import os
 import pickle
@@ -48,6 +52,14 @@ _TORCHSCRIPT_ENTRY = re.compile(r"[^/]+/(constants\.pkl|code/.*)")
 # torch words a refused global two ways: not allow-listed, or from a blocked module.
 _UNSAFE_GLOBAL = re.compile(r"GLOBAL (\S+) (?:was not an allowed global|whose module)")
 _PLAIN_SCALARS = (type(None), bool, int, float, str)
+#: Where a checkpoint dict keeps the network's state dict, first found wins: the authors'
+#: release, timm and Lightning (``state_dict``); PyTorch's tutorial on checkpoints
+#: (``model_state_dict``); torchvision's reference scripts, DeiT, detectron2 (``model``).
+STATE_DICT_KEYS = ("state_dict", "model_state_dict", "model")
+#: Classes safe loading may rebuild beyond tensors and plain data: an ``argparse.Namespace``
+#: is a bag of attributes (torchvision's reference scripts save their ``args`` so); what it
+#: holds is checked like everything else.
+SAFE_CLASSES = (argparse.Namespace,)
 
 
 def save_checkpoint(model: nn.Module, path: str | os.PathLike) -> Path:
@@ -185,7 +197,8 @@ def _read(path: Path, trust: bool):
                 # torch's deprecation notes about what it rebuilds (TypedStorage, quantized
                 # tensors) are not the user's to act on; such tensors are refused below.
                 warnings.filterwarnings("ignore", category=UserWarning, module=r"torch\.")
-                return torch.load(path, map_location="cpu", weights_only=True)
+                with torch.serialization.safe_globals(list(SAFE_CLASSES)):
+                    return torch.load(path, map_location="cpu", weights_only=True)
         except pickle.UnpicklingError as exc:
             # weights_only reports both forbidden content and garbage this way; _sniff has
             # already refused garbage (the pickled data parsed), so this is forbidden content.
@@ -284,9 +297,12 @@ def _unpack(obj, path: Path) -> tuple[Mapping[str, torch.Tensor], str | None, di
             raise CheckpointError(f"{path} is a damaged dcd-deploy checkpoint (no arch or config)")
         check_config(config, source=str(path), error=CheckpointError)
         return _state_dict(obj.get("state_dict"), path), arch, config, True
-    if "state_dict" in obj:  # the release format, or a bare {"state_dict": ..., "arch"?: ...}
+    key = next((k for k in STATE_DICT_KEYS if k in obj), None)
+    if key is not None:  # the release format, or a training script's {"model": ..., "epoch": ...}
+        if isinstance(obj[key], nn.Module):  # only from a trusted file
+            return obj[key].state_dict(), None, {}, False
         arch = obj.get("arch")
-        return _state_dict(obj["state_dict"], path), arch if isinstance(arch, str) else None, {}, False
+        return _state_dict(obj[key], path, key), arch if isinstance(arch, str) else None, {}, False
     if obj and all(isinstance(v, torch.Tensor) for v in obj.values()):
         return _state_dict(obj, path), None, {}, False
     raise CheckpointError(
@@ -294,11 +310,11 @@ def _unpack(obj, path: Path) -> tuple[Mapping[str, torch.Tensor], str | None, di
     )
 
 
-def _state_dict(obj, path: Path) -> Mapping[str, torch.Tensor]:
+def _state_dict(obj, path: Path, key: str = "state_dict") -> Mapping[str, torch.Tensor]:
     if not isinstance(obj, Mapping):
-        raise CheckpointError(f"{path}: its state_dict is a {type(obj).__name__}, not a mapping of tensors")
+        raise CheckpointError(f"{path}: its {key} is a {type(obj).__name__}, not a mapping of tensors")
     if not obj:
-        raise CheckpointError(f"{path}: its state_dict is empty")
+        raise CheckpointError(f"{path}: its {key} is empty")
     for key, value in obj.items():
         if not isinstance(key, str) or not isinstance(value, torch.Tensor):
             raise CheckpointError(f"{path}: its state_dict maps {key!r} to a {type(value).__name__}, not a tensor")
@@ -450,9 +466,11 @@ def load_weights_file(
 ) -> nn.Module:
     """Load the state dict stored in ``path`` into ``model`` (in place), strictly.
 
-    ``path`` may hold a plain state dict, ``{"state_dict": ...}`` (the authors' release
-    format, this toolkit's format), or, when trusted, a pickled module; it is read as any
-    checkpoint (safe loading, the same checks), and ``module.`` prefixes are dropped.
+    ``path`` may hold a plain state dict, one under a key of :data:`STATE_DICT_KEYS` (the
+    authors' release format, this toolkit's format, training scripts' checkpoints), or,
+    when trusted, a pickled module; it is read as any checkpoint (safe loading, the same
+    checks). Wrappers' prefixes (``module.``, ``_orig_mod.``) are dropped, and a container
+    prefix every key shares when that makes the keys fit (:func:`load_weights`).
 
     Args:
         model: the model to fill.

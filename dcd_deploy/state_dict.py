@@ -1,4 +1,4 @@
-"""State dicts: strict loading with a readable mismatch, the DataParallel prefix, atomic saving.
+"""State dicts: strict loading with a readable mismatch, the wrappers' prefixes, atomic saving.
 
 Format-neutral helpers shared by :mod:`dcd_deploy.checkpoint` (file formats, safe loading)
 and :mod:`dcd_deploy.models.authors` (the release layout); a leaf, so neither imports
@@ -24,16 +24,43 @@ MAX_LISTED = 3
 def load_weights(model: nn.Module, state_dict: Mapping[str, torch.Tensor]) -> None:
     """Load ``state_dict`` into ``model`` strictly, checking every key and shape first.
 
+    A training framework's container prefix is dropped when every key starts with the same
+    ``name.`` (PyTorch Lightning saves a ``LightningModule`` whose network is ``self.model``
+    as ``model.features...``) and the keys fit better without it, up to
+    :data:`MAX_CONTAINER_DEPTH` such levels. Keys that fit as they are stay as they are,
+    and a prefix some keys lack is never dropped.
+
     Raises:
         StateDictMismatchError: keys are missing, unexpected or mis-shaped (the message
-            counts each kind and names a few).
+            counts each kind and names a few, on the keys as read after any prefix dropped).
     """
     expected = model.state_dict()
-    state_dict = dict(state_dict)
-    for key, value in expected.items():
-        # BatchNorm's step counter is newer than some files and matters only in training.
-        if key.endswith("num_batches_tracked") and key not in state_dict:
-            state_dict[key] = value
+    state_dict, prefix = _without_container_prefix(dict(state_dict), expected)
+    parts = _mismatch(state_dict, expected)
+    if parts:
+        label = getattr(model, "arch", type(model).__name__)
+        read = f" (its keys read without the prefix {prefix!r} they all share)" if prefix else ""
+        raise StateDictMismatchError(
+            f"the checkpoint does not fit {label}{read}: {', '.join(text for text, _ in parts)}"
+        )
+    model.load_state_dict(_with_step_counters(state_dict, expected), strict=True)
+
+
+#: Container prefixes (``model.``, ``model.net.``) :func:`load_weights` drops at most.
+MAX_CONTAINER_DEPTH = 3
+
+
+def _with_step_counters(state_dict: dict, expected: Mapping[str, torch.Tensor]) -> dict:
+    """BatchNorm's step counter is newer than some files and matters only in training:
+    the model's own where the file has none."""
+    missing = {k: v for k, v in expected.items() if k.endswith("num_batches_tracked") and k not in state_dict}
+    return {**state_dict, **missing}
+
+
+def _mismatch(state_dict: dict, expected: Mapping[str, torch.Tensor]) -> list[tuple[str, int]]:
+    """The mismatch message's parts (missing, unexpected, mis-shaped), each with its count;
+    empty if the keys fit."""
+    state_dict = _with_step_counters(state_dict, expected)
     missing = [k for k in expected if k not in state_dict]
     unexpected = [k for k in state_dict if k not in expected]
     misshaped = [
@@ -41,23 +68,43 @@ def load_weights(model: nn.Module, state_dict: Mapping[str, torch.Tensor]) -> No
         for k, v in state_dict.items()
         if k in expected and v.shape != expected[k].shape
     ]
-    parts = [
-        f"{len(keys)} {label} ({listing(keys)})"
+    return [
+        (f"{len(keys)} {label} ({listing(keys)})", len(keys))
         for label, keys in (("missing", missing), ("unexpected", unexpected), ("mis-shaped", misshaped))
         if keys
     ]
-    if parts:
-        label = getattr(model, "arch", type(model).__name__)
-        raise StateDictMismatchError(f"the checkpoint does not fit {label}: {', '.join(parts)}")
-    model.load_state_dict(state_dict, strict=True)
+
+
+def _without_container_prefix(state_dict: dict, expected: Mapping[str, torch.Tensor]) -> tuple[dict, str]:
+    """``state_dict`` with the prefix every key shares removed, level by level, when that
+    leaves fewer keys mismatched (none: the first that fits), and the prefix removed."""
+    best, best_bad, prefix = state_dict, sum(n for _, n in _mismatch(state_dict, expected)), ""
+    candidate, dropped = state_dict, ""
+    for _ in range(MAX_CONTAINER_DEPTH):
+        if not best_bad:
+            break
+        heads = {k.partition(".")[0] for k in candidate}
+        if len(heads) != 1 or not all("." in k for k in candidate):
+            break
+        dropped += heads.pop() + "."
+        candidate = {k.partition(".")[2]: v for k, v in candidate.items()}
+        bad = sum(n for _, n in _mismatch(candidate, expected))
+        if bad < best_bad:
+            best, best_bad, prefix = candidate, bad, dropped
+    return best, prefix
+
+
+#: The prefixes wrappers put on every key of the module they wrap: DataParallel and
+#: DistributedDataParallel (``module.``), ``torch.compile`` (``_orig_mod.``).
+WRAPPER_PREFIXES = ("module.", "_orig_mod.")
 
 
 def strip_module_prefix(state_dict: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Drop the ``module.`` prefixes DataParallel (possibly nested) puts on every key."""
+    """Drop the :data:`WRAPPER_PREFIXES` (in any order, nested) from every key."""
     out = {}
     for key, value in state_dict.items():
-        while key.startswith("module."):
-            key = key[len("module.") :]
+        while key.startswith(WRAPPER_PREFIXES):
+            key = key.partition(".")[2]
         out[key] = value
     return out
 

@@ -1,5 +1,6 @@
 """Checkpoints: bit-identical round trips, format detection, safe loading, clear errors."""
 
+import argparse
 import pickle
 import zipfile
 
@@ -139,6 +140,34 @@ def test_save_into_missing_directory(tmp_path):
         pytest.param(lambda sd: sd, id="plain"),
         pytest.param(lambda sd: {f"module.{k}": v for k, v in sd.items()}, id="module-prefix"),
         pytest.param(lambda sd: {"state_dict": sd}, id="state_dict-only"),
+        # how training code saves what it trained (each as its own docs or scripts write it)
+        pytest.param(lambda sd: {f"_orig_mod.{k}": v for k, v in sd.items()}, id="torch.compile"),
+        pytest.param(lambda sd: {f"module._orig_mod.{k}": v for k, v in sd.items()}, id="ddp-of-compiled"),
+        pytest.param(
+            lambda sd: {"epoch": 5, "model_state_dict": sd, "optimizer_state_dict": {"state": {}}, "loss": 0.4},
+            id="pytorch-tutorial",
+        ),
+        pytest.param(
+            lambda sd: {
+                "model": sd,
+                "optimizer": {"state": {}, "param_groups": [{"lr": 0.1, "params": [0, 1]}]},
+                "lr_scheduler": {"last_epoch": 5},
+                "epoch": 5,
+                "args": argparse.Namespace(model="mobilenetv2_050_dcd", lr=0.1, data_path="/data/imagenet"),
+            },
+            id="torchvision-references",
+        ),
+        pytest.param(
+            lambda sd: {
+                "epoch": 5,
+                "global_step": 900,
+                "pytorch-lightning_version": "2.4.0",
+                "state_dict": {f"model.{k}": v for k, v in sd.items()},
+                "hyper_parameters": {"lr": 0.1},
+            },
+            id="lightning",
+        ),
+        pytest.param(lambda sd: {"state_dict": {f"net.backbone.{k}": v for k, v in sd.items()}}, id="two-containers"),
     ],
 )
 def test_plain_state_dict_with_arch(tmp_path, trained, wrap):
@@ -147,6 +176,33 @@ def test_plain_state_dict_with_arch(tmp_path, trained, wrap):
     loaded = load_checkpoint(tmp_path / "sd.pt", arch="mobilenetv2_050_dcd")
     assert loaded.arch == "mobilenetv2_050_dcd"
     assert_same_model(loaded, model)
+
+
+def test_a_container_prefix_is_dropped_only_when_that_makes_the_keys_fit(tmp_path, trained):
+    sd = trained("mobilenetv2_050_dcd").state_dict()
+    # a second network beside the first (a teacher): the prefix is not shared, nothing dropped
+    both = {**{f"model.{k}": v for k, v in sd.items()}, **{f"teacher.{k}": v for k, v in sd.items()}}
+    torch.save({"state_dict": both}, tmp_path / "both.pt")
+    with pytest.raises(StateDictMismatchError, match=r"unexpected \(model\.features"):
+        load_checkpoint(tmp_path / "both.pt", arch="mobilenetv2_050_dcd")
+    # a shared prefix over keys that fit better without it, but not all: the mismatch is
+    # what is left, and the message says how the keys were read
+    torch.save({f"model.{k}": v for k, v in sd.items() if "classifier" not in k}, tmp_path / "part.pt")
+    with pytest.raises(StateDictMismatchError) as info:
+        load_checkpoint(tmp_path / "part.pt", arch="mobilenetv2_050_dcd")
+    cls = [k for k in sd if "classifier" in k and not k.endswith("num_batches_tracked")]  # counters are filled in
+    assert str(info.value) == (
+        "the checkpoint does not fit mobilenetv2_050_dcd (its keys read without the prefix 'model.' they all "
+        f"share): {len(cls)} missing ({', '.join(cls[:3])}, ...)"
+    )
+
+
+def test_a_namespace_holding_code_is_still_refused(tmp_path):
+    # argparse.Namespace is rebuilt, but what it holds is checked like everything else
+    sd = create_model("mobilenetv2_035_dcd").state_dict()
+    torch.save({"model": sd, "args": argparse.Namespace(hook=print)}, tmp_path / "ns.pt")
+    with pytest.raises(UnsafeCheckpointError, match=r"references print\)"):
+        load_checkpoint(tmp_path / "ns.pt", arch="mobilenetv2_035_dcd")
 
 
 def test_state_dict_with_its_arch_needs_no_arch(tmp_path):

@@ -8,6 +8,7 @@ errors (status 2) for bad sizes, one ``Error:`` line and status 1 for the rest.
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import shutil
@@ -91,6 +92,19 @@ def test_validate_a_factory(exported, in_user_dir):
     # the weights matter: without them the model computes something else
     result = run(validate_main, ["tiny.py:build", out])
     one_error_line(result, r"parity check failed: FAIL")
+
+
+def test_weights_saved_by_training_code(exported, in_user_dir):
+    # the same weights as tiny.pt, saved as a Lightning run and a torchvision reference
+    # script save them: validate passes against the file exported from tiny.pt
+    _, out = exported
+    sd = torch.load("tiny.pt", weights_only=True)
+    torch.save({"epoch": 9, "state_dict": {f"model.{k}": v for k, v in sd.items()}}, "lightning.ckpt")
+    torch.save({"model": sd, "epoch": 9, "args": argparse.Namespace(lr=0.1)}, "reference.pth")
+    for weights in ("lightning.ckpt", "reference.pth"):
+        result = run(validate_main, ["tiny.py:build", out, "--weights", weights])
+        assert result.exit_code == 0, (weights, result.output)
+        assert "PASS" in result.stdout
 
 
 #: A network of two image inputs (the commands give one; the API takes it).
