@@ -7,14 +7,16 @@
 * the authors' release format (docs/design.md#release-format): ``{"epoch", "arch", "state_dict",
   "best_prec1", "optimizer"}`` with a family ``arch`` such as ``mobilenetv2_dcd``
   (see :mod:`dcd_deploy.models.authors`);
-* a plain state dict, or a dict holding one under ``state_dict``, ``model_state_dict``
-  or ``model`` (training scripts' checkpoints, :data:`STATE_DICT_KEYS`), for an
-  architecture the caller names; wrappers' key prefixes (``module.``, ``_orig_mod.``)
-  are dropped, and so is a container prefix every key shares when that makes the keys
-  fit (Lightning's ``model.``, :func:`~dcd_deploy.state_dict.load_weights`).
+* a plain state dict (``torch.save``'s, or a safetensors file), or a dict holding one
+  under ``state_dict``, ``model_state_dict`` or ``model`` (training scripts'
+  checkpoints, :data:`STATE_DICT_KEYS`), for an architecture the caller names;
+  wrappers' key prefixes (``module.``, ``_orig_mod.``) are dropped, and so is a
+  container prefix every key shares when that makes the keys fit (Lightning's
+  ``model.``, :func:`~dcd_deploy.state_dict.load_weights`).
 
 Files are read with ``torch.load(weights_only=True)``, which rebuilds tensors and plain
-containers and never runs code from the file. A file that needs more (a pickled module,
+containers and never runs code from the file (safetensors files with the safetensors
+library: the format holds tensors only). A file that needs more (a pickled module,
 arbitrary objects, a TorchScript archive) is refused unless the caller trusts it.
 """
 
@@ -185,6 +187,8 @@ def _plain(value, where: str):
 def _read(path: Path, trust: bool):
     """The object stored in ``path``, loaded safely unless ``trust``."""
     kind = _sniff(path)  # also scans the pickled data: nothing below reads an implausible file
+    if kind == "safetensors":
+        return _read_safetensors(path)
     if kind == "torchscript" and not trust:
         raise UnsafeCheckpointError(
             f"{path} is a TorchScript archive; reading its weights means loading the program it holds; {_TRUST_HINT}"
@@ -239,8 +243,28 @@ def _read(path: Path, trust: bool):
             sys.path.remove(cwd)
 
 
+def _is_safetensors(head: bytes, size: int) -> bool:
+    """The safetensors layout: a little-endian u64 header length, then the JSON header
+    (``{...``) within the file."""
+    if len(head) < 9 or head[8:9] != b"{":
+        return False
+    return 2 <= int.from_bytes(head[:8], "little") <= size - 8
+
+
+def _read_safetensors(path: Path) -> dict[str, torch.Tensor]:
+    """A safetensors file's tensors (the format holds tensors only: nothing to execute)."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    try:
+        return load_file(path, device="cpu")
+    except (SafetensorError, OSError, ValueError, TypeError) as exc:
+        raise CheckpointError(f"cannot read {path} (a damaged safetensors file?): {first_line(exc)}") from None
+
+
 def _sniff(path: Path) -> str:
-    """``"torch"``, ``"torchscript"`` or ``"pickle"``; CheckpointError for anything else.
+    """``"torch"``, ``"torchscript"``, ``"pickle"`` or ``"safetensors"``; CheckpointError
+    for anything else.
 
     Only a regular file is opened, and its pickled data is scanned
     (:mod:`dcd_deploy._safe_pickle`) before torch reads it.
@@ -248,7 +272,11 @@ def _sniff(path: Path) -> str:
     size = check_regular_file(path).st_size
     try:
         with open(path, "rb") as f:
-            head = f.read(4)
+            head = f.read(9)
+            if _is_safetensors(head, size):
+                return "safetensors"
+            f.seek(4)
+            head = head[:4]
             names = data = None
             if head and zipfile.is_zipfile(f):
                 with zipfile.ZipFile(f) as zf:
@@ -271,7 +299,9 @@ def _sniff(path: Path) -> str:
     if head.startswith(b"PK"):
         raise CheckpointError(f"{path} is a truncated or damaged zip archive (an incomplete download?)")
     if not head.startswith(pickle.PROTO):
-        raise CheckpointError(f"{path} is not a PyTorch checkpoint (neither torch.save's zip format nor a pickle)")
+        raise CheckpointError(
+            f"{path} is not a PyTorch checkpoint (neither torch.save's zip format, a pickle nor a safetensors file)"
+        )
     scan_pickle(path, file_size=size, count=LEGACY_PICKLES)  # pickle.dump wrote one; legacy torch.save five
     return "pickle"
 

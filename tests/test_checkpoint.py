@@ -7,6 +7,7 @@ import zipfile
 import pytest
 import torch
 from _zoo import ZooCache
+from safetensors.torch import save_file
 from torch import nn
 
 from dcd_deploy import create_model, load_checkpoint, save_checkpoint
@@ -205,6 +206,14 @@ def test_a_namespace_holding_code_is_still_refused(tmp_path):
         load_checkpoint(tmp_path / "ns.pt", arch="mobilenetv2_035_dcd")
 
 
+def test_safetensors_state_dict(tmp_path, trained):
+    # timm and Hugging Face save weights so: tensors only, no pickle
+    model = trained("mobilenetv2_050_dcd")
+    sd = {k: v.contiguous() for k, v in model.state_dict().items()}
+    save_file({f"module.{k}": v for k, v in sd.items()}, tmp_path / "model.safetensors")
+    assert_same_model(load_checkpoint(tmp_path / "model.safetensors", arch="mobilenetv2_050_dcd"), model)
+
+
 def test_state_dict_with_its_arch_needs_no_arch(tmp_path):
     model = create_model("mobilenetv2_035_dcd")
     torch.save({"state_dict": model.state_dict(), "arch": "mobilenetv2_035_dcd"}, tmp_path / "sd.pt")
@@ -360,6 +369,12 @@ def _half_of(path, **save_kwargs):
     path.write_bytes(data[: len(data) // 2])
 
 
+def _half_of_safetensors(path):
+    save_file(create_model("mobilenetv2_035").state_dict(), path)
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+
+
 BAD_FILES = {
     "missing": (lambda p: None, "no such file"),
     "directory": (lambda p: p.mkdir(), "is a directory"),
@@ -377,6 +392,11 @@ BAD_FILES = {
     "zip-garbage-pickle": (_zip_with_garbage_pickle, "damaged or truncated"),
     "a-list": (lambda p: torch.save([1, 2, 3], p), "holds a list"),
     "a-dict-of-numbers": (lambda p: torch.save({"epoch": 3, "lr": 0.1}, p), "neither a checkpoint nor"),
+    "truncated-safetensors": (lambda p: _half_of_safetensors(p), "damaged safetensors file"),
+    "safetensors-of-ints": (
+        lambda p: save_file({"w": torch.arange(6).reshape(2, 3)}, p),
+        "its state_dict entry w is a int64 tensor",
+    ),
 }
 
 
