@@ -11,12 +11,13 @@ Three parts of the package must agree on them, and each reads this table:
   ``csrc/openvino/op_contract.cpp``); the fused fuzz tests run every row through them.
 
 How an exported graph spells each one (``Relu``, ``Clip(0, 6)``, ``Mul(t, Sigmoid(t))``,
-``HardSwish``) is the exporter's matching (``exporters/_fused.py``): those patterns are
+``HardSwish``, GELU's five nodes around ``Erf``) is the exporter's matching (``exporters/_fused.py``): those patterns are
 torch.onnx's, not the activation's.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -54,6 +55,12 @@ def _hardswish(op: Op, const: Const, x: str) -> str:
     return op("Mul", [x, op("HardSigmoid", [x], alpha=1.0 / 6.0, beta=0.5)])
 
 
+def _gelu(op: Op, const: Const, x: str) -> str:
+    # x · (1 + erf(x / √2)) / 2, PyTorch's exact form, as torch.onnx writes it (Erf is opset 9)
+    e = op("Erf", [op("Div", [x, const("sqrt2", math.sqrt(2.0))])])
+    return op("Mul", [x, op("Mul", [op("Add", [e, const("one", 1.0)]), const("half", 0.5)])])
+
+
 #: name -> :class:`Activation`, every activation a fused op takes.
 ACTIVATIONS: dict[str, Activation] = {
     a.name: a
@@ -63,6 +70,7 @@ ACTIVATIONS: dict[str, Activation] = {
         Activation("relu6", "relu6", _relu6),
         Activation("silu", "silu", _silu),
         Activation("hardswish", "hardswish", _hardswish),
+        Activation("gelu", "gelu", _gelu),
     )
 }
 

@@ -4,6 +4,7 @@ by the fused fuzz tests."""
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 
@@ -23,6 +24,7 @@ FORMULAS = {
     "relu6": lambda x: np.minimum(np.maximum(x, 0.0), 6.0),
     "silu": lambda x: x / (1.0 + np.exp(-x)),
     "hardswish": lambda x: x * np.minimum(np.maximum(x + 3.0, 0.0), 6.0) / 6.0,
+    "gelu": lambda x: x * np.vectorize(math.erfc)(-x / math.sqrt(2.0)) / 2.0,  # x Φ(x)
 }
 #: Both sides of every kink (0, 6, -3, 3) and the smooth ranges.
 POINTS = np.concatenate([np.linspace(-12.0, 12.0, 97), [-3.0, -2.999, 2.999, 3.0, 5.999, 6.0, 6.001, -1e-7, 1e-7]])

@@ -131,11 +131,34 @@ inline vf vexp(vf v) {
     return y * (vf)((__builtin_convertvector(fx, vi) + 127) << 23);  // y * 2^n
 }
 
+// GELU v * Φ(v), Φ the normal CDF, as PyTorch's exact (erf) form: Φ(v) = erfc(-v / √2) / 2.
+// erfc(z) for z = |v| / √2 >= 0 is Numerical Recipes' Chebyshev fit (erfcc: fractional
+// error below 1.2e-7 for every z, so the tails stay accurate where 1 + erf(v / √2) would
+// cancel), Φ(v) = erfc(z) / 2 for v < 0 and 1 - erfc(z) / 2 otherwise. NaN stays NaN.
+inline vf vgelu(vf v) {
+    const vf z = vmax_lo(v, -v) * 0.70710678118654752f;  // |v| / √2 (NaN kept)
+    const vf t = 1.f / (1.f + 0.5f * z);
+    vf y = bc(0.17087277f);
+    y = y * t - 0.82215223f;
+    y = y * t + 1.48851587f;
+    y = y * t - 1.13520398f;
+    y = y * t + 0.27886807f;
+    y = y * t - 0.18628806f;
+    y = y * t + 0.09678418f;
+    y = y * t + 0.37409196f;
+    y = y * t + 1.00002368f;
+    y = y * t - 1.26551223f;
+    const vf half_erfc = 0.5f * t * vexp(y - z * z);
+    const vi neg = v < 0.f;  // all ones where v < 0
+    return v * (vf)(((vi)half_erfc & neg) | ((vi)(1.f - half_erfc) & ~neg));
+}
+
 // The activations with more than a max and a min (ReLU, ReLU6 are written where they are
 // used), as PyTorch computes them: SiLU v * sigmoid(v) = v / (1 + e^-v); Hardswish
-// v * min(max(v + 3, 0), 6) / 6.
+// v * min(max(v + 3, 0), 6) / 6; GELU (vgelu).
 inline vf act_smooth(vf v, int act) {
     if (act == ACT_SILU) return v / (1.f + vexp(-v));
+    if (act == ACT_GELU) return vgelu(v);
     return v * vmin_hi(bc(6.f), vmax_lo(vf{}, v + 3.f)) / 6.f;
 }
 

@@ -16,7 +16,7 @@
 
 namespace dcd {
 
-enum Act { ACT_NONE = 0, ACT_RELU = 1, ACT_RELU6 = 2, ACT_SILU = 3, ACT_HARDSWISH = 4 };
+enum Act { ACT_NONE = 0, ACT_RELU = 1, ACT_RELU6 = 2, ACT_SILU = 3, ACT_HARDSWISH = 4, ACT_GELU = 5 };
 enum Form { FORM_WEIGHT = 0, FORM_LATENT = 1, FORM_AUTO = 2 };
 enum Phase { PH_POOL = 0, PH_BRANCH = 1, PH_FORM = 2, PH_GEMM = 3, PH_COUNT = 4 };
 

@@ -19,7 +19,7 @@ std::string FusedAttrs::check() const {
     if ((se | 1) != 1 || (attention | 1) != 1 || (residual | 1) != 1)
         return "se, attention and residual must be 0 or 1";
     if (parse_act(activation) < 0)
-        return "activation must be none, relu, relu6, silu or hardswish, got '" + clip(activation) + "'";
+        return "activation must be none, relu, relu6, silu, hardswish or gelu, got '" + clip(activation) + "'";
     return "";
 }
 
@@ -29,6 +29,7 @@ int parse_act(const std::string& a) {
     if (a == "relu6") return ACT_RELU6;
     if (a == "silu") return ACT_SILU;
     if (a == "hardswish") return ACT_HARDSWISH;
+    if (a == "gelu") return ACT_GELU;
     return -1;
 }
 

@@ -26,7 +26,7 @@ struct FusedAttrs {
     std::string check() const;
 };
 
-int parse_act(const std::string& a);   // ACT_*, -1 if not none/relu/relu6
+int parse_act(const std::string& a);   // ACT_*, -1 for a name that is none of them
 int parse_form(const std::string& f);  // FORM_*, -1 if not weight/latent/auto
 
 enum class OpKind { Pointwise, ConvEpilogue, Depthwise };

@@ -5,7 +5,7 @@ This is the graph a runtime with a fused DCD kernel needs (the OpenVINO extensio
 release's latent branch, in deploy form: BNs folded, Λ's and the SE gate's factor 2 in
 the weights) becomes one node, with what follows it fused as an epilogue:
 
-    y = act(DCD(x) + residual)       act: none, ReLU, ReLU6, SiLU or Hardswish; residual: optional
+    y = act(DCD(x) + residual)       act: none, ReLU, ReLU6, SiLU, Hardswish or GELU; residual: optional
 
 The node reads and writes NHWC: a Transpose pair wraps it, which runtimes that keep
 activations channels-last (OpenVINO's CPU plugin) merge into their own layout
@@ -42,9 +42,10 @@ then one depthwise convolution of x with K, bias, residual and activation fused.
 ``residual``, ``activation``, ``kernel``, ``stride``, ``dilation``, ``pads`` (ONNX Conv's).
 
 The epilogue is matched on the exported ONNX graph (:func:`plan`): a same-shape Add
-and then a Relu, Clip(0, 6), HardSwish or SiLU (``Mul(t, Sigmoid(t))``, as torch.onnx
-writes ``F.silu``), each only where the tensor before it feeds nothing else (but the
-SiLU's own Sigmoid).
+and then a Relu, Clip(0, 6), HardSwish, SiLU (``Mul(t, Sigmoid(t))``, as torch.onnx
+writes ``F.silu``) or exact GELU (``Div``, ``Erf``, ``Add``, ``Mul``, ``Mul``, as it writes
+``F.gelu``), each only where the tensor before it feeds nothing else (but the
+activation's own nodes).
 A layer with B > 1 latent blocks (Eq. 6) takes the same ops as the dense layer with zeros
 off the blocks (its kind's ``fused_constants``). The classifier (``DCDLinear``) is the
 runtime's Gemm of W0 (+ b0) and one DCDConvEpilogue at 1x1 spatial size, its (B, C)
@@ -55,6 +56,7 @@ tensors reshaped to (B, 1, 1, C) (:func:`_emit_linear`). A layer that cannot be 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from torch import nn
@@ -177,7 +179,8 @@ def _same_shape(a, b) -> bool:
 
 def _activation_after(nodes, t: str, consumers, const_of, graph_outputs, taken):
     """The activation applied to tensor ``t`` and nothing else reading it: ``(name, node
-    indices folded, last one last)``, or None. SiLU is two nodes, ``Mul(t, Sigmoid(t))``."""
+    indices folded, last one last)``, or None. SiLU and GELU are a chain of nodes from
+    ``t`` ending in ``Mul(t, chain)`` (:func:`_gated`)."""
     users = consumers.get(t, [])
     if t in graph_outputs or any(u in taken for u in users) or not users:
         return None
@@ -186,13 +189,62 @@ def _activation_after(nodes, t: str, consumers, const_of, graph_outputs, taken):
         return (act, (users[0],)) if act is not None else None
     if len(users) != 2:
         return None
-    sig, mul = sorted(users, key=lambda u: nodes[u].op_type != "Sigmoid")
-    if not (_standard(nodes[sig], "Sigmoid") and _standard(nodes[mul], "Mul")):
+    for last in users:
+        first = users[0] if last == users[1] else users[1]
+        chain = _chain(nodes, first, last, t, consumers, graph_outputs)
+        name = chain and _gated(nodes, chain, t, const_of)
+        if name:
+            return name, (*chain, last)
+    return None
+
+
+#: The longest chain :func:`_chain` follows (GELU's: Div, Erf, Add, Mul).
+_MAX_CHAIN = 4
+
+
+def _chain(nodes, first: int, last: int, t: str, consumers, graph_outputs) -> list[int] | None:
+    """The nodes from ``first`` on, each read only by the next, up to ``Mul(t, ·)`` at
+    ``last`` (not included), or None."""
+    chain = [first]
+    while len(chain) <= _MAX_CHAIN:
+        out = nodes[chain[-1]].output[0]
+        users = consumers.get(out, [])
+        if out in graph_outputs or len(users) != 1:
+            return None
+        if users[0] == last:
+            ok = _standard(nodes[last], "Mul") and sorted(nodes[last].input) == sorted([t, out])
+            return chain if ok else None
+        chain.append(users[0])
+    return None
+
+
+def _gated(nodes, chain: list[int], t: str, const_of) -> str | None:
+    """The activation ``t · g(t)`` whose ``g`` is ``chain``: SiLU (``Sigmoid``, as torch.onnx
+    writes ``F.silu``) or GELU (``Div(t, √2)``, ``Erf``, ``Add 1``, ``Mul 0.5``, as it
+    writes ``F.gelu``; ``Mul(t, 1/√2)`` for the division too), or None."""
+    chain_nodes = [nodes[i] for i in chain]
+    if not all(n.domain in ("", "ai.onnx") for n in chain_nodes) or list(chain_nodes[0].input[:1]) != [t]:
         return None
-    s = nodes[sig].output[0]
-    if sorted(nodes[mul].input) != sorted([t, s]) or consumers.get(s, []) != [mul] or s in graph_outputs:
+    ops = [n.op_type for n in chain_nodes]
+    if ops == ["Sigmoid"]:
+        return "silu"
+    if ops not in (["Div", "Erf", "Add", "Mul"], ["Mul", "Erf", "Add", "Mul"]):
         return None
-    return "silu", (sig, mul)
+    scale, _, one, half = (_scalar_beside(n, i, chain_nodes, t, const_of) for i, n in enumerate(chain_nodes))
+    want = math.sqrt(2.0) if ops[0] == "Div" else math.sqrt(0.5)
+    close = [(scale, want), (one, 1.0), (half, 0.5)]
+    return "gelu" if all(v is not None and math.isclose(v, w, rel_tol=1e-6) for v, w in close) else None
+
+
+def _scalar_beside(node, i: int, chain_nodes, t: str, const_of) -> float | None:
+    """The constant scalar ``node`` (the ``i``-th of the chain) takes beside the chain's
+    tensor, or None (also for a one-input node)."""
+    came = t if i == 0 else chain_nodes[i - 1].output[0]
+    others = [n for n in node.input if n != came]
+    if len(others) != 1 or (node.op_type == "Div" and node.input[0] != came):
+        return None
+    value = const_of(others[0])
+    return float(value.reshape(())) if value is not None and value.size == 1 else None
 
 
 def _standard(node, op_type: str) -> bool:

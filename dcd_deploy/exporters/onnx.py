@@ -66,6 +66,7 @@ ALLOWED_OPS = frozenset(
         "Clip",
         "HardSigmoid",
         "Sigmoid",
+        "Erf",  # only a fused op's body, for the user's GELU folded into it
         "Softmax",
         "AveragePool",
         "GlobalAveragePool",

@@ -199,6 +199,43 @@ def test_silu_and_hardswish_are_fused_where_nothing_else_reads_their_input(tmp_p
     assert report, report.table()
 
 
+class _Gelu(torch.nn.Module):
+    """DCD layers followed by GELU as users write it: exact (``F.gelu``, ``nn.GELU()``), the
+    tanh approximation (another function: not the fused ops' GELU), and an exact one whose
+    input is also added further on (so it cannot fold)."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = torch.nn.Conv2d(3, 8, 1)
+        self.a = DCDConv2d(8, 16, 1)
+        self.b = DCDConv2d(16, 16, 3, padding=1)
+        self.c = DCDConv2d(16, 16, 1)
+        self.d = DCDConv2d(16, 8, 3, padding=1, groups=8)
+        self.act = torch.nn.GELU()
+        self.tanh = torch.nn.GELU(approximate="tanh")
+
+    def forward(self, x):
+        y = torch.nn.functional.gelu(self.a(self.stem(x)))
+        y = self.tanh(self.b(y))
+        t = self.c(y)
+        y = self.act(t) + t
+        return self.act(self.d(y))
+
+
+def test_exact_gelu_is_fused_and_the_tanh_form_is_not(tmp_path):
+    torch.manual_seed(0)
+    model = _Gelu().eval()
+    result = export_onnx(model, tmp_path / "m.onnx", input_size=10, mode="fused", check=False)
+    proto = onnx.load(str(tmp_path / "m.onnx"))
+    nodes = [n for n in proto.graph.node if n.domain == "dcd_deploy"]
+    assert [_attrs(n)["activation"].decode() for n in nodes] == ["gelu", "none", "none", "gelu"]
+    assert result.op_histogram.get("Erf", 0) == 1 and result.op_histogram.get("Tanh", 0) == 1
+    x = torch.randn(3, 3, 10, 10) * 2
+    backends = ("onnxruntime", "openvino") if importlib.util.find_spec("openvino") else ("onnxruntime",)
+    report = check_parity(model, tmp_path / "m.onnx", batch_sizes=(1, 3), backends=backends, inputs=x)
+    assert report, report.table()
+
+
 class _Flat(torch.nn.Sequential):
     def forward(self, x):
         return torch.flatten(super().forward(x), 1)

@@ -4,7 +4,7 @@ random weights, and the instruction-set paths of this CPU.
 Each ``test_fused_*`` file draws its own layer geometry and builds the layer; the model
 around it is the same everywhere:
 
-    Conv2d(3, C_in, 1) -> the DCD layer -> BatchNorm2d [-> + stem output] [-> ReLU | ReLU6 | SiLU | Hardswish]
+    Conv2d(3, C_in, 1) -> the DCD layer -> BatchNorm2d [-> + stem output] [-> ReLU | ReLU6 | SiLU | Hardswish | GELU]
 """
 
 from __future__ import annotations
@@ -30,7 +30,14 @@ FUZZ = settings(
     max_examples=EXAMPLES,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
-ACTIVATIONS = {"none": nn.Identity, "relu": nn.ReLU, "relu6": nn.ReLU6, "silu": nn.SiLU, "hardswish": nn.Hardswish}
+ACTIVATIONS = {
+    "none": nn.Identity,
+    "relu": nn.ReLU,
+    "relu6": nn.ReLU6,
+    "silu": nn.SiLU,
+    "hardswish": nn.Hardswish,
+    "gelu": nn.GELU,
+}
 
 
 class LayerNet(nn.Module):

@@ -4,6 +4,8 @@ stand-alone driver under qemu (test_aarch64.py). Needs numpy only."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 #: The contract's weight inputs, in order (absent ones skipped: gate without se, scale_w
@@ -50,6 +52,8 @@ def _act(out, activation):
             return out / (1.0 + np.exp(-out))
     if activation == "hardswish":
         return out * np.clip(out + 3.0, 0.0, 6.0) / 6.0
+    if activation == "gelu":  # x Φ(x), Φ(x) = erfc(-x / √2) / 2 (math.erfc: no cancellation in the tail)
+        return out * np.vectorize(math.erfc, otypes=[np.float64])(-out / math.sqrt(2.0)) / 2.0
     return out
 
 

@@ -39,9 +39,16 @@ from _fused_reference import (
 from dcd_deploy.errors import ExtensionError
 from dcd_deploy.openvino import _cross
 
-ACTS = {"none": 0, "relu": 1, "relu6": 2, "silu": 3, "hardswish": 4}
+ACTS = {"none": 0, "relu": 1, "relu6": 2, "silu": 3, "hardswish": 4, "gelu": 5}
 #: (se, attention, residual, activation) cases of the epilogue and depthwise kinds.
-OPTIONS = ((1, 0, 0, "relu"), (0, 1, 1, "relu6"), (1, 1, 1, "none"), (0, 0, 1, "silu"), (1, 0, 0, "hardswish"))
+OPTIONS = (
+    (1, 0, 0, "relu"),
+    (0, 1, 1, "relu6"),
+    (1, 1, 1, "none"),
+    (0, 0, 1, "silu"),
+    (1, 0, 0, "hardswish"),
+    (0, 1, 0, "gelu"),
+)
 FORMS = {"weight": 0, "latent": 1, "auto": 2}
 MAGIC = 0x4B444344
 REQUIRE_ENV = "DCD_DEPLOY_REQUIRE_AARCH64"
@@ -82,6 +89,7 @@ def _cases():
             (0, 0, 1, "relu"),
             (1, 1, 1, "silu"),
             (0, 1, 0, "hardswish"),
+            (1, 0, 1, "gelu"),
         ):
             for B in (1, 4):
                 out.append(
