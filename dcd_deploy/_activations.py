@@ -11,8 +11,8 @@ Three parts of the package must agree on them, and each reads this table:
   ``csrc/openvino/op_contract.cpp``); the fused fuzz tests run every row through them.
 
 How an exported graph spells each one (``Relu``, ``Clip(0, 6)``, ``Mul(t, Sigmoid(t))``,
-``HardSwish``, GELU's five nodes around ``Erf``) is the exporter's matching (``exporters/_fused.py``): those patterns are
-torch.onnx's, not the activation's.
+``HardSwish``, GELU's five nodes around ``Erf``) is the exporter's matching
+(``exporters/_fused.py``): those patterns are torch.onnx's, not the activation's.
 """
 
 from __future__ import annotations

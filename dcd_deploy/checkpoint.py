@@ -340,11 +340,12 @@ def _unpack(obj, path: Path) -> tuple[Mapping[str, torch.Tensor], str | None, di
     )
 
 
-def _state_dict(obj, path: Path, key: str = "state_dict") -> Mapping[str, torch.Tensor]:
+def _state_dict(obj, path: Path, where: str = "state_dict") -> Mapping[str, torch.Tensor]:
+    """``obj`` checked to be a state dict of weights (``where``: its key in the file)."""
     if not isinstance(obj, Mapping):
-        raise CheckpointError(f"{path}: its {key} is a {type(obj).__name__}, not a mapping of tensors")
+        raise CheckpointError(f"{path}: its {where} is a {type(obj).__name__}, not a mapping of tensors")
     if not obj:
-        raise CheckpointError(f"{path}: its {key} is empty")
+        raise CheckpointError(f"{path}: its {where} is empty")
     for key, value in obj.items():
         if not isinstance(key, str) or not isinstance(value, torch.Tensor):
             raise CheckpointError(f"{path}: its state_dict maps {key!r} to a {type(value).__name__}, not a tensor")

@@ -223,7 +223,7 @@ def _gated(nodes, chain: list[int], t: str, const_of) -> str | None:
     writes ``F.silu``) or GELU (``Div(t, √2)``, ``Erf``, ``Add 1``, ``Mul 0.5``, as it
     writes ``F.gelu``; ``Mul(t, 1/√2)`` for the division too), or None."""
     chain_nodes = [nodes[i] for i in chain]
-    if not all(n.domain in ("", "ai.onnx") for n in chain_nodes) or list(chain_nodes[0].input[:1]) != [t]:
+    if not all(n.domain in ("", "ai.onnx") for n in chain_nodes) or t not in chain_nodes[0].input:
         return None
     ops = [n.op_type for n in chain_nodes]
     if ops == ["Sigmoid"]:
