@@ -201,7 +201,7 @@ def _tamper_pool(node):
 
 
 def _tamper_activation(node):
-    next(a for a in node.attribute if a.name == "activation").s = b"gelu"
+    next(a for a in node.attribute if a.name == "activation").s = b"mish"
 
 
 def _tamper_swap(node):
@@ -216,7 +216,7 @@ def _tamper_drop(node):
     "tamper, reason",
     [
         (_tamper_pool, "pool must be 1 or 2, got 5"),
-        (_tamper_activation, "activation must be none, relu, relu6, silu or hardswish"),
+        (_tamper_activation, "activation must be none, relu, relu6, silu, hardswish or gelu, got 'mish'"),
         (_tamper_swap, "has shape"),
         (_tamper_drop, "inputs"),
     ],
