@@ -56,6 +56,8 @@ SELF_CHECK_MAGIC = 0x44434431
 MAX_LINE = 300
 _TMP_PREFIX = ".dcd-ovext-"
 _GROUPS_FILE = "process-groups"
+#: The POSIX shell each compiler is started through (it records its process group first).
+_RECORD_SHELL = "/bin/sh"
 #: Compiler and linker messages that are the machine's state, not the sources'.
 _ENVIRONMENT_REASONS = (
     "No space left on device",
@@ -275,17 +277,20 @@ class _Jobs:
     def _start(self, cmd: list[str]) -> None:
         log = self.logs / f"job{self.started}.log"
         self.started += 1
+        # The group records itself for the next build, in case this process is SIGKILLed: a
+        # shell (the new session's leader, so its pid is the group's) appends its pid, then
+        # becomes the compiler. Recorded here after the start instead, a SIGKILL between the
+        # two would leave the group unrecorded (seen on a loaded machine).
+        recorded = [_RECORD_SHELL, "-c", 'echo $$ >> "$0" && exec "$@"', str(self.logs / _GROUPS_FILE), *cmd]
         with open(log, "wb") as out, _cleanup.critical():  # no signal between the start and the record
             try:
                 proc = subprocess.Popen(
-                    cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+                    recorded, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
                 )
             except OSError as exc:
                 raise ExtensionError(f"cannot run the C++ compiler {cmd[0]}: {exc.strerror or exc}") from None
             _cleanup.register_group(proc.pid)
             self.running.append((proc, log, cmd))
-        with open(self.logs / _GROUPS_FILE, "a") as fh:  # for the next build, if this process is SIGKILLed
-            fh.write(f"{proc.pid}\n")
 
 
 def _sha256(path: Path) -> str:
