@@ -275,8 +275,6 @@ def _sniff(path: Path) -> str:
             head = f.read(9)
             if _is_safetensors(head, size):
                 return "safetensors"
-            f.seek(4)
-            head = head[:4]
             names = data = None
             if head and zipfile.is_zipfile(f):
                 with zipfile.ZipFile(f) as zf:
@@ -348,11 +346,11 @@ def _state_dict(obj, path: Path, where: str = "state_dict") -> Mapping[str, torc
         raise CheckpointError(f"{path}: its {where} is empty")
     for key, value in obj.items():
         if not isinstance(key, str) or not isinstance(value, torch.Tensor):
-            raise CheckpointError(f"{path}: its state_dict maps {key!r} to a {type(value).__name__}, not a tensor")
+            raise CheckpointError(f"{path}: its {where} maps {key!r} to a {type(value).__name__}, not a tensor")
         problem = _tensor_problem(key, value)
         if problem:
             raise CheckpointError(
-                f"{path}: its state_dict entry {key} is {problem}; a checkpoint holds dense CPU floating-point weights"
+                f"{path}: its {where} entry {key} is {problem}; a checkpoint holds dense CPU floating-point weights"
             )
     return obj
 
