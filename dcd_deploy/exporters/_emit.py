@@ -27,7 +27,7 @@ import onnx
 from onnx import helper, numpy_helper
 from torch import nn
 
-from . import _fused
+from . import _fused, _sink
 from ._builder import DOMAIN, DOMAIN_VERSION, FunctionScope, GraphBuilder
 from ._deploy_dcd import DeployDCD
 from ._deploy_mixture import DeployMixture
@@ -223,6 +223,11 @@ class _Walk:
             # the model's own NCHW -> NHWC of a fused layer's output: read the NHWC twin
             self.alias[node.output[0]] = layout.nhwc[self.name(node.input[0])]
             return
+        scope = _scope(node)
+        if self.mode == "fused" and _sink.sink(
+            node, g=g, layout=layout, name=self.name, const_of=self.const_of, scope=scope or "model"
+        ):
+            return
         copy = onnx.NodeProto()
         copy.CopyFrom(node)
         if _spatial_mean(node, self.shapes, self.const_of):  # as GlobalAveragePool: ORT keeps its blocked layout
@@ -231,9 +236,10 @@ class _Walk:
         for k, inp in enumerate(copy.input):
             if inp in self.alias:
                 copy.input[k] = self.alias[inp]
-        if perm == _fused.TO_NCHW:  # a fused layer reading this reads its NHWC input instead
-            layout.nhwc.setdefault(copy.output[0], copy.input[0])
-        scope = _scope(node)
+        if perm == _fused.TO_NCHW and copy.output[0] not in layout.nhwc:
+            # a fused layer reading this reads its NHWC input instead
+            layout.nhwc[copy.output[0]] = copy.input[0]
+            layout.derived.add(copy.output[0])
         self.renamed_scope[len(g.nodes)] = scope
         copy.name = g.unique(f"{scope or 'model'}/{node.op_type}")
         keep = [p for p in copy.metadata_props if p.key == "namespace"]

@@ -278,6 +278,9 @@ class Layout:
     def __init__(self, g: GraphBuilder):
         self.g = g
         self.nhwc: dict[str, str] = {}  # NCHW tensor -> its NHWC twin
+        # NCHW tensors that are a Transpose of their NHWC twin (a fused output seen NCHW):
+        # elementwise ops on them run on the twin instead (._sink)
+        self.derived: set[str] = set()
 
     def to_nhwc(self, name: str, path: str) -> str:
         if name not in self.nhwc:
@@ -287,6 +290,7 @@ class Layout:
     def to_nchw(self, name: str, path: str) -> str:
         out = self.g.scope(path).op("Transpose", [name], perm=TO_NCHW)
         self.nhwc[out] = name  # a following fused layer reads the NHWC tensor directly
+        self.derived.add(out)
         return out
 
     def to_pixel(self, name: str, path: str) -> str:
