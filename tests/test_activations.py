@@ -25,12 +25,22 @@ FORMULAS = {
     "silu": lambda x: x / (1.0 + np.exp(-x)),
     "hardswish": lambda x: x * np.minimum(np.maximum(x + 3.0, 0.0), 6.0) / 6.0,
     "gelu": lambda x: x * np.vectorize(math.erfc)(-x / math.sqrt(2.0)) / 2.0,  # x Φ(x)
+    "leaky_relu": lambda x, slope: np.where(x >= 0.0, x, slope * x),
 }
+#: The parameter values checked for an activation that takes one (LeakyReLU's negative
+#: slope: YOLO's 0.1, PyTorch's default 0.01, 0 and, as PyTorch allows any, below 0 and above 1).
+PARAMETERS = {"leaky_relu": (0.1, 0.01, 0.0, -0.5, 1.5)}
+#: (name, parameter or None) of every row.
+CASES = [(n, a) for n in sorted(ACTIVATIONS) for a in PARAMETERS.get(n, (None,))]
 #: Both sides of every kink (0, 6, -3, 3) and the smooth ranges.
 POINTS = np.concatenate([np.linspace(-12.0, 12.0, 97), [-3.0, -2.999, 2.999, 3.0, 5.999, 6.0, 6.001, -1e-7, 1e-7]])
 
 
-def _body_model(name: str) -> onnx.ModelProto:
+def _formula(name: str, alpha):
+    return FORMULAS[name] if alpha is None else (lambda x: FORMULAS[name](x, alpha))
+
+
+def _body_model(name: str, alpha=None) -> onnx.ModelProto:
     """A one-input graph holding the row's body, as the exporter writes it (opset 13)."""
     nodes, consts = [], []
 
@@ -43,7 +53,7 @@ def _body_model(name: str) -> onnx.ModelProto:
         consts.append(helper.make_tensor(f"c_{hint}", TensorProto.FLOAT, [], [value]))
         return consts[-1].name
 
-    out = ACTIVATIONS[name].body(op, const, "x")
+    out = ACTIVATIONS[name].write(op, const, "x", alpha)
     if out == "x":
         nodes.append(helper.make_node("Identity", ["x"], ["y"]))
     else:
@@ -62,22 +72,36 @@ def _body_model(name: str) -> onnx.ModelProto:
 
 def test_the_formulas_cover_the_table():
     assert set(FORMULAS) == set(ACTIVATIONS)
+    assert {n for n, a in ACTIVATIONS.items() if a.parameter} == set(PARAMETERS)
 
 
-@pytest.mark.parametrize("name", sorted(ACTIVATIONS))
-def test_onnx_body_computes_the_activation(name):
-    session = ort.InferenceSession(_body_model(name).SerializeToString(), providers=["CPUExecutionProvider"])
+@pytest.mark.parametrize("name, alpha", CASES)
+def test_onnx_body_computes_the_activation(name, alpha):
+    session = ort.InferenceSession(_body_model(name, alpha).SerializeToString(), providers=["CPUExecutionProvider"])
     x = POINTS.astype(np.float32)
     (y,) = session.run(None, {"x": x})
     # atol: ONNX Runtime's Sigmoid is MLAS's rational approximation (about 1e-6 absolute
     # in the tails, where SiLU's output is tiny), not float32 rounding
-    np.testing.assert_allclose(y, FORMULAS[name](x.astype(np.float64)), rtol=1e-6, atol=2e-6)
+    np.testing.assert_allclose(y, _formula(name, alpha)(x.astype(np.float64)), rtol=1e-6, atol=2e-6)
 
 
-@pytest.mark.parametrize("name", sorted(ACTIVATIONS))
-def test_torch_function_is_the_activation(name):
-    y = torch_activation(name)(torch.from_numpy(POINTS))
-    np.testing.assert_allclose(y.numpy(), FORMULAS[name](POINTS), rtol=1e-12, atol=1e-15)
+@pytest.mark.parametrize("name, alpha", CASES)
+def test_torch_function_is_the_activation(name, alpha):
+    fn = torch_activation(name) if alpha is None else torch_activation(name, alpha)
+    y = fn(torch.from_numpy(POINTS))
+    np.testing.assert_allclose(y.numpy(), _formula(name, alpha)(POINTS), rtol=1e-12, atol=1e-15)
+
+
+@pytest.mark.parametrize("alpha", PARAMETERS["leaky_relu"])
+def test_leaky_relu_keeps_nan_in_its_body_and_in_torch(alpha):
+    x = np.array([np.nan, -1.0, 1.0] + [0.0] * (len(POINTS) - 3), dtype=np.float32)
+    session = ort.InferenceSession(
+        _body_model("leaky_relu", alpha).SerializeToString(), providers=["CPUExecutionProvider"]
+    )
+    (y,) = session.run(None, {"x": x})
+    z = torch_activation("leaky_relu", alpha)(torch.from_numpy(x)).numpy()
+    for out in (y, z):
+        assert np.isnan(out[0]) and out[1] == np.float32(-alpha) and out[2] == 1.0
 
 
 def test_the_fused_fuzz_draws_every_activation():

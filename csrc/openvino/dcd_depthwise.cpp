@@ -189,6 +189,7 @@ void DCDDepthwise::run(const KernelTable* k, const Sizes& s, const InputLayout& 
     p->se = (int)m_attrs.se;
     p->attention = (int)m_attrs.attention;
     p->act = parse_act(m_attrs.activation);
+    p->alpha = p->act == ACT_LEAKY_RELU ? m_attrs.activation_alpha : 0.f;
     p->parallel_rows = parallel_rows_or_null();
     p->region_per_stage = region_per_stage();
     // prepare() makes the branch's parts only: W0 here is (C, k*k), read as it is

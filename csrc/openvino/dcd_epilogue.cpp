@@ -210,6 +210,7 @@ void DCDConvEpilogue::run(const KernelTable* k, const Sizes& s, const InputLayou
     p->se = (int)m_attrs.se;
     p->attention = (int)m_attrs.attention;
     p->act = parse_act(m_attrs.activation);
+    p->alpha = p->act == ACT_LEAKY_RELU ? m_attrs.activation_alpha : 0.f;
     p->parallel_rows = parallel_rows_or_null();
     p->region_per_stage = region_per_stage();
     const bool owned = is_own_constant(*this, I.packed, p->fc1);

@@ -162,9 +162,17 @@ inline vf act_smooth(vf v, int act) {
     return v * vmin_hi(bc(6.f), vmax_lo(vf{}, v + 3.f)) / 6.f;
 }
 
-// The epilogue's activation on a register tile of accumulators (the GEMM kernels').
+// LeakyReLU with negative slope `slope` (any finite one), as PyTorch's leaky_relu: v where
+// v >= 0, slope * v below; NaN stays NaN (v < 0 is false for it).
+inline vf vleaky(vf v, vf slope) {
+    const vi neg = v < 0.f;  // all ones where v < 0
+    return (vf)(((vi)(v * slope) & neg) | ((vi)v & ~neg));
+}
+
+// The epilogue's activation on a register tile of accumulators (the GEMM kernels'); alpha:
+// ACT_LEAKY_RELU's negative slope.
 template <int M, int N>
-__attribute__((always_inline)) inline void activate(vf (&acc)[M][N], int act) {
+__attribute__((always_inline)) inline void activate(vf (&acc)[M][N], int act, float alpha) {
     if (act == ACT_RELU || act == ACT_RELU6) {
         const vf z = vf{};
 #pragma GCC unroll 16
@@ -178,6 +186,10 @@ __attribute__((always_inline)) inline void activate(vf (&acc)[M][N], int act) {
 #pragma GCC unroll 6
                 for (int v = 0; v < N; ++v) acc[i][v] = vmin_hi(six, acc[i][v]);
         }
+    } else if (act == ACT_LEAKY_RELU) {
+        const vf slope = bc(alpha);
+        for (int i = 0; i < M; ++i)
+            for (int v = 0; v < N; ++v) acc[i][v] = vleaky(acc[i][v], slope);
     } else if (act != ACT_NONE) {
         for (int i = 0; i < M; ++i)
             for (int v = 0; v < N; ++v) acc[i][v] = act_smooth(acc[i][v], act);
@@ -301,6 +313,7 @@ struct Tile {
     const float* res;
     long ldres;
     int act;
+    float alpha;  // ACT_LEAKY_RELU's slope
     int epi;
     int ncols;
     // The B block the GEMM visits next (pf_lines cache lines from pf), fetched while this
@@ -431,7 +444,7 @@ __attribute__((noinline)) void ukernel(const Tile& t) {
 #pragma GCC unroll 4
                 for (int v = 0; v < N; ++v) acc[i][v] += ldc(t.res + i * t.ldres + v * VW, v);
         }
-        activate<M, N>(acc, t.act);
+        activate<M, N>(acc, t.act, t.alpha);
     }
 #pragma GCC unroll 16
     for (int i = 0; i < M; ++i)
@@ -516,6 +529,7 @@ struct Gemm {
     const float* res;
     long ldres;
     int act;
+    float alpha;  // ACT_LEAKY_RELU's slope
     // B1 is a prepared constant the layers between two calls push out of the caches (the
     // latent form's w0 and q): each panel's first row tile fetches the next B block
     // (Tile::pf). Off for a B just written (W(x), ppk): there it measured 2-4% slower.
@@ -559,6 +573,7 @@ inline void gemm_tile(const Gemm& g, int k0, int kc, bool first, bool last, int 
     t.res = (last && g.res) ? g.res + i * g.ldres + j0 : nullptr;
     t.ldres = g.ldres;
     t.act = last ? g.act : ACT_NONE;
+    t.alpha = g.alpha;
     t.epi = last;
     t.ncols = imin(wp, g.n - j0);
     if (kMask || t.ncols == wp) tile(mm, wp, t);
@@ -1228,6 +1243,7 @@ void run(Params* pp) {
         m.res = P.residual ? P.residual + b * N * Cout : nullptr;
         m.ldres = Cout;
         m.act = P.act;
+        m.alpha = P.alpha;
         m.bias = cvec;
         FormJob fj{&P, &pre, lam, ppk, wpk, cvec};
         if (weight_form) {
@@ -1293,6 +1309,7 @@ Gemm epilogue_gemm(const Params& P, long b, const float* a, int k, const float* 
     m.ldc = Cout;
     m.bias = cvec;
     m.act = P.act;
+    m.alpha = P.alpha;
     m.res = P.residual ? P.residual + b * No * Cout : nullptr;
     m.ldres = Cout;
     return m;

@@ -283,6 +283,7 @@ void DCDPointwise::run(const KernelTable* k, const Sizes& s, const InputLayout& 
     p->se = (int)m_attrs.se;
     p->attention = (int)m_attrs.attention;
     p->act = parse_act(m_attrs.activation);
+    p->alpha = p->act == ACT_LEAKY_RELU ? m_attrs.activation_alpha : 0.f;
     p->form = parse_form(m_form);
     p->parallel_rows = parallel_rows_or_null();
     p->region_per_stage = region_per_stage();

@@ -5,6 +5,8 @@
 #include <openvino/core/op_extension.hpp>
 #include <openvino/frontend/onnx/extension/conversion.hpp>
 
+#include <limits>
+
 #include "dcd_depthwise.hpp"
 #include "dcd_epilogue.hpp"
 #include "dcd_pointwise.hpp"
@@ -19,6 +21,8 @@ FusedAttrs onnx_attrs(const ov::frontend::NodeContext& ctx) {
     a.attention = ctx.get_attribute<int64_t>("attention", 0);
     a.residual = ctx.get_attribute<int64_t>("residual", 0);
     a.activation = ctx.get_attribute<std::string>("activation", "none");
+    // absent: NaN, which the op refuses with leaky_relu and takes for the others (check())
+    a.activation_alpha = ctx.get_attribute<float>("activation_alpha", std::numeric_limits<float>::quiet_NaN());
     return a;
 }
 

@@ -1,6 +1,8 @@
 // The fused ops' shared attributes and input positions (op_contract.hpp).
 #include "op_contract.hpp"
 
+#include <cmath>
+
 #include "dcd_kernels.hpp"
 #include "op_failures.hpp"
 
@@ -12,6 +14,8 @@ void FusedAttrs::visit(ov::AttributeVisitor& v) {
     v.on_attribute("attention", attention);
     v.on_attribute("residual", residual);
     v.on_attribute("activation", activation);
+    // (a reader has set activation by now: the attribute above is read first)
+    if (activation == "leaky_relu") v.on_attribute("activation_alpha", activation_alpha);
 }
 
 std::string FusedAttrs::check() const {
@@ -19,7 +23,13 @@ std::string FusedAttrs::check() const {
     if ((se | 1) != 1 || (attention | 1) != 1 || (residual | 1) != 1)
         return "se, attention and residual must be 0 or 1";
     if (parse_act(activation) < 0)
-        return "activation must be none, relu, relu6, silu, hardswish or gelu, got '" + clip(activation) + "'";
+        return "activation must be none, relu, relu6, silu, hardswish, gelu or leaky_relu, got '" + clip(activation) +
+               "'";
+    if (parse_act(activation) == ACT_LEAKY_RELU && !std::isfinite(activation_alpha))
+        return "activation leaky_relu needs a finite activation_alpha (its negative slope), got " +
+               (std::isnan(activation_alpha) ? std::string("none or nan") : std::to_string(activation_alpha));
+    if (parse_act(activation) != ACT_LEAKY_RELU && !std::isnan(activation_alpha))
+        return "activation_alpha is leaky_relu's negative slope; activation '" + activation + "' takes none";
     return "";
 }
 
@@ -30,6 +40,7 @@ int parse_act(const std::string& a) {
     if (a == "silu") return ACT_SILU;
     if (a == "hardswish") return ACT_HARDSWISH;
     if (a == "gelu") return ACT_GELU;
+    if (a == "leaky_relu") return ACT_LEAKY_RELU;
     return -1;
 }
 

@@ -8,6 +8,7 @@
 #include <openvino/core/node.hpp>
 
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -19,8 +20,11 @@ namespace dcd {
 struct FusedAttrs {
     int64_t pool = 1, se = 0, attention = 0, residual = 0;
     std::string activation = "none";
+    // leaky_relu's negative slope. Visited (and written to IR) with that activation only, so
+    // the others' IR is as it was; NaN until a node gives it: a leaky_relu without it is refused.
+    float activation_alpha = std::numeric_limits<float>::quiet_NaN();
 
-    // In the IR's order: pool, se, attention, residual, activation.
+    // In the IR's order: pool, se, attention, residual, activation[, activation_alpha].
     void visit(ov::AttributeVisitor& v);
     // "" when they are in range, else why not (for a validation message).
     std::string check() const;

@@ -7,9 +7,10 @@
 //   dcd_kernel_driver CASES OUT
 //
 // CASES (native-endian; little-endian on every target here):
-//   int32 magic 0x4B444344 ("DCDK"), int32 version 4, int32 number of cases; per case
+//   int32 magic 0x4B444344 ("DCDK"), int32 version 5, int32 number of cases; per case
 //   int32 B, H, W, Cin, Cout, S, L, pool, se, attention, residual, act, form, threads,
-//   kind, stride, offset, k, pad_t, pad_l, pad_b, pad_r, dilation (the last six: kind 3), then
+//   kind, stride, offset, k, pad_t, pad_l, pad_b, pad_r, dilation (the last six: kind 3),
+//   float32 alpha (act 6, leaky_relu: its negative slope; ignored for the others), then
 //   kind 0 (DCDPointwise): float32 x, [residual], fc1, [gate], [scale_w], phi_w, phi_b, q,
 //     q_b, p, w0, bias (the op contract's order and shapes, docs/design.md "Fused op");
 //   kind 1 (DCDConvEpilogue): float32 x, conv, [residual], then the same weights without
@@ -91,6 +92,11 @@ struct Reader {
         if (std::fread(&v, sizeof v, 1, f) != 1) fail("truncated case file");
         return v;
     }
+    float f32() {
+        float v;
+        if (std::fread(&v, sizeof v, 1, f) != 1) fail("truncated case file");
+        return v;
+    }
     std::vector<float> floats(size_t n) {
         std::vector<float> v(n);
         if (n && std::fread(v.data(), sizeof(float), n, f) != n) fail("truncated case file");
@@ -102,6 +108,7 @@ struct Reader {
 struct Case {
     int B, H, W, Cin, Cout, S, L, pool, se, att, res, act, form, threads, kind, stride, offset, k, pt, pl, pb, pr, dil,
         Ho, Wo, Lz;
+    float alpha;
 };
 
 // A depthwise case's geometry checked, its output size set.
@@ -118,8 +125,8 @@ Case depthwise_case(Case k, int c) {
 Case read_case(Reader& r, int c) {
     int32_t h[23];
     for (int32_t& v : h) v = r.i32();
-    Case k{h[0],  h[1],  h[2],  h[3],  h[4],  h[5],  h[6],  h[7],  h[8],  h[9],  h[10], h[11], h[12],
-           h[13], h[14], h[15], h[16], h[17], h[18], h[19], h[20], h[21], h[22], 0,     0,     0};
+    Case k{h[0],  h[1],  h[2],  h[3],  h[4],  h[5],  h[6],  h[7],  h[8],  h[9], h[10], h[11], h[12],  h[13],
+           h[14], h[15], h[16], h[17], h[18], h[19], h[20], h[21], h[22], 0,    0,     0,     r.f32()};
     for (int i = 0; i < 7; ++i)
         if (h[i] < 1) fail("case " + std::to_string(c) + ": sizes must be positive");
     if (k.pool != 1 && k.pool != 2) fail("case " + std::to_string(c) + ": pool must be 1 or 2");
@@ -148,6 +155,7 @@ std::vector<float> run_depthwise_case(const dcd::KernelTable* k, Reader& r, cons
     int* dst[] = {&P.B,    &P.H,  &P.W,         &P.Cin, &P.Cout, &P.S,  &P.L,
                   &P.pool, &P.se, &P.attention, &P.act, &P.Ho,   &P.Wo, &P.stride};
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; ++i) *dst[i] = sizes[i];
+    P.alpha = c.alpha;
     P.k = c.k;
     P.pad_t = c.pt;
     P.pad_l = c.pl;
@@ -204,6 +212,7 @@ std::vector<float> run_case(const dcd::KernelTable* k, Reader& r, const Case& c)
     P.se = c.se;
     P.attention = c.att;
     P.act = c.act;
+    P.alpha = c.alpha;
     P.form = c.form;
     P.Ho = c.Ho;
     P.Wo = c.Wo;
@@ -246,7 +255,7 @@ int main(int argc, char** argv) {
     std::FILE* in = std::fopen(argv[arg], "rb");
     if (!in) fail(std::string("cannot read ") + argv[arg]);
     Reader r{in};
-    if (r.i32() != kMagic || r.i32() != 4) fail("not a version-4 case file");
+    if (r.i32() != kMagic || r.i32() != 5) fail("not a version-5 case file");
     const int32_t ncases = r.i32();
     std::vector<std::vector<float>> outputs;
     try {

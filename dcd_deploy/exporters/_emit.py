@@ -27,6 +27,7 @@ import onnx
 from onnx import helper, numpy_helper
 from torch import nn
 
+from .._activations import ACTIVATIONS, ALPHA_ATTRIBUTE
 from . import _fused, _sink
 from ._builder import DOMAIN, DOMAIN_VERSION, FunctionScope, GraphBuilder
 from ._deploy_dcd import DeployDCD
@@ -184,7 +185,8 @@ class _Walk:
         layer, layout = self.emitters[path], self.layout
         x = self.name(ph.input[0])
         residual = self.name(spec.residual) if spec.residual is not None else None
-        y = _fused.emit(self.g, layout, layer, spec.activation, path, x, residual, self.shapes.get(ph.input[0]))
+        in_shape = self.shapes.get(ph.input[0])
+        y = _fused.emit(self.g, layout, layer, spec.activation, path, x, residual, in_shape, alpha=spec.alpha)
         self.alias[node.output[0]] = y
         self.result.fused.append(path)
         # the classifier's record keeps its (B, C) tensors: the per-layer check feeds them to the layer
@@ -199,6 +201,7 @@ class _Walk:
                 layout="NHWC",
                 residual=twin(residual) if residual is not None else None,
                 activation=spec.activation,
+                alpha=spec.alpha,
             )
         )
 
@@ -341,8 +344,10 @@ def _record(
     layout: str = "NCHW",
     residual: str | None = None,
     activation: str = "none",
+    alpha: float = 0.0,
 ) -> dict:
     kind, form = _kind(layer)
+    parameter = {ALPHA_ATTRIBUTE: alpha} if ACTIVATIONS[activation].parameter else {}
     return {
         "path": path,
         "kind": kind,
@@ -352,6 +357,7 @@ def _record(
         "bn": folded_bn.get(path),
         "residual": residual,
         "activation": activation,
+        **parameter,
         "layout": layout,
     }
 

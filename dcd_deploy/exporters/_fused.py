@@ -5,7 +5,7 @@ This is the graph a runtime with a fused DCD kernel needs (the OpenVINO extensio
 release's latent branch, in deploy form: BNs folded, Λ's and the SE gate's factor 2 in
 the weights) becomes one node, with what follows it fused as an epilogue:
 
-    y = act(DCD(x) + residual)       act: none, ReLU, ReLU6, SiLU, Hardswish or GELU; residual: optional
+    y = act(DCD(x) + residual)       act: none, ReLU, ReLU6, SiLU, Hardswish, GELU or LeakyReLU; residual: optional
 
 The node reads and writes NHWC: a Transpose pair wraps it, which runtimes that keep
 activations channels-last (OpenVINO's CPU plugin) merge into their own layout
@@ -17,7 +17,8 @@ ONNX overload.
 Inputs of the node, in order (``docs/design.md#fused-op``; the one table is
 :func:`._fused_contract.fused_inputs`): ``x``, ``residual`` (if fused), ``fc1``, ``gate``
 (SE), ``scale_w`` (Λ), ``phi_w``, ``phi_b``, ``q``, ``q_b``, ``p``, ``w0``, ``bias``. Attributes: ``pool``, ``se``, ``attention``, ``residual``,
-``activation``, ``form`` (the cost model's pick; both forms compute the same function).
+``activation``, ``activation_alpha`` (LeakyReLU's negative slope, a float; only with
+``activation="leaky_relu"``), ``form`` (the cost model's pick; both forms compute the same function).
 
 A k x k or strided channel-fusion layer (ResNet's 3x3 layers, the strided 1x1 ones;
 paper Eq. 8 with the 1x1 dynamic residual at the centre tap) keeps ``W0 * x`` a standard
@@ -43,9 +44,9 @@ then one depthwise convolution of x with K, bias, residual and activation fused.
 
 The epilogue is matched on the exported ONNX graph (:func:`plan`): a same-shape Add
 and then a Relu, Clip(0, 6), HardSwish, SiLU (``Mul(t, Sigmoid(t))``, as torch.onnx
-writes ``F.silu``) or exact GELU (``Div``, ``Erf``, ``Add``, ``Mul``, ``Mul``, as it writes
-``F.gelu``), each only where the tensor before it feeds nothing else (but the
-activation's own nodes).
+writes ``F.silu``), exact GELU (``Div``, ``Erf``, ``Add``, ``Mul``, ``Mul``, as it writes
+``F.gelu``) or LeakyRelu (``F.leaky_relu``, its ``alpha`` the slope: any finite one), each
+only where the tensor before it feeds nothing else (but the activation's own nodes).
 A layer with B > 1 latent blocks (Eq. 6) takes the same ops as the dense layer with zeros
 off the blocks (its kind's ``fused_constants``). The classifier (``DCDLinear``) is the
 runtime's Gemm of W0 (+ b0) and one DCDConvEpilogue at 1x1 spatial size, its (B, C)
@@ -61,7 +62,7 @@ from dataclasses import dataclass
 
 from torch import nn
 
-from .._activations import ACTIVATIONS
+from .._activations import ACTIVATIONS, ALPHA_ATTRIBUTE
 from ._builder import FunctionScope, GraphBuilder
 from ._deploy_dcd import DeployDCD
 from ._fused_contract import ACTIVATIONS as ACTIVATION_INPUTS
@@ -82,7 +83,8 @@ TO_NHWC, TO_NCHW = [0, 2, 3, 1], [0, 3, 1, 2]
 
 @dataclass(frozen=True)
 class FusedLayer:
-    """One fused node: the placeholder it replaces, the tensor added, the activation after.
+    """One fused node: the placeholder it replaces, the tensor added, the activation after
+    (``alpha``: its parameter, LeakyReLU's negative slope; 0 for the others).
 
     ``tail`` is the index of the last graph node folded in (the placeholder itself, the
     residual Add or the activation); the fused node is emitted there, where the residual
@@ -94,6 +96,7 @@ class FusedLayer:
     activation: str  # a name of dcd_deploy._activations.ACTIVATIONS
     tail: int
     folded: tuple[int, ...] = ()
+    alpha: float = 0.0
 
 
 def fusable(layer: nn.Module) -> bool:
@@ -161,14 +164,15 @@ def plan(nodes, layers: dict[int, nn.Module], consumers, shape_of, const_of, gra
                 residual = other[0]  # a broadcast add is not a residual
                 tail = user
                 folded.append(user)
-        activation = "none"
+        activation, alpha = "none", 0.0
         act = _activation_after(nodes, nodes[tail].output[0], consumers, const_of, graph_outputs, taken)
         if act is not None:
             activation, after = act
             tail = after[-1]
             folded.extend(after)
+            alpha = _leaky_alpha(nodes[tail]) if activation == "leaky_relu" else 0.0
         taken.update(folded)
-        out[index] = FusedLayer(index, residual, activation, tail, tuple(folded))
+        out[index] = FusedLayer(index, residual, activation, tail, tuple(folded), alpha)
     return out
 
 
@@ -251,11 +255,18 @@ def _standard(node, op_type: str) -> bool:
     return node.op_type == op_type and node.domain in ("", "ai.onnx")
 
 
+def _leaky_alpha(node) -> float:
+    """A LeakyRelu node's slope: its ``alpha`` attribute (ONNX's default 0.01 without one)."""
+    return next((a.f for a in node.attribute if a.name == "alpha"), 0.01)
+
+
 def _activation(node, const_of) -> str | None:
     if node.domain not in ("", "ai.onnx"):
         return None
     if node.op_type == "Relu":
         return "relu"
+    if node.op_type == "LeakyRelu":  # the kernels take a finite slope only
+        return "leaky_relu" if math.isfinite(_leaky_alpha(node)) else None
     if node.op_type == "HardSwish":
         return "hardswish"
     if node.op_type == "Clip" and len(node.input) == 3:
@@ -316,27 +327,30 @@ def emit(
     x: str,
     residual: str | None,
     in_shape,
+    *,
+    alpha: float = 0.0,
 ) -> str:
-    """Emit one fused node (NCHW in and out); returns the output name."""
+    """Emit one fused node (NCHW in and out); returns the output name. ``alpha``: the
+    activation's parameter (LeakyReLU's negative slope), for one that takes it."""
     if on_features(layer):
-        return _emit_linear(g, layout, layer, activation, path, x, residual)
+        return _emit_linear(g, layout, layer, activation, path, x, residual, alpha=alpha)
     if layer.form_kind.fused_op(layer) == DEPTHWISE_OP_TYPE:
-        return _emit_depthwise(g, layout, layer, activation, path, x, residual, in_shape)
+        return _emit_depthwise(g, layout, layer, activation, path, x, residual, in_shape, alpha=alpha)
     if around_conv(layer, in_shape):
-        return _emit_around_conv(g, layout, layer, activation, path, x, residual, in_shape)
+        return _emit_around_conv(g, layout, layer, activation, path, x, residual, in_shape, alpha=alpha)
     attrs = dict(
         pool=layer.pool_size,
         se=int(layer.se),
         attention=int(layer.scale_w is not None),
         residual=int(residual is not None),
-        activation=activation,
+        **_activation_attrs(activation, alpha),
         form=layer.strategy,
     )
     activations = {"x": layout.to_nhwc(x, path)}
     if residual is not None:
         activations["residual"] = layout.to_nhwc(residual, path)
     fs, w = _inputs(g, path, layer, fused_inputs(attrs, OP_TYPE), activations)
-    out = _body(fs, layer, w, in_shape, residual=residual is not None, activation=activation)
+    out = _body(fs, layer, w, in_shape, residual=residual is not None, activation=activation, alpha=alpha)
     y = fs.finish(out, kind=f"DCDPointwise{layer.strategy.capitalize()}", op_type=OP_TYPE, attrs=attrs)
     return layout.to_nchw(y, path)
 
@@ -350,6 +364,8 @@ def _emit_around_conv(
     x: str,
     residual: str | None,
     in_shape,
+    *,
+    alpha: float,
 ) -> str:
     """A k x k / strided layer: the standard Conv of W0 (NCHW, constant weights, no bias)
     and, for joint fusion, the standard Convs of its latent z, then one DCDConvEpilogue
@@ -363,7 +379,7 @@ def _emit_around_conv(
         se=int(layer.se),
         attention=int(layer.scale_w is not None),
         residual=int(residual is not None),
-        activation=activation,
+        **_activation_attrs(activation, alpha),
         **kind.fused_attrs(layer),
     )
     activations = {"conv": layout.to_nhwc(conv, path), "x": layout.to_nhwc(x, path)}
@@ -374,7 +390,9 @@ def _emit_around_conv(
         activations["z"] = layout.to_nhwc(z, path)
     fs, w = _inputs(g, path, layer, fused_inputs(attrs, EPILOGUE_OP_TYPE), activations)
     stride = attrs.get("stride", 1)
-    out = _body(fs, layer, w, in_shape, residual=residual is not None, activation=activation, stride=stride)
+    out = _body(
+        fs, layer, w, in_shape, residual=residual is not None, activation=activation, alpha=alpha, stride=stride
+    )
     y = fs.finish(out, kind=EPILOGUE_OP_TYPE, op_type=EPILOGUE_OP_TYPE, attrs=attrs)
     return layout.to_nchw(y, path)
 
@@ -388,6 +406,8 @@ def _emit_depthwise(
     x: str,
     residual: str | None,
     in_shape,
+    *,
+    alpha: float,
 ) -> str:
     """A depthwise layer: one DCDDepthwise node (NHWC); returns the NCHW output name."""
     attrs = dict(
@@ -395,7 +415,7 @@ def _emit_depthwise(
         se=int(layer.se),
         attention=int(layer.scale_w is not None),
         residual=int(residual is not None),
-        activation=activation,
+        **_activation_attrs(activation, alpha),
         **layer.form_kind.fused_attrs(layer),
     )
     activations = {"x": layout.to_nhwc(x, path)}
@@ -403,13 +423,21 @@ def _emit_depthwise(
         activations["residual"] = layout.to_nhwc(residual, path)
     fs, w = _inputs(g, path, layer, fused_inputs(attrs, DEPTHWISE_OP_TYPE), activations)
     out = _depthwise_body(fs, layer, w, in_shape)
-    out = _finish(fs, out, w, residual=residual is not None, activation=activation)
+    out = _finish(fs, out, w, residual=residual is not None, activation=activation, alpha=alpha)
     y = fs.finish(out, kind=DEPTHWISE_OP_TYPE, op_type=DEPTHWISE_OP_TYPE, attrs=attrs)
     return layout.to_nchw(y, path)
 
 
 def _emit_linear(
-    g: GraphBuilder, layout: Layout, layer: DeployDCD, activation: str, path: str, x: str, residual: str | None
+    g: GraphBuilder,
+    layout: Layout,
+    layer: DeployDCD,
+    activation: str,
+    path: str,
+    x: str,
+    residual: str | None,
+    *,
+    alpha: float,
 ) -> str:
     """The classifier (``DCDLinear``): the runtime's Gemm of W0 (+ b0, which Λ scales), then
     one DCDConvEpilogue at 1x1 spatial size (its global pool of one pixel is x itself);
@@ -422,7 +450,7 @@ def _emit_linear(
         se=int(layer.se),
         attention=int(layer.scale_w is not None),
         residual=int(residual is not None),
-        activation=activation,
+        **_activation_attrs(activation, alpha),
         stride=1,
         offset=0,
     )
@@ -430,7 +458,7 @@ def _emit_linear(
     if residual is not None:
         activations["residual"] = layout.to_pixel(residual, path)
     fs, w = _inputs(g, path, layer, fused_inputs(attrs, EPILOGUE_OP_TYPE), activations)
-    out = _body(fs, layer, w, None, residual=residual is not None, activation=activation, stride=1, pool=1)
+    out = _body(fs, layer, w, None, residual=residual is not None, activation=activation, alpha=alpha, stride=1, pool=1)
     y = fs.finish(out, kind=EPILOGUE_OP_TYPE, op_type=EPILOGUE_OP_TYPE, attrs=attrs)
     return layout.from_pixel(y, path)
 
@@ -484,6 +512,7 @@ def _body(
     *,
     residual: bool,
     activation: str,
+    alpha: float = 0.0,
     stride: int | None = None,
     pool: int | None = None,
 ) -> str:
@@ -525,7 +554,7 @@ def _body(
         out = fs.op(
             "Mul", [out, fs.op("Unsqueeze", [_lam(fs, w, y), fs.ints("hw", [1, 2])])]
         )  # Λ per (sample, channel)
-    return _finish(fs, fs.op("Add", [out, dyn]), w, residual=residual, activation=activation)
+    return _finish(fs, fs.op("Add", [out, dyn]), w, residual=residual, activation=activation, alpha=alpha)
 
 
 def _features(fs: FunctionScope, layer: DeployDCD, w: dict[str, str], in_shape, pool: int | None = None) -> str:
@@ -545,12 +574,24 @@ def _lam(fs: FunctionScope, w: dict[str, str], y: str) -> str:
     return fs.op("HardSigmoid", [fs.op("Gemm", [y, w["scale_w"]], transB=1)], alpha=1.0 / 6.0, beta=0.5)
 
 
-def _finish(fs: FunctionScope, out: str, w: dict[str, str], *, residual: bool, activation: str) -> str:
-    """The epilogue of an NHWC body: the bias, the residual, the activation."""
+def _finish(
+    fs: FunctionScope, out: str, w: dict[str, str], *, residual: bool, activation: str, alpha: float = 0.0
+) -> str:
+    """The epilogue of an NHWC body: the bias, the residual, the activation (``alpha``: its
+    parameter, if it takes one)."""
     out = fs.op("Add", [out, w["bias"]])
     if residual:
         out = fs.op("Add", [out, "residual"])
-    return ACTIVATIONS[activation].body(fs.op, fs.local, out)
+    return ACTIVATIONS[activation].write(fs.op, fs.local, out, alpha)
+
+
+def _activation_attrs(activation: str, alpha: float) -> dict:
+    """The node's ``activation`` attribute, and its parameter's (:data:`ALPHA_ATTRIBUTE`)
+    for an activation that takes one."""
+    attrs: dict = {"activation": activation}
+    if ACTIVATIONS[activation].parameter:
+        attrs[ALPHA_ATTRIBUTE] = float(alpha)
+    return attrs
 
 
 def _depthwise_body(fs: FunctionScope, layer: DeployDCD, w: dict[str, str], in_shape) -> str:

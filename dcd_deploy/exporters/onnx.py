@@ -67,6 +67,7 @@ ALLOWED_OPS = frozenset(
         "HardSigmoid",
         "Sigmoid",
         "Erf",  # only a fused op's body, for the user's GELU folded into it
+        "LeakyRelu",  # only a fused op's body, for the user's LeakyReLU folded into it
         "Softmax",
         "AveragePool",
         "GlobalAveragePool",

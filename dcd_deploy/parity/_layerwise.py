@@ -14,8 +14,9 @@ its own, like Polygraphy's ``--onnx-outputs mark all`` and "which layer diverges
    (``latent``, ``weight`` or null), ``input`` and ``output`` (ONNX tensor names; the
    output is after a folded BatchNorm and after a fused epilogue), ``bn`` (path of the
    BatchNorm folded into the layer, or null), ``residual`` (tensor added in a fused
-   epilogue, or null), ``activation`` (a name of ``dcd_deploy._activations.ACTIVATIONS``) and ``layout``
-   (``NCHW``, or ``NHWC`` for the fused op's tensors).
+   epilogue, or null), ``activation`` (a name of ``dcd_deploy._activations.ACTIVATIONS``),
+   ``activation_alpha`` (its parameter, LeakyReLU's negative slope: only for an activation
+   that takes one) and ``layout`` (``NCHW``, or ``NHWC`` for the fused op's tensors).
 2. The file runs once more per runtime with those tensors as extra outputs.
 3. Each layer is re-evaluated in float64: the module at ``path`` of a float64 copy of
    the original model, on the file's own input tensor, then the BatchNorm at ``bn``,
@@ -40,6 +41,7 @@ ill-conditioned in fp32 itself, from failing a correct file.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,7 +49,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from .._activations import ACTIVATIONS, torch_activation
+from .._activations import ACTIVATIONS, ALPHA_ATTRIBUTE, torch_activation
 from ..errors import DCDDeployError
 
 #: metadata_props key of the exporter's layer record.
@@ -76,6 +78,7 @@ class LayerRecord:
     residual: str | None = None
     activation: str = "none"
     layout: str = "NCHW"
+    activation_alpha: float = 0.0
 
     @property
     def dynamic(self) -> bool:
@@ -148,10 +151,11 @@ def read_layers(onnx_path: Path, proto) -> list[LayerRecord] | None:
         records = [LayerRecord(**{k: e.get(k) for k in LayerRecord.__dataclass_fields__ if k in e}) for e in entries]
     except (ValueError, TypeError, AttributeError) as exc:
         raise DCDDeployError(f"{onnx_path}: malformed {LAYERS_KEY} metadata ({exc})") from None
-    for r in records:
+    for r, e in zip(records, entries):
         if (
             r.kind not in KINDS
             or r.activation not in ACTIVATIONS
+            or not _parameter_ok(r, e)
             or r.layout not in ("NCHW", "NHWC")
             or not isinstance(r.path, str)
             or not isinstance(r.input, str)
@@ -159,6 +163,15 @@ def read_layers(onnx_path: Path, proto) -> list[LayerRecord] | None:
         ):
             raise DCDDeployError(f"{onnx_path}: malformed {LAYERS_KEY} entry for {r.path!r}")
     return records
+
+
+def _parameter_ok(record: LayerRecord, entry: dict) -> bool:
+    """The activation's parameter: a finite number where it takes one, absent otherwise."""
+    takes = ACTIVATIONS[record.activation].parameter is not None
+    if ALPHA_ATTRIBUTE not in entry:
+        return not takes
+    a = record.activation_alpha
+    return takes and isinstance(a, (int, float)) and not isinstance(a, bool) and math.isfinite(a)
 
 
 def tensors(records: list[LayerRecord]) -> tuple[str, ...]:
@@ -178,7 +191,7 @@ def _apply(record: LayerRecord, model: nn.Module, x: torch.Tensor, residual: tor
         y = model.get_submodule(record.bn)(y)
     if residual is not None:
         y = y + residual
-    return torch_activation(record.activation)(y)
+    return torch_activation(record.activation, record.activation_alpha)(y)
 
 
 def compare_layers(

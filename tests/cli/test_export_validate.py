@@ -204,6 +204,10 @@ def _tamper_activation(node):
     next(a for a in node.attribute if a.name == "activation").s = b"mish"
 
 
+def _tamper_slope(node):
+    node.attribute.append(onnx.helper.make_attribute("activation_alpha", 0.1))  # a slope on a relu6
+
+
 def _tamper_swap(node):
     node.input[3], node.input[4] = node.input[4], node.input[3]
 
@@ -216,7 +220,8 @@ def _tamper_drop(node):
     "tamper, reason",
     [
         (_tamper_pool, "pool must be 1 or 2, got 5"),
-        (_tamper_activation, "activation must be none, relu, relu6, silu, hardswish or gelu, got 'mish'"),
+        (_tamper_activation, "activation must be none, relu, relu6, silu, hardswish, gelu or leaky_relu, got 'mish'"),
+        (_tamper_slope, "activation_alpha is leaky_relu's negative slope; activation 'relu6' takes none"),
         (_tamper_swap, "has shape"),
         (_tamper_drop, "inputs"),
     ],

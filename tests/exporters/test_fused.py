@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from dcd_deploy import export_onnx
-from dcd_deploy.layers import DCDConv2d
+from dcd_deploy.layers import DCDConv2d, DCDLinear
 from dcd_deploy.models.mobilenetv2 import InvertedResidual
 from dcd_deploy.parity import check_parity
 
@@ -234,6 +234,86 @@ def test_exact_gelu_is_fused_and_the_tanh_form_is_not(tmp_path):
     backends = ("onnxruntime", "openvino") if importlib.util.find_spec("openvino") else ("onnxruntime",)
     report = check_parity(model, tmp_path / "m.onnx", batch_sizes=(1, 3), backends=backends, inputs=x)
     assert report, report.table()
+
+
+class _Leaky(torch.nn.Module):
+    """A YOLO-style stack: DCD layers (1x1, strided 3x3, depthwise, the classifier) each
+    followed by LeakyReLU as users write it, ``nn.LeakyReLU(0.1)`` and ``F.leaky_relu`` at
+    PyTorch's default slope 0.01, below 0 and above 1 (PyTorch takes any), and one whose
+    input is also added further on (so it cannot fold)."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = torch.nn.Conv2d(3, 8, 1)
+        self.a = DCDConv2d(8, 16, 1)
+        self.b = DCDConv2d(16, 16, 3, stride=2, padding=1)
+        self.c = DCDConv2d(16, 16, 3, padding=1, groups=16)
+        self.d = DCDConv2d(16, 16, 1)
+        self.fc = DCDLinear(16, 10)
+        self.act = torch.nn.LeakyReLU(0.1)
+
+    def forward(self, x):
+        y = self.act(self.a(self.stem(x)))
+        y = torch.nn.functional.leaky_relu(self.b(y))
+        y = torch.nn.functional.leaky_relu(self.c(y), -0.5)
+        t = self.d(y)
+        y = self.act(t) + t
+        return torch.nn.functional.leaky_relu(self.fc(y.mean((2, 3))), 1.5)
+
+
+def test_leaky_relu_is_fused_with_its_slope_unless_its_input_is_read_elsewhere(tmp_path):
+    torch.manual_seed(0)
+    model = _Leaky().eval()
+    result = export_onnx(model, tmp_path / "m.onnx", input_size=10, mode="fused", check=False)
+    proto = onnx.load(str(tmp_path / "m.onnx"))
+    nodes = [n for n in proto.graph.node if n.domain == "dcd_deploy"]
+    ops = ["DCDPointwise", "DCDConvEpilogue", "DCDDepthwise", "DCDPointwise", "DCDConvEpilogue"]
+    assert [n.op_type for n in nodes] == ops
+    assert [_attrs(n)["activation"].decode() for n in nodes] == ["leaky_relu"] * 3 + ["none", "leaky_relu"]
+    slopes = [_attrs(n).get("activation_alpha") for n in nodes]
+    assert slopes == [np.float32(s) for s in (0.1, 0.01, -0.5)] + [None, np.float32(1.5)]
+    # the one left outside (after the layer whose output the add reads too), with its slope
+    (outside,) = [n for n in proto.graph.node if n.op_type == "LeakyRelu"]
+    assert result.op_histogram.get("LeakyRelu", 0) == 1 and _attrs(outside)["alpha"] == np.float32(0.1)
+    x = torch.randn(3, 3, 10, 10) * 2
+    backends = ("onnxruntime", "openvino") if importlib.util.find_spec("openvino") else ("onnxruntime",)
+    report = check_parity(model, tmp_path / "m.onnx", batch_sizes=(1, 3), backends=backends, inputs=x)
+    assert report, report.table()
+
+
+def _with_slope(src, dst, slope) -> None:
+    """``src`` with the first fused node's ``activation_alpha`` set to ``slope`` (None: removed)."""
+    proto = onnx.load(str(src))
+    node = next(n for n in proto.graph.node if n.domain == "dcd_deploy")
+    attr = next(a for a in node.attribute if a.name == "activation_alpha")
+    if slope is None:
+        node.attribute.remove(attr)
+    else:
+        attr.f = slope
+    onnx.save(proto, str(dst))
+
+
+def test_a_fused_leaky_relu_runs_the_slope_it_carries_and_needs_a_finite_one(tmp_path):
+    """The slope reaches the kernels: the same file with another slope in one node fails the
+    parity check; without one, or with a NaN or infinite one, OpenVINO refuses the file."""
+    pytest.importorskip("openvino")
+    from dcd_deploy.errors import DCDDeployError
+    from dcd_deploy.openvino import compile_onnx
+
+    torch.manual_seed(0)
+    model = _Leaky().eval()
+    export_onnx(model, tmp_path / "m.onnx", input_size=10, mode="fused", check=False)
+    _with_slope(tmp_path / "m.onnx", tmp_path / "other.onnx", 0.2)
+    x = torch.randn(2, 3, 10, 10)
+    report = check_parity(model, tmp_path / "other.onnx", batch_sizes=(1,), backends=("openvino",), inputs=x)
+    assert not report, report.table()
+    for slope, shown in ((None, "none or nan"), (float("nan"), "none or nan"), (float("-inf"), "-inf")):
+        _with_slope(tmp_path / "m.onnx", tmp_path / "bad.onnx", slope)
+        with pytest.raises(DCDDeployError, match="cannot compile") as err:
+            compile_onnx(tmp_path / "bad.onnx")
+        assert f"activation leaky_relu needs a finite activation_alpha (its negative slope), got {shown}" in str(
+            err.value
+        )
 
 
 class _Flat(torch.nn.Sequential):

@@ -4,7 +4,11 @@ random weights, and the instruction-set paths of this CPU.
 Each ``test_fused_*`` file draws its own layer geometry and builds the layer; the model
 around it is the same everywhere:
 
-    Conv2d(3, C_in, 1) -> the DCD layer -> BatchNorm2d [-> + stem output] [-> ReLU | ReLU6 | SiLU | Hardswish | GELU]
+    Conv2d(3, C_in, 1) -> the DCD layer -> BatchNorm2d [-> + stem output]
+        [-> ReLU | ReLU6 | SiLU | Hardswish | GELU | LeakyReLU(slope)]
+
+The activation is a spec (:func:`activation_specs`): a name of :data:`ACTIVATIONS`, or
+``leaky_relu:<slope>``.
 """
 
 from __future__ import annotations
@@ -12,8 +16,10 @@ from __future__ import annotations
 import math
 import os
 
+import numpy as np
 import torch
 from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
 from torch import nn
 
 from dcd_deploy.layers import DCDConv2d
@@ -37,12 +43,38 @@ ACTIVATIONS = {
     "silu": nn.SiLU,
     "hardswish": nn.Hardswish,
     "gelu": nn.GELU,
+    "leaky_relu": nn.LeakyReLU,
 }
+#: LeakyReLU's negative slopes the fuzz draws besides any in [-3, 3]: YOLO's 0.1, PyTorch's
+#: default 0.01, 0, and below 0 and above 1 (PyTorch takes any).
+LEAKY_SLOPES = (0.1, 0.01, 0.0, -0.5, 1.5)
+
+
+def activation_specs() -> st.SearchStrategy[str]:
+    """An activation spec: a name of :data:`ACTIVATIONS`, each as likely, ``leaky_relu`` with
+    a slope (``leaky_relu:0.1``)."""
+    slopes = st.sampled_from(LEAKY_SLOPES) | st.floats(-3.0, 3.0).map(lambda v: round(v, 3))
+    leaky = slopes.map(lambda v: f"leaky_relu:{v!r}")
+    return st.sampled_from(sorted(ACTIVATIONS)).flatmap(lambda n: leaky if n == "leaky_relu" else st.just(n))
+
+
+def make_activation(spec: str) -> nn.Module:
+    """The module of an activation spec."""
+    name, _, slope = spec.partition(":")
+    return ACTIVATIONS[name](float(slope)) if slope else ACTIVATIONS[name]()
+
+
+def check_activation(attrs: dict, spec: str) -> None:
+    """The fused node's attributes (``get_attribute_value``'s) name the spec's activation and
+    carry its slope (float32), and only for LeakyReLU."""
+    name, _, slope = spec.partition(":")
+    assert attrs["activation"].decode() == name, (attrs["activation"], spec)
+    assert attrs.get("activation_alpha") == (np.float32(float(slope)) if slope else None), (attrs, spec)
 
 
 class LayerNet(nn.Module):
     """A 1x1 stem to ``c_in`` channels, ``layer``, BatchNorm over ``c_out``, the residual
-    (the stem's output) when asked, the activation ``act``; flattened."""
+    (the stem's output) when asked, the activation ``act`` (a spec); flattened."""
 
     def __init__(self, layer: nn.Module, *, c_in: int, c_out: int, residual: bool, act: str):
         super().__init__()
@@ -50,7 +82,7 @@ class LayerNet(nn.Module):
         self.stem = nn.Conv2d(3, c_in, 1)
         self.dcd = layer
         self.bn = nn.BatchNorm2d(c_out)
-        self.act = ACTIVATIONS[act]()
+        self.act = make_activation(act)
 
     def forward(self, x):
         s = self.stem(x)

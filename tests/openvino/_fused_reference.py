@@ -42,7 +42,8 @@ def _branch(xb, c, *, pool, se, attention):
     return lam, phi
 
 
-def _act(out, activation):
+def _act(out, activation, alpha=0.0):
+    """The activation on float64 ``out`` (``alpha``: leaky_relu's negative slope)."""
     if activation == "relu":
         return np.maximum(out, 0)
     if activation == "relu6":
@@ -54,10 +55,12 @@ def _act(out, activation):
         return out * np.clip(out + 3.0, 0.0, 6.0) / 6.0
     if activation == "gelu":  # x Φ(x), Φ(x) = erfc(-x / √2) / 2 (math.erfc: no cancellation in the tail)
         return out * np.vectorize(math.erfc, otypes=[np.float64])(-out / math.sqrt(2.0)) / 2.0
+    if activation == "leaky_relu":  # x for x >= 0, alpha x below; NaN stays NaN (out < 0 is false for it)
+        return np.where(out < 0, alpha * out, out)
     return out
 
 
-def reference(x, res, c, *, pool, se, attention, activation):
+def reference(x, res, c, *, pool, se, attention, activation, alpha=0.0):
     """float64 numpy implementation of the op contract, straight from the spec."""
     x = x.astype(np.float64)
     c = {k: v.astype(np.float64) for k, v in c.items()}
@@ -72,7 +75,7 @@ def reference(x, res, c, *, pool, se, attention, activation):
         out = out.reshape(H, W, -1)
         if res is not None:
             out = out + res[b]
-        outs.append(_act(out, activation))
+        outs.append(_act(out, activation, alpha))
     return np.stack(outs)
 
 
@@ -97,7 +100,7 @@ def conv_nhwc(x, w, *, stride, pad):
     return out
 
 
-def epilogue_reference(x, conv, res, c, *, pool, se, attention, activation, stride, offset):
+def epilogue_reference(x, conv, res, c, *, pool, se, attention, activation, stride, offset, alpha=0.0):
     """float64 DCDConvEpilogue: act(Λ ⊙ conv + P Φ' (Q x_s + q_b) + bias + residual), with
     x_s = x at rows/columns i * stride + offset and the branch pooling all of x."""
     x = x.astype(np.float64)
@@ -111,7 +114,7 @@ def epilogue_reference(x, conv, res, c, *, pool, se, attention, activation, stri
         out = lam * conv[b].astype(np.float64) + (z @ phi.T) @ c["p"].T + c["bias"]
         if res is not None:
             out = out + res[b]
-        outs.append(_act(out, activation))
+        outs.append(_act(out, activation, alpha))
     return np.stack(outs)
 
 
@@ -120,7 +123,7 @@ def epilogue_reference(x, conv, res, c, *, pool, se, attention, activation, stri
 DEPTHWISE_WEIGHT_ORDER = ("fc1", "gate", "scale_w", "phi_w", "phi_b", "p", "w0", "bias", "r")
 
 
-def depthwise_reference(x, res, c, *, pool, se, attention, activation, k, stride, pads, dilation):
+def depthwise_reference(x, res, c, *, pool, se, attention, activation, k, stride, pads, dilation, alpha=0.0):
     """float64 DCDDepthwise (paper Eq. 7 per sample): K = Λ ⊙ W0 + (P Φ') R (C x k²), then
     act(x ⊛ K + bias + residual), the depthwise cross-correlation with zero padding ``pads``
     (top, left, bottom, right), written out tap by tap."""
@@ -144,7 +147,7 @@ def depthwise_reference(x, res, c, *, pool, se, attention, activation, k, stride
                 )
         if res is not None:
             out = out + res[b]
-        outs.append(_act(out, activation))
+        outs.append(_act(out, activation, alpha))
     return np.stack(outs)
 
 
@@ -189,7 +192,7 @@ def max_relative_error(got, want) -> float:
 
 
 # ------------------------------------------------ DCDConvEpilogue with latent_input (joint)
-def latent_epilogue_reference(x, conv, z, res, c, *, pool, se, attention, activation):
+def latent_epilogue_reference(x, conv, z, res, c, *, pool, se, attention, activation, alpha=0.0):
     """float64 DCDConvEpilogue with ``latent_input``: act(Λ ⊙ conv + P Φ' z + bias +
     residual), z (B, Ho, Wo, Lz) given, Φ' of L x Lz, the branch pooling all of x."""
     x = x.astype(np.float64)
@@ -200,7 +203,7 @@ def latent_epilogue_reference(x, conv, z, res, c, *, pool, se, attention, activa
         out = lam * conv[b].astype(np.float64) + (z[b].astype(np.float64) @ phi.T) @ c["p"].T + c["bias"]
         if res is not None:
             out = out + res[b]
-        outs.append(_act(out, activation))
+        outs.append(_act(out, activation, alpha))
     return np.stack(outs)
 
 

@@ -39,8 +39,10 @@ from _fused_reference import (
 from dcd_deploy.errors import ExtensionError
 from dcd_deploy.openvino import _cross
 
-ACTS = {"none": 0, "relu": 1, "relu6": 2, "silu": 3, "hardswish": 4, "gelu": 5}
-#: (se, attention, residual, activation) cases of the epilogue and depthwise kinds.
+ACTS = {"none": 0, "relu": 1, "relu6": 2, "silu": 3, "hardswish": 4, "gelu": 5, "leaky_relu": 6}
+#: (se, attention, residual, activation) cases of the epilogue and depthwise kinds; an
+#: activation with a parameter is (name, its value): LeakyReLU's slope, YOLO's 0.1, PyTorch's
+#: default 0.01, and below 0 and above 1 (PyTorch takes any).
 OPTIONS = (
     (1, 0, 0, "relu"),
     (0, 1, 1, "relu6"),
@@ -48,10 +50,18 @@ OPTIONS = (
     (0, 0, 1, "silu"),
     (1, 0, 0, "hardswish"),
     (0, 1, 0, "gelu"),
+    (1, 1, 1, ("leaky_relu", 0.1)),
+    (0, 0, 0, ("leaky_relu", -0.75)),
 )
 FORMS = {"weight": 0, "latent": 1, "auto": 2}
 MAGIC = 0x4B444344
 REQUIRE_ENV = "DCD_DEPLOY_REQUIRE_AARCH64"
+
+
+def _act(act) -> dict:
+    """A case's activation fields from an option's: a name, or (name, its parameter)."""
+    name, alpha = act if isinstance(act, tuple) else (act, 0.0)
+    return {"activation": name, "alpha": alpha}
 
 
 def _cases():
@@ -69,6 +79,7 @@ def _cases():
         attention=0,
         residual=0,
         activation="none",
+        alpha=0.0,
         form="weight",
         threads=1,
     )
@@ -90,6 +101,8 @@ def _cases():
             (1, 1, 1, "silu"),
             (0, 1, 0, "hardswish"),
             (1, 0, 1, "gelu"),
+            (0, 1, 1, ("leaky_relu", 0.01)),
+            (1, 0, 0, ("leaky_relu", 2.5)),
         ):
             for B in (1, 4):
                 out.append(
@@ -105,7 +118,7 @@ def _cases():
                         "se": se,
                         "attention": att,
                         "residual": res,
-                        "activation": act,
+                        **_act(act),
                         "form": form,
                     }
                 )
@@ -176,7 +189,7 @@ def _cases():
                     "se": se,
                     "attention": att,
                     "residual": res,
-                    "activation": act,
+                    **_act(act),
                 }
             )
         out.append(
@@ -213,7 +226,7 @@ def _latent_cases(base):
         for se, att, res, act in OPTIONS:
             out.append(
                 {**lat, "stride": stride, "B": 3, "H": 8, "W": 5, "Cin": 19, "Cout": 29, "L": 6, "Lz": 24}
-                | {"pool": 2, "se": se, "attention": att, "residual": res, "activation": act}
+                | {"pool": 2, "se": se, "attention": att, "residual": res, **_act(act)}
             )
     # partial panels, Lz above a panel, the row split
     out.append(
@@ -257,7 +270,7 @@ def _depthwise_cases(base):
     for se, att, res, act in OPTIONS:
         out.append(
             {**dw, "B": 3, "H": 8, "W": 9, "Cin": 19, "Cout": 19, "se": se, "attention": att}
-            | {"residual": res, "activation": act, "pool": 2}
+            | {"residual": res, **_act(act), "pool": 2}
         )
     out.append(
         {
@@ -282,10 +295,10 @@ CASES = _cases()
 
 
 def write_cases(path, cases):
-    """The driver's case file (test_driver.cpp, version 4) and the expected outputs, float64."""
+    """The driver's case file (test_driver.cpp, version 5) and the expected outputs, float64."""
     expected = []
     with open(path, "wb") as f:
-        f.write(struct.pack("<3i", MAGIC, 4, len(cases)))
+        f.write(struct.pack("<3i", MAGIC, 5, len(cases)))
         for seed, k in enumerate(cases):
             kind = k.get("kind", 0)
             rng = np.random.default_rng(seed)
@@ -311,7 +324,9 @@ def write_cases(path, cases):
                 expected.append(_write_latent_case(f, rng, k))
                 continue
             f.write(_header(k, kind))
-            opts = dict(pool=k["pool"], se=k["se"], attention=k["attention"], activation=k["activation"])
+            opts = dict(
+                pool=k["pool"], se=k["se"], attention=k["attention"], activation=k["activation"], alpha=k["alpha"]
+            )
             if kind == 0:
                 tensors = [x, res] + [c[n] for n in WEIGHT_ORDER if n in c]
                 expected.append(reference(x, res, c, **opts))
@@ -328,10 +343,10 @@ def write_cases(path, cases):
 
 
 def _header(k, kind):
-    """The case's int32 header (test_driver.cpp)."""
+    """The case's header (test_driver.cpp): 23 int32, the float32 slope."""
     fields = [k[n] for n in ("B", "H", "W", "Cin", "Cout", "S", "L", "pool", "se", "attention", "residual")]
     fields += [ACTS[k["activation"]], FORMS[k["form"]], k["threads"], kind, k.get("stride", 1), 0]
-    return struct.pack("<23i", *fields, 0, 0, 0, 0, 0, 0)
+    return struct.pack("<23if", *fields, 0, 0, 0, 0, 0, 0, k["alpha"])
 
 
 def _write_latent_case(f, rng, k):
@@ -343,7 +358,7 @@ def _write_latent_case(f, rng, k):
     for a in [x, conv, res, z] + [c[n] for n in LATENT_WEIGHT_ORDER if n in c]:
         if a is not None:
             f.write(np.ascontiguousarray(a, dtype="<f4").tobytes())
-    opts = dict(pool=k["pool"], se=k["se"], attention=k["attention"], activation=k["activation"])
+    opts = dict(pool=k["pool"], se=k["se"], attention=k["attention"], activation=k["activation"], alpha=k["alpha"])
     return latent_epilogue_reference(x, conv, z, res, c, **opts)
 
 
@@ -363,13 +378,13 @@ def _write_depthwise_case(f, rng, k) -> np.ndarray:
         attention=k["attention"],
     )
     geometry = dict(k=k["k"], stride=k["stride"], pads=k["pads"], dilation=k["dilation"])
-    opts = dict(pool=k["pool"], se=k["se"], attention=k["attention"], activation=k["activation"])
+    opts = dict(pool=k["pool"], se=k["se"], attention=k["attention"], activation=k["activation"], alpha=k["alpha"])
     shape = depthwise_reference(x, None, c, **opts, **geometry).shape
     res = rng.standard_normal(shape).astype(np.float32) if k["residual"] else None
     head = [k[n] for n in ("B", "H", "W", "Cin", "Cout", "S", "L", "pool", "se", "attention", "residual")]
     head += [ACTS[k["activation"]], FORMS[k["form"]], k["threads"], 3, k["stride"], 0, k["k"]]
     top, left, bottom, right = k["pads"]
-    f.write(struct.pack("<23i", *head, top, left, bottom, right, k["dilation"]))
+    f.write(struct.pack("<23if", *head, top, left, bottom, right, k["dilation"], k["alpha"]))
     for a in [x, res] + [c[n] for n in DEPTHWISE_WEIGHT_ORDER if n in c]:
         if a is not None:
             f.write(np.ascontiguousarray(a, dtype="<f4").tobytes())
@@ -424,7 +439,8 @@ def test_driver_on_this_machine(tmp_path):
         pytest.skip(f"no native build of the driver: {exc}")
     # every third case, and every case of the split over threads (concurrent members, and
     # members run one after the other: the stages must not wait for a member that never comes)
-    cases = [c for i, c in enumerate(CASES) if i % 3 == 0 or c["threads"] != 1]
+    # and of LeakyReLU (its slope is the one float of the case's header)
+    cases = [c for i, c in enumerate(CASES) if i % 3 == 0 or c["threads"] != 1 or c["alpha"] != 0.0]
     expected = write_cases(tmp_path / "cases.bin", cases)
     assert _cross.run_driver(driver, tmp_path / "cases.bin", tmp_path / "out.bin", target="host") == "portable"
     got = read_outputs(tmp_path / "out.bin", expected)

@@ -26,7 +26,16 @@ from torch import nn
 pytest.importorskip("openvino")
 
 import _zoo  # noqa: E402
-from _fused_nets import ACTIVATIONS, FUZZ, available_isas, build, dcd_layer_net, forced_isa  # noqa: E402
+from _fused_nets import (  # noqa: E402
+    FUZZ,
+    activation_specs,
+    available_isas,
+    build,
+    check_activation,
+    dcd_layer_net,
+    forced_isa,
+    make_activation,
+)
 
 from dcd_deploy import export_onnx  # noqa: E402
 from dcd_deploy.layers import DCDConv2d, DCDLinear  # noqa: E402
@@ -60,7 +69,7 @@ def block_layers(draw) -> Blocks:
     kernel, stride = draw(st.sampled_from([(1, 1), (1, 1), (3, 1), (3, 2), (1, 2)]))
     blocks = draw(st.sampled_from([2, 3, 4]))
     groups = draw(st.sampled_from([1, 1, 1, blocks]))  # a grouped W0 (groups | B) too
-    c_in = blocks * draw(st.integers(1, 8))
+    c_in = blocks * draw(st.integers(1 if groups == 1 else 2, 8))  # groups = C_in would be depthwise
     residual = stride == 1 and draw(st.booleans())
     c_out = c_in if residual else blocks * draw(st.integers(1, 12))
     return Blocks(
@@ -76,7 +85,7 @@ def block_layers(draw) -> Blocks:
         channel_attention=draw(st.booleans()),
         latent_bn=draw(st.booleans()),
         residual=residual,
-        act=draw(st.sampled_from(sorted(ACTIVATIONS))),
+        act=draw(activation_specs()),
         side=draw(st.sampled_from([1, 2, 5, 7, 12])),
         batch=draw(st.integers(1, 3)),
         seed=draw(st.integers(0, 2**16)),
@@ -102,7 +111,8 @@ def test_fused_block_diagonal_layers_match_pytorch(tmp_path, capsys):
         pointwise = cfg.kernel == 1 and cfg.stride == 1
         assert node.op_type == ("DCDPointwise" if pointwise else "DCDConvEpilogue")
         attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
-        assert attrs["residual"] == int(cfg.residual) and attrs["activation"].decode() == cfg.act
+        assert attrs["residual"] == int(cfg.residual)
+        check_activation(attrs, cfg.act)
         g = torch.Generator().manual_seed(cfg.seed + 1)
         x = torch.randn(2 * cfg.batch, 3, cfg.side, cfg.side, generator=g)
         isa = isas[isa_index % len(isas)]
@@ -158,7 +168,7 @@ def classifiers(draw) -> Classifier:
         latent_bn=draw(st.booleans()),
         bias=draw(st.booleans()),
         residual=residual,
-        act=draw(st.sampled_from(sorted(ACTIVATIONS))),
+        act=draw(activation_specs()),
         batch=draw(st.integers(1, 3)),
         seed=draw(st.integers(0, 2**16)),
     )
@@ -181,7 +191,7 @@ class ClassifierNet(nn.Module):
             channel_attention=cfg.channel_attention,
             latent_bn=cfg.latent_bn,
         )
-        self.act = ACTIVATIONS[cfg.act]()
+        self.act = make_activation(cfg.act)
 
     def forward(self, x):
         y = self.cls(x)
@@ -209,7 +219,8 @@ def test_fused_classifier_matches_pytorch(tmp_path, capsys):
         (node,) = [n for n in graph.node if n.domain == "dcd_deploy"]
         assert node.op_type == "DCDConvEpilogue"
         attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
-        assert attrs["residual"] == int(cfg.residual) and attrs["activation"].decode() == cfg.act
+        assert attrs["residual"] == int(cfg.residual)
+        check_activation(attrs, cfg.act)
         assert attrs["pool"] == 1 and attrs["stride"] == 1 and attrs["offset"] == 0
         assert "Gemm" in {n.op_type for n in graph.node}  # W0 x + b0: the runtime's own
         g = torch.Generator().manual_seed(cfg.seed + 1)

@@ -57,7 +57,8 @@ def _cpu_isas(lib) -> list[str]:
 
 
 # ------------------------------------------------------------------------------ the model
-def make_model(x, res, c, *, pool, se, attention, activation, form):
+def make_model(x, res, c, *, pool, se, attention, activation, form, alpha=None):
+    """One DCDPointwise node; ``alpha``: its activation_alpha (None: no such attribute)."""
     B, H, W, Cin = x.shape
     Cout = c["w0"].shape[0]
     inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x.shape))]
@@ -68,6 +69,7 @@ def make_model(x, res, c, *, pool, se, attention, activation, form):
     order = ["fc1", "gate", "scale_w", "phi_w", "phi_b", "q", "q_b", "p", "w0", "bias"]
     inits = [numpy_helper.from_array(c[k], k) for k in order if k in c]
     names += [k for k in order if k in c]
+    slope = {} if alpha is None else {"activation_alpha": float(alpha)}
     node = helper.make_node(
         "DCDPointwise",
         names,
@@ -79,6 +81,7 @@ def make_model(x, res, c, *, pool, se, attention, activation, form):
         residual=int(res is not None),
         activation=activation,
         form=form,
+        **slope,
     )
     graph = helper.make_graph(
         [node], "dcd", inputs, [helper.make_tensor_value_info("out", TensorProto.FLOAT, [B, H, W, Cout])], inits
@@ -112,6 +115,7 @@ def check(
     attention=0,
     residual=0,
     activation="none",
+    alpha=None,
     form="weight",
     seed=0,
 ):
@@ -121,10 +125,9 @@ def check(
     x, res, c = make_case(
         rng, B=B, H=H, W=W, Cin=Cin, Cout=Cout, L=L, S=S, pool=pool, se=se, attention=attention, residual=residual
     )
-    got = run_ov(
-        core, make_model(x, res, c, pool=pool, se=se, attention=attention, activation=activation, form=form), x, res
-    )
-    want = reference(x, res, c, pool=pool, se=se, attention=attention, activation=activation)
+    opts = dict(pool=pool, se=se, attention=attention, activation=activation)
+    got = run_ov(core, make_model(x, res, c, **opts, form=form, alpha=alpha), x, res)
+    want = reference(x, res, c, **opts, alpha=alpha or 0.0)
     assert got.shape == want.shape
     scale = max(1.0, float(np.abs(want).max()))
     err = float(np.abs(got - want).max()) / scale
@@ -293,7 +296,28 @@ def test_narrow_bins(core, lib, isas, monkeypatch, isa, cin, hw):
 
 
 @pytest.mark.parametrize("isa", ISAS)
-@pytest.mark.parametrize("activation", ["relu", "relu6"])
+@pytest.mark.parametrize("form", ["weight", "latent"])
+@pytest.mark.parametrize("alpha", [0.1, 0.01, 0.0, -0.75, 2.5])
+def test_leaky_relu_at_any_slope(core, lib, isas, monkeypatch, isa, form, alpha):
+    # YOLO's 0.1, PyTorch's default 0.01, 0 (ReLU), and below 0 and above 1 (PyTorch takes
+    # any); Cin 23 takes the short-K GEMM in the weight form, the tiled one in the latent form
+    _need(isas, isa)
+    sizes = dict(B=2, H=5, W=3, Cin=23, Cout=17, L=8, pool=2, se=1, attention=1, residual=1)
+    check(
+        core,
+        lib,
+        isa,
+        monkeypatch,
+        **sizes,
+        activation="leaky_relu",
+        alpha=alpha,
+        form=form,
+        seed=int(abs(alpha) * 100),
+    )
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("activation", ["relu", "relu6", "leaky_relu"])
 def test_the_activation_keeps_nan(core, lib, isas, monkeypatch, isa, activation):
     # a NaN in the residual reaches the epilogue alone (one pixel, one channel): relu and
     # relu6 keep it NaN, as torch.relu and np.maximum do (an instruction-level max/min
@@ -304,9 +328,10 @@ def test_the_activation_keeps_nan(core, lib, isas, monkeypatch, isa, activation)
     x, res, c = make_case(rng, B=1, H=5, W=7, Cin=24, Cout=40, L=4, S=6, pool=1, se=0, attention=1, residual=1)
     res[0, 2, 3, 37] = np.nan
     res[0, 4, 6, 5] = np.nan
-    model = make_model(x, res, c, pool=1, se=0, attention=1, activation=activation, form="weight")
+    alpha = 0.1 if activation == "leaky_relu" else None
+    model = make_model(x, res, c, pool=1, se=0, attention=1, activation=activation, form="weight", alpha=alpha)
     got = run_ov(core, model, x, res)
-    want = reference(x, res, c, pool=1, se=0, attention=1, activation=activation)
+    want = reference(x, res, c, pool=1, se=0, attention=1, activation=activation, alpha=alpha or 0.0)
     assert np.isnan(want).sum() == 2
     assert (np.isnan(got) == np.isnan(want)).all()
     ok = ~np.isnan(want)

@@ -1,0 +1,62 @@
+"""The layer record's activation parameter (``activation_alpha``, LeakyReLU's slope): what
+the parity check reads from a file, and refuses when it cannot be the exporter's."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import onnx
+import pytest
+import torch
+from onnx import helper
+
+from dcd_deploy.errors import DCDDeployError
+from dcd_deploy.exporters.onnx import LAYERS_KEY
+from dcd_deploy.parity import read_layers
+
+
+def _proto(**activation) -> onnx.ModelProto:
+    entry = {"path": "a", "kind": "DCD", "form": "latent", "input": "x", "output": "y", "layout": "NHWC"}
+    graph = helper.make_graph([], "g", [], [])
+    proto = helper.make_model(graph)
+    helper.set_model_props(proto, {LAYERS_KEY: json.dumps([{**entry, **activation}])})
+    return proto
+
+
+@pytest.mark.parametrize("alpha", [0.1, 0.01, -0.5, 1.5, 0])
+def test_a_leaky_relu_record_carries_its_slope(alpha):
+    (record,) = read_layers(Path("f.onnx"), _proto(activation="leaky_relu", activation_alpha=alpha))
+    assert record.activation == "leaky_relu" and record.activation_alpha == alpha
+
+
+def test_a_record_written_before_the_parameter_reads_as_before():
+    (record,) = read_layers(Path("f.onnx"), _proto(activation="relu"))
+    assert record.activation == "relu" and record.activation_alpha == 0.0
+
+
+@pytest.mark.parametrize(
+    "activation",
+    [
+        {"activation": "leaky_relu"},  # no slope: which one would the check apply?
+        {"activation": "leaky_relu", "activation_alpha": float("nan")},
+        {"activation": "leaky_relu", "activation_alpha": float("inf")},
+        {"activation": "leaky_relu", "activation_alpha": "0.1"},
+        {"activation": "leaky_relu", "activation_alpha": True},
+        {"activation": "relu", "activation_alpha": 0.1},  # ReLU takes none
+    ],
+)
+def test_a_record_with_a_slope_the_exporter_cannot_have_written_is_refused(activation):
+    with pytest.raises(DCDDeployError, match=f"malformed {LAYERS_KEY} entry for 'a'"):
+        read_layers(Path("f.onnx"), _proto(**activation))
+
+
+def test_the_recorded_slope_is_the_one_applied():
+    # the layer-wise check's recomputation: the record's function on a known tensor
+    from dcd_deploy.parity._layerwise import _apply
+
+    (record,) = read_layers(Path("f.onnx"), _proto(activation="leaky_relu", activation_alpha=-0.5))
+    model = torch.nn.Module()
+    model.add_module("a", torch.nn.Identity())
+    y = _apply(record, model, torch.tensor([-2.0, 0.0, 3.0, float("nan")]), None)
+    assert y[:3].tolist() == [1.0, 0.0, 3.0] and torch.isnan(y[3])
