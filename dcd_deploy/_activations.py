@@ -12,7 +12,7 @@ Three parts of the package must agree on them, and each reads this table:
   ``csrc/openvino/op_contract.cpp``); the fused fuzz tests run every row through them.
 
 How an exported graph spells each one (``Relu``, ``Clip(0, 6)``, ``Mul(t, Sigmoid(t))``,
-``HardSwish``, GELU's five nodes around ``Erf``, ``LeakyRelu``) is the exporter's matching
+``HardSwish``, GELU's five nodes around ``Erf``, ``LeakyRelu``, ``Mish``) is the exporter's matching
 (``exporters/_fused.py``): those patterns are torch.onnx's, not the activation's.
 """
 
@@ -76,6 +76,11 @@ def _gelu(op: Op, const: Const, x: str) -> str:
     return op("Mul", [x, op("Mul", [op("Add", [e, const("one", 1.0)]), const("half", 0.5)])])
 
 
+def _mish(op: Op, const: Const, x: str) -> str:
+    # x · tanh(softplus(x)): the Mish op is opset 18, the bodies are opset 13
+    return op("Mul", [x, op("Tanh", [op("Softplus", [x])])])
+
+
 def _leaky_relu(op: Op, const: Const, x: str, alpha: float) -> str:
     # x for x >= 0, alpha · x below (LeakyRelu is opset 6; NaN stays NaN)
     return op("LeakyRelu", [x], alpha=float(alpha))
@@ -92,6 +97,7 @@ ACTIVATIONS: dict[str, Activation] = {
         Activation("hardswish", "hardswish", _hardswish),
         Activation("gelu", "gelu", _gelu),
         Activation("leaky_relu", "leaky_relu", _leaky_relu, parameter="negative_slope"),
+        Activation("mish", "mish", _mish),
     )
 }
 

@@ -26,6 +26,7 @@ FORMULAS = {
     "hardswish": lambda x: x * np.minimum(np.maximum(x + 3.0, 0.0), 6.0) / 6.0,
     "gelu": lambda x: x * np.vectorize(math.erfc)(-x / math.sqrt(2.0)) / 2.0,  # x Φ(x)
     "leaky_relu": lambda x, slope: np.where(x >= 0.0, x, slope * x),
+    "mish": lambda x: x * np.tanh(np.log1p(np.exp(x))),  # x tanh(softplus(x))
 }
 #: The parameter values checked for an activation that takes one (LeakyReLU's negative
 #: slope: YOLO's 0.1, PyTorch's default 0.01, 0 and, as PyTorch allows any, below 0 and above 1).

@@ -153,12 +153,23 @@ inline vf vgelu(vf v) {
     return v * (vf)(((vi)half_erfc & neg) | ((vi)(1.f - half_erfc) & ~neg));
 }
 
+// Mish v * tanh(softplus(v)) = v * t / (t + 2) with t = n (n + 2), n = e^v (tanh(log(1 + n))
+// = ((1 + n)^2 - 1) / ((1 + n)^2 + 1), with no cancellation for small n). v above 20 takes
+// n = e^20, where the factor is 1 to float precision (PyTorch's softplus is v there too);
+// vexp's clamp at -87 leaves below that a result within 1e-36 of 0. NaN stays NaN (v *).
+inline vf vmish(vf v) {
+    const vf n = vexp(vmin_hi(bc(20.f), v));
+    const vf t = n * (n + 2.f);
+    return v * (t / (t + 2.f));
+}
+
 // The activations with more than a max and a min (ReLU, ReLU6 are written where they are
 // used), as PyTorch computes them: SiLU v * sigmoid(v) = v / (1 + e^-v); Hardswish
-// v * min(max(v + 3, 0), 6) / 6; GELU (vgelu).
+// v * min(max(v + 3, 0), 6) / 6; GELU (vgelu); Mish (vmish).
 inline vf act_smooth(vf v, int act) {
     if (act == ACT_SILU) return v / (1.f + vexp(-v));
     if (act == ACT_GELU) return vgelu(v);
+    if (act == ACT_MISH) return vmish(v);
     return v * vmin_hi(bc(6.f), vmax_lo(vf{}, v + 3.f)) / 6.f;
 }
 

@@ -23,7 +23,8 @@ enum Act {
     ACT_SILU = 3,
     ACT_HARDSWISH = 4,
     ACT_GELU = 5,
-    ACT_LEAKY_RELU = 6
+    ACT_LEAKY_RELU = 6,
+    ACT_MISH = 7
 };
 enum Form { FORM_WEIGHT = 0, FORM_LATENT = 1, FORM_AUTO = 2 };
 enum Phase { PH_POOL = 0, PH_BRANCH = 1, PH_FORM = 2, PH_GEMM = 3, PH_COUNT = 4 };

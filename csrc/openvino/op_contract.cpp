@@ -23,8 +23,8 @@ std::string FusedAttrs::check() const {
     if ((se | 1) != 1 || (attention | 1) != 1 || (residual | 1) != 1)
         return "se, attention and residual must be 0 or 1";
     if (parse_act(activation) < 0)
-        return "activation must be none, relu, relu6, silu, hardswish, gelu or leaky_relu, got '" + clip(activation) +
-               "'";
+        return "activation must be none, relu, relu6, silu, hardswish, gelu, leaky_relu or mish, got '" +
+               clip(activation) + "'";
     if (parse_act(activation) == ACT_LEAKY_RELU && !std::isfinite(activation_alpha))
         return "activation leaky_relu needs a finite activation_alpha (its negative slope), got " +
                (std::isnan(activation_alpha) ? std::string("none or nan") : std::to_string(activation_alpha));
@@ -41,6 +41,7 @@ int parse_act(const std::string& a) {
     if (a == "hardswish") return ACT_HARDSWISH;
     if (a == "gelu") return ACT_GELU;
     if (a == "leaky_relu") return ACT_LEAKY_RELU;
+    if (a == "mish") return ACT_MISH;
     return -1;
 }
 

@@ -5,7 +5,7 @@ This is the graph a runtime with a fused DCD kernel needs (the OpenVINO extensio
 release's latent branch, in deploy form: BNs folded, Λ's and the SE gate's factor 2 in
 the weights) becomes one node, with what follows it fused as an epilogue:
 
-    y = act(DCD(x) + residual)       act: none, ReLU, ReLU6, SiLU, Hardswish, GELU or LeakyReLU; residual: optional
+    y = act(DCD(x) + residual)       act: none, ReLU, ReLU6, SiLU, Hardswish, GELU, LeakyReLU or Mish; residual: optional
 
 The node reads and writes NHWC: a Transpose pair wraps it, which runtimes that keep
 activations channels-last (OpenVINO's CPU plugin) merge into their own layout
@@ -45,7 +45,7 @@ then one depthwise convolution of x with K, bias, residual and activation fused.
 The epilogue is matched on the exported ONNX graph (:func:`plan`): a same-shape Add
 and then a Relu, Clip(0, 6), HardSwish, SiLU (``Mul(t, Sigmoid(t))``, as torch.onnx
 writes ``F.silu``), exact GELU (``Div``, ``Erf``, ``Add``, ``Mul``, ``Mul``, as it writes
-``F.gelu``) or LeakyRelu (``F.leaky_relu``, its ``alpha`` the slope: any finite one), each
+``F.gelu``), LeakyRelu (``F.leaky_relu``, its ``alpha`` the slope: any finite one) or Mish, each
 only where the tensor before it feeds nothing else (but the activation's own nodes).
 A layer with B > 1 latent blocks (Eq. 6) takes the same ops as the dense layer with zeros
 off the blocks (its kind's ``fused_constants``). The classifier (``DCDLinear``) is the
@@ -269,6 +269,8 @@ def _activation(node, const_of) -> str | None:
         return "leaky_relu" if math.isfinite(_leaky_alpha(node)) else None
     if node.op_type == "HardSwish":
         return "hardswish"
+    if node.op_type == "Mish":  # F.mish at opset 18 (below it torch.onnx writes the chain: not matched)
+        return "mish"
     if node.op_type == "Clip" and len(node.input) == 3:
         lo, hi = (const_of(n) for n in node.input[1:])
         if (

@@ -1,7 +1,7 @@
 """``mode="fused"``: an elementwise op between fused layers runs on their NHWC tensors.
 
 A fused node writes NHWC and a Transpose gives the rest of the graph its NCHW view
-(:class:`._fused.Layout`). An activation the fused ops do not take (Mish, ELU, PReLU, ...)
+(:class:`._fused.Layout`). An activation the fused ops do not take (ELU, SELU, PReLU, ...)
 or an Add of two fused layers' outputs then runs on that NCHW view, and the next fused
 layer transposes the result back. OpenVINO's CPU plugin merges such Transposes into its
 own layout changes only where the neighbours already agree on a layout; between an

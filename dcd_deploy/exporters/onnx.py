@@ -68,6 +68,8 @@ ALLOWED_OPS = frozenset(
         "Sigmoid",
         "Erf",  # only a fused op's body, for the user's GELU folded into it
         "LeakyRelu",  # only a fused op's body, for the user's LeakyReLU folded into it
+        "Softplus",  # only a fused op's body, for the user's Mish folded into it
+        "Tanh",  # the same
         "Softmax",
         "AveragePool",
         "GlobalAveragePool",

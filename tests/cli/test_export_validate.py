@@ -201,7 +201,7 @@ def _tamper_pool(node):
 
 
 def _tamper_activation(node):
-    next(a for a in node.attribute if a.name == "activation").s = b"mish"
+    next(a for a in node.attribute if a.name == "activation").s = b"elu"
 
 
 def _tamper_slope(node):
@@ -220,7 +220,10 @@ def _tamper_drop(node):
     "tamper, reason",
     [
         (_tamper_pool, "pool must be 1 or 2, got 5"),
-        (_tamper_activation, "activation must be none, relu, relu6, silu, hardswish, gelu or leaky_relu, got 'mish'"),
+        (
+            _tamper_activation,
+            "activation must be none, relu, relu6, silu, hardswish, gelu, leaky_relu or mish, got 'elu'",
+        ),
         (_tamper_slope, "activation_alpha is leaky_relu's negative slope; activation 'relu6' takes none"),
         (_tamper_swap, "has shape"),
         (_tamper_drop, "inputs"),

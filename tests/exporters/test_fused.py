@@ -316,6 +316,42 @@ def test_a_fused_leaky_relu_runs_the_slope_it_carries_and_needs_a_finite_one(tmp
         )
 
 
+class _Mish(torch.nn.Module):
+    """A CSP-style stack: DCD layers (1x1, 3x3, depthwise) each followed by Mish as users
+    write it (``nn.Mish()``, ``F.mish``), and one whose input is also returned (so it cannot
+    fold and stays a graph op)."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = torch.nn.Conv2d(3, 8, 1)
+        self.a = DCDConv2d(8, 16, 1)
+        self.b = DCDConv2d(16, 16, 3, padding=1)
+        self.c = DCDConv2d(16, 16, 3, padding=1, groups=16)
+        self.d = DCDConv2d(16, 8, 1)
+        self.act = torch.nn.Mish()
+
+    def forward(self, x):
+        y = self.act(self.a(self.stem(x)))
+        y = torch.nn.functional.mish(self.b(y))
+        t = self.d(self.act(self.c(y)))
+        return torch.nn.functional.mish(t), t
+
+
+def test_mish_is_fused_where_nothing_else_reads_its_input(tmp_path):
+    torch.manual_seed(0)
+    model = _Mish().eval()
+    result = export_onnx(model, tmp_path / "m.onnx", input_size=10, mode="fused", check=False)
+    proto = onnx.load(str(tmp_path / "m.onnx"))
+    nodes = [n for n in proto.graph.node if n.domain == "dcd_deploy"]
+    assert [n.op_type for n in nodes] == ["DCDPointwise", "DCDConvEpilogue", "DCDDepthwise", "DCDPointwise"]
+    assert [_attrs(n)["activation"].decode() for n in nodes] == ["mish", "mish", "mish", "none"]
+    assert result.op_histogram.get("Mish", 0) == 1  # the one on the returned tensor
+    x = torch.randn(3, 3, 10, 10) * 3  # both tails: Mish's dip at -1.19 and its linear part
+    backends = ("onnxruntime", "openvino") if importlib.util.find_spec("openvino") else ("onnxruntime",)
+    report = check_parity(model, tmp_path / "m.onnx", batch_sizes=(1, 3), backends=backends, inputs=x)
+    assert report, report.table()
+
+
 class _Flat(torch.nn.Sequential):
     def forward(self, x):
         return torch.flatten(super().forward(x), 1)

@@ -1,6 +1,6 @@
 """``mode="fused"``: elementwise ops between fused layers run on the NHWC tensors.
 
-The networks are written as users write them (Mish, ELU, a per-channel PReLU, scales,
+The networks are written as users write them (SELU, ELU, a per-channel PReLU, scales,
 an elementwise max of two DCD layers, the tanh form of GELU); the numbers are checked
 against PyTorch in float64 through ONNX Runtime and, when installed, OpenVINO's fused
 kernels. The structure is checked on the file: no elementwise op reads a Transpose.
@@ -43,7 +43,7 @@ class _Between(torch.nn.Module):
         self.tanh_gelu = torch.nn.GELU(approximate="tanh")
 
     def forward(self, x):
-        y = F.mish(self.a(self.stem(x)))
+        y = F.selu(self.a(self.stem(x)))
         y = F.elu(self.b(y)) * 0.5
         y = self.prelu(self.c(y)) * self.scale
         y = torch.maximum(self.d(y), -self.d(y).abs())
@@ -61,7 +61,7 @@ class _Mixed(torch.nn.Module):
 
     def forward(self, x):
         s = self.stem(x)
-        return self.b(F.mish(self.a(s)) * s)
+        return self.b(F.selu(self.a(s)) * s)
 
 
 def _export(model, tmp_path):
@@ -86,7 +86,7 @@ def test_ops_between_fused_layers_read_their_nhwc_outputs(tmp_path):
     fused = [n for n in proto.graph.node if n.domain == "dcd_deploy"]
     assert len(fused) == 5
     moved = [n for n in proto.graph.node if n.op_type in ELEMENTWISE and n.domain == ""]
-    assert {"Mish", "Elu", "PRelu", "Mul", "Max", "Abs", "Neg", "Tanh"} <= {n.op_type for n in moved}
+    assert {"Selu", "Elu", "PRelu", "Mul", "Max", "Abs", "Neg", "Tanh"} <= {n.op_type for n in moved}
     for node in moved:
         for t in node.input:
             src = producer.get(t)
@@ -110,9 +110,9 @@ def test_an_op_that_also_reads_an_nchw_tensor_stays_in_nchw(tmp_path):
     model = _Mixed().eval()
     path, proto, producer = _export(model, tmp_path)
     (mul,) = [n for n in proto.graph.node if n.op_type == "Mul"]
-    assert {producer[t].op_type for t in mul.input} == {"Transpose", "Conv"}  # the Mish output's NCHW view, s
-    (mish,) = [n for n in proto.graph.node if n.op_type == "Mish"]
-    assert producer[mish.input[0]].domain == "dcd_deploy"  # Mish itself reads the NHWC output
+    assert {producer[t].op_type for t in mul.input} == {"Transpose", "Conv"}  # the SELU output's NCHW view, s
+    (selu,) = [n for n in proto.graph.node if n.op_type == "Selu"]
+    assert producer[selu.input[0]].domain == "dcd_deploy"  # SELU itself reads the NHWC output
     _parity(model, path)
 
 

@@ -5,7 +5,7 @@ Each ``test_fused_*`` file draws its own layer geometry and builds the layer; th
 around it is the same everywhere:
 
     Conv2d(3, C_in, 1) -> the DCD layer -> BatchNorm2d [-> + stem output]
-        [-> ReLU | ReLU6 | SiLU | Hardswish | GELU | LeakyReLU(slope)]
+        [-> ReLU | ReLU6 | SiLU | Hardswish | GELU | LeakyReLU(slope) | Mish]
 
 The activation is a spec (:func:`activation_specs`): a name of :data:`ACTIVATIONS`, or
 ``leaky_relu:<slope>``.
@@ -44,6 +44,7 @@ ACTIVATIONS = {
     "hardswish": nn.Hardswish,
     "gelu": nn.GELU,
     "leaky_relu": nn.LeakyReLU,
+    "mish": nn.Mish,
 }
 #: LeakyReLU's negative slopes the fuzz draws besides any in [-3, 3]: YOLO's 0.1, PyTorch's
 #: default 0.01, 0, and below 0 and above 1 (PyTorch takes any).

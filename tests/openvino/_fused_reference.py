@@ -55,6 +55,9 @@ def _act(out, activation, alpha=0.0):
         return out * np.clip(out + 3.0, 0.0, 6.0) / 6.0
     if activation == "gelu":  # x Φ(x), Φ(x) = erfc(-x / √2) / 2 (math.erfc: no cancellation in the tail)
         return out * np.vectorize(math.erfc, otypes=[np.float64])(-out / math.sqrt(2.0)) / 2.0
+    if activation == "mish":  # x tanh(softplus(x)), softplus as log1p(e^x) (x for x > 20, as PyTorch)
+        with np.errstate(over="ignore"):
+            return out * np.tanh(np.where(out > 20.0, out, np.log1p(np.exp(np.minimum(out, 20.0)))))
     if activation == "leaky_relu":  # x for x >= 0, alpha x below; NaN stays NaN (out < 0 is false for it)
         return np.where(out < 0, alpha * out, out)
     return out

@@ -39,7 +39,7 @@ from _fused_reference import (
 from dcd_deploy.errors import ExtensionError
 from dcd_deploy.openvino import _cross
 
-ACTS = {"none": 0, "relu": 1, "relu6": 2, "silu": 3, "hardswish": 4, "gelu": 5, "leaky_relu": 6}
+ACTS = {"none": 0, "relu": 1, "relu6": 2, "silu": 3, "hardswish": 4, "gelu": 5, "leaky_relu": 6, "mish": 7}
 #: (se, attention, residual, activation) cases of the epilogue and depthwise kinds; an
 #: activation with a parameter is (name, its value): LeakyReLU's slope, YOLO's 0.1, PyTorch's
 #: default 0.01, and below 0 and above 1 (PyTorch takes any).
@@ -52,6 +52,7 @@ OPTIONS = (
     (0, 1, 0, "gelu"),
     (1, 1, 1, ("leaky_relu", 0.1)),
     (0, 0, 0, ("leaky_relu", -0.75)),
+    (1, 0, 1, "mish"),
 )
 FORMS = {"weight": 0, "latent": 1, "auto": 2}
 MAGIC = 0x4B444344
@@ -103,6 +104,7 @@ def _cases():
             (1, 0, 1, "gelu"),
             (0, 1, 1, ("leaky_relu", 0.01)),
             (1, 0, 0, ("leaky_relu", 2.5)),
+            (0, 1, 1, "mish"),
         ):
             for B in (1, 4):
                 out.append(

@@ -178,6 +178,7 @@ def test_channels(core, lib, isas, monkeypatch, isa, form, cin, cout, L):
         (1, 1, 1, "silu"),
         (0, 1, 0, "hardswish"),
         (1, 0, 1, "gelu"),
+        (0, 1, 1, "mish"),
     ],
 )
 @pytest.mark.parametrize("B", [1, 4])
@@ -339,9 +340,9 @@ def test_the_activation_keeps_nan(core, lib, isas, monkeypatch, isa, activation)
 
 
 @pytest.mark.parametrize("isa", ISAS)
-@pytest.mark.parametrize("activation", ["silu", "hardswish", "gelu"])
+@pytest.mark.parametrize("activation", ["silu", "hardswish", "gelu", "mish"])
 def test_smooth_activations_over_their_whole_range(core, lib, isas, monkeypatch, isa, activation):
-    """SiLU and GELU (through the kernels' own exp and erfc) and Hardswish on pre-activations
+    """SiLU, GELU and Mish (through the kernels' own exp and erfc) and Hardswish on pre-activations
     from -150 to 150 (the residual sets them: e^-x overflows float32 below -88), NaN kept, against
     float64 numpy: within 1e-6 of it, relative above 1 (float32 rounding alone is about
     1.3e-7 here; a polynomial coefficient of exp off by 0.4% is 1.4e-6)."""
@@ -356,7 +357,9 @@ def test_smooth_activations_over_their_whole_range(core, lib, isas, monkeypatch,
     want = reference(x, res, c, pool=1, se=0, attention=1, activation=activation)
     assert np.isnan(want).sum() == 1 and (np.isnan(got) == np.isnan(want)).all()
     ok = ~np.isnan(want)
-    assert want[ok].min() < -0.15 and want[ok].max() > 140  # both tails and the dip (GELU: -0.17) were reached
+    assert (
+        want[ok].min() < -0.15 and want[ok].max() > 140
+    )  # both tails and the dip (GELU: -0.17, Mish: -0.31) were reached
     assert (np.abs(got[ok] - want[ok]) <= 1e-6 * np.maximum(1.0, np.abs(want[ok]))).all()
 
 
