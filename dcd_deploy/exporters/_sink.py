@@ -56,13 +56,13 @@ def sink(node: onnx.NodeProto, *, g: GraphBuilder, layout: Layout, name, const_o
     if node.op_type not in ELEMENTWISE or node.domain not in ("", "ai.onnx") or len(node.output) != 1:
         return False
     twins = {t for t in node.input if t and name(t) in layout.derived}
-    others = [const_of(t) for t in node.input if t and t not in twins]
-    if not twins or any(v is None or v.ndim > 4 for v in others):
+    consts = {t: const_of(t) for t in node.input if t and t not in twins}
+    if not twins or any(v is None or v.ndim > 4 for v in consts.values()):
         return False  # nothing to move, or a tensor computed in NCHW, or not 4-D broadcastable
     node_name = g.unique(f"{scope}/{node.op_type}")
     inputs = []
     for t in node.input:
-        value = const_of(t) if t and t not in twins else None
+        value = consts.get(t)
         if t in twins:
             inputs.append(layout.nhwc[name(t)])
         else:  # "" (an absent optional input), or a constant
