@@ -39,6 +39,7 @@ from ..errors import ExportError, ParityError
 from ._builder import DOMAIN
 from ._deploy_dcd import STRATEGIES, DeployDCD
 from ._emit import drop_missing, emit_layers
+from ._opset import convert_opset
 from ._placeholder import DOMAIN as PLACEHOLDER_DOMAIN
 from ._trace import NATIVE_OPSET, trace
 from ._trace_worker import TraceWorker, trace_worker
@@ -506,7 +507,7 @@ def _build(
         folded_bn=getattr(deploy, "folded_bn", {}),
     )
     if opset != NATIVE_OPSET:
-        proto = _convert_opset(proto, opset)
+        proto = convert_opset(proto, opset)
     proto.ir_version = min(proto.ir_version, 10)  # readable by ONNX Runtime releases of the last years
     proto.producer_name, proto.producer_version = "dcd-deploy", __version__
     size = str(hw[0]) if hw[0] == hw[1] else f"{hw[0]}x{hw[1]}"
@@ -619,18 +620,6 @@ def _check_ops(proto: onnx.ModelProto, mode: str) -> None:
         )
         if bad:  # a lowering bug, not a user error
             raise AssertionError(f"our emission wrote disallowed ops: {bad}")
-
-
-def _convert_opset(proto: onnx.ModelProto, opset: int) -> onnx.ModelProto:
-    try:
-        from onnx import version_converter
-
-        converted = version_converter.convert_version(proto, opset)
-    except Exception as exc:
-        raise ExportError(
-            f"cannot write opset {opset}: {str(exc).splitlines()[0] if str(exc) else exc}; use opset {NATIVE_OPSET}"
-        ) from exc
-    return converted
 
 
 def _parity_backends(mode: str) -> tuple[str, ...]:

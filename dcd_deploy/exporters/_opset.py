@@ -1,0 +1,220 @@
+"""Writing an exported graph at an older opset than the one it was traced at (``--opset``).
+
+``onnx.version_converter`` steps the graph down one opset at a time with an adapter per op
+version, and refuses what it has no adapter for. Three gaps hit every network we export
+below opset 16 (onnx 1.23); :func:`convert_opset` closes them before and around the call:
+
+* **Ops introduced after the target** (Mish at 18, HardSwish at 14: "No Previous Version
+  of Mish exists"): ONNX defines them as functions of older ops and its schemas carry those
+  bodies, so each such node is replaced by its schema's body (Mish = x·tanh(softplus(x))),
+  which is what a runtime without the op computes anyway. Ops whose body depends on their
+  attributes or types (``has_context_dependent_function``) are left to the converter.
+* **Versions that only added types** (Add/Sub/Mul/Div/Relu 14: bfloat16 and small ints;
+  Identity 14-21: sequence, optional, float8 and int4 types) have no down adapter ("No
+  Adapter From Version $14 for Relu"), though the node is valid as it is in the older
+  version for the float tensors we write. Reshape 14 only added ``allowzero``: the same
+  when it is 0 (the default), or 1 (torch.onnx's flatten) with a constant shape holding
+  no 0. Such nodes are hidden from the converter
+  in a private domain and put back after it; the checker's full pass over the result
+  (shape inference at the target opset) then checks their types against the old schemas.
+* **ReduceMean & co. at 18 -> 17**: torch.onnx writes ``noop_with_empty_axes=0``, which
+  the converter keeps although the attribute only exists from 18; at its default it says
+  nothing, so it is dropped.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import onnx
+from onnx import defs, numpy_helper, version_converter
+
+from ..errors import ExportError
+
+_STANDARD = ("", "ai.onnx")
+#: op -> the newest version whose changes (from the version before it) only added types.
+#: Nodes of these ops convert to any older opset the op exists at unchanged.
+TYPE_ONLY_CHANGES = {"Add": 14, "Sub": 14, "Mul": 14, "Div": 14, "Relu": 14, "Identity": 25}
+#: ops whose attribute ``noop_with_empty_axes`` was added at 18 (and axes became an input)
+_REDUCE_18 = frozenset(
+    {"ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2", "ReduceLogSum"}
+    | {"ReduceLogSumExp", "ReduceSumSquare"}
+)
+_HIDDEN = "dcd_deploy.opset_passthrough"  # the private domain nodes wait in during conversion
+
+
+def convert_opset(proto: onnx.ModelProto, opset: int) -> onnx.ModelProto:
+    """``proto`` (traced at a newer opset) written at ``opset``; ``proto`` is changed too.
+
+    Raises:
+        ExportError: an op the converter cannot write at ``opset``, named in its words.
+    """
+    from ._trace import NATIVE_OPSET
+
+    expand_newer_ops(proto, opset)
+    if opset < 18:
+        _drop_default_noop(proto)
+    hidden = _hide_passthrough(proto, opset)
+    try:
+        converted = version_converter.convert_version(proto, opset)
+    except Exception as exc:
+        first = str(exc).splitlines()[0] if str(exc) else repr(exc)
+        raise ExportError(f"cannot write opset {opset}: {first}; use opset {NATIVE_OPSET}") from exc
+    _restore(converted, hidden)
+    functions = [_convert_function(fn, opset) for fn in proto.functions]
+    del converted.functions[:]
+    converted.functions.extend(functions)
+    kept = {i.domain for i in converted.opset_import}
+    converted.opset_import.extend(i for i in proto.opset_import if i.domain not in kept and i.domain != _HIDDEN)
+    return converted
+
+
+def _drop_default_noop(proto: onnx.ModelProto) -> None:
+    for node in proto.graph.node:
+        if node.domain in _STANDARD and node.op_type in _REDUCE_18:
+            keep = [a for a in node.attribute if not (a.name == "noop_with_empty_axes" and a.i == 0)]
+            if len(keep) != len(node.attribute):
+                del node.attribute[:]
+                node.attribute.extend(keep)
+
+
+def _passes_through(node: onnx.NodeProto, opset: int, constants: dict) -> bool:
+    if node.domain not in _STANDARD or not _exists_at(node.op_type, opset):
+        return False
+    if node.op_type in TYPE_ONLY_CHANGES:
+        return True
+    if node.op_type != "Reshape" or opset >= 14:
+        return False
+    allowzero = next((a.i for a in node.attribute if a.name == "allowzero"), 0)
+    if allowzero == 0:
+        return True
+    # allowzero=1 (torch.onnx's flatten) differs from the old Reshape only for a 0 in the shape
+    shape = constants.get(node.input[1]) if len(node.input) > 1 else None
+    return shape is not None and bool((shape != 0).all())
+
+
+def _constants(proto: onnx.ModelProto, names: set) -> dict:
+    """The graph's constant tensors of ``names`` (initializers and Constant nodes' values)."""
+    out = {t.name: numpy_helper.to_array(t) for t in proto.graph.initializer if t.name in names}
+    for node in proto.graph.node:
+        if node.op_type == "Constant" and node.domain in _STANDARD and node.output[0] in names:
+            value = next((a.t for a in node.attribute if a.name == "value"), None)
+            if value is not None:
+                out[node.output[0]] = numpy_helper.to_array(value)
+    return out
+
+
+def _hide_passthrough(proto: onnx.ModelProto, opset: int) -> int:
+    shapes = {n.input[1] for n in proto.graph.node if n.op_type == "Reshape" and len(n.input) > 1}
+    count, constants = 0, _constants(proto, shapes)
+    for node in proto.graph.node:  # the functions are converted one by one (_convert_function)
+        if _passes_through(node, opset, constants):
+            node.domain = _HIDDEN
+            if node.op_type == "Reshape":  # allowzero: unknown before 14, and moot here
+                del node.attribute[:]
+            count += 1
+    if count:
+        proto.opset_import.add(domain=_HIDDEN, version=1)
+    return count
+
+
+def _restore(proto: onnx.ModelProto, hidden: int) -> None:
+    if not hidden:
+        return
+    for node in proto.graph.node:
+        if node.domain == _HIDDEN:
+            node.domain = ""
+    keep = [i for i in proto.opset_import if i.domain != _HIDDEN]
+    del proto.opset_import[:]
+    proto.opset_import.extend(keep)
+
+
+def expand_newer_ops(proto: onnx.ModelProto, opset: int) -> int:
+    """Replace in place every standard-domain node of the graph whose op has no version at
+    ``opset`` (it was introduced later) and has a fixed function body by that body's nodes.
+
+    Args:
+        proto: the model (its default-domain opset import is the one it was traced at).
+        opset: the opset it is to be written at.
+
+    Returns:
+        How many nodes were expanded.
+    """
+    traced = next((i.version for i in proto.opset_import if i.domain in _STANDARD), opset)
+    names = itertools.count()
+    return _expand_nodes(proto.graph.node, traced=traced, opset=opset, names=names)
+
+
+def _expand_nodes(nodes, *, traced: int, opset: int, names) -> int:
+    out, count = [], 0
+    for node in nodes:
+        body = _body(node, traced=traced, opset=opset)
+        if body is None:
+            out.append(node)
+            continue
+        out.extend(_instantiate(body, node, next(names)))
+        count += 1
+    if count:
+        del nodes[:]
+        nodes.extend(out)
+    return count
+
+
+def _body(node: onnx.NodeProto, *, traced: int, opset: int) -> onnx.FunctionProto | None:
+    """The fixed function body of ``node``'s op if the op has no version at ``opset``."""
+    if node.domain not in _STANDARD:
+        return None
+    try:
+        schema = defs.get_schema(node.op_type, traced)
+    except defs.SchemaError:
+        return None
+    if not schema.has_function or _exists_at(node.op_type, opset):
+        return None  # the converter adapts an op that has a version at opset
+    body = schema.function_body
+    if any(a.ref_attr_name for n in body.node for a in n.attribute) or node.attribute:
+        return None  # a body that reads the node's attributes: not instantiated here
+    return body
+
+
+def _exists_at(op_type: str, opset: int) -> bool:
+    try:
+        defs.get_schema(op_type, opset)
+    except defs.SchemaError:
+        return False
+    return True
+
+
+def _instantiate(body: onnx.FunctionProto, node: onnx.NodeProto, serial: int) -> list[onnx.NodeProto]:
+    """``body``'s nodes with its formal inputs/outputs bound to ``node``'s and every
+    intermediate value renamed uniquely (the node's name and a serial as prefix)."""
+    prefix = f"{node.name or node.op_type}/_expanded{serial}/"
+    rename = dict(zip(body.input, node.input))
+    rename.update(zip(body.output, node.output))
+    rename[""] = ""  # an omitted optional input stays omitted
+    out = []
+    for i, inner in enumerate(body.node):
+        n = onnx.NodeProto()
+        n.CopyFrom(inner)
+        n.name = f"{prefix}{inner.op_type}_{i}"
+        n.input[:] = [rename.setdefault(v, prefix + v) for v in inner.input]
+        n.output[:] = [rename.setdefault(v, prefix + v) for v in inner.output]
+        out.append(n)
+    return out
+
+
+def _convert_function(fn: onnx.FunctionProto, opset: int) -> onnx.FunctionProto:
+    """A local function's body at ``opset``: the converter drops a model's functions, so
+    each body goes through it alone, as the graph of a model of its own (inputs and
+    outputs typed as float tensors: every body we write computes in float)."""
+    float_value = lambda name: onnx.helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, None)  # noqa: E731
+    graph = onnx.helper.make_graph(
+        list(fn.node), fn.name, [float_value(v) for v in fn.input], [float_value(v) for v in fn.output]
+    )
+    model = onnx.helper.make_model(graph, opset_imports=list(fn.opset_import))
+    converted = convert_opset(model, opset)
+    out = onnx.FunctionProto()
+    out.CopyFrom(fn)
+    del out.node[:], out.opset_import[:]
+    out.node.extend(converted.graph.node)
+    out.opset_import.extend(converted.opset_import)
+    return out

@@ -1,0 +1,152 @@
+"""Writing at an older opset (dcd_deploy/exporters/_opset.py, ``--opset``).
+
+Oracles: numpy formulas of the ops (Mish, HardSwish, a mean) and float64 PyTorch through
+the export's own parity check; each unit case first shows that ``onnx.version_converter``
+alone refuses the model, so the test fails if the pass stops doing its part.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+import torch
+import torch.nn.functional as F
+from onnx import TensorProto, defs, helper, numpy_helper, version_converter
+from torch import nn
+
+import dcd_deploy
+from dcd_deploy.errors import ExportError
+from dcd_deploy.exporters._opset import convert_opset
+from dcd_deploy.layers import DCDConv2d
+
+X = np.linspace(-25.0, 25.0, 2 * 3 * 4 * 5, dtype=np.float32).reshape(2, 3, 4, 5)
+
+
+def _model(nodes, *, out_shape=None, initializers=(), functions=(), opset=18):
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(X.shape))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, out_shape or list(X.shape))],
+        initializer=list(initializers),
+    )
+    imports = [helper.make_opsetid("", opset)] + [helper.make_opsetid(f.domain, 1) for f in functions[:1]]
+    return helper.make_model(graph, opset_imports=imports, functions=list(functions))
+
+
+def _run(proto):
+    onnx.checker.check_model(proto, full_check=True)
+    return ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": X})[0]
+
+
+def _refused_by_onnx(proto, opset):
+    with pytest.raises(Exception):  # noqa: B017 (the converter's RuntimeError/ValidationError)
+        onnx.checker.check_model(version_converter.convert_version(proto, opset), full_check=True)
+
+
+def _opset(proto):
+    return next(i.version for i in proto.opset_import if i.domain in ("", "ai.onnx"))
+
+
+x64 = X.astype(np.float64)
+
+
+@pytest.mark.parametrize(
+    "op, expected", [("Mish", x64 * np.tanh(np.log1p(np.exp(x64)))), ("HardSwish", x64 * np.clip(x64 / 6 + 0.5, 0, 1))]
+)
+@pytest.mark.parametrize("opset", [13, 17])
+def test_an_op_newer_than_the_opset_is_written_as_its_onnx_body(op, expected, opset):
+    proto = _model([helper.make_node(op, ["x"], ["y"], name="act")])
+    newer = defs.get_schema(op, 18).since_version > opset
+    if newer:
+        _refused_by_onnx(proto, opset)
+    out = convert_opset(proto, opset)
+    assert _opset(out) == opset and (op in {n.op_type for n in out.graph.node}) == (not newer)
+    np.testing.assert_allclose(_run(out), expected, rtol=1e-5, atol=1e-6)
+
+
+def test_versions_that_only_added_types_convert_unchanged():
+    shape = numpy_helper.from_array(np.array([2, 60], dtype=np.int64), "shape")
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"]),
+        helper.make_node("Mul", ["r", "x"], ["m"]),
+        helper.make_node("Add", ["m", "x"], ["a"]),
+        helper.make_node("Identity", ["a"], ["i"]),
+        helper.make_node("Reshape", ["i", "shape"], ["y"], allowzero=1),  # torch.onnx's flatten
+    ]
+    proto = _model(nodes, out_shape=[2, 60], initializers=[shape])
+    _refused_by_onnx(proto, 13)
+    out = convert_opset(proto, 13)
+    assert _opset(out) == 13 and [n.domain for n in out.graph.node] == [""] * 5
+    assert all(i.domain in ("", "ai.onnx") for i in out.opset_import)
+    np.testing.assert_allclose(_run(out), (np.maximum(x64, 0) * x64 + x64).reshape(2, 60), rtol=1e-6)
+
+
+def test_a_reshape_whose_zeros_mean_something_is_refused_with_the_converters_words():
+    shape = numpy_helper.from_array(np.array([0, 60], dtype=np.int64), "shape")  # 0: copy dim, or empty?
+    nodes = [helper.make_node("Reshape", ["x", "shape"], ["y"], allowzero=1)]
+    with pytest.raises(ExportError, match=r"cannot write opset 13: .*Reshape; use opset 18"):
+        convert_opset(_model(nodes, initializers=[shape]), 13)
+
+
+def test_reduce_mean_of_opset_18_is_written_at_17():
+    axes = numpy_helper.from_array(np.array([2, 3], dtype=np.int64), "axes")
+    nodes = [helper.make_node("ReduceMean", ["x", "axes"], ["y"], keepdims=0, noop_with_empty_axes=0)]
+    proto = _model(nodes, out_shape=[2, 3], initializers=[axes])
+    _refused_by_onnx(proto, 17)
+    np.testing.assert_allclose(_run(convert_opset(proto, 17)), x64.mean(axis=(2, 3)), rtol=1e-6)
+
+
+def test_local_functions_are_kept_and_converted():
+    body = [
+        helper.make_node("Constant", [], ["axes"], value=numpy_helper.from_array(np.array([3], dtype=np.int64))),
+        helper.make_node("ReduceMean", ["a", "axes"], ["m"], keepdims=1),
+        helper.make_node("Mul", ["a", "m"], ["b"]),
+    ]
+    fn = helper.make_function("mine", "Scale", ["a"], ["b"], body, [helper.make_opsetid("", 18)])
+    proto = _model([helper.make_node("Scale", ["x"], ["y"], domain="mine")], functions=[fn])
+    out = convert_opset(proto, 13)
+    assert [f.name for f in out.functions] == ["Scale"]
+    assert [(i.domain, i.version) for i in out.functions[0].opset_import] == [("", 13)]
+    assert ("mine", 1) in [(i.domain, i.version) for i in out.opset_import]
+    np.testing.assert_allclose(_run(out), x64 * x64.mean(axis=3, keepdims=True), rtol=1e-6)
+
+
+class _UsersNet(nn.Module):
+    """Written as users write them: functional Mish and Hardswish, a flatten, ``.mean``."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Conv2d(3, 16, 3, padding=1)
+        self.pw = DCDConv2d(16, 32)
+        self.bn = nn.BatchNorm2d(32)
+        self.head = nn.Linear(32 + 16, 5)
+
+    def forward(self, x):
+        s = F.hardswish(self.stem(x))
+        y = F.mish(self.bn(self.pw(s)))
+        return self.head(torch.cat([y.mean((2, 3)), F.adaptive_avg_pool2d(s, 1).flatten(1)], 1))
+
+
+@pytest.mark.parametrize(
+    "mode, opset", [("standard", 13), ("standard", 15), ("standard", 17), ("function", 13), ("fused", 13)]
+)
+def test_a_users_network_exports_and_checks_at_older_opsets(tmp_path, mode, opset):
+    if mode == "fused" and importlib.util.find_spec("openvino") is None:
+        pytest.skip("openvino is not installed: the fused file is checked in it")
+    torch.manual_seed(0)
+    model = _UsersNet().eval()
+    with torch.no_grad():
+        model.bn.running_mean.uniform_(-0.2, 0.2)
+        model.bn.running_var.uniform_(0.5, 2.0)
+    result = dcd_deploy.export_onnx(model, tmp_path / "m.onnx", input_size=(24, 40), opset=opset, mode=mode)
+    assert result.parity and result.opset == opset
+    proto = onnx.load(tmp_path / "m.onnx")
+    assert _opset(proto) == opset
+    for node in [*proto.graph.node, *(n for f in proto.functions for n in f.node)]:
+        if node.domain in ("", "ai.onnx"):
+            defs.get_schema(node.op_type, opset)  # SchemaError: an op without a version at opset
