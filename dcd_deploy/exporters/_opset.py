@@ -1,8 +1,9 @@
-"""Writing an exported graph at an older opset than the one it was traced at (``--opset``).
+"""Writing an exported graph at another opset than the one it was traced at (``--opset``).
 
-``onnx.version_converter`` steps the graph down one opset at a time with an adapter per op
-version, and refuses what it has no adapter for. Three gaps hit every network we export
-below opset 16 (onnx 1.23); :func:`convert_opset` closes them before and around the call:
+``onnx.version_converter`` steps the graph one opset at a time with an adapter per op
+version and refuses what it has no adapter for. On its own (onnx 1.23) it refused every
+network we export below opset 16, and broke the fused and function modes at any opset but
+18; :func:`convert_opset` closes four gaps before and around the call:
 
 * **Ops introduced after the target** (Mish at 18, HardSwish at 14: "No Previous Version
   of Mish exists"): ONNX defines them as functions of older ops and its schemas carry those
@@ -10,16 +11,18 @@ below opset 16 (onnx 1.23); :func:`convert_opset` closes them before and around 
   which is what a runtime without the op computes anyway. Ops whose body depends on their
   attributes or types (``has_context_dependent_function``) are left to the converter.
 * **Versions that only added types** (Add/Sub/Mul/Div/Relu 14: bfloat16 and small ints;
-  Identity 14-21: sequence, optional, float8 and int4 types) have no down adapter ("No
+  Identity 14-25: sequence, optional, float8 and int4 types) have no down adapter ("No
   Adapter From Version $14 for Relu"), though the node is valid as it is in the older
   version for the float tensors we write. Reshape 14 only added ``allowzero``: the same
   when it is 0 (the default), or 1 (torch.onnx's flatten) with a constant shape holding
-  no 0. Such nodes are hidden from the converter
-  in a private domain and put back after it; the checker's full pass over the result
-  (shape inference at the target opset) then checks their types against the old schemas.
+  no 0. Such nodes wait in a private domain during the call and are put back after it;
+  the checker's full pass over the result (shape inference at the target opset) then
+  checks their types against the old schemas.
 * **ReduceMean & co. at 18 -> 17**: torch.onnx writes ``noop_with_empty_axes=0``, which
   the converter keeps although the attribute only exists from 18; at its default it says
   nothing, so it is dropped.
+* **Local functions** (the fused and function modes' ops): the converter drops them, up
+  or down; each is converted alone, as a model of its own, and put back.
 """
 
 from __future__ import annotations
