@@ -3,7 +3,7 @@
 ``onnx.version_converter`` steps the graph one opset at a time with an adapter per op
 version and refuses what it has no adapter for. On its own (onnx 1.23) it refused every
 network we export below opset 16, and broke the fused and function modes at any opset but
-18; :func:`convert_opset` closes four gaps before and around the call:
+18; :func:`convert_opset` closes five gaps before and around the call:
 
 * **Ops introduced after the target** (Mish at 18, HardSwish at 14: "No Previous Version
   of Mish exists"): ONNX defines them as functions of older ops and its schemas carry those
@@ -15,9 +15,11 @@ network we export below opset 16, and broke the fused and function modes at any 
   Adapter From Version $14 for Relu"), though the node is valid as it is in the older
   version for the float tensors we write. Reshape 14 only added ``allowzero``: the same
   when it is 0 (the default), or 1 (torch.onnx's flatten) with a constant shape holding
-  no 0. Such nodes wait in a private domain during the call and are put back after it;
+  no 0; Shape 15 only added ``start``/``end``: the same without them. Such nodes wait in a private domain during the call and are put back after it;
   the checker's full pass over the result (shape inference at the target opset) then
   checks their types against the old schemas.
+* **Shape 15's ``start``/``end``** (``x.shape[-2:]``, an ``F.interpolate`` size): no
+  down adapter either; below 15 such a Shape becomes the whole Shape and a Slice.
 * **ReduceMean & co. at 18 -> 17**: torch.onnx writes ``noop_with_empty_axes=0``, which
   the converter keeps although the attribute only exists from 18; at its default it says
   nothing, so it is dropped.
@@ -29,6 +31,7 @@ from __future__ import annotations
 
 import itertools
 
+import numpy as np
 import onnx
 from onnx import defs, numpy_helper, version_converter
 
@@ -57,6 +60,8 @@ def convert_opset(proto: onnx.ModelProto, opset: int) -> onnx.ModelProto:
     expand_newer_ops(proto, opset)
     if opset < 18:
         _drop_default_noop(proto)
+    if opset < 15:
+        _slice_shapes(proto)
     hidden = _hide_passthrough(proto, opset)
     try:
         converted = version_converter.convert_version(proto, opset)
@@ -81,11 +86,35 @@ def _drop_default_noop(proto: onnx.ModelProto) -> None:
                 node.attribute.extend(keep)
 
 
+def _slice_shapes(proto: onnx.ModelProto) -> None:
+    """Each Shape with ``start``/``end`` (15: torch.onnx writes them for ``x.shape[-2:]``) as
+    the whole Shape and a Slice of it, which clamps and counts from the back as they do."""
+    out, serial = [], itertools.count()
+    for node in proto.graph.node:
+        bounds = {a.name: a.i for a in node.attribute if a.name in ("start", "end")}
+        if node.domain not in _STANDARD or node.op_type != "Shape" or not bounds:
+            out.append(node)
+            continue
+        prefix = f"{node.name or 'Shape'}/_sliced{next(serial)}/"
+        values = (bounds.get("start", 0), bounds.get("end", np.iinfo(np.int64).max), 0)
+        consts = [prefix + k for k in ("starts", "ends", "axes")]
+        out.append(onnx.helper.make_node("Shape", [node.input[0]], [prefix + "shape"], name=prefix + "Shape"))
+        for name, v in zip(consts, values):
+            tensor = numpy_helper.from_array(np.array([v], dtype=np.int64), name)
+            out.append(onnx.helper.make_node("Constant", [], [name], name=name, value=tensor))
+        out.append(onnx.helper.make_node("Slice", [prefix + "shape", *consts], list(node.output), name=node.name))
+    if len(out) != len(proto.graph.node):
+        del proto.graph.node[:]
+        proto.graph.node.extend(out)
+
+
 def _passes_through(node: onnx.NodeProto, opset: int, constants: dict) -> bool:
     if node.domain not in _STANDARD or not _exists_at(node.op_type, opset):
         return False
     if node.op_type in TYPE_ONLY_CHANGES:
         return True
+    if node.op_type == "Shape" and opset < 15:  # 15 added start/end (_slice_shapes took them out)
+        return not node.attribute
     if node.op_type != "Reshape" or opset >= 14:
         return False
     allowzero = next((a.i for a in node.attribute if a.name == "allowzero"), 0)

@@ -93,6 +93,22 @@ def test_a_reshape_whose_zeros_mean_something_is_refused_with_the_converters_wor
         convert_opset(_model(nodes, initializers=[shape]), 13)
 
 
+@pytest.mark.parametrize(
+    "bounds, expected", [(dict(start=-2), [4, 5]), (dict(start=1, end=3), [3, 4]), ({}, [2, 3, 4, 5])]
+)
+def test_a_shape_with_start_and_end_is_written_below_15_as_a_slice(bounds, expected):
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"], **bounds),
+        helper.make_node("Cast", ["s"], ["y"], to=TensorProto.FLOAT),
+    ]
+    proto = _model(nodes, out_shape=[len(expected)])
+    if bounds:
+        _refused_by_onnx(proto, 13)
+    out = convert_opset(proto, 13)
+    assert all(not n.attribute for n in out.graph.node if n.op_type == "Shape")
+    np.testing.assert_array_equal(_run(out), np.array(expected, dtype=np.float32))
+
+
 def test_reduce_mean_of_opset_18_is_written_at_17():
     axes = numpy_helper.from_array(np.array([2, 3], dtype=np.int64), "axes")
     nodes = [helper.make_node("ReduceMean", ["x", "axes"], ["y"], keepdims=0, noop_with_empty_axes=0)]
@@ -117,7 +133,8 @@ def test_local_functions_are_kept_and_converted():
 
 
 class _UsersNet(nn.Module):
-    """Written as users write them: functional Mish and Hardswish, a flatten, ``.mean``."""
+    """Written as users write them: functional Mish and Hardswish, an interpolation to a
+    tensor's size, a flatten, ``.mean``."""
 
     def __init__(self):
         super().__init__()
@@ -129,6 +146,7 @@ class _UsersNet(nn.Module):
     def forward(self, x):
         s = F.hardswish(self.stem(x))
         y = F.mish(self.bn(self.pw(s)))
+        y = F.interpolate(F.max_pool2d(y, 2), size=y.shape[-2:], mode="bilinear", align_corners=False)
         return self.head(torch.cat([y.mean((2, 3)), F.adaptive_avg_pool2d(s, 1).flatten(1)], 1))
 
 
