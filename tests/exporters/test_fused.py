@@ -40,6 +40,19 @@ def _attrs(node) -> dict:
     return {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
 
 
+def _export_fused(model, tmp_path):
+    """``model`` exported fused at 10x10 without the check: the result, the file and its
+    dcd_deploy nodes in graph order."""
+    result = export_onnx(model, tmp_path / "m.onnx", input_size=10, mode="fused", check=False)
+    proto = onnx.load(str(tmp_path / "m.onnx"))
+    return result, proto, [n for n in proto.graph.node if n.domain == "dcd_deploy"]
+
+
+def _parity_backends() -> tuple[str, ...]:
+    """ONNX Runtime runs a fused node's standard-op body; OpenVINO, when installed, the kernels."""
+    return ("onnxruntime", "openvino") if importlib.util.find_spec("openvino") else ("onnxruntime",)
+
+
 def test_one_node_per_pointwise_dcd_layer_with_its_epilogue(fused):
     model, _, proto, result = fused
     nodes = [n for n in proto.graph.node if n.op_type == "DCDPointwise"]
@@ -187,9 +200,7 @@ class _Smooth(torch.nn.Module):
 def test_silu_and_hardswish_are_fused_where_nothing_else_reads_their_input(tmp_path, keep):
     torch.manual_seed(0)
     model = _Smooth(keep).eval()
-    result = export_onnx(model, tmp_path / "m.onnx", input_size=10, mode="fused", check=False)
-    proto = onnx.load(str(tmp_path / "m.onnx"))
-    nodes = [n for n in proto.graph.node if n.domain == "dcd_deploy"]
+    result, proto, nodes = _export_fused(model, tmp_path)
     assert [n.op_type for n in nodes] == ["DCDPointwise", "DCDConvEpilogue", "DCDDepthwise", "DCDPointwise"]
     last = "none" if keep else "silu"  # the kept tensor is the layer's output: its SiLU stays a graph op
     assert [_attrs(n)["activation"].decode() for n in nodes] == ["silu", "hardswish", "silu", last]
@@ -225,13 +236,11 @@ class _Gelu(torch.nn.Module):
 def test_exact_gelu_is_fused_and_the_tanh_form_is_not(tmp_path):
     torch.manual_seed(0)
     model = _Gelu().eval()
-    result = export_onnx(model, tmp_path / "m.onnx", input_size=10, mode="fused", check=False)
-    proto = onnx.load(str(tmp_path / "m.onnx"))
-    nodes = [n for n in proto.graph.node if n.domain == "dcd_deploy"]
+    result, proto, nodes = _export_fused(model, tmp_path)
     assert [_attrs(n)["activation"].decode() for n in nodes] == ["gelu", "none", "none", "gelu"]
     assert result.op_histogram.get("Erf", 0) == 1 and result.op_histogram.get("Tanh", 0) == 1
     x = torch.randn(3, 3, 10, 10) * 2
-    backends = ("onnxruntime", "openvino") if importlib.util.find_spec("openvino") else ("onnxruntime",)
+    backends = _parity_backends()
     report = check_parity(model, tmp_path / "m.onnx", batch_sizes=(1, 3), backends=backends, inputs=x)
     assert report, report.table()
 
@@ -264,9 +273,7 @@ class _Leaky(torch.nn.Module):
 def test_leaky_relu_is_fused_with_its_slope_unless_its_input_is_read_elsewhere(tmp_path):
     torch.manual_seed(0)
     model = _Leaky().eval()
-    result = export_onnx(model, tmp_path / "m.onnx", input_size=10, mode="fused", check=False)
-    proto = onnx.load(str(tmp_path / "m.onnx"))
-    nodes = [n for n in proto.graph.node if n.domain == "dcd_deploy"]
+    result, proto, nodes = _export_fused(model, tmp_path)
     ops = ["DCDPointwise", "DCDConvEpilogue", "DCDDepthwise", "DCDPointwise", "DCDConvEpilogue"]
     assert [n.op_type for n in nodes] == ops
     assert [_attrs(n)["activation"].decode() for n in nodes] == ["leaky_relu"] * 3 + ["none", "leaky_relu"]
@@ -276,7 +283,7 @@ def test_leaky_relu_is_fused_with_its_slope_unless_its_input_is_read_elsewhere(t
     (outside,) = [n for n in proto.graph.node if n.op_type == "LeakyRelu"]
     assert result.op_histogram.get("LeakyRelu", 0) == 1 and _attrs(outside)["alpha"] == np.float32(0.1)
     x = torch.randn(3, 3, 10, 10) * 2
-    backends = ("onnxruntime", "openvino") if importlib.util.find_spec("openvino") else ("onnxruntime",)
+    backends = _parity_backends()
     report = check_parity(model, tmp_path / "m.onnx", batch_sizes=(1, 3), backends=backends, inputs=x)
     assert report, report.table()
 
@@ -340,14 +347,12 @@ class _Mish(torch.nn.Module):
 def test_mish_is_fused_where_nothing_else_reads_its_input(tmp_path):
     torch.manual_seed(0)
     model = _Mish().eval()
-    result = export_onnx(model, tmp_path / "m.onnx", input_size=10, mode="fused", check=False)
-    proto = onnx.load(str(tmp_path / "m.onnx"))
-    nodes = [n for n in proto.graph.node if n.domain == "dcd_deploy"]
+    result, proto, nodes = _export_fused(model, tmp_path)
     assert [n.op_type for n in nodes] == ["DCDPointwise", "DCDConvEpilogue", "DCDDepthwise", "DCDPointwise"]
     assert [_attrs(n)["activation"].decode() for n in nodes] == ["mish", "mish", "mish", "none"]
     assert result.op_histogram.get("Mish", 0) == 1  # the one on the returned tensor
     x = torch.randn(3, 3, 10, 10) * 3  # both tails: Mish's dip at -1.19 and its linear part
-    backends = ("onnxruntime", "openvino") if importlib.util.find_spec("openvino") else ("onnxruntime",)
+    backends = _parity_backends()
     report = check_parity(model, tmp_path / "m.onnx", batch_sizes=(1, 3), backends=backends, inputs=x)
     assert report, report.table()
 
@@ -384,7 +389,6 @@ def test_wide_1x1_layers_on_small_maps_run_around_the_runtime_conv(tmp_path, c_i
         assert _attrs(node)["stride"] == 1 and _attrs(node)["activation"] == b"relu"
         convs = [n for n in graph.node if n.op_type == "Conv"]
         assert len(convs) == 2  # the stem and the layer's W0
-        # ORT runs the node's standard-op body; OpenVINO (when installed) the kernels
-        backends = ("onnxruntime", "openvino") if importlib.util.find_spec("openvino") else ("onnxruntime",)
+        backends = _parity_backends()
         report = check_parity(model, path, batch_sizes=(2,), backends=backends)
         assert report, report.table()
