@@ -89,23 +89,22 @@ def _drop_default_noop(proto: onnx.ModelProto) -> None:
 def _slice_shapes(proto: onnx.ModelProto) -> None:
     """Each Shape with ``start``/``end`` (15: torch.onnx writes them for ``x.shape[-2:]``) as
     the whole Shape and a Slice of it, which clamps and counts from the back as they do."""
-    out, serial = [], itertools.count()
-    for node in proto.graph.node:
+    serial = itertools.count()
+
+    def sliced(node: onnx.NodeProto) -> list[onnx.NodeProto] | None:
         bounds = {a.name: a.i for a in node.attribute if a.name in ("start", "end")}
         if node.domain not in _STANDARD or node.op_type != "Shape" or not bounds:
-            out.append(node)
-            continue
+            return None
         prefix = f"{node.name or 'Shape'}/_sliced{next(serial)}/"
         values = (bounds.get("start", 0), bounds.get("end", np.iinfo(np.int64).max), 0)
         consts = [prefix + k for k in ("starts", "ends", "axes")]
-        out.append(onnx.helper.make_node("Shape", [node.input[0]], [prefix + "shape"], name=prefix + "Shape"))
+        out = [onnx.helper.make_node("Shape", [node.input[0]], [prefix + "shape"], name=prefix + "Shape")]
         for name, v in zip(consts, values):
             tensor = numpy_helper.from_array(np.array([v], dtype=np.int64), name)
             out.append(onnx.helper.make_node("Constant", [], [name], name=name, value=tensor))
-        out.append(onnx.helper.make_node("Slice", [prefix + "shape", *consts], list(node.output), name=node.name))
-    if len(out) != len(proto.graph.node):
-        del proto.graph.node[:]
-        proto.graph.node.extend(out)
+        return [*out, onnx.helper.make_node("Slice", [prefix + "shape", *consts], list(node.output), name=node.name)]
+
+    _rewrite(proto.graph.node, sliced)
 
 
 def _passes_through(node: onnx.NodeProto, opset: int, constants: dict) -> bool:
@@ -178,14 +177,21 @@ def expand_newer_ops(proto: onnx.ModelProto, opset: int) -> int:
 
 
 def _expand_nodes(nodes, *, traced: int, opset: int, names) -> int:
+    def expanded(node: onnx.NodeProto) -> list[onnx.NodeProto] | None:
+        body = _body(node, traced=traced, opset=opset)
+        return None if body is None else _instantiate(body, node, next(names))
+
+    return _rewrite(nodes, expanded)
+
+
+def _rewrite(nodes, replace) -> int:
+    """``nodes`` (a repeated NodeProto field) with each node for which ``replace`` returns a
+    list replaced by that list, in place; returns how many were replaced."""
     out, count = [], 0
     for node in nodes:
-        body = _body(node, traced=traced, opset=opset)
-        if body is None:
-            out.append(node)
-            continue
-        out.extend(_instantiate(body, node, next(names)))
-        count += 1
+        new = replace(node)
+        out.extend([node] if new is None else new)
+        count += new is not None
     if count:
         del nodes[:]
         nodes.extend(out)
