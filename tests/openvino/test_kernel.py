@@ -118,6 +118,7 @@ def check(
     alpha=None,
     form="weight",
     seed=0,
+    tol=1e-5,
 ):
     monkeypatch.setenv("DCD_DEPLOY_ISA", isa)
     assert lib.dcd_deploy_ov_isa().decode() == isa
@@ -131,7 +132,13 @@ def check(
     assert got.shape == want.shape
     scale = max(1.0, float(np.abs(want).max()))
     err = float(np.abs(got - want).max()) / scale
-    assert err < 1e-5, f"max error {err:.2e} relative to the output scale"
+    assert err < tol, f"max error {err:.2e} relative to the output scale"
+
+
+def sum_bound(k):
+    """Float32's worst-case error of a k-term sum, k * 2^-24 (Higham's gamma_k), for K
+    long enough that 1e-5 is below what float32 summation guarantees."""
+    return max(1e-5, k * 2.0**-24)
 
 
 @pytest.fixture(scope="module")
@@ -368,7 +375,8 @@ def test_smooth_activations_over_their_whole_range(core, lib, isas, monkeypatch,
 @pytest.mark.parametrize(
     "hw,cin,cout,L,B",
     [
-        ((7, 7), 400, 80, 20, 2),  # 49 rows in tiles of even height; three K blocks; an edge panel
+        ((7, 7), 400, 80, 20, 2),  # 49 rows in tiles of even height; an edge panel; two K blocks (portable)
+        ((7, 7), 3100, 80, 20, 1),  # K blocks on every path (AVX-512 blocks K above 3072)
         ((7, 7), 90, 200, 12, 1),  # seven panels, the last one a single vector
         ((15, 15), 40, 70, 8, 1),  # 225 rows: a full row block (MC) and 33 rows in even tiles
         ((1, 13), 300, 48, 4, 1),  # fewer rows than a tile: no fetch of the next B block
@@ -397,6 +405,7 @@ def test_row_tiles_and_weight_prefetch(core, lib, isas, monkeypatch, isa, form, 
         activation="relu6",
         form=form,
         seed=cin + cout,
+        tol=sum_bound(cin) if cin > 1201 else 1e-5,
     )
 
 
@@ -430,9 +439,9 @@ def test_one_vector_panels(core, lib, isas, monkeypatch, isa, form, cin, cout, L
 
 
 @pytest.mark.parametrize("form", ["weight", "latent"])
-@pytest.mark.parametrize("cin", [600, 1201])
+@pytest.mark.parametrize("cin", [600, 1201, 3100])
 def test_large_k(core, lib, isas, monkeypatch, form, cin):
-    # Cin above the kernel's K block (1.5 x 128 on AVX-512, 1.5 x 768 on AVX2, 1.5 x 256
+    # Cin above the kernel's K block (1.5 x 2048 on AVX-512, 1.5 x 768 on AVX2, 1.5 x 256
     # portable): partial sums go through the output
     check(
         core,
@@ -449,6 +458,7 @@ def test_large_k(core, lib, isas, monkeypatch, form, cin):
         residual=1,
         activation="relu",
         form=form,
+        tol=sum_bound(cin) if cin > 1201 else 1e-5,
     )
 
 
