@@ -24,10 +24,7 @@
 #if defined(DCD_ISA_AVX512)
 #define DCD_NS avx512
 #ifndef DCD_KC
-// measured on an Intel Xeon (Cascade Lake): K up to 3072 in one block ran 15 of 16 GEMM
-// shapes of the zoo 5-48% faster than blocks of 192 (A read in whole rows, B from L2);
-// on a Zen 4 one block for Cin 960 was within noise of 128 (docs/performance.md)
-#define DCD_KC 2048
+#define DCD_KC 128  // measured: 128 beats 64, 192, 256 at the 7x7 latent layers (B block 16 KB)
 #endif
 #define DCD_VW 16
 #define DCD_MR 12

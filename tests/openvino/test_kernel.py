@@ -375,8 +375,8 @@ def test_smooth_activations_over_their_whole_range(core, lib, isas, monkeypatch,
 @pytest.mark.parametrize(
     "hw,cin,cout,L,B",
     [
-        ((7, 7), 400, 80, 20, 2),  # 49 rows in tiles of even height; an edge panel; two K blocks (portable)
-        ((7, 7), 3100, 80, 20, 1),  # K blocks on every path (AVX-512 blocks K above 3072)
+        ((7, 7), 400, 80, 20, 2),  # 49 rows in tiles of even height; three K blocks; an edge panel
+        ((7, 7), 3100, 80, 20, 1),  # a long K: K blocks on every path, float32's summation bound
         ((7, 7), 90, 200, 12, 1),  # seven panels, the last one a single vector
         ((15, 15), 40, 70, 8, 1),  # 225 rows: a full row block (MC) and 33 rows in even tiles
         ((1, 13), 300, 48, 4, 1),  # fewer rows than a tile: no fetch of the next B block
@@ -441,7 +441,7 @@ def test_one_vector_panels(core, lib, isas, monkeypatch, isa, form, cin, cout, L
 @pytest.mark.parametrize("form", ["weight", "latent"])
 @pytest.mark.parametrize("cin", [600, 1201, 3100])
 def test_large_k(core, lib, isas, monkeypatch, form, cin):
-    # Cin above the kernel's K block (1.5 x 2048 on AVX-512, 1.5 x 768 on AVX2, 1.5 x 256
+    # Cin above the kernel's K block (1.5 x 128 on AVX-512, 1.5 x 768 on AVX2, 1.5 x 256
     # portable): partial sums go through the output
     check(
         core,
