@@ -136,8 +136,10 @@ def check(
 
 
 def sum_bound(k):
-    """Float32's worst-case error of a k-term sum, k * 2^-24 (Higham's gamma_k), for K
-    long enough that 1e-5 is below what float32 summation guarantees."""
+    """Tolerance for a k-term float32 dot product against the float64 reference: k * 2^-24
+    (Higham's gamma_k, the worst case relative to the terms' magnitudes), never below
+    1e-5. Used where K is long enough (3100) that 1e-5 is below what float32 summation
+    can promise; the cases up to K 1201 keep 1e-5."""
     return max(1e-5, k * 2.0**-24)
 
 
