@@ -140,7 +140,7 @@ def sum_bound(k):
     to K 1201 (every such case meets it), beyond that k * 2^-24 (Higham's gamma_k, the
     worst case relative to the terms' magnitudes), where 1e-5 is below what float32
     summation can promise."""
-    return 1e-5 if k <= 1201 else max(1e-5, k * 2.0**-24)
+    return 1e-5 if k <= 1201 else k * 2.0**-24  # above 1201, k * 2^-24 > 7e-5
 
 
 @pytest.fixture(scope="module")
