@@ -71,6 +71,7 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
+from .._meta import FastMeta, like
 from .._modes import evaluating
 from ..exporters import deploy_kind
 from ..layers import DCDConv2d, DCDLinear, MixtureConv2d
@@ -297,9 +298,10 @@ def _units(model: nn.Module) -> tuple[list[nn.Module], list[nn.Module]]:
 
 def _shape_only_forward(model: nn.Module, hw: tuple[int, int], in_channels: int) -> None:
     """Run ``model`` once on meta tensors: shapes flow, nothing is computed or changed."""
-    meta = {name: torch.empty_like(t, device="meta") for name, t in (*model.named_parameters(), *model.named_buffers())}
+    meta = {name: t if t.is_meta else like(t) for name, t in (*model.named_parameters(), *model.named_buffers())}
     x = torch.empty(1, in_channels, *hw, device="meta")
-    functional_call(model, meta, (x,))
+    with FastMeta():
+        functional_call(model, meta, (x,))
 
 
 def _count_calls(
@@ -497,7 +499,7 @@ def compare_with_paper(
     for row in rows:
         key = (row.model, tuple(sorted(row.kwargs.items())))
         if key not in counted:
-            with torch.device("meta"):  # no weights drawn, no memory, global RNG untouched
+            with torch.device("meta"), FastMeta():  # no weights drawn, no memory, global RNG untouched
                 model = create(row.model, **row.kwargs)
             counted[key] = count_complexity(model, input_size=input_size)
             if progress is not None:

@@ -118,12 +118,13 @@ def format_model_list() -> list[str]:
     """Every zoo name with its parameter count (all parameters, 1000 classes), as lines."""
     import torch
 
+    from .._meta import FastMeta
     from ..bench.complexity import MILLION
     from ..models import create_model, list_models
 
     lines = [f"{'model':<26} {'params M':>8}", "-" * 35]
     for name in list_models():
-        with torch.device("meta"):  # shapes only: the CondConv ResNet-50 alone would take 0.7 GB
+        with torch.device("meta"), FastMeta():  # shapes only: the CondConv ResNet-50 alone would take 0.7 GB
             model = create_model(name)
         lines.append(f"{name:<26} {sum(p.numel() for p in model.parameters()) / MILLION:>8.2f}")
     return lines + [
