@@ -38,7 +38,7 @@ PARAMS_UNEXPLAINED = {("4b", "ResNet-10 static")}
 
 @pytest.fixture(scope="module")
 def complexity_run(tmp_path_factory):
-    """One counting run (about 15 s) for every test here: the JSON on stdout (``--json -``),
+    """One counting run (about 10 s) for every test here: the JSON on stdout (``--json -``),
     the table and progress on stderr; ``out`` holds that JSON."""
     out = tmp_path_factory.mktemp("bench") / "out.json"
     result = CliRunner().invoke(main, ["complexity", "--json", "-"])
