@@ -23,6 +23,7 @@ import torch
 
 from dcd_deploy import check_parity, create_model, export_onnx, pseudo_train
 from dcd_deploy.errors import DCDDeployError, ExportError, NonFiniteOutputError
+from dcd_deploy.layers import DCDConv2d
 from dcd_deploy.models import synthetic_images
 from dcd_deploy.parity import DEFAULT_ATOL, DEFAULT_K, DEFAULT_RTOL, LayerRow, ParityReport, ParityRow, _compare
 
@@ -554,3 +555,37 @@ def test_openvino_nan_turned_into_numbers_is_named_not_refused(exported):
     assert not _compare(
         arr(ref).astype(np.float64), arr(ref), arr([[1.0, 2.0], [5.0, 7.0]]), "all", 2, atol=1e-5, rtol=1e-3
     ).passed
+
+
+class _ChangesItsInput(torch.nn.Module):
+    """Normalises its input in place inside ``forward``, as some training code does."""
+
+    def __init__(self):
+        super().__init__()
+        self.dcd = DCDConv2d(3, 8)
+        self.head = torch.nn.Linear(8, 4)
+
+    def forward(self, x):
+        x.sub_(0.5).div_(0.25)
+        torch.nn.functional.hardswish(x, inplace=True)
+        return self.head(self.dcd(x).mean((2, 3)))
+
+
+def test_a_model_that_changes_its_inputs_in_place_is_checked_on_the_inputs_given(tmp_path):
+    torch.manual_seed(0)
+    net = _ChangesItsInput().eval()
+    x = torch.rand(4, 3, 12, 12)  # pixels in [0, 1]
+    kept = x.clone()
+    example = x[:1].clone()
+    result = export_onnx(net, tmp_path / "m.onnx", example_inputs=example, parity_inputs=x, parity_batch_sizes=(1, 2))
+    assert result.parity  # every run saw the inputs as given, not as a previous run left them
+    assert torch.equal(x, kept) and torch.equal(example, kept[:1])  # the caller's tensors are unchanged
+    report = check_parity(net, result.path, inputs=x, batch_sizes=(1, 4))
+    assert report and torch.equal(x, kept)
+
+    # The file computes the model on the inputs as given (oracle: eager PyTorch on a copy).
+    with torch.no_grad():
+        want = net(kept.clone()).numpy()
+    sess = ort.InferenceSession(str(result.path), providers=["CPUExecutionProvider"])
+    got = sess.run(None, {sess.get_inputs()[0].name: kept.numpy()})[0]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)

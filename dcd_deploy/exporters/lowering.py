@@ -202,7 +202,7 @@ def analyse(model: nn.Module, example: tuple[torch.Tensor, ...]) -> Analysis:
             handles.append(m.register_forward_hook(_recorder(analysis, path)))
     try:
         with torch.no_grad(), _UseCounter(analysis):
-            out = model(*example)
+            out = model(*[t.clone() for t in example])  # a forward may change its inputs in place
     except ExportError:
         raise
     except Exception as exc:

@@ -557,7 +557,7 @@ def _input_names(model: nn.Module, example, given) -> list[str]:
 
 def _output_names(deploy: nn.Module, example, given) -> list[str]:
     with torch.no_grad():
-        out = deploy(*example)
+        out = deploy(*[t.clone() for t in example])  # a forward may change its inputs in place
     leaves, spec = pytree.tree_flatten(out)
     if not leaves or not all(isinstance(t, torch.Tensor) for t in leaves):
         raise ExportError("the model's outputs must be tensors (a tensor, or a tuple, list or dict of them)")

@@ -267,7 +267,7 @@ def _end_to_end(
             flat32 = fp32[b]
         else:
             with torch.no_grad():
-                flat32 = [flatten_outputs(model(*c)) for c in chunks]
+                flat32 = [_forward(model, c) for c in chunks]
         if order is None:
             order = match_outputs([n for n, _ in flat32[0]], out_specs, onnx_path)
         ref32 = [np.concatenate([f[j][1].numpy() for f in flat32]) for j in order]
@@ -462,7 +462,15 @@ def _predicted_dims(x: torch.Tensor, batch: int | None, dynamic_size: bool) -> t
 
 
 def _double(x: torch.Tensor) -> torch.Tensor:
-    return x.double() if x.is_floating_point() else x
+    """A float64 copy of a float tensor, a copy of any other (see :func:`_forward`)."""
+    return x.to(torch.float64, copy=True) if x.is_floating_point() else x.clone()
+
+
+def _forward(model: nn.Module, inputs) -> list[tuple[str, torch.Tensor]]:
+    """The model's flattened outputs on copies of ``inputs``: a forward that changes its
+    inputs in place (``x.sub_(mean)``, ``F.relu(x, inplace=True)``) must not change the
+    inputs the next run and the runtimes see."""
+    return flatten_outputs(model(*[x.clone() for x in inputs]))
 
 
 def _reference(model: nn.Module, inputs: list[torch.Tensor]) -> tuple[nn.Module, list[np.ndarray], str]:
@@ -480,7 +488,7 @@ def _reference(model: nn.Module, inputs: list[torch.Tensor]) -> tuple[nn.Module,
     except (RuntimeError, TypeError, NotImplementedError):  # an op or buffer without float64 support
         try:
             with torch.no_grad():
-                parts = [flatten_outputs(model(*inputs))]
+                parts = [_forward(model, inputs)]
         except (RuntimeError, TypeError, ValueError) as exc:  # the file's inputs do not fit the model
             shapes = ", ".join(str(tuple(x.shape)) for x in inputs)
             raise UnsupportedInputError(

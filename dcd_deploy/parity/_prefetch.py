@@ -121,7 +121,7 @@ def compute(model: nn.Module, inputs: list[torch.Tensor], plans: dict[int, int])
     """What :func:`~dcd_deploy.check_parity` computes of the model: the float64 reference
     (``ref64``, ``kind``) on ``inputs`` and, per batch size, the fp32 outputs batch by
     batch (``fp32``: {batch: [[(name, array) per output] per batch]})."""
-    from . import _reference, flatten_outputs
+    from . import _forward, _reference
 
     model = model.eval()
     _, ref64, kind = _reference(model, inputs)
@@ -129,5 +129,5 @@ def compute(model: nn.Module, inputs: list[torch.Tensor], plans: dict[int, int])
     with torch.no_grad():
         for b, used in plans.items():
             chunks = [[x[i : i + b] for x in inputs] for i in range(0, used, b)]
-            fp32[b] = [[(n, t.numpy()) for n, t in flatten_outputs(model(*c))] for c in chunks]
+            fp32[b] = [[(n, t.numpy()) for n, t in _forward(model, c)] for c in chunks]
     return {"ref64": ref64, "kind": kind, "fp32": fp32}

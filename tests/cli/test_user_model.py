@@ -289,3 +289,39 @@ def test_non_square_and_dynamic_export_then_validate(in_user_dir, extra, dims):
     result = run(validate_main, ["tiny.py:build", "ns.onnx", "--weights", "tiny.pt"])
     assert result.exit_code == 0, result.output
     assert result.stdout.strip().splitlines()[-1].startswith("PASS")
+
+
+CHANGES_ITS_INPUT = """\
+import torch
+from torch import nn
+import torch.nn.functional as F
+from dcd_deploy.layers import DCDConv2d
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.dcd = DCDConv2d(3, 8)
+        self.head = nn.Linear(8, 4)
+
+    def forward(self, x):
+        x.sub_(0.5).div_(0.25)  # normalised in place, as some training code does
+        F.hardswish(x, inplace=True)
+        return self.head(self.dcd(x).mean((2, 3)))
+
+
+def build():
+    torch.manual_seed(0)
+    return Net().eval()
+"""
+
+
+def test_a_factory_whose_forward_changes_its_input_passes_end_to_end(tmp_path, monkeypatch):
+    """The command's check (its float64 reference and fp32 runs computed in a forked
+    process while the file is traced) runs every forward on a copy of the inputs."""
+    (tmp_path / "inplace_net.py").write_text(CHANGES_ITS_INPUT, encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    result = run(export_main, ["inplace_net.py:build", "--input-size", "12", "-o", tmp_path / "m.onnx"])
+    assert result.exit_code == 0, result.output
+    (line,) = [ln for ln in result.stdout.splitlines() if ln.lstrip().startswith("parity")]
+    assert line.split()[1] == "PASS:" and "top-1 agreement 100%" in line, line  # not decided layer by layer
