@@ -205,7 +205,7 @@ class _InPlaceAsCopy(torch.overrides.TorchFunctionMode):
     torch.export traces the in-place form through the activation's Python decomposition
     and its symbolic-shape checks, about 0.15 s a layer with a dynamic batch: a
     torchvision-style MobileNetV2 (35 ``ReLU6(inplace=True)``) traced in 13.0 s, 5.5 s
-    this way (docs/performance.md, "In-place activations").
+    this way (docs/performance.md, "In-place activations in the trace").
     """
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
