@@ -210,29 +210,19 @@ class _InPlaceAsCopy(torch.overrides.TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        signature = _INPLACE_ACTIVATIONS.get(func)
-        if signature is not None:
-            try:
-                bound = signature.bind(*args, **kwargs)
-            except TypeError:  # the call's own error, raised by the call below
-                bound = None
-            if bound is not None and bound.arguments.get("inplace") and isinstance(bound.args[0], torch.Tensor):
-                bound.arguments["inplace"] = False
-                return bound.args[0].copy_(func(*bound.args, **bound.kwargs))
+        # torch.nn.functional hands a mode every argument but the input by keyword
+        # (as dcd_deploy._meta relies on too), whatever the caller wrote
+        if func in _INPLACE_ACTIVATIONS and kwargs.get("inplace") and isinstance(args[0], torch.Tensor):
+            return args[0].copy_(func(*args, **{**kwargs, "inplace": False}))
         return func(*args, **kwargs)
 
 
-def _inplace_activations() -> dict:
-    """The functional activations with an ``inplace`` argument, with their signatures."""
-    import inspect
-
-    F = torch.nn.functional
-    names = ("threshold", "relu", "hardtanh", "relu6", "elu", "selu", "celu", "leaky_relu", "rrelu")
-    names += ("hardsigmoid", "hardswish", "silu", "mish")
-    return {f: inspect.signature(f) for f in (getattr(F, n, None) for n in names) if f is not None}
-
-
-_INPLACE_ACTIVATIONS = _inplace_activations()
+_F = torch.nn.functional
+#: The functional activations with an ``inplace`` argument.
+_INPLACE_ACTIVATIONS = frozenset(
+    (_F.threshold, _F.relu, _F.hardtanh, _F.relu6, _F.elu, _F.selu, _F.celu, _F.leaky_relu, _F.rrelu)
+    + (_F.hardsigmoid, _F.hardswish, _F.silu, _F.mish)
+)
 
 
 class _Fallback(Exception):
