@@ -28,6 +28,7 @@ import torch
 from torch import nn
 
 from ..errors import ExportError
+from ._fake_activations import fast_activations
 from ._placeholder import Placeholder, geometry, onnx_translation
 from ._registry import called_ops, registry_for, translated_ops
 
@@ -175,7 +176,7 @@ def trace(
     args = trace_example(example, batch)
     shapes = _dynamic_shapes(args, batch=batch, dynamic_size=dynamic_size)
     op, translate = onnx_translation()
-    with _placeholders(model, emitters), _no_stack_traces(), _InPlaceAsCopy():
+    with _placeholders(model, emitters), _no_stack_traces(), _InPlaceAsCopy(), fast_activations():
         try:
             proto, fast = _fast(model, args, shapes, op, translate), True
         except _Fallback:
