@@ -66,7 +66,7 @@ def _shape_function(decomposition: Callable) -> Callable:
     from torch._subclasses.fake_tensor import FakeTensor
 
     def fake(mode, x, *args, **kwargs):
-        if isinstance(x, FakeTensor) and x.is_floating_point() and "out" not in kwargs:
+        if isinstance(x, FakeTensor) and x.is_floating_point():
             formats = (torch.contiguous_format, torch.channels_last) if x.dim() == 4 else (torch.contiguous_format,)
             # is_contiguous_for_memory_format_or_false: False where symbolic sizes leave it open
             if any(is_contiguous_for_memory_format_or_false(x, memory_format=f) for f in formats):
@@ -87,17 +87,19 @@ def fast_activations() -> Iterator[None]:
         from torch._subclasses.fake_impls import get_fast_op_impls
 
         table = get_fast_op_impls()
+        # where torch would run the decomposition: no entry of its own, no Python meta first
+        functions = {
+            op: _shape_function(decomposition_table[op])
+            for op in _overloads()
+            if op not in table and op in decomposition_table and op not in meta_table
+        }
     except (ImportError, AttributeError):  # another torch release: trace as before
         yield
         return
-    added = {}
-    for op in _overloads():
-        # what torch would run instead: the decomposition, unless a Python meta comes first
-        if op not in table and op in decomposition_table and op not in meta_table:
-            added[op] = table[op] = _shape_function(decomposition_table[op])
+    table.update(functions)
     try:
         yield
     finally:
-        for op, fake in added.items():
+        for op, fake in functions.items():
             if table.get(op) is fake:
                 del table[op]
