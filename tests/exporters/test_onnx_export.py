@@ -276,7 +276,7 @@ def zoo_export(tmp_path_factory):
             simplify = sum(p.numel() for p in model.parameters()) < BIG_MODEL_PARAMS
             before = time.perf_counter()
             # the command's batches (1, 2) on two images; the layer-wise check re-runs every
-            # layer in float64 per image, so batch 4 would double its cost (15 s -> 7 s on
+            # layer in float64 per image, so batch 4 would double its cost (13-15 s -> 7 s on
             # ResNet-50 DCD at 224); test_dynamic_batch_really_works runs batches 3 and 8
             result = export_onnx(
                 model,
