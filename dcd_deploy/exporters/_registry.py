@@ -23,7 +23,7 @@ import logging
 import torch
 
 
-def _key(target):
+def op_key(target):
     """The registry's key of an op: its qualified name for an ATen-style overload (what
     ``ONNXRegistry`` uses: overload objects compare unreliably), else the callable."""
     return target.name() if isinstance(target, torch._ops.OpOverload) else target
@@ -40,7 +40,7 @@ def _sources() -> dict:
     del ops
     sources: dict = {}
     for meta in _torchlib_registry.get_torchlib_ops():
-        sources.setdefault(_key(meta.fx_target), []).append((meta.fx_target, meta, None, meta.is_complex))
+        sources.setdefault(op_key(meta.fx_target), []).append((meta.fx_target, meta, None, meta.is_complex))
     log = logging.getLogger(_registration.__name__)
     level = log.level
     log.setLevel(logging.ERROR)  # torchvision's ops are named but torchvision is not a dependency
@@ -52,9 +52,9 @@ def _sources() -> dict:
             if target is None:
                 continue
             for function in overloaded.overloads:
-                sources.setdefault(_key(target), []).append((target, None, function, False))
+                sources.setdefault(op_key(target), []).append((target, None, function, False))
             for function in overloaded.complex:
-                sources.setdefault(_key(target), []).append((target, None, function, True))
+                sources.setdefault(op_key(target), []).append((target, None, function, True))
     finally:
         log.setLevel(level)
     return sources
@@ -119,7 +119,7 @@ def registry_for(ops, custom: dict):
     from torch.onnx._internal.exporter import _registration
 
     registry = _registration.ONNXRegistry()
-    for key in dict.fromkeys(_key(t) for t in ops):
+    for key in dict.fromkeys(op_key(t) for t in ops):
         for meta in _entries(key):
             registry._register(meta.fx_target, meta)
     for op, translation in custom.items():

@@ -30,7 +30,7 @@ from torch import nn
 from ..errors import ExportError
 from ._fake_activations import fast_activations
 from ._placeholder import Placeholder, geometry, onnx_translation
-from ._registry import called_ops, registry_for, translated_ops
+from ._registry import called_ops, op_key, registry_for, translated_ops
 
 #: The default-domain opset torch.onnx's translator writes.
 NATIVE_OPSET = 18
@@ -267,6 +267,7 @@ def _fast(model, args, shapes, op, translate) -> onnx.ModelProto:
         raise _export_error(model, exc) from exc
     try:
         with torch.fx.experimental._config.patch(backed_size_oblivious=True):
+            ep = _decompose_untranslated(ep, op)
             gm = ep.graph_module
             _fx_passes.insert_type_promotion_nodes(gm)
             ep._graph_module = _fx_passes.remove_assertion_nodes(gm)
@@ -274,8 +275,31 @@ def _fast(model, args, shapes, op, translate) -> onnx.ModelProto:
         program = _core._exported_program_to_onnx_program(ep, registry=registry)
         program.optimize()
         return program.model_proto
-    except Exception as exc:  # an op the translator needs decomposed: the public path decomposes
+    except Exception as exc:  # anything else this path cannot translate: the public path (and its errors)
         raise _Fallback from exc
+
+
+def _decompose_untranslated(ep, op):
+    """``ep`` with the ops the translator has no function for decomposed (the ATen trace
+    keeps a core op such as ``adaptive_max_pool2d`` whole), by the decomposition table
+    ``torch.onnx.export`` uses (``decompose_with_registry``: entries for exactly the ops
+    without a translation); ``ep`` itself when every op has one, the common case.
+
+    Without this such a graph failed translation and took the public path, which traces
+    the model again and builds the whole registry: the same graph 2-3 s later.
+    """
+    import warnings
+
+    from torch.onnx._internal.exporter import _decomp
+
+    translated = {op_key(t) for t in translated_ops()} | {op_key(op)}
+    ops = called_ops(ep.graph_module)
+    if all(op_key(t) in translated for t in ops if isinstance(t, torch._ops.OpOverload)):
+        return ep
+    table = _decomp.create_onnx_friendly_decomposition_table(translated_ops() | {op})
+    with warnings.catch_warnings():  # torch's own deprecation notices, as the public path hides them
+        warnings.simplefilter("ignore", FutureWarning)
+        return ep.run_decompositions(table)
 
 
 @functools.lru_cache(maxsize=1)

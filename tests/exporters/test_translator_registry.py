@@ -8,13 +8,17 @@ registry (and takes the fast path with both, or with neither). A change of the p
 
 from __future__ import annotations
 
+import onnx
 import pytest
 import torch
+import torch.nn.functional as F
 from _corpus import CORPUS
+from torch import nn
 
 from dcd_deploy.exporters import _registry, _trace
 from dcd_deploy.exporters._placeholder import onnx_translation
 from dcd_deploy.exporters.lowering import to_deploy
+from dcd_deploy.layers import DCDConv2d
 
 
 @pytest.fixture(scope="module")
@@ -68,6 +72,54 @@ def test_corpus_translates_to_the_same_bytes_with_the_full_registry(name, full, 
     subset = _trace.trace(deploy, example, **kwargs)
     monkeypatch.setattr(_trace, "registry_for", lambda ops, custom: full)
     whole = _trace.trace(deploy, example, **kwargs)
-    # nonsquare's 3x4 adaptive pool takes the public path with either registry
-    assert subset.fast_path == whole.fast_path == (name != "nonsquare")
+    # every network takes the fast path (nonsquare's 3x4 adaptive pool decomposed on it)
+    assert subset.fast_path and whole.fast_path
     assert subset.proto.SerializeToString() == whole.proto.SerializeToString()
+
+
+class UntranslatedPools(nn.Module):
+    """Two ops torchlib has no function for, beside a DCD layer: ``adaptive_max_pool2d``
+    and a non-global ``adaptive_avg_pool2d`` (3x4 from 6x8, what nonsquare's head does)."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Conv2d(3, 16, 3, stride=2, padding=1)
+        self.dcd = DCDConv2d(16, 16, 1)
+        self.fc = nn.Linear(16 + 16 * 12, 5)
+
+    def forward(self, x):
+        x = F.relu(self.dcd(F.relu(self.stem(x))))
+        a = F.adaptive_max_pool2d(x, 1).flatten(1)
+        b = F.adaptive_avg_pool2d(x, (3, 4)).flatten(1)
+        return self.fc(torch.cat([a, b], 1))
+
+
+def _graph(proto):
+    """The graph without its ``metadata_props``: torch.export's range notes differ by path."""
+    g = onnx.GraphProto()
+    g.CopyFrom(proto.graph)
+    del g.metadata_props[:]
+    return g.SerializeToString()
+
+
+def test_ops_without_a_translation_are_decomposed_on_the_fast_path(monkeypatch):
+    """The oracle is ``torch.onnx.export`` (the public path): the same graph, node for node."""
+    torch.manual_seed(0)
+    deploy = to_deploy(UntranslatedPools().eval(), strategy="auto", input_size=(12, 16))
+    example = (torch.randn(1, 3, 12, 16),)
+    kwargs = dict(batch=None, dynamic_size=False, input_names=None, output_names=None)
+    called = []
+    decompose = _trace._decompose_untranslated
+    monkeypatch.setattr(_trace, "_decompose_untranslated", lambda ep, op: called.append(1) or decompose(ep, op))
+    fast = _trace.trace(deploy, example, **kwargs)
+    assert fast.fast_path and called
+
+    def refuse(*args):
+        raise _trace._Fallback
+
+    monkeypatch.setattr(_trace, "_fast", refuse)
+    public = _trace.trace(deploy, example, **kwargs)
+    assert not public.fast_path
+    ops = [n.op_type for n in fast.proto.graph.node]
+    assert "ReduceMax" in ops and not any("adaptive" in op.lower() for op in ops)
+    assert _graph(fast.proto) == _graph(public.proto)
