@@ -3,7 +3,8 @@
 The oracle is ``ONNXRegistry.from_torchlib()``, what ``torch.onnx.export`` itself builds:
 the same ops are translated (so the trace keeps the same ops whole), each op has the
 same entries, and every corpus network translates to the same ONNX bytes with either
-registry (and takes the fast path with both, or with neither). A change of the private internals these rely on fails here.
+registry (and takes the fast path with both; one with an op torchlib cannot translate, decomposed
+on that path, writes what ``torch.onnx.export`` writes). A change of the private internals these rely on fails here.
 """
 
 from __future__ import annotations
