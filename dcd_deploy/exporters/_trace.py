@@ -290,16 +290,29 @@ def _decompose_untranslated(ep, op):
     """
     import warnings
 
-    from torch.onnx._internal.exporter import _decomp
-
-    translated = {op_key(t) for t in translated_ops()} | {op_key(op)}
+    translated = _translated_keys(op)
     ops = called_ops(ep.graph_module)
     if all(op_key(t) in translated for t in ops if isinstance(t, torch._ops.OpOverload)):
         return ep
-    table = _decomp.create_onnx_friendly_decomposition_table(translated_ops() | {op})
     with warnings.catch_warnings():  # torch's own deprecation notices, as the public path hides them
         warnings.simplefilter("ignore", FutureWarning)
-        return ep.run_decompositions(table)
+        return ep.run_decompositions(dict(_decomposition_table(op)))
+
+
+@functools.lru_cache(maxsize=1)
+def _translated_keys(op) -> frozenset:
+    """The keys (:func:`op_key`) of every op the registry translates, ``op`` included."""
+    return frozenset(op_key(t) for t in translated_ops()) | {op_key(op)}
+
+
+@functools.lru_cache(maxsize=1)
+def _decomposition_table(op) -> dict:
+    """``torch.onnx.export``'s decomposition table for the registry's ops and ``op``:
+    entries for exactly the ops without a translation. Built once per process; callers
+    take a copy, since torch's helpers edit the table they are given."""
+    from torch.onnx._internal.exporter import _decomp
+
+    return _decomp.create_onnx_friendly_decomposition_table(translated_ops() | {op})
 
 
 @functools.lru_cache(maxsize=1)
@@ -308,10 +321,8 @@ def _kept_whole(op):
     decompose the others (what ``torch.onnx.export``'s own decomposition pass decides),
     from the names of the ops the registry translates (:mod:`._registry`)."""
     from torch.export.exported_program import _split_decomp_table_to_cia_and_python_decomp
-    from torch.onnx._internal.exporter import _decomp
 
-    table = _decomp.create_onnx_friendly_decomposition_table(translated_ops() | {op})
-    cia, _ = _split_decomp_table_to_cia_and_python_decomp(table)
+    cia, _ = _split_decomp_table_to_cia_and_python_decomp(dict(_decomposition_table(op)))
     return cia
 
 
