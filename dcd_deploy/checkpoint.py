@@ -400,6 +400,7 @@ def resolve_model(
     trust_checkpoint: bool = False,
     seed: int | None = 0,
     input_size: int | tuple[int, int] = 224,
+    n_inputs: int = 1,
 ) -> nn.Module:
     """A MODEL argument as the commands take it: a checkpoint path, a zoo name or ``MODULE:FUNCTION``.
 
@@ -420,14 +421,15 @@ def resolve_model(
         trust_checkpoint: allow files that need full unpickling. A trusted file holding a
             pickled ``nn.Module`` of no zoo architecture is the model itself.
         seed: pseudo-training seed of a zoo model (not used with ``weights``).
-        input_size: the side, or ``(H, W)``, the model must take.
+        input_size: the side, or ``(H, W)``, the model must take (when fed one input).
+        n_inputs: how many input tensors the command feeds (an inputs file's arrays).
 
     Raises:
         CheckpointError: not a file, a zoo name nor ``MODULE:FUNCTION`` (close names are
             suggested), a file that cannot be loaded, or weights that do not fit.
         ModelSpecError: ``MODULE:FUNCTION`` cannot be built.
         UnsupportedInputError: the architecture cannot take ``input_size``, or the model's
-            ``forward`` needs more than the one image input the commands give it.
+            ``forward`` needs more inputs than ``n_inputs``.
     """
     from ._factory_spec import build_from_factory, parse_factory_spec
     from ._threads import preparation_threads
@@ -443,7 +445,7 @@ def resolve_model(
             model = build_from_factory(factory)
         if weights is not None:
             load_weights_file(model, weights, trust_checkpoint=trust_checkpoint, label=factory.name)
-        _check_users_model(model, spec, sides, check_input_size)
+        _check_users_model(model, spec, sides, check_input_size, n_inputs)
         return model
     path = Path(spec)
     if path.exists() or not is_model(spec):
@@ -473,7 +475,7 @@ def resolve_model(
             raise UnknownModelError(
                 f"{exc}; a model of your own is given as MODULE:FUNCTION (e.g. mynet.py:build) with --weights FILE"
             ) from None
-        _check_users_model(model, spec, sides, check_input_size)
+        _check_users_model(model, spec, sides, check_input_size, n_inputs)
         return model
     if arch not in (None, spec):
         raise CheckpointError(f"{spec} is a zoo name; --arch {arch} contradicts it (leave --arch out)")
@@ -533,22 +535,37 @@ def _sides(input_size) -> tuple[int, int]:
     return int(input_size), int(input_size)
 
 
-def _check_users_model(model: nn.Module, spec: str, sides: tuple[int, int], check) -> None:
-    """A model from a factory or a checkpoint: one image input (the commands feed one image
-    batch; a ``forward`` that needs more is refused before the slow part, with the way that
-    does take it, the Python API) of ``sides``."""
+def forward_inputs(model: nn.Module) -> tuple[list[str], list[str]]:
+    """(required, positional): the names of ``model.forward``'s arguments without a
+    default, and of all it takes by position (empty when it has no Python signature)."""
     try:
-        params = inspect.signature(model.forward).parameters.values()
+        params = list(inspect.signature(model.forward).parameters.values())
     except (TypeError, ValueError):  # no Python signature: the trace will say what is wrong
-        params = ()
+        params = []
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     required = [p.name for p in params if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
-    if len(required) > 1:
+    return required, [p.name for p in positional]
+
+
+def _check_users_model(model: nn.Module, spec: str, sides: tuple[int, int], check, n_inputs: int) -> None:
+    """A model from a factory or a checkpoint: its ``forward`` must need no more than the
+    ``n_inputs`` tensors the command feeds (refused before the slow part, with the way to
+    give more: an inputs file of one array per argument), and take ``sides`` when it is
+    fed one image batch."""
+    required, _ = forward_inputs(model)
+    if len(required) > n_inputs:
+        names = ", ".join(required)
         raise UnsupportedInputError(
-            f"{spec}: {type(model).__name__}.forward takes {len(required)} inputs ({', '.join(required)}); "
-            "the commands feed one image batch: export it from Python, "
-            "dcd_deploy.export_onnx(model, path, example_inputs=(...), parity_inputs=(...))"
+            f"{spec}: {type(model).__name__}.forward takes {len(required)} inputs ({names}); "
+            + (
+                "dcd-export and dcd-validate take one array per input with --inputs FILE (a .npz or a .pt "
+                f"dict with keys {names}, axis 0 the batch); dcd-bench times models of one image input"
+                if n_inputs == 1
+                else f"the inputs give {n_inputs}"
+            )
         )
-    _check_sides(model, sides, check)
+    if n_inputs == 1:
+        _check_sides(model, sides, check)
 
 
 def _check_sides(model: nn.Module, sides: tuple[int, int], check) -> None:

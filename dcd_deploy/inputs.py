@@ -1,13 +1,18 @@
-"""The user's own inputs for a parity check: a ``.npy`` or ``.pt`` file of images.
+"""The user's own inputs for a parity check: a ``.npy`` or ``.pt`` file of images, or a
+set of one array per ``forward`` argument (``.npz``, or a ``.pt`` dict, list or tuple).
 
 Synthetic images are a stand-in; the inputs that decide whether a model is in its
 working range are the user's own (a few preprocessed images from the validation set).
-Polygraphy spells the same idea ``--load-inputs``.
+Polygraphy spells the same idea ``--load-inputs``. A model of several inputs (an RGB
+image and a depth map, an image and a mask) has no built-in stand-in at all: the set
+gives the commands each input's shape, dtype and values.
 """
 
 from __future__ import annotations
 
 import os
+import re
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +25,9 @@ from .errors import UnsupportedInputError
 MAX_IMAGES = 4096
 MAX_VALUES = 1 << 26
 SUFFIXES = (".npy", ".pt", ".pth")
+SET_SUFFIXES = (".npz", ".pt", ".pth")
+#: ``np.savez``'s names for positional arrays.
+POSITIONAL_NPZ = re.compile(r"arr_([0-9]+)")
 NPY_MAGIC = b"\x93NUMPY"
 
 
@@ -80,18 +88,23 @@ def _read(path: Path) -> torch.Tensor:
                 f"inputs file {path} holds {array.dtype} values; expected floating-point images"
             )
         return torch.from_numpy(np.array(array, dtype=np.float32))
-    _check_pt_bytes(path)
-    try:
-        data = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:  # torch.load raises many types for foreign or damaged files
-        raise UnsupportedInputError(
-            f"cannot read inputs file {path} as a tensor: {(str(exc).splitlines() or [type(exc).__name__])[0]}"
-        ) from None
+    data = _load_pt(path)
     if not isinstance(data, torch.Tensor):
         raise UnsupportedInputError(f"inputs file {path} holds a {type(data).__name__}, not one tensor")
     _check_dense(path, data)
     _check_size(path, tuple(data.shape))
     return data.detach().cpu()
+
+
+def _load_pt(path: Path):
+    """What a ``.pt`` file holds, read weights-only after its bytes are checked."""
+    _check_pt_bytes(path)
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # torch.load raises many types for foreign or damaged files
+        raise UnsupportedInputError(
+            f"cannot read inputs file {path} as a tensor: {(str(exc).splitlines() or [type(exc).__name__])[0]}"
+        ) from None
 
 
 def _check_size(path: Path, shape: tuple) -> None:
@@ -171,15 +184,20 @@ def load_images(
     return images, f"{path} ({str(data.dtype).removeprefix('torch.')} {layout}, taken as preprocessed)"
 
 
-def _checked_path(path) -> Path:
-    """``path`` as a Path: an existing regular file named ``.npy`` or ``.pt``."""
+def _checked_path(path, suffixes: tuple[str, ...] = SUFFIXES) -> Path:
+    """``path`` as a Path: an existing regular file named ``.npy`` or ``.pt`` (or one of
+    ``suffixes``)."""
     path = Path(path)
     if not path.is_file():
         raise UnsupportedInputError(
             f"inputs file {path}: no such file" if not path.exists() else f"inputs file {path} is not a regular file"
         )
-    if path.suffix.lower() not in SUFFIXES:
-        raise UnsupportedInputError(f"inputs file {path}: expected a .npy or .pt file")
+    if path.suffix.lower() not in suffixes:
+        expected = " or ".join(dict.fromkeys(s for s in suffixes if s != ".pth"))
+        raise UnsupportedInputError(
+            f"inputs file {path}: expected a {expected} file"
+            + ("" if ".npz" in suffixes else " (a model of several inputs: a .npz, one array per input)")
+        )
     return path
 
 
@@ -204,17 +222,15 @@ def _read_uint8_npy(path: Path) -> torch.Tensor | None:
 # -- limits: every size in the file is checked before anything is inflated or allocated --
 
 
-def _check_npy_header(path: Path) -> None:
-    """The .npy header's shape, read before NumPy maps the file: non-negative integers,
-    at most :data:`MAX_VALUES` values, and no more than the file holds."""
+def _npy_header(fh, path: Path) -> tuple[tuple, np.dtype]:
+    """(shape, dtype) from a ``.npy`` header at ``fh``'s position, its dimensions
+    non-negative integers; ``fh`` is left at the data."""
     try:
-        with open(path, "rb") as fh:
-            version = np.lib.format.read_magic(fh)
-            read = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
-            if version not in read:
-                raise ValueError(f"unsupported .npy version {version}")
-            shape, _, dtype = read[version](fh, max_header_size=10_000)
-            offset = fh.tell()
+        version = np.lib.format.read_magic(fh)
+        read = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+        if version not in read:
+            raise ValueError(f"unsupported .npy version {version}")
+        shape, _, dtype = read[version](fh, max_header_size=10_000)
     except (ValueError, OSError, EOFError, OverflowError, SyntaxError, TypeError) as exc:
         raise UnsupportedInputError(
             f"inputs file {path} is not a readable NumPy .npy file: "
@@ -224,6 +240,18 @@ def _check_npy_header(path: Path) -> None:
         raise UnsupportedInputError(
             f"inputs file {path}: its header's shape {str(shape)[:100]} has a negative dimension; the file is damaged"
         )
+    return shape, dtype
+
+
+def _check_npy_header(path: Path) -> None:
+    """The .npy header's shape, read before NumPy maps the file: non-negative integers,
+    at most :data:`MAX_VALUES` values, and no more than the file holds."""
+    try:
+        with open(path, "rb") as fh:
+            shape, dtype = _npy_header(fh, path)
+            offset = fh.tell()
+    except OSError as exc:
+        raise UnsupportedInputError(f"inputs file {path} is not a readable NumPy .npy file: {exc}") from None
     _check_size(path, shape)
     need = offset + int(np.prod(shape, dtype=np.float64)) * dtype.itemsize
     if need > path.stat().st_size:
@@ -273,3 +301,160 @@ def _check_dense(path: Path, data: torch.Tensor) -> None:
         raise UnsupportedInputError(
             f"inputs file {path} holds a tensor on device {data.device.type}, without values; expected images"
         )
+
+
+# -- a set of inputs, one per forward argument --
+
+
+@dataclass(frozen=True)
+class InputSet:
+    """One tensor per model input, each with the batch on axis 0 (the same N for all).
+
+    Attributes:
+        tensors: the inputs in the file's order; floating ones as float32, others
+            (integer ids, boolean masks) as stored.
+        names: each tensor's name (an ``.npz`` key or a dict key), or None when the file
+            gives them by position (a list, a tuple, ``np.savez(f, a, b)``).
+        path: the file.
+    """
+
+    tensors: tuple[torch.Tensor, ...]
+    names: tuple[str, ...] | None
+    path: Path
+
+    @property
+    def batch(self) -> int:
+        return self.tensors[0].shape[0]
+
+    def describe(self) -> str:
+        """``inputs.npz (rgb float32 8x3x64x80, depth float32 8x1x64x80, taken as preprocessed)``."""
+        names = self.names or [f"#{i}" for i in range(len(self.tensors))]
+        parts = [
+            f"{n} {str(t.dtype).removeprefix('torch.')} {'x'.join(map(str, t.shape))}"
+            for n, t in zip(names, self.tensors)
+        ]
+        return f"{self.path} ({', '.join(parts)}, taken as the model takes them)"
+
+    def arrange(self, wanted: list[str], *, what: str) -> tuple[torch.Tensor, ...]:
+        """The tensors in the order of ``wanted`` (the model's or the file's input names):
+        by name when the set has names, else by position.
+
+        Raises:
+            UnsupportedInputError: a name missing from the set or one it does not take,
+                or a count that does not fit.
+        """
+        if self.names is None:
+            if len(self.tensors) != len(wanted):
+                raise UnsupportedInputError(
+                    f"inputs file {self.path} holds {len(self.tensors)} arrays; {what} takes "
+                    f"{len(wanted)} ({', '.join(wanted)})"
+                )
+            return self.tensors
+        missing = [n for n in wanted if n not in self.names]
+        unknown = [n for n in self.names if n not in wanted]
+        if missing or unknown:
+            raise UnsupportedInputError(
+                f"inputs file {self.path} holds {', '.join(self.names)}; {what} takes {', '.join(wanted)}"
+                + (f" (missing: {', '.join(missing)})" if missing else "")
+                + (f" (not taken: {', '.join(unknown)})" if unknown else "")
+            )
+        by_name = dict(zip(self.names, self.tensors))
+        return tuple(by_name[n] for n in wanted)
+
+
+def is_input_set(path: str | os.PathLike) -> bool:
+    """Whether ``path`` holds a set of inputs rather than one batch of images: an ``.npz``,
+    or a ``.pt`` holding a dict, list or tuple (read, weights-only, to find out)."""
+    path = _checked_path(path, SUFFIXES + SET_SUFFIXES)
+    if path.suffix.lower() == ".npz":
+        return True
+    return path.suffix.lower() != ".npy" and isinstance(_load_pt(path), (dict, list, tuple))
+
+
+def load_input_set(path: str | os.PathLike) -> InputSet:
+    """Read one array per model input from an ``.npz`` (without pickle) or a ``.pt``
+    (weights-only) holding a dict by input name, or a list or tuple in input order.
+
+    Raises:
+        UnsupportedInputError: a missing or unreadable file, no arrays, something that is
+            not a dense tensor, arrays of different batch sizes, or too many values.
+    """
+    path = _checked_path(path, SUFFIXES + SET_SUFFIXES)
+    if path.suffix.lower() == ".npz":
+        names, tensors = _read_npz(path)
+    else:
+        data = _load_pt(path)
+        if isinstance(data, torch.Tensor):
+            names, tensors = None, [data]
+        elif isinstance(data, dict):
+            if not all(isinstance(k, str) for k in data):
+                raise UnsupportedInputError(f"inputs file {path} holds a dict whose keys are not all input names")
+            names, tensors = list(data), list(data.values())
+        elif isinstance(data, (list, tuple)):
+            names, tensors = None, list(data)
+        else:
+            raise UnsupportedInputError(
+                f"inputs file {path} holds a {type(data).__name__}; expected a tensor, or a dict, list or "
+                "tuple of tensors (one per input)"
+            )
+    return InputSet(tuple(_checked_member(path, tensors)), None if names is None else tuple(names), path)
+
+
+def _checked_member(path: Path, tensors: list) -> list[torch.Tensor]:
+    if not tensors:
+        raise UnsupportedInputError(f"inputs file {path} holds no arrays")
+    for t in tensors:
+        if not isinstance(t, torch.Tensor):
+            raise UnsupportedInputError(
+                f"inputs file {path} holds a {type(t).__name__} among its inputs; expected tensors"
+            )
+        _check_dense(path, t)
+    _check_size(path, (sum(t.numel() for t in tensors),))
+    shapes = [tuple(t.shape) for t in tensors]
+    if any(len(s) == 0 or s[0] < 1 for s in shapes) or len({s[0] for s in shapes}) != 1:
+        raise UnsupportedInputError(
+            f"inputs file {path} holds arrays of shapes {', '.join(map(str, shapes))}; every input needs "
+            "the same batch (at least 1) on axis 0"
+        )
+    if shapes[0][0] > MAX_IMAGES:
+        raise UnsupportedInputError(
+            f"inputs file {path} holds {shapes[0][0]} samples; at most {MAX_IMAGES} are checked"
+        )
+    return [
+        t.detach().to(torch.float32).contiguous() if t.is_floating_point() else t.detach().contiguous() for t in tensors
+    ]
+
+
+def _read_npz(path: Path) -> tuple[list[str] | None, list[torch.Tensor]]:
+    """An ``.npz``'s arrays, every member's header checked (shape, total values, the
+    bytes it claims) before NumPy reads it; positional names (``arr_0``..) give None."""
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path) as zf:
+            members = [i for i in zf.infolist() if i.filename.endswith(".npy")]
+            total = 0
+            for info in members:
+                with zf.open(info) as fh:
+                    shape, dtype = _npy_header(fh, path)
+                values = int(np.prod(shape, dtype=np.float64))
+                total += values
+                _check_size(path, (total,))
+                # object arrays need pickle; a member far longer than its header says hides something
+                if dtype.hasobject or info.file_size > 10_000 + values * dtype.itemsize:
+                    raise UnsupportedInputError(f"inputs file {path}: member {info.filename} is not a plain array")
+            with np.load(path, allow_pickle=False) as npz:
+                arrays = {k: npz[k] for k in npz.files}
+    except UnsupportedInputError:
+        raise
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile, KeyError) as exc:
+        raise UnsupportedInputError(
+            f"inputs file {path} is not a readable NumPy .npz file: {(str(exc).splitlines() or [type(exc).__name__])[0][:200]}"
+        ) from None
+    keys = list(arrays)
+    positions = [POSITIONAL_NPZ.fullmatch(k) for k in keys]
+    tensors = {k: torch.from_numpy(np.ascontiguousarray(a)) for k, a in arrays.items()}
+    if keys and all(positions):
+        order = sorted(keys, key=lambda k: int(POSITIONAL_NPZ.fullmatch(k).group(1)))
+        return None, [tensors[k] for k in order]
+    return keys, [tensors[k] for k in keys]

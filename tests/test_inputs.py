@@ -69,3 +69,83 @@ def test_images_of_other_channel_counts(tmp_path):
         load_images(tmp_path / "u.npy", channels=1)
     with pytest.raises(UnsupportedInputError, match="expected N x 3 x H x W or N x H x W x 3"):
         load_images(tmp_path / "g.npy")  # a grey batch for an RGB model
+
+
+# -- sets of inputs: one array per forward argument --
+
+
+def test_a_set_keeps_names_order_and_dtypes(tmp_path):
+    from dcd_deploy.inputs import is_input_set, load_input_set
+
+    rgb, ids = np.ones((2, 3, 4, 4), np.float64), np.array([3, 1], np.int64)
+    np.savez(tmp_path / "named.npz", rgb=rgb, ids=ids)
+    np.savez(tmp_path / "pos.npz", rgb, ids)
+    torch.save([torch.from_numpy(rgb), torch.from_numpy(ids)], tmp_path / "list.pt")
+    torch.save(torch.zeros(2, 3, 4, 4), tmp_path / "one.pt")
+    named = load_input_set(tmp_path / "named.npz")
+    assert named.names == ("rgb", "ids") and named.batch == 2
+    assert named.tensors[0].dtype == torch.float32 and named.tensors[1].dtype == torch.int64
+    assert named.tensors[1].tolist() == [3, 1]
+    # by name, whatever order the caller wants them in
+    assert [t.dtype for t in named.arrange(["ids", "rgb"], what="m")] == [torch.int64, torch.float32]
+    for positional in ("pos.npz", "list.pt"):
+        got = load_input_set(tmp_path / positional)
+        assert got.names is None and [t.dtype for t in got.tensors] == [torch.float32, torch.int64]
+    assert is_input_set(tmp_path / "named.npz") and is_input_set(tmp_path / "list.pt")
+    assert not is_input_set(tmp_path / "one.pt")  # one tensor: a batch of images, as before
+
+
+def test_np_savez_positions_sort_as_numbers(tmp_path):
+    from dcd_deploy.inputs import load_input_set
+
+    arrays = [np.full((1, 2), i, np.float32) for i in range(12)]
+    np.savez(tmp_path / "many.npz", *arrays)  # arr_10 sorts before arr_2 as text
+    got = load_input_set(tmp_path / "many.npz")
+    assert [int(t[0, 0]) for t in got.tensors] == list(range(12))
+
+
+def _object_npz(path):
+    np.savez(path, a=np.array([{"x": 1}], dtype=object))
+
+
+def _huge_header_npz(path):
+    """A member whose header claims 10^10 floats over 16 bytes of data."""
+    import io
+    import zipfile
+
+    buf = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buf, {"descr": "<f4", "fortran_order": False, "shape": (100000, 100000)})
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr("a.npy", buf.getvalue() + b"\0" * 16)
+
+
+@pytest.mark.parametrize(
+    "write, message",
+    [
+        (lambda p: np.savez(p, a=np.zeros((2, 3)), b=np.zeros((3, 3))), r"the same batch \(at least 1\) on axis 0"),
+        (lambda p: np.savez(p), "holds no arrays"),
+        (_object_npz, "is not a plain array|readable"),
+        (_huge_header_npz, "at most 67108864 are checked"),
+        (lambda p: p.write_bytes(b"PK\x03\x04 not really"), "not a readable NumPy .npz file"),
+    ],
+)
+def test_a_bad_set_is_refused_before_it_is_read(tmp_path, write, message):
+    from dcd_deploy.inputs import load_input_set
+
+    path = tmp_path / "in.npz"
+    write(path)
+    with pytest.raises(UnsupportedInputError, match=message):
+        load_input_set(path)
+
+
+def test_a_set_that_does_not_fit_names_what_is_wrong(tmp_path):
+    from dcd_deploy.inputs import load_input_set
+
+    np.savez(tmp_path / "in.npz", rgb=np.zeros((1, 3)), dept=np.zeros((1, 1)))
+    with pytest.raises(
+        UnsupportedInputError, match=r"holds rgb, dept; m takes rgb, depth \(missing: depth\) \(not taken: dept\)"
+    ):
+        load_input_set(tmp_path / "in.npz").arrange(["rgb", "depth"], what="m")
+    np.savez(tmp_path / "pos.npz", np.zeros((1, 3)))
+    with pytest.raises(UnsupportedInputError, match=r"holds 1 arrays; m takes 2 \(rgb, depth\)"):
+        load_input_set(tmp_path / "pos.npz").arrange(["rgb", "depth"], what="m")

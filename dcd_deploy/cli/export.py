@@ -10,6 +10,7 @@ from .._limits import MAX_BATCH, MAX_INPUT_SIZE
 from .._threads import preparation_threads
 from .._version import __version__
 from ..errors import ParityError
+from ._input_set import largest_side, model_order, refuse_image_options, shapes_text
 from ._input_size import InputSize, api_size, channels_option, format_size
 from ._model_arg import MODEL_HELP, model_inputs, model_label, model_options, output_stem, resolve_model
 from ._outputs import OutputPath, check_outputs, default_output, write_json_atomic
@@ -147,8 +148,6 @@ def main(
     seed,
 ):
     """Export MODEL (a checkpoint, a zoo name or MODULE:FUNCTION) to ONNX in deploy form."""
-    from ..inputs import load_images
-
     if quiet and verbose:
         raise click.UsageError("-q/--quiet and -v/--verbose exclude each other")
     batch = _batch(batch)
@@ -156,18 +155,18 @@ def main(
         output = default_output(output_stem(model))
     # fail before the slow part, and before anything is written
     check_outputs(outputs=[output, json_path], inputs=[*model_inputs(model, weights), inputs_path])
-    preprocess = make_preprocess_from_options(preset, mean, std, scale, bgr, channels=channels)
-    inputs, described = None, None
-    if inputs_path is not None:
-        inputs, described = load_images(inputs_path, input_size=input_size, preprocess=preprocess, channels=channels)
+    input_set, inputs, described, preprocess = _read_inputs(
+        inputs_path, input_size=input_size, channels=channels, preprocess=(preset, mean, std, scale, bgr)
+    )
     input_size = tuple(inputs.shape[2:]) if inputs is not None else input_size or (DEFAULT_INPUT_SIZE,) * 2
-    check_parity_budget(input_size=max(input_size), batch_sizes=(batch or 2,), n_inputs=8)
+    side = max(input_size) if input_set is None else largest_side(input_set.tensors)
+    check_parity_budget(input_size=side, batch_sizes=(batch or 2,), n_inputs=8)
     progress = None if quiet else click.echo  # on stdout with the report: stderr is for the Error line
     started = time.perf_counter()
     with trace_worker() as worker:  # imports the exporter on the second core while the model loads
-        net = resolve_model(
-            model, arch=arch, weights=weights, trust_checkpoint=trust_checkpoint, seed=seed, input_size=input_size
-        )
+        n_inputs = 1 if input_set is None else len(input_set.tensors)
+        net = resolve_model(model, arch=arch, weights=weights, trust_checkpoint=trust_checkpoint, seed=seed, input_size=input_size, n_inputs=n_inputs)  # fmt: skip
+        inputs = inputs if input_set is None else model_order(input_set, net)
         if progress is not None:
             progress(f"[load] {time.perf_counter() - started:.1f} s")
         result = _export(
@@ -188,7 +187,7 @@ def main(
             parity_inputs_description=described,
             parallel_check=True,
             trace_worker=worker,
-            **_example(dynamic_size, input_size, channels),
+            **_example(dynamic_size, input_size, channels, None if input_set is None else inputs),
         )
     click.echo(f"wrote {result.path} ({result.size_bytes / 1e6:.1f} MB) in {time.perf_counter() - started:.1f} s")
     if json_path is not None:
@@ -197,16 +196,51 @@ def main(
             {**result.to_dict(), "model": model, "parity_inputs": None if inputs_path is None else str(inputs_path)},
         )
     if not quiet:
-        size = "HxW" if dynamic_size else format_size(input_size)
         _print_report(
             result,
             label=model_label(model, net),
             params=sum(p.numel() for p in net.parameters()),
-            shape=f"{'N' if batch is None else batch}x{channels}x{size}",
-            channels=channels,
+            shape=_shape_text(
+                result, input_set, inputs, channels=channels, size=input_size, batch=batch, dynamic_size=dynamic_size
+            ),
+            channels=channels if input_set is None else None,
             strategy=strategy,
             verbose=verbose,
         )
+
+
+def _shape_text(result, input_set, inputs, *, channels: int, size: tuple[int, int], batch, dynamic_size: bool) -> str:
+    """The report's ``input`` field: ``Nx3x224x224``, or each input of a set."""
+    if input_set is not None:
+        return shapes_text(inputs, result.input_names, batch, dynamic_size=dynamic_size)
+    return f"{'N' if batch is None else batch}x{channels}x{'HxW' if dynamic_size else format_size(size)}"
+
+
+def _read_inputs(inputs_path, *, input_size, channels: int, preprocess: tuple):
+    """(input set, images, their description, the preprocessing) from ``--inputs`` and the
+    image options: a set of one array per argument (the image options refused beside it,
+    its arrays ordered once the model is built), else one batch of images, else nothing."""
+    from ..inputs import is_input_set, load_images, load_input_set
+
+    if inputs_path is not None and is_input_set(inputs_path):
+        input_set = load_input_set(inputs_path)
+        preset, mean, std, scale, bgr = preprocess
+        refuse_image_options(
+            inputs_path,
+            input_size=input_size,
+            channels=channels,
+            preset=preset,
+            mean=mean,
+            std=std,
+            scale=scale,
+            bgr=bgr,
+        )
+        return input_set, None, input_set.describe(), None
+    preprocess = make_preprocess_from_options(*preprocess, channels=channels)
+    if inputs_path is None:
+        return None, None, None, preprocess
+    images, described = load_images(inputs_path, input_size=input_size, preprocess=preprocess, channels=channels)
+    return None, images, described, preprocess
 
 
 def _export(net, output, *, quiet: bool, **options):
@@ -225,7 +259,9 @@ def _export(net, output, *, quiet: bool, **options):
         raise parity_failure(exc.report) from None
 
 
-def _print_report(result, *, label: str, params: int, shape: str, channels: int, strategy: str, verbose: bool) -> None:
+def _print_report(
+    result, *, label: str, params: int, shape: str, channels: int | None, strategy: str, verbose: bool
+) -> None:
     """The lines under ``wrote ...``: model, graph, DCD forms, fused nodes, parity."""
     ops = ", ".join(f"{k} {v}" for k, v in result.op_histogram.items())
     forms = list(result.strategies.values())
@@ -259,27 +295,34 @@ def _print_report(result, *, label: str, params: int, shape: str, channels: int,
         click.echo("  parity   not checked (--no-check)")
 
 
-def _static_shape_note(result, channels: int) -> None:
-    """How to compile a fused file with a dynamic axis in OpenVINO without the slow path."""
-    h, w = (result.input_size,) * 2 if isinstance(result.input_size, int) else result.input_size
-    click.echo(
-        f"  note     in OpenVINO, reshape to a static shape before compiling (model.reshape([{result.batch or 1}, {channels}, {h}, {w}]);"
-        " dcd_deploy.openvino.compile_onnx(path, input_shape=...) does it)"
-    )
+def _static_shape_note(result, channels: int | None) -> None:
+    """How to compile a fused file with a dynamic axis in OpenVINO without the slow path
+    (``channels`` None: a file of several inputs, or of one that is no image)."""
+    if channels is None:
+        click.echo(
+            "  note     in OpenVINO, reshape every input to a static shape before compiling (model.reshape({...}))"
+        )
+    else:
+        h, w = (result.input_size,) * 2 if isinstance(result.input_size, int) else result.input_size
+        click.echo(
+            f"  note     in OpenVINO, reshape to a static shape before compiling (model.reshape([{result.batch or 1}, {channels}, {h}, {w}]);"
+            " dcd_deploy.openvino.compile_onnx(path, input_shape=...) does it)"
+        )
     click.echo(
         "           at a dynamic shape the layout changes around the fused nodes run as reference ops"
         " (MobileNetV2 x1.0: about twice the time, docs/performance.md)"
     )
 
 
-def _example(dynamic_size: bool, size: tuple[int, int], channels: int) -> dict:
+def _example(dynamic_size: bool, size: tuple[int, int], channels: int, inputs: tuple | None = None) -> dict:
     """The exporter's ``example_inputs`` when the default (one (1, 3, H, W) image) is not
     it: a file with symbolic height and width does not say at which size to check it
     (``dynamic_size=True`` is passed only then: the keyword is newer than ``input_size``),
-    and a model of other than 3 channels takes (1, C, H, W)."""
-    if not dynamic_size and channels == 3:
+    and a model of other than 3 channels takes (1, C, H, W). An inputs file of one array
+    per argument (``inputs``, in the model's order) gives the first sample of each."""
+    if inputs is None and not dynamic_size and channels == 3:
         return {}
     import torch
 
-    example = {"example_inputs": (torch.zeros(1, channels, *size),)}
+    example = {"example_inputs": (torch.zeros(1, channels, *size),) if inputs is None else tuple(t[:1] for t in inputs)}
     return {"dynamic_size": True, **example} if dynamic_size else example

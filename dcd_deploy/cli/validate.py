@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import click
@@ -9,8 +10,9 @@ import click
 from .._limits import MAX_BATCH, MAX_INPUTS
 from .._threads import preparation_threads
 from .._version import __version__
-from ..errors import DCDDeployError
+from ..errors import DCDDeployError, UnsupportedInputError
 from ..runtimes import PARITY_BACKENDS, read_onnx_input
+from ._input_set import refuse_image_options
 from ._model_arg import MODEL_HELP, model_inputs, model_options, resolve_model
 from ._outputs import OutputPath, check_outputs, write_json_atomic
 from ._parity_options import (
@@ -100,40 +102,32 @@ def main(
     seed,
 ):
     """Check that ONNX computes what MODEL (a checkpoint, a zoo name or MODULE:FUNCTION) computes."""
-    from ..inputs import load_images
+    from ..inputs import is_input_set, load_input_set
     from ..parity import check_parity
 
     if not onnx_path.is_file():
         raise DCDDeployError(f"{onnx_path}: no such ONNX file")
     check_outputs(outputs=[json_path], inputs=[*model_inputs(model, weights), onnx_path, inputs_path])
     sizes = _sizes(batch_sizes) if batch_sizes is not None else None  # a usage error first
-    file_input = read_onnx_input(onnx_path)
-    # a file exported with --batch N runs batch N only
-    sizes = sizes or ((file_input.shape[0],) if file_input.shape[0] is not None else DEFAULT_BATCH_SIZES)
-    input_size = file_input.image_size()  # (H, W): a zoo model is pseudo-trained at that size
-    preprocess = make_preprocess_from_options(preset, mean, std, scale, bgr, channels=file_input.channels)
-    inputs, described = None, None
-    if inputs_path is not None:
-        inputs, described = load_images(
-            inputs_path, input_size=input_size, preprocess=preprocess, channels=file_input.channels
-        )
-    check_parity_budget(input_size=max(input_size), batch_sizes=sizes, n_inputs=n_inputs)
-    net = resolve_model(
-        model, arch=arch, weights=weights, trust_checkpoint=trust_checkpoint, seed=seed, input_size=input_size
+    input_set = load_input_set(inputs_path) if inputs_path is not None and is_input_set(inputs_path) else None
+    if input_set is not None:
+        refuse_image_options(inputs_path, preset=preset, mean=mean, std=std, scale=scale, bgr=bgr)
+    resolve = functools.partial(
+        resolve_model, model, arch=arch, weights=weights, trust_checkpoint=trust_checkpoint, seed=seed
     )
+    preprocess = functools.partial(make_preprocess_from_options, preset, mean, std, scale, bgr)
+    if input_set is not None or _input_count(onnx_path) != 1:
+        plan = _general_plan(onnx_path, input_set, sizes, n_inputs, resolve, preprocess)
+    else:
+        plan = _image_plan(onnx_path, inputs_path, sizes, n_inputs, resolve, preprocess)
+    described, channels, plan_preprocess = plan.pop("described"), plan.pop("channels"), plan["preprocess"]
     with preparation_threads():
         report = check_parity(
-            net,
-            onnx_path,
-            batch_sizes=sizes,
-            n_inputs=n_inputs,
             atol=atol,
             rtol=rtol,
-            inputs=inputs,
-            **_size_example(onnx_path, input_size, file_input.channels),
             backends=tuple(dict.fromkeys(backends)) or ("onnxruntime",),
             accept_inconclusive=accept_inconclusive,
-            preprocess=preprocess,
+            **plan,
         )
     click.echo(report.table())
     if show_layers:
@@ -152,17 +146,90 @@ def main(
                 **report.to_dict(),
                 "model": model,
                 "inputs": None if inputs_path is None else str(inputs_path),
-                "inputs_description": described or _builtin(preprocess, file_input.channels),
+                "inputs_description": described or _builtin(plan_preprocess, channels),
             },
         )
     if not report:
         raise parity_failure(report)
 
 
-def _builtin(preprocess, channels: int) -> str:
+def _image_plan(onnx_path: Path, inputs_path, sizes, n_inputs: int, resolve, preprocess) -> dict:
+    """``check_parity``'s arguments for a file of one image input (N, C, H, W)."""
+    from ..inputs import load_images
+
+    file_input = read_onnx_input(onnx_path)
+    # a file exported with --batch N runs batch N only
+    sizes = sizes or ((file_input.shape[0],) if file_input.shape[0] is not None else DEFAULT_BATCH_SIZES)
+    input_size = file_input.image_size()  # (H, W): a zoo model is pseudo-trained at that size
+    preprocess = preprocess(channels=file_input.channels)
+    inputs, described = None, None
+    if inputs_path is not None:
+        inputs, described = load_images(
+            inputs_path, input_size=input_size, preprocess=preprocess, channels=file_input.channels
+        )
+    check_parity_budget(input_size=max(input_size), batch_sizes=sizes, n_inputs=n_inputs)
+    return {
+        "model": resolve(input_size=input_size),
+        "onnx_path": onnx_path,
+        "batch_sizes": sizes,
+        "n_inputs": n_inputs,
+        "inputs": inputs,
+        "preprocess": preprocess,
+        "described": described,
+        "channels": file_input.channels,
+        **_size_example(onnx_path, input_size, file_input.channels),
+    }
+
+
+def _general_plan(onnx_path: Path, input_set, sizes, n_inputs: int, resolve, preprocess) -> dict:
+    """``check_parity``'s arguments for a file of several inputs, or fed a set of one
+    array per input (``--inputs`` .npz or .pt dict): the set's arrays in the file's input
+    order, else what :func:`~dcd_deploy.check_parity` makes for each input (the built-in
+    images for a 3-channel image input, seeded samples of the file's shape otherwise)."""
+    names, batch, sides = _file_inputs(onnx_path)
+    if not names:
+        raise UnsupportedInputError(f"{onnx_path} has 0 inputs; a model's file takes at least one")
+    sizes = sizes or ((batch,) if batch is not None else DEFAULT_BATCH_SIZES)
+    inputs = None if input_set is None else input_set.arrange(names, what=str(onnx_path))
+    check_parity_budget(input_size=max(sides, default=1), batch_sizes=sizes, n_inputs=n_inputs)
+    return {
+        "model": resolve(n_inputs=len(names)),
+        "onnx_path": onnx_path,
+        "batch_sizes": sizes,
+        "n_inputs": n_inputs,
+        "inputs": inputs,
+        "preprocess": None if input_set is not None else preprocess(),
+        "described": None if input_set is None else input_set.describe(),
+        "channels": None,
+    }
+
+
+def _builtin(preprocess, channels: int | None) -> str:
+    """What the check ran on without ``--inputs`` (``channels`` None: a file of several inputs)."""
+    if channels is None:
+        return "built-in natural images for 3-channel image inputs, seeded samples for the others"
     if channels != 3:
         return f"seeded samples ({channels}-channel input: the built-in images are RGB)"
     return f"built-in natural images, preprocessed: {preprocess.describe()}"
+
+
+def _input_count(onnx_path: Path) -> int:
+    """How many inputs the file takes (its initializers left out)."""
+    return len(_file_inputs(onnx_path)[0])
+
+
+def _file_inputs(onnx_path: Path) -> tuple[list[str], int | None, list[int]]:
+    """(input names, the first input's static batch or None, the static sides of its 4-D
+    inputs), the file read within the toolkit's limits."""
+    from .._limits import load_onnx_checked
+
+    graph = load_onnx_checked(onnx_path).graph
+    weights = {t.name for t in graph.initializer}
+    inputs = [i for i in graph.input if i.name not in weights]
+    dims = [[d.dim_value if d.HasField("dim_value") else None for d in i.type.tensor_type.shape.dim] for i in inputs]
+    batch = dims[0][0] if dims and dims[0] else None
+    sides = [d for ds in dims if len(ds) == 4 for d in ds[2:] if d]
+    return [i.name for i in inputs], batch, sides
 
 
 def _size_example(path: Path, size: tuple[int, int], channels: int) -> dict:

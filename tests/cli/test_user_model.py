@@ -107,7 +107,7 @@ def test_weights_saved_by_training_code(exported, in_user_dir):
         assert "PASS" in result.stdout
 
 
-#: A network of two image inputs (the commands give one; the API takes it).
+#: A network of two image inputs (given without --inputs: refused, naming the way to give them).
 TWO_INPUTS = """\
 import torch
 from dcd_deploy.layers import DCDConv2d
@@ -143,8 +143,8 @@ def build():
         (["raises.py:make"], r"raises\.py:make returned a value of type str, not a torch\.nn\.Module"),
         (
             ["two.py:build"],
-            r"two\.py:build: Fuse\.forward takes 2 inputs \(rgb, depth\); the commands feed one image batch: "
-            r"export it from Python, dcd_deploy\.export_onnx\(model, path, example_inputs=",
+            r"two\.py:build: Fuse\.forward takes 2 inputs \(rgb, depth\); dcd-export and dcd-validate take one "
+            r"array per input with --inputs FILE \(a \.npz or a \.pt dict with keys rgb, depth, axis 0 the batch\)",
         ),
     ],
 )

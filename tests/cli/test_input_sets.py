@@ -1,0 +1,178 @@
+"""The commands with a model of several inputs, fed by ``--inputs`` holding one array per
+``forward`` argument (.npz, .pt dict or list): an RGB-D network (``torch.cat`` of two
+stems, SiLU, a dict output, a non-square 24x20 input) and an image + integer id network.
+
+Oracles: ONNX Runtime running the written file against the factory's model evaluated in
+float64 by the test itself; a file with one weight scaled by 5% must fail validation;
+one ``Error:`` line (status 1, or click's usage error, status 2) for what does not fit.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import onnx
+import pytest
+import torch
+from _cli import one_error_line
+from click.testing import CliRunner
+
+from dcd_deploy.cli.export import main as export_main
+from dcd_deploy.cli.validate import main as validate_main
+
+SOURCE = """\
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from dcd_deploy.layers import DCDConv2d
+
+
+class RGBD(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.rgb = nn.Conv2d(3, 8, 3, stride=2, padding=1)
+        self.depth = nn.Conv2d(1, 8, 3, stride=2, padding=1)
+        self.mix = DCDConv2d(16, 16, 1)
+        self.head = nn.Linear(16, 5)
+
+    def forward(self, rgb, depth):
+        x = torch.cat([F.relu(self.rgb(rgb)), F.relu(self.depth(depth))], 1)
+        x = F.silu(self.mix(x))
+        return {"logits": self.head(x.mean((2, 3)))}
+
+
+class Tagged(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Conv2d(3, 8, 3, padding=1)
+        self.embed = nn.Embedding(4, 8)
+        self.mix = DCDConv2d(8, 8, 1)
+        self.head = nn.Linear(8, 3)
+
+    def forward(self, image, ids):
+        x = F.relu(self.stem(image)) + self.embed(ids)[:, :, None, None]
+        return self.head(F.hardswish(self.mix(x)).mean((2, 3)))
+
+
+def build():
+    torch.manual_seed(0)
+    return RGBD()
+
+
+def tagged():
+    torch.manual_seed(1)
+    return Tagged()
+"""
+
+H, W = 24, 20
+
+
+def run(cmd, args):
+    return CliRunner().invoke(cmd, [str(a) for a in args])
+
+
+@pytest.fixture(scope="module")
+def user_dir(tmp_path_factory):
+    d = tmp_path_factory.mktemp("sets")
+    (d / "rgbd.py").write_text(SOURCE)
+    g = np.random.default_rng(0)
+    rgb = g.standard_normal((4, 3, H, W)).astype(np.float32)
+    depth = g.random((4, 1, H, W)).astype(np.float32)
+    np.savez(d / "val.npz", rgb=rgb, depth=depth)
+    np.savez(d / "swapped.npz", depth=depth, rgb=rgb)
+    torch.save([torch.from_numpy(rgb), torch.from_numpy(depth)], d / "val_list.pt")
+    np.savez(d / "bad.npz", rgb=rgb, dept=depth)
+    np.savez(d / "three.npz", rgb, depth, depth)
+    np.savez(d / "tagged.npz", image=g.standard_normal((3, 3, 8, 8)).astype(np.float32), ids=np.array([0, 3, 2]))
+    cwd = os.getcwd()
+    os.chdir(d)
+    try:
+        result = run(export_main, ["rgbd.py:build", "--inputs", "val.npz", "-o", "rgbd.onnx"])
+    finally:
+        os.chdir(cwd)
+    return d, result
+
+
+@pytest.fixture
+def in_dir(user_dir, monkeypatch):
+    monkeypatch.chdir(user_dir[0])
+    return user_dir[0]
+
+
+def _model(name: str):
+    from dcd_deploy._factory_spec import build_from_factory
+
+    return build_from_factory(f"rgbd.py:{name}").eval()
+
+
+def test_export_takes_each_input_from_the_set(user_dir):
+    d, result = user_dir
+    assert result.exit_code == 0, result.output
+    assert "input rgb Nx3x24x20, depth Nx1x24x20" in result.stdout
+    assert "parity   PASS" in result.stdout
+    graph = onnx.load(str(d / "rgbd.onnx")).graph
+    assert [i.name for i in graph.input] == ["rgb", "depth"]
+    assert [o.name for o in graph.output] == ["logits"]
+
+
+def test_the_file_computes_the_model_in_float64(in_dir):
+    import onnxruntime as ort
+
+    data = np.load("val.npz")
+    sess = ort.InferenceSession("rgbd.onnx", providers=["CPUExecutionProvider"])
+    (got,) = sess.run(None, {"rgb": data["rgb"], "depth": data["depth"]})
+    with torch.no_grad():
+        want = _model("build").double()(*(torch.from_numpy(data[k]).double() for k in ("rgb", "depth")))["logits"]
+    assert np.abs(got - want.numpy()).max() < 1e-5 * max(1.0, float(want.abs().max()))
+
+
+@pytest.mark.parametrize("inputs", [["--inputs", "swapped.npz"], ["--inputs", "val_list.pt"], []])
+def test_validate_by_name_by_position_and_without_a_file(in_dir, inputs):
+    result = run(validate_main, ["rgbd.py:build", "rgbd.onnx", *inputs, "--json", "v.json"])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.strip().splitlines()[-1].startswith("PASS")
+
+
+def test_validate_fails_a_tampered_file(in_dir):
+    proto = onnx.load("rgbd.onnx")
+    biggest = max(proto.graph.initializer, key=lambda t: np.prod(t.dims))
+    values = onnx.numpy_helper.to_array(biggest) * 1.05
+    biggest.CopyFrom(onnx.numpy_helper.from_array(values.astype(np.float32), biggest.name))
+    onnx.save(proto, "tampered.onnx")
+    result = run(validate_main, ["rgbd.py:build", "tampered.onnx", "--inputs", "val.npz"])
+    one_error_line(result, r"^Error: parity check failed: FAIL")
+
+
+def test_an_integer_input_is_taken_as_stored(in_dir):
+    result = run(export_main, ["rgbd.py:tagged", "--inputs", "tagged.npz", "-o", "tagged.onnx", "--batch", "3"])
+    assert result.exit_code == 0, result.output
+    assert "input image 3x3x8x8, ids 3" in result.stdout
+    graph = onnx.load("tagged.onnx").graph
+    assert graph.input[1].type.tensor_type.elem_type == onnx.TensorProto.INT64
+
+
+@pytest.mark.parametrize(
+    "cmd, args, pattern, status",
+    [
+        (
+            export_main,
+            ["rgbd.py:build"],
+            r"RGBD\.forward takes 2 inputs \(rgb, depth\); dcd-export and dcd-validate take one array per input",
+            1,
+        ),
+        (export_main, ["rgbd.py:build", "--inputs", "bad.npz"], r"holds rgb, dept; RGBD\.forward takes rgb, depth", 1),
+        (export_main, ["rgbd.py:build", "--inputs", "three.npz"], r"holds 3 arrays; RGBD\.forward takes 2", 1),
+        (export_main, ["rgbd.py:build", "--inputs", "val.npz", "--input-size", "32"], r"--input-size describes", 2),
+        (export_main, ["rgbd.py:build", "--inputs", "val.npz", "--preprocess", "unit"], r"--preprocess describes", 2),
+        (validate_main, ["rgbd.py:build", "rgbd.onnx", "--inputs", "bad.npz"], r"rgbd\.onnx takes rgb, depth", 1),
+    ],
+)
+def test_what_does_not_fit_is_one_line(in_dir, cmd, args, pattern, status):
+    result = run(cmd, args + (["-o", "never.onnx"] if cmd is export_main else []))
+    if status == 2:
+        assert result.exit_code == 2 and pattern.replace("\\", "") in result.output
+    else:
+        one_error_line(result, pattern)
+    assert not (in_dir / "never.onnx").exists()
