@@ -337,13 +337,13 @@ class InputSet:
 
     def arrange(self, wanted: list[str], *, what: str) -> tuple[torch.Tensor, ...]:
         """The tensors in the order of ``wanted`` (the model's or the file's input names):
-        by name when the set has names, else by position.
+        by name when the set has names, else (or when both sides have one) by position.
 
         Raises:
             UnsupportedInputError: a name missing from the set or one it does not take,
                 or a count that does not fit.
         """
-        if self.names is None:
+        if self.names is None or len(self.tensors) == len(wanted) == 1:
             if len(self.tensors) != len(wanted):
                 raise UnsupportedInputError(
                     f"inputs file {self.path} holds {len(self.tensors)} arrays; {what} takes "

@@ -165,8 +165,9 @@ def main(
     started = time.perf_counter()
     with trace_worker() as worker:  # imports the exporter on the second core while the model loads
         n_inputs = 1 if input_set is None else len(input_set.tensors)
-        net = resolve_model(model, arch=arch, weights=weights, trust_checkpoint=trust_checkpoint, seed=seed, input_size=input_size, n_inputs=n_inputs)  # fmt: skip
-        inputs = inputs if input_set is None else model_order(input_set, net)
+        loading = {"arch": arch, "weights": weights, "trust_checkpoint": trust_checkpoint, "seed": seed}
+        net = resolve_model(model, input_size=input_size, n_inputs=n_inputs, **loading)
+        inputs, names = (inputs, None) if input_set is None else model_order(input_set, net)
         if progress is not None:
             progress(f"[load] {time.perf_counter() - started:.1f} s")
         result = _export(
@@ -188,13 +189,10 @@ def main(
             parallel_check=True,
             trace_worker=worker,
             **_example(dynamic_size, input_size, channels, None if input_set is None else inputs),
+            input_names=names,
         )
     click.echo(f"wrote {result.path} ({result.size_bytes / 1e6:.1f} MB) in {time.perf_counter() - started:.1f} s")
-    if json_path is not None:
-        write_json_atomic(
-            json_path,
-            {**result.to_dict(), "model": model, "parity_inputs": None if inputs_path is None else str(inputs_path)},
-        )
+    _write_json(json_path, result, model=model, inputs_path=inputs_path)
     if not quiet:
         _print_report(
             result,
@@ -207,6 +205,13 @@ def main(
             strategy=strategy,
             verbose=verbose,
         )
+
+
+def _write_json(json_path, result, *, model: str, inputs_path) -> None:
+    """``--json``: the export report, with MODEL and the inputs file as given."""
+    if json_path is not None:
+        parity_inputs = None if inputs_path is None else str(inputs_path)
+        write_json_atomic(json_path, {**result.to_dict(), "model": model, "parity_inputs": parity_inputs})
 
 
 def _shape_text(result, input_set, inputs, *, channels: int, size: tuple[int, int], batch, dynamic_size: bool) -> str:

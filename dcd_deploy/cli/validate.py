@@ -116,7 +116,7 @@ def main(
         resolve_model, model, arch=arch, weights=weights, trust_checkpoint=trust_checkpoint, seed=seed
     )
     preprocess = functools.partial(make_preprocess_from_options, preset, mean, std, scale, bgr)
-    if input_set is not None or _input_count(onnx_path) != 1:
+    if input_set is not None or not _one_image_input(onnx_path):
         plan = _general_plan(onnx_path, input_set, sizes, n_inputs, resolve, preprocess)
     else:
         plan = _image_plan(onnx_path, inputs_path, sizes, n_inputs, resolve, preprocess)
@@ -186,7 +186,7 @@ def _general_plan(onnx_path: Path, input_set, sizes, n_inputs: int, resolve, pre
     array per input (``--inputs`` .npz or .pt dict): the set's arrays in the file's input
     order, else what :func:`~dcd_deploy.check_parity` makes for each input (the built-in
     images for a 3-channel image input, seeded samples of the file's shape otherwise)."""
-    names, batch, sides = _file_inputs(onnx_path)
+    names, batch, sides, _ = _file_inputs(onnx_path)
     if not names:
         raise UnsupportedInputError(f"{onnx_path} has 0 inputs; a model's file takes at least one")
     sizes = sizes or ((batch,) if batch is not None else DEFAULT_BATCH_SIZES)
@@ -213,14 +213,15 @@ def _builtin(preprocess, channels: int | None) -> str:
     return f"built-in natural images, preprocessed: {preprocess.describe()}"
 
 
-def _input_count(onnx_path: Path) -> int:
-    """How many inputs the file takes (its initializers left out)."""
-    return len(_file_inputs(onnx_path)[0])
+def _one_image_input(onnx_path: Path) -> bool:
+    """The file takes one 4-D input (an image batch; anything else is fed as a set)."""
+    names, _, _, ranks = _file_inputs(onnx_path)
+    return len(names) == 1 and ranks[0] == 4
 
 
-def _file_inputs(onnx_path: Path) -> tuple[list[str], int | None, list[int]]:
+def _file_inputs(onnx_path: Path) -> tuple[list[str], int | None, list[int], list[int]]:
     """(input names, the first input's static batch or None, the static sides of its 4-D
-    inputs), the file read within the toolkit's limits."""
+    inputs, each input's rank), the file read within the toolkit's limits."""
     from .._limits import load_onnx_checked
 
     graph = load_onnx_checked(onnx_path).graph
@@ -229,7 +230,7 @@ def _file_inputs(onnx_path: Path) -> tuple[list[str], int | None, list[int]]:
     dims = [[d.dim_value if d.HasField("dim_value") else None for d in i.type.tensor_type.shape.dim] for i in inputs]
     batch = dims[0][0] if dims and dims[0] else None
     sides = [d for ds in dims if len(ds) == 4 for d in ds[2:] if d]
-    return [i.name for i in inputs], batch, sides
+    return [i.name for i in inputs], batch, sides, [len(ds) for ds in dims]
 
 
 def _size_example(path: Path, size: tuple[int, int], channels: int) -> dict:

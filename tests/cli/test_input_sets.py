@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from dcd_deploy.layers import DCDConv2d
+from dcd_deploy.layers import DCDConv2d, DCDLinear
 
 
 class RGBD(nn.Module):
@@ -56,9 +56,24 @@ class Tagged(nn.Module):
         return self.head(F.hardswish(self.mix(x)).mean((2, 3)))
 
 
+class Features(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(16, 32)
+        self.cls = DCDLinear(32, 10)
+
+    def forward(self, x):
+        return self.cls(torch.relu(self.fc(x)))
+
+
 def build():
     torch.manual_seed(0)
     return RGBD()
+
+
+def features():
+    torch.manual_seed(2)
+    return Features()
 
 
 def tagged():
@@ -85,6 +100,7 @@ def user_dir(tmp_path_factory):
     torch.save([torch.from_numpy(rgb), torch.from_numpy(depth)], d / "val_list.pt")
     np.savez(d / "bad.npz", rgb=rgb, dept=depth)
     np.savez(d / "three.npz", rgb, depth, depth)
+    np.savez(d / "feats.npz", feats=g.standard_normal((5, 16)).astype(np.float32))
     np.savez(d / "tagged.npz", image=g.standard_normal((3, 3, 8, 8)).astype(np.float32), ids=np.array([0, 3, 2]))
     cwd = os.getcwd()
     os.chdir(d)
@@ -151,6 +167,18 @@ def test_an_integer_input_is_taken_as_stored(in_dir):
     assert "input image 3x3x8x8, ids 3" in result.stdout
     graph = onnx.load("tagged.onnx").graph
     assert graph.input[1].type.tensor_type.elem_type == onnx.TensorProto.INT64
+
+
+def test_one_input_that_is_no_image(in_dir):
+    """A feature vector per sample, its one array named otherwise than the argument: taken
+    by position, and the file's input named after the argument."""
+    result = run(export_main, ["rgbd.py:features", "--inputs", "feats.npz", "-o", "feats.onnx"])
+    assert result.exit_code == 0, result.output
+    assert "input x Nx16" in result.stdout
+    assert [i.name for i in onnx.load("feats.onnx").graph.input] == ["x"]
+    for inputs in (["--inputs", "feats.npz"], []):
+        result = run(validate_main, ["rgbd.py:features", "feats.onnx", *inputs])
+        assert result.exit_code == 0, result.output
 
 
 @pytest.mark.parametrize(
