@@ -365,7 +365,8 @@ def _record(
 def _with_static_layers(
     layers: list[dict], nodes, scopes: dict[int, str | None], modules, folded_bn, consts, graph_outputs
 ) -> list[dict]:
-    """Add the Conv2d / Linear records: a module's nodes with one input and one output outside."""
+    """Add the Conv2d / Linear records: per call of a module, its nodes with one input and one
+    output outside."""
     groups: dict[str, list[int]] = {}
     for i, scope in scopes.items():
         if scope and isinstance(modules.get(scope), (nn.Conv2d, nn.Linear)):
@@ -377,46 +378,63 @@ def _with_static_layers(
         for t in n.input:
             consumers.setdefault(t, set()).add(i)
     constant_outputs = {n.output[0] for n in nodes if n.op_type == "Constant"}
-    position = {}
+    position = {}  # a static record's output -> its last node
     for path, members in groups.items():
-        inside = set(members)
-        produced = {o for i in members for o in nodes[i].output}
-        ins = list(
-            dict.fromkeys(
-                t
-                for i in members
-                for t in nodes[i].input
-                if t and t not in produced and t not in consts and t not in constant_outputs
+        for call in _calls(members, nodes):
+            inside = set(call)
+            produced = {o for i in call for o in nodes[i].output}
+            ins = list(
+                dict.fromkeys(
+                    t
+                    for i in call
+                    for t in nodes[i].input
+                    if t and t not in produced and t not in consts and t not in constant_outputs
+                )
             )
-        )
-        outs = [t for t in produced if t in graph_outputs or consumers.get(t, set()) - inside]
-        if len(ins) != 1 or len(outs) != 1:
-            continue
-        kind = "Conv" if isinstance(modules[path], nn.Conv2d) else "Linear"
-        position[path] = max(members)
-        layers.append(
-            {
-                "path": path,
-                "kind": kind,
-                "form": None,
-                "input": ins[0],
-                "output": outs[0],
-                "bn": folded_bn.get(path),
-                "residual": None,
-                "activation": "none",
-                "layout": "NCHW",
-            }
-        )
+            outs = [t for t in produced if t in graph_outputs or consumers.get(t, set()) - inside]
+            if len(ins) != 1 or len(outs) != 1:
+                continue
+            position[outs[0]] = max(call)
+            layers.append(_static_record(path, modules[path], ins[0], outs[0], folded_bn))
     # graph order: our layers by their output's producer, static ones by their last node
     producer = {o: i for i, n in enumerate(nodes) for o in n.output}
-    return sorted(
-        layers,
-        key=lambda e: (
-            position.get(e["path"], producer.get(e["output"], -1))
-            if e["kind"] in ("Conv", "Linear")
-            else producer.get(e["output"], -1)
-        ),
-    )
+    return sorted(layers, key=lambda e: position.get(e["output"], producer.get(e["output"], -1)))
+
+
+def _calls(members: list[int], nodes) -> list[list[int]]:
+    """A module's nodes split into its calls: a Conv2d or Linear used twice in ``forward``
+    has two sets of nodes under one path, connected within a call, not across calls."""
+    root = {i: i for i in members}
+
+    def find(i: int) -> int:
+        while root[i] != i:
+            root[i] = root[root[i]]
+            i = root[i]
+        return i
+
+    made_by = {o: i for i in members for o in nodes[i].output}
+    for i in members:
+        for t in nodes[i].input:
+            if t in made_by:
+                root[find(i)] = find(made_by[t])
+    calls: dict[int, list[int]] = {}
+    for i in members:
+        calls.setdefault(find(i), []).append(i)
+    return list(calls.values())
+
+
+def _static_record(path: str, module: nn.Module, x: str, y: str, folded_bn) -> dict:
+    return {
+        "path": path,
+        "kind": "Conv" if isinstance(module, nn.Conv2d) else "Linear",
+        "form": None,
+        "input": x,
+        "output": y,
+        "bn": folded_bn.get(path),
+        "residual": None,
+        "activation": "none",
+        "layout": "NCHW",
+    }
 
 
 def drop_missing(layers: list[dict], proto: onnx.ModelProto) -> list[dict]:

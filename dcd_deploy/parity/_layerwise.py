@@ -9,7 +9,7 @@ its own, like Polygraphy's ``--onnx-outputs mark all`` and "which layer diverges
 
 1. The exporter records, in the file's ``metadata_props`` key ``dcd_deploy.layers``, a
    JSON list in graph order with one entry per layer it emitted (each DCD, DY-Conv and
-   CondConv layer, each Conv and Linear): ``path`` (module path in the original model),
+   CondConv layer, each Conv and Linear; one per call of a layer called more than once): ``path`` (module path in the original model),
    ``kind`` (``DCD``, ``DYConv``, ``CondConv``, ``Conv``, ``Linear``), ``form``
    (``latent``, ``weight`` or null), ``input`` and ``output`` (ONNX tensor names; the
    output is after a folded BatchNorm and after a fused epilogue), ``bn`` (path of the
