@@ -362,13 +362,16 @@ class InputSet:
         return tuple(by_name[n] for n in wanted)
 
 
-def is_input_set(path: str | os.PathLike) -> bool:
-    """Whether ``path`` holds a set of inputs rather than one batch of images: an ``.npz``,
-    or a ``.pt`` holding a dict, list or tuple (read, weights-only, to find out)."""
+def read_input_set(path: str | os.PathLike) -> InputSet | None:
+    """The set ``path`` holds (see :func:`load_input_set`), or None for a file of one batch
+    of images (a ``.npy``, or a ``.pt`` holding one tensor: :func:`load_images` reads it)."""
     path = _checked_path(path, SUFFIXES + SET_SUFFIXES)
+    if path.suffix.lower() == ".npy":
+        return None
     if path.suffix.lower() == ".npz":
-        return True
-    return path.suffix.lower() != ".npy" and isinstance(_load_pt(path), (dict, list, tuple))
+        return load_input_set(path)
+    data = _load_pt(path)
+    return None if isinstance(data, torch.Tensor) else _input_set_of(path, data)
 
 
 def load_input_set(path: str | os.PathLike) -> InputSet:
@@ -382,21 +385,26 @@ def load_input_set(path: str | os.PathLike) -> InputSet:
     path = _checked_path(path, SUFFIXES + SET_SUFFIXES)
     if path.suffix.lower() == ".npz":
         names, tensors = _read_npz(path)
+        return InputSet(tuple(_checked_member(path, tensors)), None if names is None else tuple(names), path)
+    return _input_set_of(path, _load_pt(path))
+
+
+def _input_set_of(path: Path, data) -> InputSet:
+    """The set a ``.pt`` file's object is: a tensor (one input), a dict by name, a list or
+    tuple in order."""
+    if isinstance(data, torch.Tensor):
+        names, tensors = None, [data]
+    elif isinstance(data, dict):
+        if not all(isinstance(k, str) for k in data):
+            raise UnsupportedInputError(f"inputs file {path} holds a dict whose keys are not all input names")
+        names, tensors = list(data), list(data.values())
+    elif isinstance(data, (list, tuple)):
+        names, tensors = None, list(data)
     else:
-        data = _load_pt(path)
-        if isinstance(data, torch.Tensor):
-            names, tensors = None, [data]
-        elif isinstance(data, dict):
-            if not all(isinstance(k, str) for k in data):
-                raise UnsupportedInputError(f"inputs file {path} holds a dict whose keys are not all input names")
-            names, tensors = list(data), list(data.values())
-        elif isinstance(data, (list, tuple)):
-            names, tensors = None, list(data)
-        else:
-            raise UnsupportedInputError(
-                f"inputs file {path} holds a {type(data).__name__}; expected a tensor, or a dict, list or "
-                "tuple of tensors (one per input)"
-            )
+        raise UnsupportedInputError(
+            f"inputs file {path} holds a {type(data).__name__}; expected a tensor, or a dict, list or "
+            "tuple of tensors (one per input)"
+        )
     return InputSet(tuple(_checked_member(path, tensors)), None if names is None else tuple(names), path)
 
 

@@ -75,7 +75,7 @@ def test_images_of_other_channel_counts(tmp_path):
 
 
 def test_a_set_keeps_names_order_and_dtypes(tmp_path):
-    from dcd_deploy.inputs import is_input_set, load_input_set
+    from dcd_deploy.inputs import load_input_set, read_input_set
 
     rgb, ids = np.ones((2, 3, 4, 4), np.float64), np.array([3, 1], np.int64)
     np.savez(tmp_path / "named.npz", rgb=rgb, ids=ids)
@@ -91,8 +91,8 @@ def test_a_set_keeps_names_order_and_dtypes(tmp_path):
     for positional in ("pos.npz", "list.pt"):
         got = load_input_set(tmp_path / positional)
         assert got.names is None and [t.dtype for t in got.tensors] == [torch.float32, torch.int64]
-    assert is_input_set(tmp_path / "named.npz") and is_input_set(tmp_path / "list.pt")
-    assert not is_input_set(tmp_path / "one.pt")  # one tensor: a batch of images, as before
+    assert read_input_set(tmp_path / "list.pt").names is None and read_input_set(tmp_path / "named.npz").names
+    assert read_input_set(tmp_path / "one.pt") is None  # one tensor: a batch of images, as before
 
 
 def test_np_savez_positions_sort_as_numbers(tmp_path):

@@ -225,10 +225,10 @@ def _read_inputs(inputs_path, *, input_size, channels: int, preprocess: tuple):
     """(input set, images, their description, the preprocessing) from ``--inputs`` and the
     image options: a set of one array per argument (the image options refused beside it,
     its arrays ordered once the model is built), else one batch of images, else nothing."""
-    from ..inputs import is_input_set, load_images, load_input_set
+    from ..inputs import load_images, read_input_set
 
-    if inputs_path is not None and is_input_set(inputs_path):
-        input_set = load_input_set(inputs_path)
+    input_set = read_input_set(inputs_path) if inputs_path is not None else None
+    if input_set is not None:
         preset, mean, std, scale, bgr = preprocess
         refuse_image_options(
             inputs_path,

@@ -102,14 +102,14 @@ def main(
     seed,
 ):
     """Check that ONNX computes what MODEL (a checkpoint, a zoo name or MODULE:FUNCTION) computes."""
-    from ..inputs import is_input_set, load_input_set
+    from ..inputs import read_input_set
     from ..parity import check_parity
 
     if not onnx_path.is_file():
         raise DCDDeployError(f"{onnx_path}: no such ONNX file")
     check_outputs(outputs=[json_path], inputs=[*model_inputs(model, weights), onnx_path, inputs_path])
     sizes = _sizes(batch_sizes) if batch_sizes is not None else None  # a usage error first
-    input_set = load_input_set(inputs_path) if inputs_path is not None and is_input_set(inputs_path) else None
+    input_set = read_input_set(inputs_path) if inputs_path is not None else None
     if input_set is not None:
         refuse_image_options(inputs_path, preset=preset, mean=mean, std=std, scale=scale, bgr=bgr)
     resolve = functools.partial(
