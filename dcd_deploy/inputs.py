@@ -193,7 +193,8 @@ def _checked_path(path, suffixes: tuple[str, ...] = SUFFIXES) -> Path:
             f"inputs file {path}: no such file" if not path.exists() else f"inputs file {path} is not a regular file"
         )
     if path.suffix.lower() not in suffixes:
-        expected = " or ".join(dict.fromkeys(s for s in suffixes if s != ".pth"))
+        *first, last = dict.fromkeys(s for s in suffixes if s != ".pth")
+        expected = f"{', '.join(first)} or {last}"
         raise UnsupportedInputError(
             f"inputs file {path}: expected a {expected} file"
             + ("" if ".npz" in suffixes else " (a model of several inputs: a .npz, one array per input)")
@@ -449,10 +450,12 @@ def _read_npz(path: Path) -> tuple[list[str] | None, list[torch.Tensor]]:
                 total += values
                 _check_size(path, (total,))
                 # object arrays need pickle; a member far longer than its header says hides something
-                if dtype.hasobject or info.file_size > 10_000 + values * dtype.itemsize:
-                    raise UnsupportedInputError(f"inputs file {path}: member {info.filename} is not a plain array")
-            with np.load(path, allow_pickle=False) as npz:
-                arrays = {k: npz[k] for k in npz.files}
+                if dtype.kind not in "biuf" or info.file_size > 10_000 + values * dtype.itemsize:
+                    raise UnsupportedInputError(
+                        f"inputs file {path}: member {info.filename} is not an array of numbers ({dtype})"
+                    )
+            with np.load(path, allow_pickle=False) as npz:  # its .npy members only
+                arrays = {k: npz[k] for k in (i.filename.removesuffix(".npy") for i in members)}
     except UnsupportedInputError:
         raise
     except (ValueError, OSError, EOFError, zipfile.BadZipFile, KeyError) as exc:

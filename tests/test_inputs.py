@@ -124,7 +124,8 @@ def _huge_header_npz(path):
     [
         (lambda p: np.savez(p, a=np.zeros((2, 3)), b=np.zeros((3, 3))), r"the same batch \(at least 1\) on axis 0"),
         (lambda p: np.savez(p), "holds no arrays"),
-        (_object_npz, "is not a plain array|readable"),
+        (_object_npz, r"member a\.npy is not an array of numbers \(object\)"),
+        (lambda p: np.savez(p, a=np.array(["x", "y"])), r"member a\.npy is not an array of numbers \(<U1\)"),
         (_huge_header_npz, "at most 67108864 are checked"),
         (lambda p: p.write_bytes(b"PK\x03\x04 not really"), "not a readable NumPy .npz file"),
     ],
@@ -136,6 +137,18 @@ def test_a_bad_set_is_refused_before_it_is_read(tmp_path, write, message):
     write(path)
     with pytest.raises(UnsupportedInputError, match=message):
         load_input_set(path)
+
+
+def test_members_that_are_no_arrays_are_left_out(tmp_path):
+    import zipfile
+
+    from dcd_deploy.inputs import load_input_set
+
+    np.savez(tmp_path / "in.npz", a=np.zeros((2, 3), np.float32))
+    with zipfile.ZipFile(tmp_path / "in.npz", "a") as zf:
+        zf.writestr("README.txt", "written by a user's script")
+    got = load_input_set(tmp_path / "in.npz")
+    assert got.names == ("a",) and got.tensors[0].shape == (2, 3)
 
 
 def test_a_set_that_does_not_fit_names_what_is_wrong(tmp_path):
