@@ -201,7 +201,9 @@ def main(
             shape=_shape_text(
                 result, input_set, inputs, channels=channels, size=input_size, batch=batch, dynamic_size=dynamic_size
             ),
-            channels=channels if input_set is None else None,
+            channels=channels
+            if input_set is None
+            else {n: [batch or 1, *t.shape[1:]] for n, t in zip(result.input_names, inputs)},
             strategy=strategy,
             verbose=verbose,
         )
@@ -265,7 +267,7 @@ def _export(net, output, *, quiet: bool, **options):
 
 
 def _print_report(
-    result, *, label: str, params: int, shape: str, channels: int | None, strategy: str, verbose: bool
+    result, *, label: str, params: int, shape: str, channels: int | dict, strategy: str, verbose: bool
 ) -> None:
     """The lines under ``wrote ...``: model, graph, DCD forms, fused nodes, parity."""
     ops = ", ".join(f"{k} {v}" for k, v in result.op_histogram.items())
@@ -300,12 +302,14 @@ def _print_report(
         click.echo("  parity   not checked (--no-check)")
 
 
-def _static_shape_note(result, channels: int | None) -> None:
+def _static_shape_note(result, channels: int | dict) -> None:
     """How to compile a fused file with a dynamic axis in OpenVINO without the slow path
-    (``channels`` None: a file of several inputs, or of one that is no image)."""
-    if channels is None:
+    (``channels``: the image's, or every input's static shape by name for a set)."""
+    if isinstance(channels, dict):
+        shapes = ", ".join(f"{n!r}: {list(s)}" for n, s in channels.items())
         click.echo(
-            "  note     in OpenVINO, reshape every input to a static shape before compiling (model.reshape({...}))"
+            f"  note     in OpenVINO, reshape to static shapes before compiling (model.reshape({{{shapes}}});"
+            " dcd_deploy.openvino.compile_onnx(path, input_shape={...}) does it)"
         )
     else:
         h, w = (result.input_size,) * 2 if isinstance(result.input_size, int) else result.input_size

@@ -204,3 +204,19 @@ def test_what_does_not_fit_is_one_line(in_dir, cmd, args, pattern, status):
     else:
         one_error_line(result, pattern)
     assert not (in_dir / "never.onnx").exists()
+
+
+def test_fused_file_of_two_inputs_compiles_at_the_shapes_the_note_gives(in_dir):
+    pytest.importorskip("openvino")
+    from dcd_deploy.openvino import compile_onnx
+
+    result = run(export_main, ["rgbd.py:build", "--inputs", "val.npz", "--mode", "fused", "-o", "fused.onnx"])
+    assert result.exit_code == 0, result.output
+    assert "model.reshape({'rgb': [1, 3, 24, 20], 'depth': [1, 1, 24, 20]})" in result.stdout
+    assert "checked  in onnxruntime, openvino (the fused kernels)" in result.stdout
+    data = np.load("val.npz")
+    compiled = compile_onnx("fused.onnx", input_shape={"rgb": [1, 3, H, W], "depth": [1, 1, H, W]})
+    got = compiled({"rgb": data["rgb"][:1], "depth": data["depth"][:1]})[0]
+    with torch.no_grad():
+        want = _model("build").double()(*(torch.from_numpy(data[k][:1]).double() for k in ("rgb", "depth")))["logits"]
+    assert np.abs(got - want.numpy()).max() < 1e-5 * max(1.0, float(want.abs().max()))
