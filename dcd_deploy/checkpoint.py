@@ -558,8 +558,8 @@ def _check_users_model(model: nn.Module, spec: str, sides: tuple[int, int], chec
         raise UnsupportedInputError(
             f"{spec}: {type(model).__name__}.forward takes {len(required)} inputs ({names}); "
             + (
-                "dcd-export and dcd-validate take one array per input with --inputs FILE (a .npz or a .pt "
-                f"dict with keys {names}, axis 0 the batch); dcd-bench times models of one image input"
+                "dcd-export, dcd-validate and dcd-bench latency take one array per input with --inputs FILE "
+                f"(a .npz or a .pt dict with keys {names}, axis 0 the batch)"
                 if n_inputs == 1
                 else f"the inputs give {n_inputs}"
             )

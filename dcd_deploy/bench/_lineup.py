@@ -61,11 +61,15 @@ def build_models(
     baseline: str | None = None,
     weights=None,
     channels: int = 3,
+    n_inputs: int = 1,
+    images: bool = True,
 ) -> tuple[list[ModelEntry], dict[str, Any], dict[str, dict]]:
     """Load every model, then name and pair them: a checkpoint by the arch it holds, a
     factory with its static counterpart (``to_static``) or with ``baseline``, an ONNX
     file with ``baseline``. ``weights`` go into the one model of ``specs``
-    (:func:`check_weights_target`), not into ``baseline``."""
+    (:func:`check_weights_target`), not into ``baseline``. ``n_inputs``: how many inputs
+    the models are fed; ``images``: whether that is one image batch of ``input_size``
+    (else, inputs given by the caller, MAdds are not counted)."""
     specs = [s.strip() for s in specs if s and s.strip()]
     pair_models(specs + ([baseline] if baseline else []))  # names and duplicates checked before anything is loaded
     loaded: dict[str, tuple[Any, str, float]] = {}
@@ -77,6 +81,7 @@ def build_models(
             seed=seed,
             trust_checkpoint=trust_checkpoint,
             weights=weights if spec in specs else None,
+            n_inputs=n_inputs,
         )
         loaded[spec] = (model, source, time.perf_counter() - t0)
     archs = {spec: getattr(m, "arch", None) for spec, (m, source, _) in loaded.items() if source == "checkpoint"}
@@ -112,7 +117,7 @@ def build_models(
     for e in entries:
         model, source, seconds = loaded[e.spec]
         built[e.name] = model
-        meta[e.name] = {"source": source, **size_counts(model, input_size, channels)}
+        meta[e.name] = {"source": source, **size_counts(model, input_size, channels, images=images)}
         how = {
             "zoo": f"pseudo-trained (seed {seed})",
             "factory": f"built by {e.spec}",
@@ -145,14 +150,17 @@ def _check_runs(model, shape: tuple[int, ...]) -> None:
         ) from exc
 
 
-def size_counts(model, input_size, channels: int = 3) -> dict:
-    """Parameters and MAdds in millions (the record's fields); unknown MAdds are None."""
+def size_counts(model, input_size, channels: int = 3, *, images: bool = True) -> dict:
+    """Parameters and MAdds in millions (the record's fields); unknown MAdds are None (the
+    counter takes one image input: a model fed other inputs has its parameters counted only)."""
     from .complexity import MILLION, count_complexity
 
     unknown = {"madds_m": None, "madds_form": None, "madds_latent_m": None, "madds_weight_m": None}
     if isinstance(model, Path):  # an ONNX file: its weights' count only
         return {"params_m": onnx_input(model).params / MILLION, **unknown}
     params = sum(p.numel() for p in model.parameters()) / MILLION
+    if not images:
+        return {"params_m": params, **unknown}
     try:
         c = count_complexity(model, input_size=input_hw(input_size), in_channels=channels)
     except (TypeError, DCDDeployError):  # a checkpoint with a layer the counter has no rule for

@@ -37,6 +37,7 @@ class MachineInfo:
     date: str
     load_avg: list[float] | None  # 1, 5, 15 min load averages when the benchmark started
     channels: int = 3  # the input's channels (a user's grey or RGB-D network: --channels)
+    inputs: str | None = None  # given inputs (--inputs): each one's name and shape, else None
 
 
 def cpu_model(cpuinfo: str | os.PathLike = "/proc/cpuinfo") -> str:
@@ -60,7 +61,7 @@ def _version(module: str) -> str | None:
 
 
 def machine_info(
-    *, threads: int, batch: int, input_size: int, with_openvino: bool = False, channels: int = 3
+    *, threads: int, batch: int, input_size: int, with_openvino: bool = False, channels: int = 3, inputs=None
 ) -> MachineInfo:
     import torch
 
@@ -87,6 +88,7 @@ def machine_info(
         date=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         load_avg=_load_avg(),
         channels=channels,
+        inputs=inputs,
     )
 
 

@@ -130,6 +130,7 @@ def load_model(
     seed: int = DEFAULT_SEED,
     trust_checkpoint: bool = False,
     weights=None,
+    n_inputs: int = 1,
 ):
     """A zoo name (pseudo-trained with ``seed``, or with ``weights`` loaded), a checkpoint
     path or ``MODULE:FUNCTION`` (with ``weights`` loaded, if given), in eval mode; an ONNX
@@ -146,7 +147,9 @@ def load_model(
         onnx_input(spec)  # refuse a file that is no image-model ONNX before anything runs
         return Path(spec), "onnx"
     source = "zoo" if _is_zoo(spec) else "factory" if parse_factory_spec(spec) else "checkpoint"
-    model = resolve_model(spec, weights=weights, trust_checkpoint=trust_checkpoint, seed=seed, input_size=input_size)
+    model = resolve_model(
+        spec, weights=weights, trust_checkpoint=trust_checkpoint, seed=seed, input_size=input_size, n_inputs=n_inputs
+    )
     return model.eval(), source
 
 

@@ -47,7 +47,8 @@ class RunnerCache:
     Args:
         built: name -> the model (an ``nn.Module``, or the ``Path`` of an ONNX file
             timed as it is).
-        x: the run's input tensor (:func:`~dcd_deploy.bench.harness.fixed_input`).
+        x: the run's input tensor (:func:`~dcd_deploy.bench.harness.fixed_input`), or a
+            tuple of them (a model of several inputs, in ``forward``'s order).
         tmp: the directory of the exported files.
         input_size: a side or ``(H, W)``.
         threads: the runtimes' thread count.
@@ -61,14 +62,18 @@ class RunnerCache:
     def __init__(
         self, built: Mapping[str, Any], *, x, tmp: str, input_size, threads: int, progress: Callable[[str], None]
     ):
-        self.built, self.x, self.x_np, self.tmp = built, x, x.numpy().copy(), tmp
+        several = isinstance(x, tuple)
+        self.built, self.x, self.tmp = built, x, tmp
+        self.x_np = tuple(v.numpy().copy() for v in x) if several else x.numpy().copy()
         # the exporter's spelling: the side of a square input, else (H, W)
         square = isinstance(input_size, int) or input_size[0] != input_size[1]
         self.input_size = input_size if square else input_size[0]
         self.threads, self.progress = threads, progress
-        # a model of other than 3 input channels is traced on the timed input's shape
-        c, hw = x.shape[1], tuple(x.shape[2:])
-        self.example = {} if c == 3 else {"example_inputs": (x.new_zeros(1, c, *hw),)}
+        if several:  # a model of several inputs is traced on one sample of each
+            self.example = {"example_inputs": tuple(v[:1] for v in x)}
+        else:  # a model of other than 3 input channels is traced on the timed input's shape
+            c, hw = x.shape[1], tuple(x.shape[2:])
+            self.example = {} if c == 3 else {"example_inputs": (x.new_zeros(1, c, *hw),)}
         self.runners: dict[tuple[str, str], Callable[[], Any]] = {}
         self.forms: dict[tuple[str, str], dict | None] = {}
         self._onnx: dict[tuple[str, str], Path] = {}

@@ -15,33 +15,46 @@ import numpy as np
 from ..runtimes import load_runner, onednn_disabled  # noqa: F401  (torch_profile's oneDNN switch)
 
 
+def _inputs(x) -> tuple:
+    """The run's inputs as a tuple: one tensor (an image batch) or several (a model of
+    several inputs, in ``forward``'s order)."""
+    return tuple(x) if isinstance(x, (tuple, list)) else (x,)
+
+
 def torch_runner(module, x):
-    """Eager PyTorch: ``module(x)`` (the caller sets threads and inference mode)."""
-    return load_runner("torch", module, threads=None).bind({"x": x})
+    """Eager PyTorch: ``module(*x)`` (the caller sets threads and inference mode)."""
+    return load_runner("torch", module, threads=None).bind({f"x{i}": v for i, v in enumerate(_inputs(x))})
 
 
 def torch_native_runner(module, x):
     """Eager PyTorch with oneDNN off during each call (:func:`onednn_disabled`), on only
     for this runner's calls, so runners of other backends interleaved with it keep oneDNN."""
-    return load_runner("torch", module, threads=None, onednn=False).bind({"x": x})
+    feed = {f"x{i}": v for i, v in enumerate(_inputs(x))}
+    return load_runner("torch", module, threads=None, onednn=False).bind(feed)
 
 
-def ort_runner(path: Path, x: np.ndarray, threads: int):
+def ort_runner(path: Path, x, threads: int):
     """``path`` in ONNX Runtime (N threads, sequential, all optimisations), computing its
-    first output."""
+    first output; ``x`` one array or one per input of the file, in its order."""
     runner = load_runner("onnxruntime", path, threads=threads, optimization="all")
-    return runner.bind({runner.input_names[0]: x}, outputs=runner.output_names[:1])
+    return runner.bind(dict(zip(runner.input_names, _inputs(x))), outputs=runner.output_names[:1])
 
 
-def openvino_runner(path: Path, x: np.ndarray, threads: int):
+def openvino_runner(path: Path, x, threads: int):
     """``path`` compiled by OpenVINO for CPU (N threads, one stream, latency hint, fp32
-    pinned, the fused-kernel extension loaded when the file has ``dcd_deploy`` nodes)."""
-    return load_runner("openvino", path, threads=threads, input_shapes=x.shape).bind({0: x})
+    pinned, the fused-kernel extension loaded when the file has ``dcd_deploy`` nodes),
+    for the static shapes of ``x`` (one array or one per input, in the file's order)."""
+    xs = _inputs(x)
+    if len(xs) == 1:
+        return load_runner("openvino", path, threads=threads, input_shapes=xs[0].shape).bind({0: xs[0]})
+    shapes = {i: np.shape(v) for i, v in enumerate(xs)}
+    return load_runner("openvino", path, threads=threads, input_shapes=shapes).bind(dict(enumerate(xs)))
 
 
-def bound_runner(spec, source, *, x, x_np: np.ndarray, threads: int):
+def bound_runner(spec, source, *, x, x_np, threads: int):
     """The no-argument call that runs ``source`` (a module or an ONNX file) on backend
-    ``spec`` (a :class:`~dcd_deploy.runtimes.Backend`) with the registry's options."""
+    ``spec`` (a :class:`~dcd_deploy.runtimes.Backend`) with the registry's options; ``x``
+    (tensors) and ``x_np`` (arrays) are the run's input, one or a tuple of them."""
     if spec.runtime == "torch":
         return torch_runner(source, x) if spec.options.get("onednn", True) else torch_native_runner(source, x)
     if spec.runtime == "onnxruntime":

@@ -58,6 +58,7 @@ from ._backends import (
     default_backends,
     select_backends,
 )
+from ._given_inputs import given_inputs, in_forward_order, inputs_text
 from ._latency_result import (
     CI_ROUNDS,
     CI_RUNS,
@@ -134,6 +135,7 @@ def run_benchmark(
     progress: Progress | None = None,
     baseline: str | None = None,
     weights: str | os.PathLike | None = None,
+    inputs=None,
 ) -> BenchResult:
     """Time ``models`` on ``backends`` and set them beside the paper (module docstring).
 
@@ -162,6 +164,10 @@ def run_benchmark(
         weights: a checkpoint loaded (weights-only, strictly) into the one model of
             ``models``, which a zoo name or ``MODULE:FUNCTION`` builds; its static
             counterpart is ``to_static`` of the loaded model.
+        inputs: the timed input of a model of several inputs (or of one that is no image),
+            instead of synthetic images: a tuple of tensors in ``forward``'s order or a dict
+            by argument name, each with at least ``batch`` samples on axis 0 (the first
+            ``batch`` are timed); PyTorch models only, without ``profile``.
 
     Raises:
         DCDDeployError: bad arguments, a model that cannot be loaded or exported.
@@ -175,24 +181,18 @@ def run_benchmark(
     specs = [s.strip() for s in models if s and s.strip()]
     if weights is not None:
         check_weights_target(specs, weights)
-    files, backends, paper = _plan(
-        specs,
-        baseline=baseline,
-        backends=backends,
-        threads=threads,
-        batch=batch,
-        input_size=input_size,
-        notes=notes,
-        progress=progress,
-    )
+    plan = {"baseline": baseline, "backends": backends, "threads": threads, "batch": batch, "input_size": input_size}
+    files, backends, paper = _plan(specs, **plan, notes=notes, progress=progress)
+    inputs = inputs if inputs is None else given_inputs(inputs, files=files, profile=profile, batch=batch)
     with pinned_threads(threads):
-        shape = _input_shape(files, batch=batch, input_size=input_size, channels=channels)
+        shape = _input_shape(files, batch=batch, input_size=input_size, channels=channels, inputs=inputs)
         machine = machine_info(
             threads=threads,
             batch=batch,
             input_size=_size_of(shape),
             channels=shape[1],
             with_openvino=bool(set(OPENVINO_BACKENDS) & set(backends)),
+            inputs=None if inputs is None else inputs_text(inputs),
         )
         entries, built, meta = build_models(
             specs,
@@ -203,6 +203,7 @@ def run_benchmark(
             trust_checkpoint=trust_checkpoint,
             progress=progress,
             weights=weights,
+            **({} if inputs is None else {"n_inputs": len(inputs), "images": False}),
         )
         notes += unpaired_notes(entries)
         timings, forms, profiles = _measure(
@@ -210,6 +211,7 @@ def run_benchmark(
             built,
             backends,
             shape=shape,
+            x=None if inputs is None else in_forward_order(inputs, built[entries[0].name], batch=batch),
             seed=seed,
             threads=threads,
             timing=timing,
@@ -257,8 +259,12 @@ def _plan(
     return files, backends, paper
 
 
-def _input_shape(files: list[str], *, batch: int, input_size, channels: int) -> tuple[int, ...]:
-    """(N, C, H, W) of the run's input: the files' own fixed axes, else the options'."""
+def _input_shape(files: list[str], *, batch: int, input_size, channels: int, inputs=None) -> tuple[int, ...]:
+    """(N, C, H, W) of the run's input: the files' own fixed axes, else the options'; of
+    given ``inputs``, their first image's (1x1 with one channel when none is 4-D)."""
+    if inputs is not None:
+        image = next((t for t in inputs.values() if t.dim() == 4), None)
+        return (batch, *image.shape[1:]) if image is not None else (batch, 1, 1, 1)
     hw = input_hw(input_size)
     return tuple(file_input_shape(files, batch=batch, input_size=hw) if files else (batch, channels, *hw))
 
@@ -269,19 +275,21 @@ def _size_of(shape: Sequence[int]):
 
 
 def _measure(
-    entries, built, backends, *, shape, seed: int, threads: int, timing: dict, profile: bool, progress: Progress
+    entries, built, backends, *, shape, x=None, seed: int, threads: int, timing: dict, profile: bool, progress: Progress
 ):
     """Prepare every runner, time them all interleaved, then profile if asked; the
-    timings, the DCD layer forms of what ran, the profiles."""
+    timings, the DCD layer forms of what ran, the profiles. ``x``: the given inputs (a
+    tuple in ``forward``'s order), else synthetic images of ``shape``."""
+    what = f"{shape[2]}x{shape[3]}" if x is None else f"inputs {', '.join('x'.join(map(str, v.shape)) for v in x)}"
     progress(
         f"dcd-bench: {len(entries)} models x {len(backends)} backends, threads {threads}, batch "
-        f"{shape[0]}, {shape[2]}x{shape[3]}; >= {timing['runs']} runs and >= {timing['min_time']:g} s "
+        f"{shape[0]}, {what}; >= {timing['runs']} runs and >= {timing['min_time']:g} s "
         "per model and backend, interleaved"
     )
     with temporary_directory(prefix="dcd-bench-") as tmp:  # removed even on an abrupt exit
         cache = RunnerCache(
             built,
-            x=fixed_input(tuple(shape), seed=seed),
+            x=fixed_input(tuple(shape), seed=seed) if x is None else x,
             tmp=tmp,
             input_size=tuple(shape[2:]),
             threads=threads,

@@ -68,6 +68,12 @@ def _channels(m) -> str:
     return "" if c == 3 else f", {c} channel{'s' if c != 1 else ''}"
 
 
+def _input_text(m) -> str:
+    """``224x224``, ``256x320, 1 channel``, or the given inputs' names and shapes."""
+    given = getattr(m, "inputs", None)
+    return f"given ({given})" if given else f"{size_text(m.input_size)}{_channels(m)}"
+
+
 def size_text(input_size) -> str:
     """``224x224`` for a side, ``256x320`` for an ``[H, W]`` pair (the JSON's ``input_size``)."""
     h, w = (input_size, input_size) if isinstance(input_size, int) else input_size
@@ -140,7 +146,7 @@ def header_lines(result: BenchResult) -> list[str]:
         "are a snapshot)",
         f"CPU {m.cpu}, {m.cores} cores ({m.cpus_usable} usable){_load(m)}; {versions}; dcd-deploy {m.dcd_deploy}",
         f"threads {m.threads} (torch inter-op {m.torch_interop_threads}), batch {m.batch}, input "
-        f"{size_text(m.input_size)}{_channels(m)}; per model and backend >= {s['runs']} runs and >= "
+        f"{_input_text(m)}; per model and backend >= {s['runs']} runs and >= "
         f"{s['min_time_s']:g} s after {s['warmup']} warm-up runs, models interleaved"
         + (" (--quick: a smoke test, not a measurement)" if s.get("quick") else ""),
     ]
@@ -383,7 +389,7 @@ def to_markdown(result: BenchResult) -> str:
         f"- torch {m.torch}, onnxruntime {m.onnxruntime or 'not installed'}"
         + (f", openvino {m.openvino}" if m.openvino else "")
         + f", dcd-deploy {m.dcd_deploy}",
-        f"- threads {m.threads}, batch {m.batch}, input {size_text(m.input_size)}",
+        f"- threads {m.threads}, batch {m.batch}, input {_input_text(m)}",
         f"- per model and backend: >= {result.settings['runs']} runs and >= "
         f"{result.settings['min_time_s']:g} s, {result.settings['warmup']} warm-up runs, interleaved"
         + (" (--quick: not a measurement)" if result.settings.get("quick") else ""),

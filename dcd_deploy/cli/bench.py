@@ -46,6 +46,7 @@ from ._bench_options import (
     write_outputs,
     wrote,
 )
+from ._input_set import largest_side
 from ._input_size import api_size, channels_option, format_size
 from ._outputs import OutputPath
 from ._run import run_cli
@@ -202,6 +203,16 @@ def _square(input_size: tuple[int, int], command: str) -> int:
     "zoo name builds: read weights-only like any checkpoint, strictly, 'module.' prefixes dropped; "
     "its static counterpart is made from the loaded model.",
 )
+@click.option(
+    "--inputs",
+    "inputs_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    metavar="FILE",
+    help="Time a model of several inputs (or of one that is no image) on these: a .npz, or a .pt "
+    "dict, list or tuple, one array per forward argument (by name, else in order), axis 0 the "
+    "batch (the first --batch samples are timed), instead of synthetic images of --input-size.",
+)
 @json_option
 @report_options
 @seed_option
@@ -224,6 +235,7 @@ def run_latency(
     markdown_path: Path | None,
     weights: Path | None = None,
     plot_path: Path | None,
+    inputs_path: Path | None = None,
     **options,
 ) -> None:
     """Run :func:`~dcd_deploy.bench.latency.run_benchmark`, print its tables, write the files asked for."""
@@ -234,12 +246,14 @@ def run_latency(
         markdown_path,
         plot_path,
         models=",".join(filter(None, [models, baseline])) or None,
-        extra_inputs=[weights] if weights is not None else (),
+        extra_inputs=[p for p in (weights, inputs_path) if p is not None],
     )
-    check_memory(input_size=max(input_size), batch=batch, what="the benchmark")
+    given = None if inputs_path is None else _given_inputs(inputs_path)
+    side = max(input_size) if given is None else largest_side(given.values())
+    check_memory(input_size=side, batch=batch, what="the benchmark")
     if plot_path is not None:
         plot.require_matplotlib()  # fail before minutes of timing, not after
-    if input_size != (PAPER_INPUT_SIZE, PAPER_INPUT_SIZE):
+    if given is None and input_size != (PAPER_INPUT_SIZE, PAPER_INPUT_SIZE):
         echo.progress(
             f"note: input {format_size(input_size)}; the paper's times are for {PAPER_INPUT_SIZE}x{PAPER_INPUT_SIZE}"
         )
@@ -250,6 +264,7 @@ def run_latency(
         progress=echo.progress,
         baseline=baseline,
         weights=weights,
+        inputs=given,
         **options,
     )
     echo("")
@@ -264,6 +279,32 @@ def run_latency(
             (plot_path, lambda: plot.render_latency_plot(result)),
         ],
     )
+
+
+def _given_inputs(path: Path) -> dict:
+    """``--inputs FILE`` of ``latency``: its arrays by name (or position), the image options
+    refused beside it."""
+    from ..errors import UnsupportedInputError
+    from ..inputs import read_input_set
+
+    given = read_input_set(path)
+    if given is None:
+        raise UnsupportedInputError(
+            f"inputs file {path} holds one tensor; dcd-bench --inputs takes one array per input "
+            "(a .npz, or a .pt dict, list or tuple); images are made at --input-size"
+        )
+    ctx = click.get_current_context()
+    named = [
+        f"--{p.replace('_', '-')}"
+        for p in ("input_size", "channels")
+        if ctx.get_parameter_source(p) not in (None, click.core.ParameterSource.DEFAULT)
+    ]
+    if named:
+        raise click.UsageError(
+            f"{', '.join(named)} describe{'s' if len(named) == 1 else ''} synthetic images; {path} gives "
+            "every input's shape and values"
+        )
+    return dict(zip(given.names, given.tensors)) if given.names else dict(enumerate(given.tensors))
 
 
 @main.command(cls=_Subcommand, context_settings=CONTEXT)

@@ -68,6 +68,7 @@ MACHINE_KEYS = {
     "date",
     "load_avg",
     "channels",
+    "inputs",
 }
 
 

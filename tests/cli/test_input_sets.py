@@ -187,7 +187,7 @@ def test_one_input_that_is_no_image(in_dir):
         (
             export_main,
             ["rgbd.py:build"],
-            r"RGBD\.forward takes 2 inputs \(rgb, depth\); dcd-export and dcd-validate take one array per input",
+            r"RGBD\.forward takes 2 inputs \(rgb, depth\); dcd-export, dcd-validate and dcd-bench latency take one",
             1,
         ),
         (export_main, ["rgbd.py:build", "--inputs", "bad.npz"], r"holds rgb, dept; RGBD\.forward takes rgb, depth", 1),
@@ -220,3 +220,37 @@ def test_fused_file_of_two_inputs_compiles_at_the_shapes_the_note_gives(in_dir):
     with torch.no_grad():
         want = _model("build").double()(*(torch.from_numpy(data[k][:1]).double() for k in ("rgb", "depth")))["logits"]
     assert np.abs(got - want.numpy()).max() < 1e-5 * max(1.0, float(want.abs().max()))
+
+
+def test_bench_times_the_pair_on_the_given_inputs(in_dir):
+    """dcd-bench latency on a model of two inputs: it and its to_static() counterpart are
+    exported, run and timed on the set's first --batch samples of each input."""
+    import json
+
+    from dcd_deploy.cli.bench import main as bench_main
+
+    args = ["latency", "--models", "rgbd.py:build", "--inputs", "val.npz", "--batch", "2", "--quick"]
+    result = run(bench_main, args + ["--backends", "torch,onnxruntime,openvino", "--json", "bench.json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads((in_dir / "bench.json").read_text())
+    assert doc["machine"]["inputs"] == "rgb 2x3x24x20, depth 2x1x24x20"
+    timed = {(r["backend"], r["variant"]) for r in doc["records"] if r["p50_ms"] > 0}
+    assert timed == {(b, v) for b in ("torch", "onnxruntime", "openvino") for v in ("static", "dcd")}
+
+
+@pytest.mark.parametrize(
+    "extra, pattern, status",
+    [
+        (["--input-size", "64"], "--input-size describes synthetic images", 2),
+        (["--profile"], "--profile breaks down runs on one image input", 1),
+        (["--batch", "5"], r"input rgb has 4 samples; --batch 5 times 5", 1),
+    ],
+)
+def test_bench_refuses_what_the_inputs_exclude(in_dir, extra, pattern, status):
+    from dcd_deploy.cli.bench import main as bench_main
+
+    result = run(bench_main, ["latency", "--models", "rgbd.py:build", "--inputs", "val.npz", "--quick", *extra])
+    if status == 2:
+        assert result.exit_code == 2 and pattern in result.output
+    else:
+        one_error_line(result, pattern)

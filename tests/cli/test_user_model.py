@@ -143,8 +143,9 @@ def build():
         (["raises.py:make"], r"raises\.py:make returned a value of type str, not a torch\.nn\.Module"),
         (
             ["two.py:build"],
-            r"two\.py:build: Fuse\.forward takes 2 inputs \(rgb, depth\); dcd-export and dcd-validate take one "
-            r"array per input with --inputs FILE \(a \.npz or a \.pt dict with keys rgb, depth, axis 0 the batch\)",
+            r"two\.py:build: Fuse\.forward takes 2 inputs \(rgb, depth\); dcd-export, dcd-validate and dcd-bench "
+            r"latency take one array per input with --inputs FILE \(a \.npz or a \.pt dict with keys rgb, depth, "
+            r"axis 0 the batch\)",
         ),
     ],
 )
