@@ -31,13 +31,17 @@ def resolve_model(*args, **kwargs):
     return resolve(*args, **kwargs)
 
 
+def file_option(*decls: str, help: str):  # noqa: A002  (click's own keyword)
+    """An option naming a file the command reads (``--weights FILE``, ``--inputs FILE``)."""
+    return click.option(
+        *decls, type=click.Path(dir_okay=False, path_type=Path), default=None, metavar="FILE", help=help
+    )
+
+
 def weights_option(fn):
     """``--weights FILE``: a state dict for the model MODULE:FUNCTION (or a zoo name) builds."""
-    return click.option(
+    return file_option(
         "--weights",
-        type=click.Path(dir_okay=False, path_type=Path),
-        default=None,
-        metavar="FILE",
         help="State dict (or checkpoint) loaded into the model that MODULE:FUNCTION or a zoo "
         "name builds: read weights-only like any checkpoint, strictly, 'module.' "
         "prefixes dropped.",

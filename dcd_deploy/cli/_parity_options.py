@@ -5,12 +5,11 @@ memory budget, and the error a failed check ends with.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
 
 from .._limits import check_memory
 from ..errors import DCDDeployError, ParityError
+from ._model_arg import file_option
 
 
 def parity_failure(report) -> ParityError:
@@ -30,12 +29,9 @@ def parity_failure(report) -> ParityError:
 
 def inputs_option(fn):
     """``--inputs FILE``: the parity check's images instead of the synthetic ones."""
-    return click.option(
+    return file_option(
         "--inputs",
         "inputs_path",
-        type=click.Path(dir_okay=False, path_type=Path),
-        default=None,
-        metavar="FILE",
         help="Check parity on these images: a .npy or .pt tensor, N x C x H x W or N x H x W x C "
         "(C = 3, or the model's channels); floating-point values are taken as preprocessed, "
         "uint8 RGB pixels go through --preprocess (default: built-in synthetic images). "

@@ -48,6 +48,7 @@ from ._bench_options import (
 )
 from ._input_set import largest_side
 from ._input_size import api_size, channels_option, format_size
+from ._model_arg import file_option
 from ._outputs import OutputPath
 from ._run import run_cli
 
@@ -194,21 +195,15 @@ def _square(input_size: tuple[int, int], command: str) -> int:
 @click.option(
     "--profile-runs", type=click.IntRange(min=1), default=None, help="Profiled runs per model. [default: 50; --quick 3]"
 )
-@click.option(
+@file_option(
     "--weights",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    metavar="FILE",
     help="State dict (or checkpoint) loaded into the one model of --models that MODULE:FUNCTION or a "
     "zoo name builds: read weights-only like any checkpoint, strictly, 'module.' prefixes dropped; "
     "its static counterpart is made from the loaded model.",
 )
-@click.option(
+@file_option(
     "--inputs",
     "inputs_path",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    metavar="FILE",
     help="Time a model of several inputs (or of one that is no image) on these: a .npz, or a .pt "
     "dict, list or tuple, one array per forward argument (by name, else in order), axis 0 the "
     "batch (the first --batch samples are timed), instead of synthetic images of --input-size.",
