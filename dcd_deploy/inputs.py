@@ -336,6 +336,19 @@ class InputSet:
         ]
         return f"{self.path} ({', '.join(parts)}, taken as the model takes them)"
 
+    def for_model(self, model) -> tuple[tuple[torch.Tensor, ...], list[str] | None]:
+        """The tensors in the order ``model.forward`` takes them (by name when the set has
+        names, else by position: its first ``len(set)`` positional arguments), and the
+        names a file's inputs get: the arguments' when the set names them, else None."""
+        from .checkpoint import forward_inputs
+
+        _, positional = forward_inputs(model)
+        if not positional:  # no Python signature: the set's own order
+            return self.tensors, None if self.names is None else list(self.names)
+        # more arrays than arguments: arrange() says the count does not fit
+        wanted = positional[: len(self.tensors)]
+        return self.arrange(wanted, what=f"{type(model).__name__}.forward"), None if self.names is None else wanted
+
     def arrange(self, wanted: list[str], *, what: str) -> tuple[torch.Tensor, ...]:
         """The tensors in the order of ``wanted`` (the model's or the file's input names):
         by name when the set has names, else (or when both sides have one) by position.

@@ -35,17 +35,12 @@ def given_inputs(inputs, *, files, profile: bool, batch: int) -> dict:
     return {k: t[:batch].contiguous() for k, t in named.items()}
 
 
-def in_forward_order(inputs: dict, model, *, batch: int) -> tuple:
+def in_forward_order(inputs: dict, model) -> tuple:
     """The inputs as ``model.forward`` takes them: by name, or by position for int keys."""
-    from ..checkpoint import forward_inputs
     from ..inputs import InputSet
 
     names = None if all(isinstance(k, int) for k in inputs) else tuple(map(str, inputs))
-    given = InputSet(tuple(inputs.values()), names, "--inputs")
-    _, positional = forward_inputs(model)
-    if not positional:  # no Python signature: as given
-        return given.tensors
-    return tuple(t[:batch] for t in given.arrange(positional[: len(inputs)], what=f"{type(model).__name__}.forward"))
+    return InputSet(tuple(inputs.values()), names, "--inputs").for_model(model)[0]
 
 
 def inputs_text(inputs: dict) -> str:

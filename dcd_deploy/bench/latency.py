@@ -211,7 +211,7 @@ def run_benchmark(
             built,
             backends,
             shape=shape,
-            x=None if inputs is None else in_forward_order(inputs, built[entries[0].name], batch=batch),
+            x=None if inputs is None else in_forward_order(inputs, built[entries[0].name]),
             seed=seed,
             threads=threads,
             timing=timing,

@@ -33,22 +33,6 @@ def refuse_image_options(path, **given) -> None:
         )
 
 
-def model_order(input_set, net) -> tuple[tuple, list[str] | None]:
-    """The set's tensors in the order ``net.forward`` takes them (by name when the set has
-    names, else by position: its first ``len(set)`` positional arguments), and the names
-    the file's inputs get: the arguments' when the set names them, else the exporter's
-    default (None)."""
-    from ..checkpoint import forward_inputs
-
-    _, positional = forward_inputs(net)
-    if not positional:  # no Python signature: the set's own order
-        return input_set.tensors, None if input_set.names is None else list(input_set.names)
-    # more arrays than arguments: arrange() says the count does not fit
-    wanted = positional[: len(input_set.tensors)]
-    tensors = input_set.arrange(wanted, what=f"{type(net).__name__}.forward")
-    return tensors, None if input_set.names is None else wanted
-
-
 def largest_side(tensors) -> int:
     """The largest spatial side among the 4-D inputs (1 for none): the memory budget's size."""
     return max((max(t.shape[2:]) for t in tensors if t.dim() == 4), default=1)

@@ -10,7 +10,7 @@ from .._limits import MAX_BATCH, MAX_INPUT_SIZE
 from .._threads import preparation_threads
 from .._version import __version__
 from ..errors import ParityError
-from ._input_set import largest_side, model_order, refuse_image_options, shapes_text
+from ._input_set import largest_side, refuse_image_options, shapes_text
 from ._input_size import InputSize, api_size, channels_option, format_size
 from ._model_arg import MODEL_HELP, model_inputs, model_label, model_options, output_stem, resolve_model
 from ._outputs import OutputPath, check_outputs, default_output, write_json_atomic
@@ -167,7 +167,7 @@ def main(
         n_inputs = 1 if input_set is None else len(input_set.tensors)
         loading = {"arch": arch, "weights": weights, "trust_checkpoint": trust_checkpoint, "seed": seed}
         net = resolve_model(model, input_size=input_size, n_inputs=n_inputs, **loading)
-        inputs, names = (inputs, None) if input_set is None else model_order(input_set, net)
+        inputs, names = (inputs, None) if input_set is None else input_set.for_model(net)
         if progress is not None:
             progress(f"[load] {time.perf_counter() - started:.1f} s")
         result = _export(
