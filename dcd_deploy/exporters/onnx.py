@@ -101,14 +101,15 @@ class ExportResult:
     Truthy when the file was written and parity (if checked) passed.
 
     Attributes:
-        input_size: the traced input's (H, W) side: an int when square.
+        input_size: the traced image input's (H, W) side: an int when square; None
+            for a model of no image input (no input of shape (N, C, H, W)).
         fused: DCD layers written as ``DCDPointwise`` nodes (fused mode).
         unfused: DCD layer path -> why it is not fused (fused mode).
     """
 
     path: Path
     arch: str
-    input_size: int | tuple[int, int]
+    input_size: int | tuple[int, int] | None
     batch: int | None
     opset: int
     mode: str
@@ -227,8 +228,8 @@ def export_onnx(
     opset = _checked_arguments(opset=opset, mode=mode, strategy=strategy, batch=batch)
     hw = input_hw(input_size)
     example = example_tuple(example_inputs, hw)
-    if example_inputs is not None:
-        hw = _image_hw(example) or hw
+    image_hw = _image_hw(example)
+    hw = image_hw or hw
     check_output_path(path := Path(path), error=ExportError)
     stage = _Stages(progress)
     sizes = (batch,) if batch is not None else tuple(parity_batch_sizes)
@@ -270,7 +271,7 @@ def export_onnx(
     return ExportResult(
         path=path,
         arch=getattr(model, "arch", type(model).__name__),
-        input_size=hw[0] if hw[0] == hw[1] else hw,
+        input_size=_size_value(image_hw),
         batch=batch,
         opset=opset,
         mode=mode,
@@ -510,12 +511,14 @@ def _build(
         proto = convert_opset(proto, opset)
     proto.ir_version = min(proto.ir_version, 10)  # readable by ONNX Runtime releases of the last years
     proto.producer_name, proto.producer_version = "dcd-deploy", __version__
-    size = str(hw[0]) if hw[0] == hw[1] else f"{hw[0]}x{hw[1]}"
+    image_hw = _image_hw(example)
+    # a model of no image input records no input_size (the side of an image it never takes)
+    size = {} if image_hw is None else {"input_size": _size_text(image_hw)}
     helper.set_model_props(
         proto,
         {
             "arch": arch,
-            "input_size": size,
+            **size,
             "batch": str(batch or "dynamic"),
             "dynamic_size": "true" if dynamic_size else "false",
             "dcd_deploy_version": __version__,
@@ -530,8 +533,17 @@ def _build(
 
 
 def _image_hw(example) -> tuple[int, int] | None:
-    first = example[0]
-    return (int(first.shape[2]), int(first.shape[3])) if first.dim() == 4 else None
+    """``(H, W)`` of the first (N, C, H, W) input; None when no input is an image."""
+    return next(((int(t.shape[2]), int(t.shape[3])) for t in example if t.dim() == 4), None)
+
+
+def _size_text(hw: tuple[int, int]) -> str:
+    """The metadata's ``input_size``: ``224`` when square, else ``256x320``."""
+    return str(hw[0]) if hw[0] == hw[1] else f"{hw[0]}x{hw[1]}"
+
+
+def _size_value(hw: tuple[int, int] | None) -> int | tuple[int, int] | None:
+    return None if hw is None else hw[0] if hw[0] == hw[1] else hw
 
 
 def _input_names(model: nn.Module, example, given) -> list[str]:

@@ -203,6 +203,44 @@ def test_non_square_input_size_pair(tmp_path):
     assert props["input_size"] == "48x64"
 
 
+class _IdsThenImage(nn.Module):
+    """Token ids first, the image second: the image's side is the second input's."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(10, 8)
+        self.conv = DCDConv2d(3, 8, 3, padding=1)
+
+    def forward(self, ids, image):
+        return self.conv(image).mean((2, 3)) + self.embed(ids).mean(1)
+
+
+class _Features(nn.Module):
+    """No image at all: a (B, 16) feature vector through a DCD classifier."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = DCDLinear(16, 4)
+
+    def forward(self, x):
+        return self.fc(x)
+
+
+def test_input_size_is_the_image_inputs_side_wherever_it_sits(tmp_path):
+    example = (torch.randint(0, 10, (1, 5)), torch.randn(1, 3, 24, 20))
+    result = export_onnx(_IdsThenImage().eval(), tmp_path / "m.onnx", example_inputs=example)
+    assert result and result.input_size == (24, 20)
+    props = {p.key: p.value for p in onnx.load(str(result.path)).metadata_props}
+    assert props["input_size"] == "24x20"
+
+
+def test_a_model_of_no_image_input_records_no_input_size(tmp_path):
+    result = export_onnx(_Features().eval(), tmp_path / "m.onnx", example_inputs=(torch.randn(1, 16),))
+    assert result and result.input_size is None and result.to_dict()["input_size"] is None
+    props = {p.key: p.value for p in onnx.load(str(result.path)).metadata_props}
+    assert "input_size" not in props and props["arch"] == "_Features"
+
+
 def test_fixed_batch(tmp_path):
     case = CORPUS["segnet_like"]
     result = export_onnx(model("segnet_like"), tmp_path / "m.onnx", example_inputs=case.inputs(1), batch=3)
