@@ -87,7 +87,7 @@ def _batch(value: str) -> int | None:
     "--opset",
     type=int,
     default=None,
-    help="ONNX opset (13 up to the installed onnx's newest; default 18, what torch.onnx writes).",
+    help="ONNX opset (11 up to the installed onnx's newest; default 18, what torch.onnx writes; below 13 not every op converts).",
 )
 @click.option(
     "--mode",

@@ -3,7 +3,7 @@
 ``onnx.version_converter`` steps the graph one opset at a time with an adapter per op
 version and refuses what it has no adapter for. On its own (onnx 1.23) it refused every
 network we export below opset 16, and broke the fused and function modes at any opset but
-18; :func:`convert_opset` closes five gaps before and around the call:
+18; :func:`convert_opset` closes six gaps before and around the call:
 
 * **Ops introduced after the target** (Mish at 18, HardSwish at 14: "No Previous Version
   of Mish exists"): ONNX defines them as functions of older ops and its schemas carry those
@@ -25,6 +25,9 @@ network we export below opset 16, and broke the fused and function modes at any 
   nothing, so it is dropped.
 * **Local functions** (the fused and function modes' ops): the converter drops them, up
   or down; each is converted alone, as a model of its own, and put back.
+* **Softmax below 13** normalised over every axis from ``axis`` on, and the converter
+  keeps the node unchanged (another function): one over its input's last axis waits with
+  the type-only nodes, any other is refused.
 """
 
 from __future__ import annotations
@@ -40,7 +43,14 @@ from ..errors import ExportError
 _STANDARD = ("", "ai.onnx")
 #: op -> the newest version whose changes (from the version before it) only added types.
 #: Nodes of these ops convert to any older opset the op exists at unchanged.
-TYPE_ONLY_CHANGES = {"Add": 14, "Sub": 14, "Mul": 14, "Div": 14, "Relu": 14, "Identity": 25}
+#: (Version 13 of every op here only added bfloat16; so did 12 of Clip, Max, Min and Pow,
+#: integer types.)
+TYPE_ONLY_CHANGES = {
+    **{"Add": 14, "Sub": 14, "Mul": 14, "Div": 14, "Relu": 14, "Identity": 25, "Pow": 15},
+    **dict.fromkeys(("Clip", "Flatten", "Gemm", "MatMul", "Sigmoid", "Tanh", "Exp", "Sqrt", "Neg"), 13),
+    **dict.fromkeys(("Concat", "Transpose", "Gather", "Cast", "Tile", "Max", "Min", "Pad", "Slice"), 13),
+    **dict.fromkeys(("Equal", "Greater", "Less", "Floor", "Ceil", "Abs", "Reciprocal"), 13),
+}
 #: ops whose attribute ``noop_with_empty_axes`` was added at 18 (and axes became an input)
 _REDUCE_18 = frozenset(
     {"ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2", "ReduceLogSum"}
@@ -63,6 +73,8 @@ def convert_opset(proto: onnx.ModelProto, opset: int) -> onnx.ModelProto:
     if opset < 15:
         _slice_shapes(proto)
     hidden = _hide_passthrough(proto, opset)
+    if opset < 13:
+        _refuse_flattening_softmax(proto, opset)
     try:
         converted = version_converter.convert_version(proto, opset)
     except Exception as exc:
@@ -107,11 +119,15 @@ def _slice_shapes(proto: onnx.ModelProto) -> None:
     _rewrite(proto.graph.node, sliced)
 
 
-def _passes_through(node: onnx.NodeProto, opset: int, constants: dict) -> bool:
+def _passes_through(node: onnx.NodeProto, opset: int, constants: dict, two_d: set) -> bool:
     if node.domain not in _STANDARD or not _exists_at(node.op_type, opset):
         return False
     if node.op_type in TYPE_ONLY_CHANGES:
         return True
+    if node.op_type == "Softmax" and opset < 13:
+        # 13 made the axis one axis (11 flattened from it on): the same over the last axis
+        axis = next((a.i for a in node.attribute if a.name == "axis"), -1)
+        return axis == -1 or (axis == 1 and node.input[0] in two_d)
     if node.op_type == "Shape" and opset < 15:  # 15 added start/end (_slice_shapes took them out)
         return not node.attribute
     if node.op_type != "Reshape" or opset >= 14:
@@ -138,8 +154,10 @@ def _constants(proto: onnx.ModelProto, names: set) -> dict:
 def _hide_passthrough(proto: onnx.ModelProto, opset: int) -> int:
     shapes = {n.input[1] for n in proto.graph.node if n.op_type == "Reshape" and len(n.input) > 1}
     count, constants = 0, _constants(proto, shapes)
+    # outputs of rank 2 whatever their input: Softmax's axis 1 is their last
+    two_d = {n.output[0] for n in proto.graph.node if n.domain in _STANDARD and n.op_type in ("Gemm", "Flatten")}
     for node in proto.graph.node:  # the functions are converted one by one (_convert_function)
-        if _passes_through(node, opset, constants):
+        if _passes_through(node, opset, constants, two_d):
             node.domain = _HIDDEN
             if node.op_type == "Reshape":  # allowzero: unknown before 14, and moot here
                 del node.attribute[:]
@@ -147,6 +165,19 @@ def _hide_passthrough(proto: onnx.ModelProto, opset: int) -> int:
     if count:
         proto.opset_import.add(domain=_HIDDEN, version=1)
     return count
+
+
+def _refuse_flattening_softmax(proto: onnx.ModelProto, opset: int) -> None:
+    """Below 13 Softmax normalises over every axis from ``axis`` on, and onnx's converter
+    keeps the node unchanged: a Softmax not hidden as one over the last axis would compute
+    another function."""
+    for node in proto.graph.node:
+        if node.domain in _STANDARD and node.op_type in ("Softmax", "LogSoftmax", "Hardmax"):
+            axis = next((a.i for a in node.attribute if a.name == "axis"), -1)
+            raise ExportError(
+                f"cannot write opset {opset}: a {node.op_type} over axis {axis}, not known to be its input's last "
+                f"(below 13 it normalises over every axis from there on); use opset 13 or newer"
+            )
 
 
 def _restore(proto: onnx.ModelProto, hidden: int) -> None:

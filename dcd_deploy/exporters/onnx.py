@@ -46,7 +46,7 @@ from ._trace_worker import TraceWorker, trace_worker
 from .lowering import example_tuple, input_hw, to_deploy
 
 DEFAULT_OPSET = NATIVE_OPSET
-MIN_OPSET = 13  # Unsqueeze/ReduceSum take axes as inputs from 13 on
+MIN_OPSET = 11  # onnx's converter writes Unsqueeze/ReduceSum's axes as attributes below 13
 MODES = ("standard", "function", "fused")
 #: Version of the layout of :meth:`ExportResult.to_dict` (``dcd-export --json``).
 EXPORT_SCHEMA = "dcd-export.report/1"  # fields added since: fused, unfused, input/output names, dynamic_size
@@ -184,8 +184,10 @@ def export_onnx(
         dynamic_size: make height and width symbolic too (4-D inputs); an
             :class:`ExportError` names the layer that needs fixed sizes.
         batch: fixed batch size, or None for a dynamic batch axis.
-        opset: default-domain opset, 13 up to the installed onnx's newest (default 18,
-            what torch.onnx writes).
+        opset: default-domain opset, 11 up to the installed onnx's newest (default 18,
+            what torch.onnx writes); an op the converter cannot write at it is an
+            :class:`ExportError` naming it (below 13: Resize, Split, LayerNormalization,
+            and the fused mode's ReduceMean among them).
         simplify: run onnxsim on the graph (standard mode; onnxsim would inline the
             functions of the other modes) and keep its result if it passes the parity
             check (else the unsimplified graph is checked and kept), or with ``check``

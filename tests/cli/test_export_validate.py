@@ -243,6 +243,20 @@ def test_a_tampered_fused_node_is_one_error_line_in_openvino(fused_export, tmp_p
     assert "(node features." in line
 
 
+def test_export_at_opset_11_for_older_toolchains_and_validate_it(tmp_path):
+    out = tmp_path / "o11.onnx"
+    result = run(export_main, [MODEL, "--input-size", SIZE, "-o", out, "--opset", "11"])
+    assert result.exit_code == 0, result.output
+    assert "opset 11, mode standard" in result.stdout and "PASS" in result.stdout
+    proto = onnx.load(str(out))
+    assert [i.version for i in proto.opset_import if i.domain in ("", "ai.onnx")] == [11]
+    result = run(validate_main, [MODEL, out])
+    assert result.exit_code == 0 and "PASS" in result.stdout, result.output
+    result = run(export_main, [MODEL, "--input-size", SIZE, "-o", tmp_path / "o10.onnx", "--opset", "10"])
+    assert result.exit_code == 1 and result.stderr.startswith("Error: opset 10 is not supported; use 11-")
+    assert not (tmp_path / "o10.onnx").exists()
+
+
 def test_export_fixed_batch(tmp_path):
     out = tmp_path / "b.onnx"
     result = run(export_main, [MODEL, "--input-size", SIZE, "-o", out, "--batch", "2"])

@@ -535,7 +535,7 @@ def test_missing_output_directory_fails_before_any_work(tmp_path, no_work):
     [
         (dict(mode="fusion"), "unknown mode 'fusion'"),
         (dict(strategy="fast"), "unknown strategy 'fast'"),
-        (dict(opset=12), "opset 12 is not supported"),
+        (dict(opset=10), "opset 10 is not supported"),
         (dict(batch=0), "batch must be a positive integer"),
         (dict(input_size=0), "input size must be a positive integer"),
     ],

@@ -86,6 +86,56 @@ def test_versions_that_only_added_types_convert_unchanged():
     np.testing.assert_allclose(_run(out), (np.maximum(x64, 0) * x64 + x64).reshape(2, 60), rtol=1e-6)
 
 
+@pytest.mark.parametrize("opset", [11, 12])
+def test_opset_13s_bfloat16_versions_and_a_last_axis_softmax_convert_unchanged(opset):
+    w = numpy_helper.from_array(np.linspace(-0.02, 0.02, 60 * 4, dtype=np.float32).reshape(60, 4), "w")
+    nodes = [
+        helper.make_node("Flatten", ["x"], ["f"]),
+        helper.make_node("Clip", ["f", "lo", "hi"], ["c"]),
+        helper.make_node("Gemm", ["c", "w"], ["g"]),
+        helper.make_node("Softmax", ["g"], ["y"], axis=1),  # over a (N, 4) Gemm output: its last axis
+    ]
+    bounds = [numpy_helper.from_array(np.array(v, dtype=np.float32), n) for n, v in (("lo", -10.0), ("hi", 10.0))]
+    proto = _model(nodes, out_shape=[2, 4], initializers=[w, *bounds])
+    _refused_by_onnx(proto, opset)
+    out = convert_opset(proto, opset)
+    assert _opset(out) == opset and [n.domain for n in out.graph.node] == [""] * 4
+    logits = np.clip(x64.reshape(2, 60), -10, 10) @ numpy_helper.to_array(w).astype(np.float64)
+    expected = np.exp(logits - logits.max(1, keepdims=True))
+    np.testing.assert_allclose(_run(out), expected / expected.sum(1, keepdims=True), rtol=1e-5)
+
+
+def test_a_softmax_over_another_axis_is_refused_below_13():
+    # Softmax 11 normalises over all axes from `axis` on, and onnx's converter keeps the
+    # node as it is (it computed that, not the model's softmax, before this was refused)
+    proto = _model([helper.make_node("Softmax", ["x"], ["y"], axis=1)])
+    with pytest.raises(
+        ExportError,
+        match=r"^cannot write opset 12: a Softmax over axis 1, not known to be its input's last .*; use opset 13 or newer$",
+    ):
+        convert_opset(proto, 12)
+    out = convert_opset(_model([helper.make_node("Softmax", ["x"], ["y"], axis=1)]), 13)
+    e = np.exp(x64 - x64.max(1, keepdims=True))
+    np.testing.assert_allclose(_run(out), e / e.sum(1, keepdims=True), rtol=1e-5)
+
+
+@pytest.mark.parametrize("arch, opset", [("mobilenetv2_035_dcd", 11), ("mobilenetv2_035_dyconv", 12)])
+def test_a_zoo_model_exports_and_checks_at_opsets_below_13(tmp_path, arch, opset):
+    model = dcd_deploy.pseudo_train(dcd_deploy.create_model(arch), seed=0, input_size=64)
+    result = dcd_deploy.export_onnx(model, tmp_path / "m.onnx", input_size=64, opset=opset)
+    assert result.parity and result.opset == opset
+    proto = onnx.load(tmp_path / "m.onnx")
+    assert _opset(proto) == opset
+    for node in proto.graph.node:
+        defs.get_schema(node.op_type, opset)  # SchemaError: an op without a version at opset
+
+
+def test_an_op_the_converter_cannot_write_below_13_is_one_error_naming_it(tmp_path):
+    with pytest.raises(ExportError, match=r"^cannot write opset 12: .*Resize; use opset 18$"):
+        dcd_deploy.export_onnx(_UsersNet().eval(), tmp_path / "m.onnx", input_size=(24, 40), opset=12)
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_reshape_whose_zeros_mean_something_is_refused_with_the_converters_words():
     shape = numpy_helper.from_array(np.array([0, 60], dtype=np.int64), "shape")  # 0: copy dim, or empty?
     nodes = [helper.make_node("Reshape", ["x", "shape"], ["y"], allowzero=1)]
