@@ -3,7 +3,7 @@
 ``onnx.version_converter`` steps the graph one opset at a time with an adapter per op
 version and refuses what it has no adapter for. On its own (onnx 1.23) it refused every
 network we export below opset 16, and broke the fused and function modes at any opset but
-18; :func:`convert_opset` closes six gaps before and around the call:
+18; :func:`convert_opset` closes seven gaps before and around the call:
 
 * **Ops introduced after the target** (Mish at 18, HardSwish at 14: "No Previous Version
   of Mish exists"): ONNX defines them as functions of older ops and its schemas carry those
@@ -25,6 +25,10 @@ network we export below opset 16, and broke the fused and function modes at any 
   nothing, so it is dropped.
 * **Local functions** (the fused and function modes' ops): the converter drops them, up
   or down; each is converted alone, as a model of its own, and put back.
+* **ReduceMean & co. and Resize below 13**: no down adapter from 13. ReduceMean with
+  constant ``axes`` (an input from 18) takes them as 11-17's attribute and waits with the
+  type-only nodes; a Resize drops 18's default attributes and gets the empty ``roi`` and
+  ``scales`` tensors that 11 requires, and waits too.
 * **Softmax below 13** normalised over every axis from ``axis`` on, and the converter
   keeps the node unchanged (another function): one over its input's last axis waits with
   the type-only nodes, any other is refused.
@@ -49,7 +53,7 @@ TYPE_ONLY_CHANGES = {
     **{"Add": 14, "Sub": 14, "Mul": 14, "Div": 14, "Relu": 14, "Identity": 25, "Pow": 15},
     **dict.fromkeys(("Clip", "Flatten", "Gemm", "MatMul", "Sigmoid", "Tanh", "Exp", "Sqrt", "Neg"), 13),
     **dict.fromkeys(("Concat", "Transpose", "Gather", "Cast", "Tile", "Max", "Min", "Pad", "Slice"), 13),
-    **dict.fromkeys(("Equal", "Greater", "Less", "Floor", "Ceil", "Abs", "Reciprocal"), 13),
+    **dict.fromkeys(("Equal", "Greater", "Less", "Floor", "Ceil", "Abs", "Reciprocal", "Expand"), 13),
 }
 #: ops whose attribute ``noop_with_empty_axes`` was added at 18 (and axes became an input)
 _REDUCE_18 = frozenset(
@@ -72,6 +76,10 @@ def convert_opset(proto: onnx.ModelProto, opset: int) -> onnx.ModelProto:
         _drop_default_noop(proto)
     if opset < 15:
         _slice_shapes(proto)
+    if opset < 18:
+        _axes_as_attribute(proto)
+    if opset < 13:
+        _resize_of_11(proto)
     hidden = _hide_passthrough(proto, opset)
     if opset < 13:
         _refuse_flattening_softmax(proto, opset)
@@ -119,6 +127,53 @@ def _slice_shapes(proto: onnx.ModelProto) -> None:
     _rewrite(proto.graph.node, sliced)
 
 
+def _axes_as_attribute(proto: onnx.ModelProto) -> None:
+    """ReduceMean & co. of opset 18 with constant ``axes`` in the form of 11-17 (``axes`` an
+    attribute), which only added types from 11 to 17: they then wait with the type-only
+    nodes (the converter writes them at 13-17 itself, but has no adapter below 13)."""
+    nodes = proto.graph.node
+    names = {n.input[1] for n in nodes if n.domain in _STANDARD and n.op_type in _REDUCE_18 and len(n.input) > 1}
+    constants = _constants(proto, names)
+    for node in nodes:
+        if node.domain in _STANDARD and node.op_type in _REDUCE_18 and node.input[1:] and node.input[1] in constants:
+            axes = [int(a) for a in constants[node.input[1]].reshape(-1)]
+            del node.input[1:]
+            if axes:  # no axes: every axis, as without the attribute
+                node.attribute.append(onnx.helper.make_attribute("axes", axes))
+    used = {i for n in nodes for i in n.input} | {o.name for o in proto.graph.output}
+    unused = [n for n in nodes if n.op_type == "Constant" and n.domain in _STANDARD and n.output[0] in names - used]
+    for node in unused:
+        nodes.remove(node)
+
+
+#: Resize's attributes from 18 on, and the values that make them say nothing
+_RESIZE_18 = {"antialias": 0, "keep_aspect_ratio_policy": b"stretch"}
+#: the coordinate transformations Resize 11 knows whose meaning 13 kept (13 dropped one)
+_RESIZE_11_MODES = {b"half_pixel", b"pytorch_half_pixel", b"align_corners", b"asymmetric"}
+
+
+def _resize_of_11(proto: onnx.ModelProto) -> None:
+    """Each Resize (torch.onnx's ``F.interpolate``) written as version 11 takes it, where the
+    two mean the same: 18's attributes at their defaults dropped, no ``axes``, and the
+    empty ``roi`` and ``scales`` inputs (optional from 13) given as empty tensors."""
+    serial = itertools.count()
+    for node in list(proto.graph.node):
+        if node.domain not in _STANDARD or node.op_type != "Resize" or len(node.input) < 3:
+            continue
+        attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+        mode = attrs.get("coordinate_transformation_mode", b"half_pixel")
+        if "axes" in attrs or mode not in _RESIZE_11_MODES or any(attrs.get(k, v) != v for k, v in _RESIZE_18.items()):
+            continue  # left to the converter, which names it
+        keep = [a for a in node.attribute if a.name not in _RESIZE_18]
+        del node.attribute[:]
+        node.attribute.extend(keep)
+        for i in (1, 2):
+            if not node.input[i]:
+                name = f"{node.name or 'Resize'}/_empty{next(serial)}"
+                proto.graph.initializer.append(numpy_helper.from_array(np.zeros(0, dtype=np.float32), name))
+                node.input[i] = name
+
+
 def _passes_through(node: onnx.NodeProto, opset: int, constants: dict, two_d: set) -> bool:
     if node.domain not in _STANDARD or not _exists_at(node.op_type, opset):
         return False
@@ -128,6 +183,12 @@ def _passes_through(node: onnx.NodeProto, opset: int, constants: dict, two_d: se
         # 13 made the axis one axis (11 flattened from it on): the same over the last axis
         axis = next((a.i for a in node.attribute if a.name == "axis"), -1)
         return axis == -1 or (axis == 1 and node.input[0] in two_d)
+    if node.op_type == "Resize" and opset < 13:  # _resize_of_11 wrote it so, where it could
+        return all(node.input[:3]) and not {a.name for a in node.attribute} & _RESIZE_18.keys()
+    if node.op_type == "Constant":  # 12 added value_float & co., 13 bfloat16: a tensor value is 11's
+        return [a.name for a in node.attribute] == ["value"]
+    if node.op_type in _REDUCE_18 and opset < 18:  # axes an attribute (_axes_as_attribute): 11-17's form
+        return len(node.input) == 1
     if node.op_type == "Shape" and opset < 15:  # 15 added start/end (_slice_shapes took them out)
         return not node.attribute
     if node.op_type != "Reshape" or opset >= 14:

@@ -130,9 +130,15 @@ def test_a_zoo_model_exports_and_checks_at_opsets_below_13(tmp_path, arch, opset
         defs.get_schema(node.op_type, opset)  # SchemaError: an op without a version at opset
 
 
+class _Chunks(nn.Module):
+    def forward(self, x):
+        a, b = torch.chunk(x, 2, dim=1)  # torch.onnx: Split 18 with num_outputs
+        return a * b
+
+
 def test_an_op_the_converter_cannot_write_below_13_is_one_error_naming_it(tmp_path):
-    with pytest.raises(ExportError, match=r"^cannot write opset 12: .*Resize; use opset 18$"):
-        dcd_deploy.export_onnx(_UsersNet().eval(), tmp_path / "m.onnx", input_size=(24, 40), opset=12)
+    with pytest.raises(ExportError, match=r"^cannot write opset 12: .*for Split; use opset 18$"):
+        dcd_deploy.export_onnx(_Chunks(), tmp_path / "m.onnx", input_size=(8, 8), opset=12)
     assert list(tmp_path.iterdir()) == []
 
 
@@ -202,7 +208,8 @@ class _UsersNet(nn.Module):
 
 @pytest.mark.parametrize(
     "mode, opset",
-    [("standard", 13), ("standard", 15), ("standard", 17), ("function", 13), ("fused", 13), ("fused", 21)],
+    [("standard", 13), ("standard", 15), ("standard", 17), ("function", 13), ("fused", 13), ("fused", 21)]
+    + [("standard", 11), ("function", 11), ("fused", 12)],
 )
 def test_a_users_network_exports_and_checks_at_other_opsets(tmp_path, mode, opset):
     if mode == "fused" and importlib.util.find_spec("openvino") is None:
