@@ -3,7 +3,7 @@
 ``onnx.version_converter`` steps the graph one opset at a time with an adapter per op
 version and refuses what it has no adapter for. On its own (onnx 1.23) it refused every
 network we export below opset 16, and broke the fused and function modes at any opset but
-18; :func:`convert_opset` closes seven gaps before and around the call:
+18; :func:`convert_opset` closes eight gaps before and around the call:
 
 * **Ops introduced after the target** (Mish at 18, HardSwish at 14: "No Previous Version
   of Mish exists"): ONNX defines them as functions of older ops and its schemas carry those
@@ -29,6 +29,8 @@ network we export below opset 16, and broke the fused and function modes at any 
   constant ``axes`` (an input from 18) takes them as 11-17's attribute and waits with the
   type-only nodes; a Resize drops 18's default attributes and gets the empty ``roi`` and
   ``scales`` tensors that 11 requires, and waits too.
+* **Split 18** (``torch.chunk``): no down adapter at all. With ``num_outputs`` and an axis
+  of known length it gets its parts' sizes, as 13's input or 11's attribute, and waits.
 * **Softmax below 13** normalised over every axis from ``axis`` on, and the converter
   keeps the node unchanged (another function): one over its input's last axis waits with
   the type-only nodes, any other is refused.
@@ -78,6 +80,7 @@ def convert_opset(proto: onnx.ModelProto, opset: int) -> onnx.ModelProto:
         _slice_shapes(proto)
     if opset < 18:
         _axes_as_attribute(proto)
+        _split_sizes(proto, opset)
     if opset < 13:
         _resize_of_11(proto)
     hidden = _hide_passthrough(proto, opset)
@@ -146,6 +149,42 @@ def _axes_as_attribute(proto: onnx.ModelProto) -> None:
         nodes.remove(node)
 
 
+def _split_sizes(proto: onnx.ModelProto, opset: int) -> None:
+    """Each Split of 18's ``num_outputs`` (torch.onnx's ``torch.chunk``), whose axis has a
+    known length, with its parts' sizes instead (the last one shorter when the length does
+    not divide, as 18 has it): an input from 13 on, an attribute before."""
+    splits = [n for n in proto.graph.node if n.domain in _STANDARD and n.op_type == "Split"]
+    if opset < 13:  # sizes given as an input (torch.chunk of a length it does not divide)
+        given = _constants(proto, {n.input[1] for n in splits if n.input[1:]})
+        for node in (n for n in splits if n.input[1:] and n.input[1] in given):
+            node.attribute.append(onnx.helper.make_attribute("split", [int(v) for v in given[node.input[1]]]))
+            del node.input[1:]
+    if not any(a.name == "num_outputs" for n in splits for a in n.attribute):
+        return
+    inferred = onnx.shape_inference.infer_shapes(proto).graph
+    dims = {v.name: v.type.tensor_type.shape.dim for v in [*inferred.value_info, *inferred.input]}
+    for node in splits:
+        attrs = {a.name: a.i for a in node.attribute}
+        shape = dims.get(node.input[0])
+        if "num_outputs" not in attrs or shape is None:
+            continue
+        axis = attrs.get("axis", 0) % len(shape)
+        if not shape[axis].HasField("dim_value"):
+            continue
+        length, parts = shape[axis].dim_value, attrs["num_outputs"]
+        size = -(-length // parts)
+        sizes = [size] * (parts - 1) + [length - size * (parts - 1)]
+        keep = [a for a in node.attribute if a.name != "num_outputs"]
+        del node.attribute[:]
+        node.attribute.extend(keep)
+        if opset < 13:
+            node.attribute.append(onnx.helper.make_attribute("split", sizes))
+        else:
+            name = f"{node.name or 'Split'}/_sizes"
+            proto.graph.initializer.append(numpy_helper.from_array(np.array(sizes, dtype=np.int64), name))
+            node.input.append(name)
+
+
 #: Resize's attributes from 18 on, and the values that make them say nothing
 _RESIZE_18 = {"antialias": 0, "keep_aspect_ratio_policy": b"stretch"}
 #: the coordinate transformations Resize 11 knows whose meaning 13 kept (13 dropped one)
@@ -185,6 +224,8 @@ def _passes_through(node: onnx.NodeProto, opset: int, constants: dict, two_d: se
         return axis == -1 or (axis == 1 and node.input[0] in two_d)
     if node.op_type == "Resize" and opset < 13:  # _resize_of_11 wrote it so, where it could
         return all(node.input[:3]) and not {a.name for a in node.attribute} & _RESIZE_18.keys()
+    if node.op_type == "Split" and opset < 18:  # _split_sizes wrote it so, where it could
+        return not any(a.name == "num_outputs" for a in node.attribute) and (opset >= 13 or not node.input[1:])
     if node.op_type == "Constant":  # 12 added value_float & co., 13 bfloat16: a tensor value is 11's
         return [a.name for a in node.attribute] == ["value"]
     if node.op_type in _REDUCE_18 and opset < 18:  # axes an attribute (_axes_as_attribute): 11-17's form

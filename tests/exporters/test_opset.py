@@ -131,14 +131,34 @@ def test_a_zoo_model_exports_and_checks_at_opsets_below_13(tmp_path, arch, opset
 
 
 class _Chunks(nn.Module):
+    """torch.chunk as torch.onnx writes it: Split 18 with ``num_outputs`` where the length
+    divides, with the parts' sizes as an input where it does not (7 -> 3, 3, 1)."""
+
     def forward(self, x):
-        a, b = torch.chunk(x, 2, dim=1)  # torch.onnx: Split 18 with num_outputs
-        return a * b
+        a, b = torch.chunk(x[:, :6], 2, dim=1)
+        c, d, e = torch.chunk(x, 3, dim=1)
+        return torch.cat([a * b, c - d, e.expand(-1, 3, -1, -1)], 1)
+
+
+@pytest.mark.parametrize("opset", [11, 12, 13, 17])
+def test_torch_chunk_is_written_at_every_opset_and_checked(tmp_path, opset):
+    result = dcd_deploy.export_onnx(
+        _Chunks(), tmp_path / "m.onnx", example_inputs=(torch.randn(1, 7, 4, 4),), opset=opset
+    )
+    assert result.parity and result.opset == opset
+    splits = [n for n in onnx.load(tmp_path / "m.onnx").graph.node if n.op_type == "Split"]
+    assert len(splits) == 2 and not any(a.name == "num_outputs" for n in splits for a in n.attribute)
+    assert all(len(n.input) == (1 if opset < 13 else 2) for n in splits)  # sizes an attribute before 13
+
+
+class _LayerNorm(nn.Module):
+    def forward(self, x):
+        return F.layer_norm(x, x.shape[-1:])
 
 
 def test_an_op_the_converter_cannot_write_below_13_is_one_error_naming_it(tmp_path):
-    with pytest.raises(ExportError, match=r"^cannot write opset 12: .*for Split; use opset 18$"):
-        dcd_deploy.export_onnx(_Chunks(), tmp_path / "m.onnx", input_size=(8, 8), opset=12)
+    with pytest.raises(ExportError, match=r"^cannot write opset 12: .*LayerNormalization exists; use opset 18$"):
+        dcd_deploy.export_onnx(_LayerNorm(), tmp_path / "m.onnx", input_size=(8, 8), opset=12)
     assert list(tmp_path.iterdir()) == []
 
 
