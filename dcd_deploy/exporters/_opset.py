@@ -15,7 +15,9 @@ network we export below opset 16, and broke the fused and function modes at any 
   Adapter From Version $14 for Relu"), though the node is valid as it is in the older
   version for the float tensors we write. Reshape 14 only added ``allowzero``: the same
   when it is 0 (the default), or 1 (torch.onnx's flatten) with a constant shape holding
-  no 0; Shape 15 only added ``start``/``end``: the same without them. Such nodes wait in a private domain during the call and are put back after it;
+  no 0; Shape 15 only added ``start``/``end``: the same without them; BatchNormalization
+  15 and 14 only split its types and added ``training_mode``: the same in inference mode
+  with one output. Such nodes wait in a private domain during the call and are put back after it;
   the checker's full pass over the result (shape inference at the target opset) then
   checks their types against the old schemas.
 * **Shape 15's ``start``/``end``** (``x.shape[-2:]``, an ``F.interpolate`` size): no
@@ -226,6 +228,8 @@ def _passes_through(node: onnx.NodeProto, opset: int, constants: dict, two_d: se
         return all(node.input[:3]) and not {a.name for a in node.attribute} & _RESIZE_18.keys()
     if node.op_type == "Split" and opset < 18:  # _split_sizes wrote it so, where it could
         return not any(a.name == "num_outputs" for a in node.attribute) and (opset >= 13 or not node.input[1:])
+    if node.op_type == "BatchNormalization":  # 15 split its types, 14 added training_mode
+        return len(node.output) == 1 and all(a.i == 0 for a in node.attribute if a.name == "training_mode")
     if node.op_type == "Constant":  # 12 added value_float & co., 13 bfloat16: a tensor value is 11's
         return [a.name for a in node.attribute] == ["value"]
     if node.op_type in _REDUCE_18 and opset < 18:  # axes an attribute (_axes_as_attribute): 11-17's form

@@ -186,8 +186,7 @@ def export_onnx(
         batch: fixed batch size, or None for a dynamic batch axis.
         opset: default-domain opset, 11 up to the installed onnx's newest (default 18,
             what torch.onnx writes); an op the converter cannot write at it is an
-            :class:`ExportError` naming it (below 13: an unfolded BatchNormalization,
-            LayerNormalization).
+            :class:`ExportError` naming it (below 17: LayerNormalization).
         simplify: run onnxsim on the graph (standard mode; onnxsim would inline the
             functions of the other modes) and keep its result if it passes the parity
             check (else the unsimplified graph is checked and kept), or with ``check``

@@ -15,6 +15,7 @@ import onnxruntime as ort
 import pytest
 import torch
 import torch.nn.functional as F
+from _corpus import CORPUS
 from onnx import TensorProto, defs, helper, numpy_helper, version_converter
 from torch import nn
 
@@ -149,6 +150,31 @@ def test_torch_chunk_is_written_at_every_opset_and_checked(tmp_path, opset):
     splits = [n for n in onnx.load(tmp_path / "m.onnx").graph.node if n.op_type == "Split"]
     assert len(splits) == 2 and not any(a.name == "num_outputs" for n in splits for a in n.attribute)
     assert all(len(n.input) == (1 if opset < 13 else 2) for n in splits)  # sizes an attribute before 13
+
+
+@pytest.mark.parametrize(
+    "name, mode",
+    [
+        ("densenet_like", "standard"),
+        ("efficientnet_like", "standard"),
+        ("segnet_like", "fused"),
+        ("two_input", "function"),
+    ],
+)
+def test_users_networks_export_and_check_at_opset_11(tmp_path, name, mode):
+    """The corpus's unfolded BN after a cat, SE through ``.mean``, ``F.interpolate`` with a
+    dict output, two inputs: what older edge toolchains are given."""
+    if mode == "fused" and importlib.util.find_spec("openvino") is None:
+        pytest.skip("openvino is not installed: the fused file is checked in it")
+    case = CORPUS[name]
+    result = dcd_deploy.export_onnx(
+        case.build().eval(), tmp_path / "m.onnx", example_inputs=case.inputs(1), opset=11, mode=mode
+    )
+    assert result.parity and result.opset == 11
+    proto = onnx.load(tmp_path / "m.onnx")
+    for node in [*proto.graph.node, *(n for f in proto.functions for n in f.node)]:
+        if node.domain in ("", "ai.onnx"):
+            defs.get_schema(node.op_type, 11)
 
 
 class _LayerNorm(nn.Module):
