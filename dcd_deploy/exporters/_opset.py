@@ -56,7 +56,7 @@ _STANDARD = ("", "ai.onnx")
 TYPE_ONLY_CHANGES = {
     **{"Add": 14, "Sub": 14, "Mul": 14, "Div": 14, "Relu": 14, "Identity": 25, "Pow": 15},
     **dict.fromkeys(("Clip", "Flatten", "Gemm", "MatMul", "Sigmoid", "Tanh", "Exp", "Sqrt", "Neg"), 13),
-    **dict.fromkeys(("Concat", "Transpose", "Gather", "Cast", "Tile", "Max", "Min", "Pad", "Slice"), 13),
+    **dict.fromkeys(("Concat", "Transpose", "Gather", "Cast", "Tile", "Max", "Min", "Slice"), 13),
     **dict.fromkeys(("Equal", "Greater", "Less", "Floor", "Ceil", "Abs", "Reciprocal", "Expand"), 13),
 }
 #: ops whose attribute ``noop_with_empty_axes`` was added at 18 (and axes became an input)
@@ -228,6 +228,8 @@ def _passes_through(node: onnx.NodeProto, opset: int, constants: dict, two_d: se
         return all(node.input[:3]) and not {a.name for a in node.attribute} & _RESIZE_18.keys()
     if node.op_type == "Split" and opset < 18:  # _split_sizes wrote it so, where it could
         return not any(a.name == "num_outputs" for a in node.attribute) and (opset >= 13 or not node.input[1:])
+    if node.op_type == "Pad":  # 13 added bfloat16, 18 the axes input, 19 the wrap mode
+        return len(node.input) <= 3
     if node.op_type == "BatchNormalization":  # 15 split its types, 14 added training_mode
         return len(node.output) == 1 and all(a.i == 0 for a in node.attribute if a.name == "training_mode")
     if node.op_type == "Constant":  # 12 added value_float & co., 13 bfloat16: a tensor value is 11's
@@ -267,6 +269,8 @@ def _hide_passthrough(proto: onnx.ModelProto, opset: int) -> int:
             node.domain = _HIDDEN
             if node.op_type == "Reshape":  # allowzero: unknown before 14, and moot here
                 del node.attribute[:]
+            if node.op_type == "Softmax" and not node.attribute:  # the default axis was 1 before 13
+                node.attribute.append(onnx.helper.make_attribute("axis", -1))
             count += 1
     if count:
         proto.opset_import.add(domain=_HIDDEN, version=1)

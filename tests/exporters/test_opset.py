@@ -106,6 +106,14 @@ def test_opset_13s_bfloat16_versions_and_a_last_axis_softmax_convert_unchanged(o
     np.testing.assert_allclose(_run(out), expected / expected.sum(1, keepdims=True), rtol=1e-5)
 
 
+@pytest.mark.parametrize("opset", [11, 12])
+def test_a_softmax_of_the_default_axis_keeps_it_below_13_where_the_default_was_1(opset):
+    out = convert_opset(_model([helper.make_node("Softmax", ["x"], ["y"])]), opset)  # 13's default: -1
+    assert _opset(out) == opset
+    e = np.exp(x64 - x64.max(-1, keepdims=True))
+    np.testing.assert_allclose(_run(out), e / e.sum(-1, keepdims=True), rtol=1e-5)
+
+
 def test_a_softmax_over_another_axis_is_refused_below_13():
     # Softmax 11 normalises over all axes from `axis` on, and onnx's converter keeps the
     # node as it is (it computed that, not the model's softmax, before this was refused)
@@ -175,6 +183,27 @@ def test_users_networks_export_and_check_at_opset_11(tmp_path, name, mode):
     for node in [*proto.graph.node, *(n for f in proto.functions for n in f.node)]:
         if node.domain in ("", "ai.onnx"):
             defs.get_schema(node.op_type, 11)
+
+
+class _PadSoftmax(nn.Module):
+    def __init__(self, axis: int):
+        super().__init__()
+        self.conv, self.axis = DCDConv2d(3, 8, 3), axis
+
+    def forward(self, x):
+        return self.conv(F.pad(x, (1, 2, 0, 1), mode="reflect")).softmax(self.axis)
+
+
+def test_pad_and_a_last_axis_softmax_at_11_and_the_channel_softmax_refused(tmp_path):
+    torch.manual_seed(0)
+    result = dcd_deploy.export_onnx(_PadSoftmax(-1).eval(), tmp_path / "m.onnx", input_size=(12, 16), opset=11)
+    assert result.parity and [
+        len(n.input) for n in onnx.load(tmp_path / "m.onnx").graph.node if n.op_type == "Pad"
+    ] == [2]
+    # Softmax 11 over axis 1 of (N, C, H, W) would normalise over C, H and W together
+    with pytest.raises(ExportError, match=r"^cannot write opset 11: a Softmax over axis 1, not known to be its"):
+        dcd_deploy.export_onnx(_PadSoftmax(1).eval(), tmp_path / "n.onnx", input_size=(12, 16), opset=11)
+    assert not (tmp_path / "n.onnx").exists()
 
 
 class _LayerNorm(nn.Module):
