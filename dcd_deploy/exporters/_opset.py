@@ -3,7 +3,7 @@
 ``onnx.version_converter`` steps the graph one opset at a time with an adapter per op
 version and refuses what it has no adapter for. On its own (onnx 1.23) it refused every
 network we export below opset 16, and broke the fused and function modes at any opset but
-18; :func:`convert_opset` closes eight gaps before and around the call:
+18; :func:`convert_opset` closes nine gaps before and around the call:
 
 * **Ops introduced after the target** (Mish at 18, HardSwish at 14: "No Previous Version
   of Mish exists"): ONNX defines them as functions of older ops and its schemas carry those
@@ -31,6 +31,8 @@ network we export below opset 16, and broke the fused and function modes at any 
   constant ``axes`` (an input from 18) takes them as 11-17's attribute and waits with the
   type-only nodes; a Resize drops 18's default attributes and gets the empty ``roi`` and
   ``scales`` tensors that 11 requires, and waits too.
+* **LayerNormalization below 17**: a function whose body depends on its attributes, so
+  neither expanded above nor adapted; written as its arithmetic (negative ``axis``).
 * **Split 18** (``torch.chunk``): no down adapter at all. With ``num_outputs`` and an axis
   of known length it gets its parts' sizes, as 13's input or 11's attribute, and waits.
 * **Softmax below 13** normalised over every axis from ``axis`` on, and the converter
@@ -57,7 +59,7 @@ TYPE_ONLY_CHANGES = {
     **{"Add": 14, "Sub": 14, "Mul": 14, "Div": 14, "Relu": 14, "Identity": 25, "Pow": 15},
     **dict.fromkeys(("Clip", "Flatten", "Gemm", "MatMul", "Sigmoid", "Tanh", "Exp", "Sqrt", "Neg"), 13),
     **dict.fromkeys(("Concat", "Transpose", "Gather", "Cast", "Tile", "Max", "Min", "Slice"), 13),
-    **dict.fromkeys(("Equal", "Greater", "Less", "Floor", "Ceil", "Abs", "Reciprocal", "Expand"), 13),
+    **dict.fromkeys(("Equal", "Greater", "Less", "Floor", "Ceil", "Abs", "Reciprocal", "Expand", "Erf"), 13),
 }
 #: ops whose attribute ``noop_with_empty_axes`` was added at 18 (and axes became an input)
 _REDUCE_18 = frozenset(
@@ -80,6 +82,9 @@ def convert_opset(proto: onnx.ModelProto, opset: int) -> onnx.ModelProto:
         _drop_default_noop(proto)
     if opset < 15:
         _slice_shapes(proto)
+    if opset < 17:
+        serial = itertools.count()
+        _rewrite(proto.graph.node, lambda node: _layer_norm_parts(node, next(serial)))
     if opset < 18:
         _axes_as_attribute(proto)
         _split_sizes(proto, opset)
@@ -149,6 +154,38 @@ def _axes_as_attribute(proto: onnx.ModelProto) -> None:
     unused = [n for n in nodes if n.op_type == "Constant" and n.domain in _STANDARD and n.output[0] in names - used]
     for node in unused:
         nodes.remove(node)
+
+
+def _layer_norm_parts(node: onnx.NodeProto, serial: int) -> list[onnx.NodeProto] | None:
+    """A LayerNormalization (17; its ONNX body depends on its attributes, so the converter
+    has no version before it) as its arithmetic: ``(x - mean) / sqrt(var + eps) * scale + b``
+    over the axes from ``axis`` to the last, with 18's ReduceMean (``_axes_as_attribute``
+    then writes them for the target). Only a negative ``axis`` (torch.onnx writes -1 for
+    ``F.layer_norm`` over the last dimensions) and the normalised output alone."""
+    if node.domain not in _STANDARD or node.op_type != "LayerNormalization" or len([o for o in node.output if o]) != 1:
+        return None
+    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    axis, eps = attrs.get("axis", -1), attrs.get("epsilon", 1e-5)
+    if axis >= 0 or attrs.get("stash_type", 1) != 1:
+        return None
+    p = f"{node.name or 'LayerNormalization'}/_parts{serial}/"
+    x, scale, bias = node.input[0], node.input[1], node.input[2] if node.input[2:] else ""
+    make, out = onnx.helper.make_node, node.output[0]
+    axes = numpy_helper.from_array(np.arange(axis, 0, dtype=np.int64), p + "axes")
+    epsilon = numpy_helper.from_array(np.array(eps, dtype=np.float32), p + "eps")
+    return [
+        make("Constant", [], [p + "axes"], name=p + "axes", value=axes),
+        make("Constant", [], [p + "eps"], name=p + "eps", value=epsilon),
+        make("ReduceMean", [x, p + "axes"], [p + "mean"], name=p + "mean", keepdims=1),
+        make("Sub", [x, p + "mean"], [p + "d"], name=p + "d"),
+        make("Mul", [p + "d", p + "d"], [p + "d2"], name=p + "d2"),
+        make("ReduceMean", [p + "d2", p + "axes"], [p + "var"], name=p + "var", keepdims=1),
+        make("Add", [p + "var", p + "eps"], [p + "ve"], name=p + "ve"),
+        make("Sqrt", [p + "ve"], [p + "sd"], name=p + "sd"),
+        make("Div", [p + "d", p + "sd"], [p + "n"], name=p + "n"),
+        make("Mul", [p + "n", scale], [p + "s" if bias else out], name=p + "s"),
+        *([make("Add", [p + "s", bias], [out], name=p + "b")] if bias else []),
+    ]
 
 
 def _split_sizes(proto: onnx.ModelProto, opset: int) -> None:

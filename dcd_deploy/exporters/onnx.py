@@ -185,8 +185,8 @@ def export_onnx(
             :class:`ExportError` names the layer that needs fixed sizes.
         batch: fixed batch size, or None for a dynamic batch axis.
         opset: default-domain opset, 11 up to the installed onnx's newest (default 18,
-            what torch.onnx writes); an op the converter cannot write at it is an
-            :class:`ExportError` naming it (below 17: LayerNormalization).
+            what torch.onnx writes); an op that cannot be written at it is an
+            :class:`ExportError` naming it (docs/design.md, "Other opsets").
         simplify: run onnxsim on the graph (standard mode; onnxsim would inline the
             functions of the other modes) and keep its result if it passes the parity
             check (else the unsimplified graph is checked and kept), or with ``check``
