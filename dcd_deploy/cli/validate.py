@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from .._limits import MAX_BATCH, MAX_INPUTS
+from .._limits import MAX_BATCH, MAX_INPUTS, load_onnx_checked
 from .._threads import preparation_threads
 from .._version import __version__
 from ..errors import DCDDeployError, UnsupportedInputError
@@ -116,10 +116,11 @@ def main(
         resolve_model, model, arch=arch, weights=weights, trust_checkpoint=trust_checkpoint, seed=seed
     )
     preprocess = functools.partial(make_preprocess_from_options, preset, mean, std, scale, bgr)
-    if input_set is not None or not _one_image_input(onnx_path):
-        plan = _general_plan(onnx_path, input_set, sizes, n_inputs, resolve, preprocess)
+    proto = load_onnx_checked(onnx_path)  # read once: a big file takes seconds to parse
+    if input_set is not None or not _one_image_input(proto.graph):
+        plan = _general_plan(onnx_path, proto, input_set, sizes, n_inputs, resolve, preprocess)
     else:
-        plan = _image_plan(onnx_path, inputs_path, sizes, n_inputs, resolve, preprocess)
+        plan = _image_plan(onnx_path, proto, inputs_path, sizes, n_inputs, resolve, preprocess)
     described, channels, plan_preprocess = plan.pop("described"), plan.pop("channels"), plan["preprocess"]
     with preparation_threads():
         report = check_parity(
@@ -127,6 +128,7 @@ def main(
             rtol=rtol,
             backends=tuple(dict.fromkeys(backends)) or ("onnxruntime",),
             accept_inconclusive=accept_inconclusive,
+            onnx_proto=proto,
             **plan,
         )
     click.echo(report.table())
@@ -153,11 +155,11 @@ def main(
         raise parity_failure(report)
 
 
-def _image_plan(onnx_path: Path, inputs_path, sizes, n_inputs: int, resolve, preprocess) -> dict:
+def _image_plan(onnx_path: Path, proto, inputs_path, sizes, n_inputs: int, resolve, preprocess) -> dict:
     """``check_parity``'s arguments for a file of one image input (N, C, H, W)."""
     from ..inputs import load_images
 
-    file_input = read_onnx_input(onnx_path)
+    file_input = read_onnx_input(onnx_path, proto)
     # a file exported with --batch N runs batch N only
     sizes = sizes or ((file_input.shape[0],) if file_input.shape[0] is not None else DEFAULT_BATCH_SIZES)
     input_size = file_input.image_size()  # (H, W): a zoo model is pseudo-trained at that size
@@ -177,16 +179,16 @@ def _image_plan(onnx_path: Path, inputs_path, sizes, n_inputs: int, resolve, pre
         "preprocess": preprocess,
         "described": described,
         "channels": file_input.channels,
-        **_size_example(onnx_path, input_size, file_input.channels),
+        **_size_example(proto.graph, input_size, file_input.channels),
     }
 
 
-def _general_plan(onnx_path: Path, input_set, sizes, n_inputs: int, resolve, preprocess) -> dict:
+def _general_plan(onnx_path: Path, proto, input_set, sizes, n_inputs: int, resolve, preprocess) -> dict:
     """``check_parity``'s arguments for a file of several inputs, or fed a set of one
     array per input (``--inputs`` .npz or .pt dict): the set's arrays in the file's input
     order, else what :func:`~dcd_deploy.check_parity` makes for each input (the built-in
     images for a 3-channel image input, seeded samples of the file's shape otherwise)."""
-    names, batch, sides, _ = _file_inputs(onnx_path)
+    names, batch, sides, _ = _file_inputs(proto.graph)
     if not names:
         raise UnsupportedInputError(f"{onnx_path} has 0 inputs; a model's file takes at least one")
     sizes = sizes or ((batch,) if batch is not None else DEFAULT_BATCH_SIZES)
@@ -213,18 +215,15 @@ def _builtin(preprocess, channels: int | None) -> str:
     return f"built-in natural images, preprocessed: {preprocess.describe()}"
 
 
-def _one_image_input(onnx_path: Path) -> bool:
-    """The file takes one 4-D input (an image batch; anything else is fed as a set)."""
-    names, _, _, ranks = _file_inputs(onnx_path)
+def _one_image_input(graph) -> bool:
+    """The file's ``graph`` takes one 4-D input (an image batch; anything else is fed as a set)."""
+    names, _, _, ranks = _file_inputs(graph)
     return len(names) == 1 and ranks[0] == 4
 
 
-def _file_inputs(onnx_path: Path) -> tuple[list[str], int | None, list[int], list[int]]:
+def _file_inputs(graph) -> tuple[list[str], int | None, list[int], list[int]]:
     """(input names, the first input's static batch or None, the static sides of its 4-D
-    inputs, each input's rank), the file read within the toolkit's limits."""
-    from .._limits import load_onnx_checked
-
-    graph = load_onnx_checked(onnx_path).graph
+    inputs, each input's rank) of the file's ``graph``."""
     weights = {t.name for t in graph.initializer}
     inputs = [i for i in graph.input if i.name not in weights]
     dims = [[d.dim_value if d.HasField("dim_value") else None for d in i.type.tensor_type.shape.dim] for i in inputs]
@@ -233,13 +232,12 @@ def _file_inputs(onnx_path: Path) -> tuple[list[str], int | None, list[int], lis
     return [i.name for i in inputs], batch, sides, [len(ds) for ds in dims]
 
 
-def _size_example(path: Path, size: tuple[int, int], channels: int) -> dict:
-    """For a file with symbolic height and width (``dcd-export --dynamic-size``), the
-    example the check makes its images like: of the size the file's metadata records."""
-    import onnx
+def _size_example(graph, size: tuple[int, int], channels: int) -> dict:
+    """For a file (its ``graph``) with symbolic height and width (``dcd-export
+    --dynamic-size``), the example the check makes its images like: of the size the file's
+    metadata records."""
     import torch
 
-    graph = onnx.load(str(path), load_external_data=False).graph
     weights = {t.name for t in graph.initializer}
     dims = next(i for i in graph.input if i.name not in weights).type.tensor_type.shape.dim
     if all(d.HasField("dim_value") for d in dims[2:]):

@@ -48,9 +48,12 @@ def openvino_extension() -> Path:
     return build_extension()
 
 
-def needs_extension(onnx_path) -> bool:
+def needs_extension(onnx_path, proto=None) -> bool:
     """Whether an ONNX file (or an OpenVINO IR ``.xml``) has ``dcd_deploy`` nodes, which
     only the extension runs.
+
+    Args:
+        proto: the ONNX file's ``ModelProto`` when the caller has read it already.
 
     Raises:
         BackendLoadError: the file has ``dcd_deploy`` nodes the extension has no kernel for
@@ -65,7 +68,7 @@ def needs_extension(onnx_path) -> bool:
         except OSError as exc:
             raise BackendLoadError(f"cannot read {onnx_path}: {exc.strerror or exc}") from None
     try:
-        proto = onnx.load(str(onnx_path), load_external_data=False)
+        proto = onnx.load(str(onnx_path), load_external_data=False) if proto is None else proto
     except Exception as exc:  # protobuf's DecodeError and friends
         raise BackendLoadError(f"{onnx_path} is not an ONNX model: {_clip(first_line(exc))}") from None
     ops = {n.op_type for n in proto.graph.node if n.domain == "dcd_deploy"}

@@ -91,6 +91,7 @@ def check_parity(
     accept_inconclusive: bool = False,
     preprocess: Preprocess | str | None = None,
     prefetched: Prefetch | None = None,
+    onnx_proto=None,
 ) -> ParityReport:
     """Compare ``model`` (PyTorch, eval mode) with ``onnx_path`` run by ONNX Runtime (or OpenVINO).
 
@@ -127,6 +128,9 @@ def check_parity(
         prefetched: the PyTorch side computed ahead in a second process
             (:func:`prefetch`, what ``export_onnx`` does while it traces); used only if
             it was computed on exactly this check's inputs, and ended either way.
+        onnx_proto: the file's ``ModelProto`` when the caller has read it already (its
+            weights inside; ``dcd-validate`` reads the file once); read here when None.
+            The check does not modify it.
 
     Returns:
         A :class:`ParityReport`; it is falsy when any comparison failed.
@@ -146,7 +150,7 @@ def check_parity(
     unknown = sorted(set(backends) - set(BACKENDS))
     if unknown or not backends:
         raise DCDDeployError(f"unknown parity backend {', '.join(unknown) or '(none)'}; expected {', '.join(BACKENDS)}")
-    proto = load_onnx(onnx_path)
+    proto = load_onnx(onnx_path) if onnx_proto is None else onnx_proto
     in_specs, out_specs = read_signature(onnx_path, proto)
     examples = as_list(example_inputs, in_specs, "example_inputs")
     given = as_list(inputs, in_specs, "inputs")
@@ -215,9 +219,10 @@ def _runs(onnx_path: Path, backends, in_specs, out_specs, extra, proto) -> tuple
     end-to-end run keeps the file as it is, since extra outputs stop fusions.
     """
     if not extra:
-        return _runners(onnx_path, backends, in_specs, out_specs), {}
+        return _runners(onnx_path, backends, in_specs, out_specs, proto=proto), {}
     shared = {("onnxruntime", "disabled")} if "onnxruntime" in backends else set()
-    plain = _runners(onnx_path, backends, in_specs, out_specs, skip=shared)  # shared: never loaded without extra
+    # shared: never loaded without extra
+    plain = _runners(onnx_path, backends, in_specs, out_specs, proto=proto, skip=shared)
     run_layers = _runners(onnx_path, backends, in_specs, out_specs, extra=extra, proto=proto)
     return {key: run_layers[key] if key in shared else plain[key] for key in run_layers}, run_layers
 

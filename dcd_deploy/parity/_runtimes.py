@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..openvino import needs_extension
 from ..runtimes import PARITY_BACKENDS, PARITY_CONFIGS, load_runner, onnx_with_outputs
 from ._signature import TensorSpec
 
@@ -42,7 +43,8 @@ def runners(
     """``{(backend, label): run}``; ``run`` returns the file's outputs, then ``extra``.
 
     Args:
-        proto: the file's ``ModelProto``, when already read (saves a read with ``extra``).
+        proto: the file's ``ModelProto``, when already read (saves a read with ``extra``,
+            and OpenVINO's look for fused nodes).
         skip: ``(backend, label)`` configurations not to load.
     """
     found, ort_copy = {}, None
@@ -53,6 +55,8 @@ def runners(
             if (backend, label) in skip:
                 continue
             more = {}
+            if backend == "openvino" and proto is not None:
+                more = {"extension": needs_extension(onnx_path, proto)}  # else the runner reads the file
             if backend == "onnxruntime" and extra:
                 # one copy with the extra outputs for every ORT configuration: each is the
                 # whole file in memory (740 MB for ResNet-50 CondConv)

@@ -99,9 +99,13 @@ class OnnxInput:
         return size
 
 
-def read_onnx_input(path: str | Path) -> OnnxInput:
+def read_onnx_input(path: str | Path, proto=None) -> OnnxInput:
     """The image input of an ONNX file: one float32 (N, C, H, W) input, each fixed axis
     within the toolkit's limits.
+
+    Args:
+        proto: the file's ``ModelProto`` when the caller has read it already (a big file
+            takes seconds to parse); read here, within the toolkit's limits, when None.
 
     Raises:
         DCDDeployError: not a readable ONNX file (missing, too large, not ONNX).
@@ -112,7 +116,7 @@ def read_onnx_input(path: str | Path) -> OnnxInput:
 
     from .._limits import MAX_INPUT_SIZE, load_onnx_checked
 
-    proto = load_onnx_checked(path)
+    proto = load_onnx_checked(path) if proto is None else proto
     weights = {t.name for t in proto.graph.initializer}
     inputs = [i for i in proto.graph.input if i.name not in weights]
     if len(inputs) != 1:
