@@ -45,8 +45,9 @@ then one depthwise convolution of x with K, bias, residual and activation fused.
 The epilogue is matched on the exported ONNX graph (:func:`plan`): a same-shape Add
 and then a Relu, Clip(0, 6), HardSwish, SiLU (``Mul(t, Sigmoid(t))``, as torch.onnx
 writes ``F.silu``), exact GELU (``Div``, ``Erf``, ``Add``, ``Mul``, ``Mul``, as it writes
-``F.gelu``), LeakyRelu (``F.leaky_relu``, its ``alpha`` the slope: any finite one) or Mish, each
-only where the tensor before it feeds nothing else (but the activation's own nodes).
+``F.gelu``), LeakyRelu (``F.leaky_relu``, its ``alpha`` the slope: any finite one), a PRelu
+of one constant slope (``nn.PReLU()``, fused as that LeakyReLU; a slope per channel stays a
+standard op after the fused node) or Mish, each only where the tensor before it feeds nothing else (but the activation's own nodes).
 A layer with B > 1 latent blocks (Eq. 6) takes the same ops as the dense layer with zeros
 off the blocks (its kind's ``fused_constants``). The classifier (``DCDLinear``) is the
 runtime's Gemm of W0 (+ b0) and one DCDConvEpilogue at 1x1 spatial size, its (B, C)
@@ -170,7 +171,7 @@ def plan(nodes, layers: dict[int, nn.Module], consumers, shape_of, const_of, gra
             activation, after = act
             tail = after[-1]
             folded.extend(after)
-            alpha = _leaky_alpha(nodes[tail]) if activation == "leaky_relu" else 0.0
+            alpha = _leaky_alpha(nodes[tail], const_of) if activation == "leaky_relu" else 0.0
         taken.update(folded)
         out[index] = FusedLayer(index, residual, activation, tail, tuple(folded), alpha)
     return out
@@ -255,8 +256,13 @@ def _standard(node, op_type: str) -> bool:
     return node.op_type == op_type and node.domain in ("", "ai.onnx")
 
 
-def _leaky_alpha(node) -> float:
-    """A LeakyRelu node's slope: its ``alpha`` attribute (ONNX's default 0.01 without one)."""
+def _leaky_alpha(node, const_of) -> float | None:
+    """The negative slope of a LeakyRelu node (its ``alpha`` attribute, ONNX's default 0.01
+    without one) or of a PRelu node of one constant slope (``nn.PReLU()``: the same
+    function); None for a PRelu of a slope per channel or of a slope computed in the graph."""
+    if node.op_type == "PRelu":
+        slope = const_of(node.input[1]) if len(node.input) == 2 else None
+        return float(slope.reshape(())) if slope is not None and slope.size == 1 else None
     return next((a.f for a in node.attribute if a.name == "alpha"), 0.01)
 
 
@@ -265,8 +271,9 @@ def _activation(node, const_of) -> str | None:
         return None
     if node.op_type == "Relu":
         return "relu"
-    if node.op_type == "LeakyRelu":  # the kernels take a finite slope only
-        return "leaky_relu" if math.isfinite(_leaky_alpha(node)) else None
+    if node.op_type in ("LeakyRelu", "PRelu"):  # the kernels take one finite slope only
+        alpha = _leaky_alpha(node, const_of)
+        return "leaky_relu" if alpha is not None and math.isfinite(alpha) else None
     if node.op_type == "HardSwish":
         return "hardswish"
     if node.op_type == "Mish":  # F.mish at opset 18 (below it torch.onnx writes the chain: not matched)

@@ -323,6 +323,54 @@ def test_a_fused_leaky_relu_runs_the_slope_it_carries_and_needs_a_finite_one(tmp
         )
 
 
+class _PReLU(torch.nn.Module):
+    """DCD layers of every fused kind each followed by a PReLU as users write it: ``nn.PReLU()``
+    (one learnt slope), ``F.prelu`` with a one-element weight, and ``nn.PReLU(C)`` (a slope
+    per channel, as MobileFaceNet's), which the fused ops do not take."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = torch.nn.Conv2d(3, 8, 1)
+        self.a = DCDConv2d(8, 16, 1)
+        self.b = DCDConv2d(16, 16, 3, padding=1)
+        self.c = DCDConv2d(16, 16, 3, padding=1, groups=16)
+        self.d = DCDConv2d(16, 16, 1)
+        self.fc = DCDLinear(16, 10)
+        self.one, self.per_channel = torch.nn.PReLU(), torch.nn.PReLU(16)
+        self.slope = torch.nn.Parameter(torch.tensor([-0.3]))
+        with torch.no_grad():  # trained slopes, not the 0.25 they start at
+            self.one.weight.fill_(0.15)
+            self.per_channel.weight.uniform_(0.05, 0.5)
+
+    def forward(self, x):
+        y = self.one(self.a(self.stem(x)))
+        y = torch.nn.functional.prelu(self.b(y), self.slope)
+        y = self.per_channel(self.c(y))
+        y = self.one(self.d(y))
+        return self.one(self.fc(y.mean((2, 3))))
+
+
+def test_prelu_of_one_slope_is_fused_as_that_leaky_relu_and_a_slope_per_channel_is_not(tmp_path):
+    torch.manual_seed(0)
+    model = _PReLU().eval()
+    result, proto, nodes = _export_fused(model, tmp_path)
+    ops = ["DCDPointwise", "DCDConvEpilogue", "DCDDepthwise", "DCDPointwise", "DCDConvEpilogue"]
+    assert [n.op_type for n in nodes] == ops
+    assert [_attrs(n)["activation"].decode() for n in nodes] == ["leaky_relu", "leaky_relu", "none"] + [
+        "leaky_relu"
+    ] * 2
+    slopes = [_attrs(n).get("activation_alpha") for n in nodes]
+    assert slopes == [np.float32(0.15), np.float32(-0.3), None, np.float32(0.15), np.float32(0.15)]
+    # the per-channel one stays outside, its 16 slopes with it
+    (outside,) = [n for n in proto.graph.node if n.op_type == "PRelu"]
+    assert result.op_histogram.get("PRelu", 0) == 1
+    weights = {t.name: onnx.numpy_helper.to_array(t) for t in proto.graph.initializer}
+    assert weights[outside.input[1]].size == 16
+    x = torch.randn(3, 3, 10, 10) * 2  # both signs at every layer
+    report = check_parity(model, tmp_path / "m.onnx", batch_sizes=(1, 3), backends=_parity_backends(), inputs=x)
+    assert report, report.table()
+
+
 class _Mish(torch.nn.Module):
     """A CSP-style stack: DCD layers (1x1, 3x3, depthwise) each followed by Mish as users
     write it (``nn.Mish()``, ``F.mish``), and one whose input is also returned (so it cannot
