@@ -35,9 +35,9 @@ network we export below opset 16, and broke the fused and function modes at any 
   neither expanded above nor adapted; written as its arithmetic (negative ``axis``).
 * **Split 18** (``torch.chunk``): no down adapter at all. With ``num_outputs`` and an axis
   of known length it gets its parts' sizes, as 13's input or 11's attribute, and waits.
-* **Softmax below 13** normalised over every axis from ``axis`` on, and the converter
-  keeps the node unchanged (another function): one over its input's last axis waits with
-  the type-only nodes, any other is refused.
+* **Softmax, LogSoftmax and Hardmax below 13** normalised over every axis from ``axis``
+  on, and the converter keeps the node unchanged (another function): one over its
+  input's last axis waits with the type-only nodes, any other is refused.
 """
 
 from __future__ import annotations
@@ -252,12 +252,16 @@ def _resize_of_11(proto: onnx.ModelProto) -> None:
                 node.input[i] = name
 
 
+#: Ops whose ``axis`` was "every axis from here on" before 13 and one axis since.
+_NORMALISING = ("Softmax", "LogSoftmax", "Hardmax")
+
+
 def _passes_through(node: onnx.NodeProto, opset: int, constants: dict, two_d: set) -> bool:
     if node.domain not in _STANDARD or not _exists_at(node.op_type, opset):
         return False
     if node.op_type in TYPE_ONLY_CHANGES:
         return True
-    if node.op_type == "Softmax" and opset < 13:
+    if node.op_type in _NORMALISING and opset < 13:
         # 13 made the axis one axis (11 flattened from it on): the same over the last axis
         axis = next((a.i for a in node.attribute if a.name == "axis"), -1)
         return axis == -1 or (axis == 1 and node.input[0] in two_d)
@@ -306,7 +310,7 @@ def _hide_passthrough(proto: onnx.ModelProto, opset: int) -> int:
             node.domain = _HIDDEN
             if node.op_type == "Reshape":  # allowzero: unknown before 14, and moot here
                 del node.attribute[:]
-            if node.op_type == "Softmax" and not node.attribute:  # the default axis was 1 before 13
+            if node.op_type in _NORMALISING and not node.attribute:  # the default axis was 1 before 13
                 node.attribute.append(onnx.helper.make_attribute("axis", -1))
             count += 1
     if count:
@@ -319,7 +323,7 @@ def _refuse_flattening_softmax(proto: onnx.ModelProto, opset: int) -> None:
     keeps the node unchanged: a Softmax not hidden as one over the last axis would compute
     another function."""
     for node in proto.graph.node:
-        if node.domain in _STANDARD and node.op_type in ("Softmax", "LogSoftmax", "Hardmax"):
+        if node.domain in _STANDARD and node.op_type in _NORMALISING:
             axis = next((a.i for a in node.attribute if a.name == "axis"), -1)
             raise ExportError(
                 f"cannot write opset {opset}: a {node.op_type} over axis {axis}, not known to be its input's last "

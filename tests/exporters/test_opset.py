@@ -114,6 +114,26 @@ def test_a_softmax_of_the_default_axis_keeps_it_below_13_where_the_default_was_1
     np.testing.assert_allclose(_run(out), e / e.sum(-1, keepdims=True), rtol=1e-5)
 
 
+@pytest.mark.parametrize("opset", [11, 12])
+def test_log_softmax_and_hardmax_over_the_last_axis_are_written_below_13(opset):
+    """Both changed as Softmax did at 13 (one axis, not every axis from it on); over the
+    last axis, written or by default, the old version is the same function."""
+    nodes = [
+        helper.make_node("LogSoftmax", ["x"], ["l"], axis=-1),
+        helper.make_node("Hardmax", ["x"], ["h"]),  # 13's default: -1
+        helper.make_node("Add", ["l", "h"], ["y"]),
+    ]
+    out = convert_opset(_model(nodes), opset)
+    assert _opset(out) == opset
+    shifted = x64 - x64.max(-1, keepdims=True)
+    log_softmax = shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
+    hardmax = (x64 == x64.max(-1, keepdims=True)).astype(np.float64)  # X's rows have one maximum each
+    np.testing.assert_allclose(_run(out), log_softmax + hardmax, rtol=1e-5, atol=1e-5)
+    for op in ("LogSoftmax", "Hardmax"):
+        with pytest.raises(ExportError, match=rf"^cannot write opset {opset}: a {op} over axis 2, not known"):
+            convert_opset(_model([helper.make_node(op, ["x"], ["y"], axis=2)]), opset)
+
+
 def test_a_softmax_over_another_axis_is_refused_below_13():
     # Softmax 11 normalises over all axes from `axis` on, and onnx's converter keeps the
     # node as it is (it computed that, not the model's softmax, before this was refused)
