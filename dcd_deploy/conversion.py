@@ -185,7 +185,7 @@ def to_static(model: nn.Module) -> nn.Module:
     """A copy of ``model`` with every dynamic layer replaced by its static counterpart.
 
     * :class:`DCDConv2d` -> ``nn.Conv2d`` with the same kernel size, stride, padding,
-      dilation and groups, holding ``W0`` and the bias;
+      padding mode, dilation and groups, holding ``W0`` and the bias;
     * :class:`DCDLinear` -> ``nn.Linear`` holding the classifier's ``W0`` and bias;
     * DY-Conv / CondConv -> ``nn.Conv2d`` holding the mean of the K kernels (and biases):
       the ``W0`` of the paper's decomposition (Eq. 2), and for DY-Conv the kernel at
@@ -199,6 +199,11 @@ def to_static(model: nn.Module) -> nn.Module:
         if isinstance(module, DCDConv2d):
             conv = module.conv
             new = conv_like(conv, bias=module.bias is not None)
+            if module.mode_pads is not None:  # its conv pads nothing: the layer pads ahead of it
+                new = nn.Conv2d(
+                    *(conv.in_channels, conv.out_channels, conv.kernel_size, conv.stride, module.padding),
+                    *(conv.dilation, conv.groups, module.bias is not None, module.padding_mode),
+                )
             weight, bias = conv.weight, module.bias
         elif isinstance(module, DCDLinear):
             new = nn.Linear(module.in_features, module.out_features, bias=module.cls.bias is not None)

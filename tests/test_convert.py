@@ -74,7 +74,7 @@ def image(seed: int = 1, size=(29, 31)) -> torch.Tensor:
 
 def rel_err(out, ref) -> float:
     assert out.shape == ref.shape
-    return float((out - ref).abs().max() / ref.abs().max())
+    return float((out - ref).detach().abs().max() / ref.detach().abs().max())
 
 
 def state(model):
@@ -197,11 +197,21 @@ def test_nested_modules_shared_modules_and_a_root_conv():
     assert isinstance(convert(root, kernel_sizes=(3,)), DCDConv2d)
 
 
-def test_a_padding_mode_other_than_zeros_is_skipped_with_its_reason():
-    net = nn.Sequential(nn.Conv2d(16, 16, 3, padding=1, padding_mode="reflect"))
-    converted, report = convert(net, kernel_sizes=(3,), return_report=True)
-    assert report.converted == [] and "padding_mode='reflect'" in report.skipped["0"]
-    assert type(converted[0]) is nn.Conv2d
+@pytest.mark.parametrize("mode", ["reflect", "replicate", "circular"])
+def test_a_conv_of_another_padding_mode_converts_and_starts_as_that_conv(mode):
+    """nn.Conv2d pads in its mode; the DCD layer that replaces it pads so too (W0 and the
+    dynamic residual read the padded input), and to_static gives the conv back."""
+    torch.manual_seed(0)
+    net = nn.Sequential(
+        nn.Conv2d(16, 16, 3, padding=1, padding_mode=mode),
+        nn.Conv2d(16, 24, 5, stride=2, padding=(2, 1), bias=False, padding_mode=mode),
+    ).double()
+    converted, report = convert(net, kernel_sizes=(3, 5), return_report=True)
+    assert report.converted == ["0", "1"] and [m.padding_mode for m in converted] == [mode, mode]
+    x = torch.randn(2, 16, 9, 13, dtype=torch.float64)  # odd sides: wrong pads change the shape
+    assert converted(x).shape == net(x).shape and rel_err(converted(x), net(x)) <= EXACT
+    static = to_static(converted)
+    assert [m.padding_mode for m in static] == [mode, mode] and rel_err(static(x), net(x)) <= EXACT
 
 
 def test_layers_already_dynamic_are_left_alone():

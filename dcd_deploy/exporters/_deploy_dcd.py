@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..layers import mode_pad
 from ..layers.common import HSIG_RANGE, SEGate
 from ..layers.dcd import DCDConv2d, DCDLinear
 from ._fold import bn_affine
@@ -49,6 +50,7 @@ class DeployDCD(nn.Module):
         self.form_kind = deploy_kind(layer)
         self.kind = self.form_kind.name  # a label (records, names); the behaviour is form_kind's
         self.strategy = strategy if strategy != "weight" or self.form_kind.supports_weight_form(layer) else "latent"
+        self.padding_mode, self.mode_pads = "zeros", None  # a conv kind's geometry may say otherwise
         for name, value in self.form_kind.geometry(layer).items():
             setattr(self, name, value)
         self.latent_dim, self.num_blocks = layer.latent_dim, layer.num_blocks
@@ -98,7 +100,7 @@ class DeployDCD(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = self.branch(x)
         lam = F.hardsigmoid(F.linear(y, self.scale_w)) if self.scale_w is not None else None  # (B, C_out)
-        return self.form_kind.forward(self, x, y, lam)
+        return self.form_kind.forward(self, mode_pad(x, self.mode_pads, self.padding_mode), y, lam)
 
     def extra_repr(self) -> str:
         return f"{self.kind}, strategy={self.strategy}, C_out={self.c_out}, L={self.latent_dim}"
@@ -115,7 +117,28 @@ class DeployDCD(nn.Module):
         """
         y = self.emit_branch(s, x, in_shape)
         lam = self.emit_attention(s, y)
+        x, in_shape = self.emit_mode_pad(s, x, in_shape)
         return self.form_kind.emit(self, s, x, y, lam, in_shape, out_shape)
+
+    def emit_mode_pad(self, s, x: str, in_shape) -> tuple[str, tuple]:
+        """``x`` padded in the layer's padding mode (reflect and replicate: one Pad; circular,
+        which Pad takes only from opset 19 as "wrap": Slices and Concats), and its shape."""
+        if self.mode_pads is None:
+            return x, in_shape
+        top, left, bottom, right = self.mode_pads
+        shape = (*in_shape[:2], in_shape[2] + top + bottom, in_shape[3] + left + right)
+        if self.padding_mode != "circular":
+            pads = s.ints("mode_pads", [0, 0, top, left, 0, 0, bottom, right])
+            return s.op("Pad", [x, pads], mode={"reflect": "reflect", "replicate": "edge"}[self.padding_mode]), shape
+        for axis, before, after in ((2, top, bottom), (3, left, right)):
+            parts = [x]
+            if before:  # the last `before` rows (columns) wrap round to the front
+                ends = [s.ints("start", [-before]), s.ints("end", [2**62]), s.ints("axis", [axis])]
+                parts.insert(0, s.op("Slice", [x, *ends]))
+            if after:
+                parts.append(s.op("Slice", [x, s.ints("start", [0]), s.ints("end", [after]), s.ints("axis", [axis])]))
+            x = s.op("Concat", parts, axis=axis) if len(parts) > 1 else x  # (B, C, H + pads, W + pads)
+        return x, shape
 
     def emit_attention(self, s, y: str) -> str | None:
         """Λ (B, C_out) from the branch features, or None when channel attention is off."""

@@ -131,6 +131,8 @@ def why_not(layer: nn.Module) -> str | None:
     """Why a deploy-form DCD layer is not fused (None when it is fusable)."""
     if not isinstance(layer, DeployDCD):
         return "not a DCD layer"
+    if layer.mode_pads is not None:  # the ops pad with zeros (and the pool reads the unpadded input)
+        return f"padding_mode {layer.padding_mode!r}"
     return layer.form_kind.why_not_fused(layer)
 
 

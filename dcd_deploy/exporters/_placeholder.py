@@ -52,7 +52,8 @@ def geometry(module: nn.Module) -> list[int]:
     if getattr(inner, "kind", None) == "linear":
         return [int(inner.c_out)]
     k, s, d = (tuple(int(v) for v in getattr(inner, name)) for name in ("kernel2", "stride2", "dilation2"))
-    pads = tuple(int(v) for v in inner.pads)
+    # a padding mode pads ahead of convolutions that pad nothing: the output sees its pads
+    pads = tuple(int(v) + int(m) for v, m in zip(inner.pads, getattr(inner, "mode_pads", None) or (0, 0, 0, 0)))
     return [int(inner.c_out), *k, *s, *pads, *d]
 
 

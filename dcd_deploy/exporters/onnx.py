@@ -77,6 +77,7 @@ ALLOWED_OPS = frozenset(
         "ReduceMean",
         "ReduceSum",
         "MaxPool",
+        "Pad",  # only a layer of padding_mode reflect or replicate (circular: Slice, Concat)
         "Reshape",
         "Flatten",
         "Transpose",

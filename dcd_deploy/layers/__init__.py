@@ -4,7 +4,7 @@
 exporter, pseudo-training and complexity counting handle both through it.
 """
 
-from ._geometry import conv2d, conv_like, explicit_pads, pad_input, pair
+from ._geometry import PADDING_MODES, conv2d, conv_like, explicit_pads, mode_pad, pad_input, pair
 from ._mixture import MixtureConv2d
 from .common import HSigmoid, SEGate, hsig
 from .condconv import CondConv2d
@@ -24,8 +24,10 @@ __all__ = [
     "default_latent_dim",
     "hsig",
     # geometry the deploy forms share with the training forms
+    "PADDING_MODES",
     "conv2d",
     "explicit_pads",
+    "mode_pad",
     "pad_input",
     "pair",
 ]

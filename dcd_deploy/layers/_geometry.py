@@ -19,6 +19,9 @@ import torch.nn.functional as F
 
 Pads = tuple[int, int, int, int]  # (top, left, bottom, right)
 
+#: ``nn.Conv2d``'s padding modes; a DCD layer pads with the others ahead of its convolutions.
+PADDING_MODES = ("zeros", "reflect", "replicate", "circular")
+
 
 def pair(value, name: str) -> tuple[int, int]:
     """An int or a pair of ints as a pair of ints (``nn.Conv2d``'s convention)."""
@@ -87,6 +90,14 @@ def pad_input(x: torch.Tensor, pads: Pads) -> torch.Tensor:
         return x
     top, left, bottom, right = pads
     return F.pad(x, (left, right, top, bottom))
+
+
+def mode_pad(x: torch.Tensor, pads: Pads | None, mode: str) -> torch.Tensor:
+    """``x`` padded by ``pads`` in a padding mode other than zeros (``x`` when None)."""
+    if pads is None:
+        return x
+    top, left, bottom, right = pads
+    return F.pad(x, (left, right, top, bottom), mode=mode)
 
 
 def conv2d(x: torch.Tensor, weight: torch.Tensor, bias, stride, pads: Pads, dilation, groups: int) -> torch.Tensor:

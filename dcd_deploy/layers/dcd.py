@@ -33,7 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ._geometry import centre_tap_pads, explicit_pads, pad_input, pair, resolve_padding, square
+from ._geometry import PADDING_MODES, centre_tap_pads, explicit_pads, mode_pad, pad_input, pair, resolve_padding, square
 from .common import hsig, make_gate, require_rank
 
 #: Smallest width of the squeeze FC, as in the authors' code.
@@ -58,6 +58,13 @@ def default_kernel_latent_dim(kernel_size: int) -> int:
 def _require_dynamic(channel_attention: bool, channel_fusion: bool) -> None:
     if not (channel_attention or channel_fusion):
         raise ValueError("with Λ and Φ both off a DCD layer is static: use nn.Conv2d / nn.Linear")
+
+
+def _padding_mode(mode, pads) -> tuple[str, tuple[int, int, int, int] | None]:
+    """(mode, the pads it applies ahead of the convolution: None for zeros or no padding)."""
+    if mode not in PADDING_MODES:
+        raise ValueError(f"padding_mode must be one of {', '.join(map(repr, PADDING_MODES))}, not {mode!r}")
+    return mode, (tuple(pads) if mode != "zeros" and any(pads) else None)
 
 
 def _check_conv(
@@ -213,7 +220,7 @@ class _DCDBase(nn.Module):
 class DCDConv2d(_DCDBase):
     """A DCD convolution (paper Eq. 5-8; the form follows from the arguments).
 
-    A drop-in for ``nn.Conv2d``: the first eight arguments have its names, order and
+    A drop-in for ``nn.Conv2d``: the first nine arguments have its names, order and
     meaning, and the layer computes the convolution ``y = W(x) * x + b`` with the
     per-sample kernel ``W(x)`` of Eq. 5-8 (docs/design.md#the-dcd-layer).
 
@@ -224,14 +231,17 @@ class DCDConv2d(_DCDBase):
             residual at the centre tap and so needs odd sizes; depthwise (Eq. 7), joint
             (Eq. 8) and Λ-only layers take any size.
         stride: an int or a pair; the residual uses it too.
-        padding: an int, a pair, ``"same"`` or ``"valid"`` (``nn.Conv2d``'s meaning; zero
-            padding). None: ``dilation·(k // 2)`` per axis, the paper's ``k // 2``.
+        padding: an int, a pair, ``"same"`` or ``"valid"`` (``nn.Conv2d``'s meaning).
+            None: ``dilation·(k // 2)`` per axis, the paper's ``k // 2``.
         dilation: an int or a pair.
         groups: 1 (dense); ``in_channels == out_channels`` with k > 1 (depthwise, Eq. 7);
             any other g dividing both: ``W0`` is grouped and the dynamic residual is
             block-diagonal with ``num_blocks`` blocks (Eq. 6, default g), so ``W(x)`` keeps
             the grouped structure. Joint fusion needs ``groups == 1``.
         bias: a learnable bias added after the dynamic convolution (not scaled by Λ).
+        padding_mode: ``"zeros"``, ``"reflect"``, ``"replicate"`` or ``"circular"``, as
+            ``nn.Conv2d``: the padded input feeds the whole of ``W(x) * x`` (``W0`` and the
+            dynamic residual), while the branch pools the input itself.
         latent_dim: L (L_k for depthwise). Default: the paper's (Section 3.2, 4.2, 4.3);
             with groups g > 1, B times the paper's L for one block's width.
         reduction: r, the first FC's reduction of its input features.
@@ -257,6 +267,7 @@ class DCDConv2d(_DCDBase):
         dilation: int | tuple[int, int] = 1,
         groups: int = 1,
         bias: bool = False,
+        padding_mode: str = "zeros",
         *,
         latent_dim: int | None = None,
         reduction: int = 16,
@@ -310,9 +321,7 @@ class DCDConv2d(_DCDBase):
         self.form = DCDForm(depthwise=depthwise, joint=joint, latent_dim=latent, kernel_latent_dim=k_lat)
         self.latent_dim = latent
 
-        self.conv = nn.Conv2d(in_channels, out_channels, kernel, strides, padding, dilations, groups=groups, bias=False)
-        #: Padding of the input for the 1x1 residual at the centre tap (negative: a crop).
-        self.tap_pads = centre_tap_pads(explicit_pads(padding, kernel, dilations), kernel, dilations)
+        self._build_conv(kernel, strides, dilations, padding_mode)
         self.pool = nn.AdaptiveAvgPool2d(pool_size)
         pooled = in_channels * pool_size * pool_size
         # Static factors of the dynamic residual; none exist without channel fusion.
@@ -329,6 +338,17 @@ class DCDConv2d(_DCDBase):
         )
         self.register_parameter("bias", nn.Parameter(torch.empty(out_channels)) if bias else None)
         self.reset_parameters()
+
+    def _build_conv(self, kernel, strides, dilations, padding_mode: str) -> None:
+        """``W0``'s convolution, the padding mode's pads and the centre tap's."""
+        self.padding_mode, self.mode_pads = _padding_mode(padding_mode, explicit_pads(self.padding, kernel, dilations))
+        # a padding mode pads the input once, ahead of W0 and the residual, which then pad nothing
+        padding = self.padding if self.mode_pads is None else (0, 0)
+        self.conv = nn.Conv2d(
+            self.in_channels, self.out_channels, kernel, strides, padding, dilations, self.groups, bias=False
+        )
+        #: Padding of the input for the 1x1 residual at the centre tap (negative: a crop).
+        self.tap_pads = centre_tap_pads(explicit_pads(padding, kernel, dilations), kernel, dilations)
 
     def _build_factors(self, kernel: tuple[int, int], strides: tuple[int, int], latent_bn: bool) -> int:
         """The static factors of the dynamic residual (its form's); returns Φ's numel."""
@@ -362,6 +382,8 @@ class DCDConv2d(_DCDBase):
         if "tap_pads" not in self.__dict__:
             self.padding, self.dilation, self.tap_pads = self.conv.padding, 1, (0, 0, 0, 0)
             self._parameters.setdefault("bias", None)
+        if "mode_pads" not in self.__dict__:  # before padding_mode: zeros
+            self.padding_mode, self.mode_pads = "zeros", None
 
     @classmethod
     def from_conv(cls, conv: nn.Conv2d, **options) -> DCDConv2d:
@@ -373,11 +395,9 @@ class DCDConv2d(_DCDBase):
         its gradient is the latent ``z``). The new layer has ``conv``'s dtype and device.
 
         Args:
-            conv: a zero-padded ``nn.Conv2d``.
+            conv: an ``nn.Conv2d`` (any padding mode).
             **options: the keyword-only options of :class:`DCDConv2d`.
         """
-        if conv.padding_mode != "zeros":
-            raise ValueError(f"padding_mode={conv.padding_mode!r}: DCD layers pad with zeros only")
         layer = cls(
             conv.in_channels,
             conv.out_channels,
@@ -387,6 +407,7 @@ class DCDConv2d(_DCDBase):
             conv.dilation,
             conv.groups,
             conv.bias is not None,
+            conv.padding_mode,
             **options,
         )
         layer.to(device=conv.weight.device, dtype=conv.weight.dtype)
@@ -416,8 +437,9 @@ class DCDConv2d(_DCDBase):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         require_rank(self, x, 4, f"(batch, {self.in_channels}, H, W)")
         b = x.shape[0]
+        y = self.fc(self.pooled_features(x))  # (B, S): from the input, not its padding
+        x = mode_pad(x, self.mode_pads, self.padding_mode)
         out = self.conv(x)  # (B, C_out, H', W')
-        y = self.fc(self.pooled_features(x))  # (B, S)
         lam = self.attention(y)
         if lam is not None:
             out = out * lam.view(b, -1, 1, 1)  # Λ ⊙ (W0 * x)
@@ -471,6 +493,8 @@ class DCDConv2d(_DCDBase):
             geometry += f", groups={self.groups}"
         if self.bias is not None:
             geometry += ", bias=True"
+        if self.padding_mode != "zeros":
+            geometry += f", padding_mode={self.padding_mode}"
         return (
             f"{self.in_channels}, {self.out_channels}, {geometry}, "
             f"form={kind}, L={self.latent_dim}, B={self.num_blocks}, pool={self.pool_size}, "

@@ -371,6 +371,45 @@ def test_prelu_of_one_slope_is_fused_as_that_leaky_relu_and_a_slope_per_channel_
     assert report, report.table()
 
 
+class _PaddingModes(torch.nn.Module):
+    """DCD layers of every convolution kind in the three padding modes besides zeros, as an
+    image-restoration network pads (reflect, replicate), with one zero-padded layer."""
+
+    def __init__(self, modes=("reflect", "replicate", "circular")):
+        super().__init__()
+        self.stem = torch.nn.Conv2d(3, 8, 3, padding=1, padding_mode="reflect")
+        self.a = DCDConv2d(8, 16, 3, padding=1, padding_mode=modes[0])
+        self.b = DCDConv2d(16, 16, 3, stride=2, padding=(1, 2), padding_mode=modes[1], groups=16)
+        self.c = DCDConv2d(16, 16, 3, padding="same", dilation=2, padding_mode=modes[2], joint_fusion=True)
+        self.d = DCDConv2d(16, 8, 1)
+
+    def forward(self, x):
+        y = torch.relu(self.a(self.stem(x)))
+        return self.d(torch.relu(self.c(torch.relu(self.b(y)))))
+
+
+@pytest.mark.parametrize("mode", ["standard", "function", "fused"])
+def test_layers_of_other_padding_modes_export_and_are_left_unfused_with_the_reason(tmp_path, mode):
+    torch.manual_seed(0)
+    model = _PaddingModes().eval()
+    result = export_onnx(model, tmp_path / "m.onnx", input_size=(11, 14), mode=mode, check=False)
+    if mode == "fused":  # the ops pad with zeros: those layers stay standard ops, and say why
+        assert result.unfused == {
+            "a": "padding_mode 'reflect'",
+            "b": "padding_mode 'replicate'",
+            "c": "padding_mode 'circular'",
+        }
+        assert list(result.fused) == ["d"]
+    x = torch.randn(3, 3, 11, 14) * 2
+    backends = _parity_backends() if mode == "fused" else ("onnxruntime",)  # OpenVINO runs no function
+    report = check_parity(model, tmp_path / "m.onnx", batch_sizes=(1, 3), backends=backends, inputs=x)
+    assert report, report.table()
+    zero_padded = _PaddingModes(modes=("zeros",) * 3).eval()  # the same weights, padded with zeros
+    zero_padded.load_state_dict(model.state_dict())
+    report = check_parity(zero_padded, tmp_path / "m.onnx", batch_sizes=(1,), backends=("onnxruntime",), inputs=x)
+    assert not report, "the file is the zero-padded network's"
+
+
 class _Mish(torch.nn.Module):
     """A CSP-style stack: DCD layers (1x1, 3x3, depthwise) each followed by Mish as users
     write it (``nn.Mish()``, ``F.mish``), and one whose input is also returned (so it cannot

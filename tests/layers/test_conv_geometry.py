@@ -284,6 +284,74 @@ def test_deploy_form_equals_training_form(case, with_bn):
             assert rel_err(deploy(x), ref) <= EXACT, deploy.strategy
 
 
+#: Layers of another padding mode: (GEOMETRIES case, mode). Their W(x) is the paper's, from
+#: the unpadded input's pooled features; the convolution reads the input padded in the mode.
+PADDING_MODE_CASES = [
+    ("3x3-pad1-bias", "reflect"),
+    ("3x3-pad2-dil2-stride2", "replicate"),
+    ("3x3-pad-pair-stride-pair", "circular"),
+    ("3x3-same-dil2", "reflect"),
+    ("5x5-pad1", "circular"),
+    ("1x1-padded", "replicate"),
+    ("3x3-groups2", "replicate"),
+    ("dw3-pad1-stride2", "reflect"),
+    ("dw2-same-even", "circular"),  # asymmetric padding
+    ("joint3-dil2-stride2", "reflect"),
+    ("lam-only-4x4", "replicate"),
+    ("release-3x3-dil2-stride2", "circular"),
+]
+
+
+def build_mode(case: str, mode: str) -> tuple[DCDConv2d, torch.Tensor, torch.Tensor]:
+    """(layer of ``mode``, input, the input padded as ``nn.Conv2d`` of that mode pads it)."""
+    conv, layer, x = build(case)
+    c_in, c_out, k, s, p, d, g, bias, extra, *_ = GEOMETRIES[case]
+    torch.manual_seed(1)
+    layer = randomize(DCDConv2d(c_in, c_out, k, s, p, d, g, bias, mode, reduction=4, **extra))
+    # nn.Conv2d's own padding of x in that mode, read back from its padding attributes
+    conv = nn.Conv2d(c_in, c_out, k, s, "same" if p == "same" else 0 if p is None else p, d, g, padding_mode=mode)
+    padded = F.pad(x, conv._reversed_padding_repeated_twice, mode=mode)
+    return layer, x, padded
+
+
+@pytest.mark.parametrize("case, mode", PADDING_MODE_CASES, ids=[f"{c}-{m}" for c, m in PADDING_MODE_CASES])
+def test_a_padding_mode_pads_the_input_of_the_papers_convolution(case, mode):
+    layer, x, padded = build_mode(case, mode)
+    with torch.no_grad():
+        out = layer(x)
+        if layer.bn2 is None:  # the paper's formula (the release's latent BN: the deploy test)
+            kernels = paper_kernels(layer, x)  # Λ and Φ from x itself: the pool reads no padding
+            assert rel_err(out, paper_output(layer, padded, kernels)) <= EXACT
+        zeros = DCDConv2d(*GEOMETRIES[case][:8], reduction=4, **GEOMETRIES[case][8]).double().eval()
+        zeros.load_state_dict(layer.state_dict())
+        assert zeros(x).shape == out.shape  # the same geometry as zero padding ...
+        assert rel_err(zeros(x), out) > 0.01  # ... but not the same function
+
+
+@pytest.mark.parametrize("case, mode", PADDING_MODE_CASES, ids=[f"{c}-{m}" for c, m in PADDING_MODE_CASES])
+def test_a_padding_mode_deploy_form_equals_training_form(case, mode):
+    layer, x, _ = build_mode(case, mode)
+    bn = randomize(nn.BatchNorm2d(layer.out_channels))
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        forms = ["latent"] + (["weight"] if DeployDCD.supports_weight_form(layer) else [])
+        deploys = [DeployDCD(layer, bn, strategy).eval() for strategy in forms]
+    finally:
+        torch.set_default_dtype(previous)
+    with torch.no_grad():
+        ref = bn(layer(x))
+        for deploy in deploys:
+            assert rel_err(deploy(x), ref) <= EXACT, deploy.strategy
+
+
+def test_an_unknown_padding_mode_is_refused_as_nn_conv2d_refuses_it():
+    with pytest.raises(ValueError, match="padding_mode must be one of 'zeros', 'reflect', 'replicate', 'circular'"):
+        DCDConv2d(8, 8, 3, padding=1, padding_mode="mirror")
+    # zero padding in any mode is no padding: nothing to pad ahead
+    assert DCDConv2d(8, 8, 3, padding=0, padding_mode="reflect").mode_pads is None
+
+
 def test_weight_form_only_where_it_is_one_matmul():
     assert DeployDCD.supports_weight_form(DCDConv2d(16, 16, 1, bias=True))
     assert not DeployDCD.supports_weight_form(DCDConv2d(16, 16, 1, padding=1))  # the map grows

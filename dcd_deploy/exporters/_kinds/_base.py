@@ -176,6 +176,9 @@ class ConvKind(DCDKind):
             dilation2=dilation2,
             pads=explicit_pads(conv.padding, kernel2, dilation2),
             tap_pads=layer.tap_pads,
+            # a padding mode other than zeros: the input padded so ahead of W0 and the residual
+            padding_mode=layer.padding_mode,
+            mode_pads=layer.mode_pads,
         )
 
     def static_weights(self, layer: nn.Module):
