@@ -108,7 +108,9 @@ def build_from_factory(spec: str | FactorySpec) -> nn.Module:
 
     if not isinstance(model, nn.Module):
         raise ModelSpecError(f"{where} returned a value of type {type(model).__name__}, not a torch.nn.Module")
-    return model.eval()
+    from .state_dict import unwrap
+
+    return unwrap(model).eval()  # a torch.compile'd or DataParallel model: the module it runs
 
 
 def _import(parsed: FactorySpec):

@@ -99,6 +99,21 @@ def _without_container_prefix(state_dict: dict, expected: Mapping[str, torch.Ten
 WRAPPER_PREFIXES = ("module.", "_orig_mod.")
 
 
+def unwrap(model: nn.Module) -> nn.Module:
+    """The module a wrapper holds, through any nesting: ``nn.DataParallel`` and
+    ``DistributedDataParallel`` (``.module``), ``torch.compile`` (``._orig_mod``), whose
+    forward is the wrapped module's; ``model`` itself when it is none of them."""
+    from torch.nn.parallel import DataParallel, DistributedDataParallel
+
+    while True:
+        if isinstance(model, (DataParallel, DistributedDataParallel)):
+            model = model.module
+        elif type(model).__name__ == "OptimizedModule" and isinstance(getattr(model, "_orig_mod", None), nn.Module):
+            model = model._orig_mod  # torch._dynamo's class: named, not imported (importing dynamo is slow)
+        else:
+            return model
+
+
 def strip_module_prefix(state_dict: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """Drop the :data:`WRAPPER_PREFIXES` (in any order, nested) from every key."""
     out = {}

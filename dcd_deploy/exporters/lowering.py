@@ -30,6 +30,7 @@ from torch.utils import _pytree as pytree
 from ..errors import ExportError, first_line
 from ..layers import DCDConv2d, DCDLinear, MixtureConv2d
 from ..models import check_input_size
+from ..state_dict import unwrap
 from ._deploy_dcd import STRATEGIES, DeployDCD
 from ._deploy_mixture import DeployMixture
 from ._fold import fold_conv_bn, fold_linear_bn
@@ -249,6 +250,7 @@ def to_deploy(
     """
     if strategy not in STRATEGIES:
         raise ExportError(f"unknown strategy {strategy!r}; expected one of {', '.join(STRATEGIES)}")
+    model = unwrap(model)  # a torch.compile'd or DataParallel model: the module it runs
     hw = input_hw(input_size)
     example = example_tuple(example_inputs, hw)
     if hw[0] == hw[1]:

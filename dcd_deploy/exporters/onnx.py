@@ -36,6 +36,7 @@ from torch.utils import _pytree as pytree
 from .._atomic import atomic_output, check_output_path
 from .._version import __version__
 from ..errors import ExportError, ParityError
+from ..state_dict import unwrap
 from ._builder import DOMAIN
 from ._deploy_dcd import STRATEGIES, DeployDCD
 from ._emit import drop_missing, emit_layers
@@ -227,6 +228,7 @@ def export_onnx(
             NaN or Inf on finite inputs.
     """
     start = time.perf_counter()
+    model = unwrap(model)  # a torch.compile'd or DataParallel model: the module it runs
     opset = _checked_arguments(opset=opset, mode=mode, strategy=strategy, batch=batch)
     hw = input_hw(input_size)
     example = example_tuple(example_inputs, hw)

@@ -326,3 +326,47 @@ def test_a_factory_whose_forward_changes_its_input_passes_end_to_end(tmp_path, m
     assert result.exit_code == 0, result.output
     (line,) = [ln for ln in result.stdout.splitlines() if ln.lstrip().startswith("parity")]
     assert line.split()[1] == "PASS:" and "top-1 agreement 100%" in line, line  # not decided layer by layer
+
+
+WRAPPED = """\
+import torch
+from torch import nn
+
+from tiny import build as tiny
+
+
+def compiled():
+    return torch.compile(tiny())  # as training code keeps it
+
+
+def data_parallel():
+    return nn.DataParallel(tiny())
+
+
+def both():
+    return torch.compile(nn.DataParallel(tiny()))
+"""
+
+
+@pytest.mark.parametrize("factory", ["compiled", "data_parallel", "both"])
+def test_a_factory_returning_a_wrapped_model_exports_the_module_it_wraps(user_dir, tmp_path, monkeypatch, factory):
+    """torch.compile's OptimizedModule and DataParallel hold the user's module; the export is
+    of that module (torch.export cannot trace the compiled wrapper itself), with the
+    weights a compiled model's training loop saved (keys prefixed `_orig_mod.`)."""
+    d, _ = user_dir
+    shutil.copy(d / "tiny.py", tmp_path / "tiny.py")
+    (tmp_path / "wrapped.py").write_text(WRAPPED, encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    weights = torch.load(d / "tiny.pt", weights_only=True)
+    torch.save({f"_orig_mod.{k}": v for k, v in weights.items()}, tmp_path / "compiled.pt")
+    out = tmp_path / "m.onnx"
+    args = [f"wrapped.py:{factory}", "--weights", "compiled.pt", "--input-size", SIZE, "-o", out]
+    result = run(export_main, args)
+    assert result.exit_code == 0, result.output
+    assert "parity   PASS" in result.stdout
+    # the file holds the trained weights, not build()'s: it fails against the plain factory
+    result = run(validate_main, ["tiny.py:build", out])
+    assert result.exit_code == 1 and "FAIL" in result.stdout
+    result = run(validate_main, [f"wrapped.py:{factory}", out, "--weights", "compiled.pt"])
+    assert result.exit_code == 0, result.output

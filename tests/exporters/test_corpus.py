@@ -342,3 +342,18 @@ def test_a_bn_folds_only_where_it_is_the_layers_sole_consumer(tmp_path):
     assert result and result.output_names == ["output_0", "output_1"]
     layers = json.loads({p.key: p.value for p in onnx.load(str(result.path)).metadata_props}[LAYERS_KEY])
     assert {e["path"]: e["bn"] for e in layers} == {"dcd": None, "dcd2": "bn2"}
+
+
+def test_a_compiled_or_data_parallel_model_exports_and_checks_as_the_module_it_wraps(tmp_path):
+    """export_onnx, to_deploy and check_parity take the wrapper a training script holds;
+    torch.export cannot trace torch.compile's OptimizedModule itself."""
+    from dcd_deploy import check_parity, to_deploy
+
+    net = model("mobilenetv3_like")
+    for i, wrapped in enumerate((torch.compile(net), nn.DataParallel(net), torch.compile(nn.DataParallel(net)))):
+        result = export_onnx(wrapped, tmp_path / f"{i}.onnx", input_size=CORPUS["mobilenetv3_like"].input_size)
+        assert result and result.parity and set(result.strategies) == set(dynamic_paths(net))
+        assert check_parity(wrapped, tmp_path / f"{i}.onnx", batch_sizes=(2,))
+        assert set(to_deploy(wrapped, input_size=CORPUS["mobilenetv3_like"].input_size).strategies) == set(
+            dynamic_paths(net)
+        )
