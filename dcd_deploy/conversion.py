@@ -218,6 +218,7 @@ def to_static(model: nn.Module) -> nn.Module:
                 module.dilation,
                 module.groups,
                 bias=module.bias is not None,
+                padding_mode=module.padding_mode,
             )
             weight = module.weight.mean(0)
             bias = module.bias.mean(0) if module.bias is not None else None

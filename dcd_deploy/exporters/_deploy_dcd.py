@@ -28,6 +28,7 @@ from ..layers.common import HSIG_RANGE, SEGate
 from ..layers.dcd import DCDConv2d, DCDLinear
 from ._fold import bn_affine
 from ._kinds import adaptive_windows, deploy_kind, emit_crop, prefers_weight_form
+from ._padding import emit_mode_pad
 
 STRATEGIES = ("latent", "weight", "auto")
 __all__ = ["DeployDCD", "STRATEGIES", "adaptive_windows", "emit_crop", "prefers_weight_form"]
@@ -117,28 +118,8 @@ class DeployDCD(nn.Module):
         """
         y = self.emit_branch(s, x, in_shape)
         lam = self.emit_attention(s, y)
-        x, in_shape = self.emit_mode_pad(s, x, in_shape)
+        x, in_shape = emit_mode_pad(s, x, in_shape, self.mode_pads, self.padding_mode)
         return self.form_kind.emit(self, s, x, y, lam, in_shape, out_shape)
-
-    def emit_mode_pad(self, s, x: str, in_shape) -> tuple[str, tuple]:
-        """``x`` padded in the layer's padding mode (reflect and replicate: one Pad; circular,
-        which Pad takes only from opset 19 as "wrap": Slices and Concats), and its shape."""
-        if self.mode_pads is None:
-            return x, in_shape
-        top, left, bottom, right = self.mode_pads
-        shape = (*in_shape[:2], in_shape[2] + top + bottom, in_shape[3] + left + right)
-        if self.padding_mode != "circular":
-            pads = s.ints("mode_pads", [0, 0, top, left, 0, 0, bottom, right])
-            return s.op("Pad", [x, pads], mode={"reflect": "reflect", "replicate": "edge"}[self.padding_mode]), shape
-        for axis, before, after in ((2, top, bottom), (3, left, right)):
-            parts = [x]
-            if before:  # the last `before` rows (columns) wrap round to the front
-                ends = [s.ints("start", [-before]), s.ints("end", [2**62]), s.ints("axis", [axis])]
-                parts.insert(0, s.op("Slice", [x, *ends]))
-            if after:
-                parts.append(s.op("Slice", [x, s.ints("start", [0]), s.ints("end", [after]), s.ints("axis", [axis])]))
-            x = s.op("Concat", parts, axis=axis) if len(parts) > 1 else x  # (B, C, H + pads, W + pads)
-        return x, shape
 
     def emit_attention(self, s, y: str) -> str | None:
         """Λ (B, C_out) from the branch features, or None when channel attention is off."""

@@ -12,10 +12,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..layers import MixtureConv2d, conv2d, explicit_pads, pair
+from ..layers import MixtureConv2d, conv2d, explicit_pads, mode_pad, pair
 from ..layers.condconv import CondConv2d
 from ..layers.dyconv import DynamicConv2d
 from ._fold import bn_affine
+from ._padding import emit_mode_pad
 
 
 class DeployMixture(nn.Module):
@@ -34,7 +35,9 @@ class DeployMixture(nn.Module):
         self.stride, self.padding, self.groups = layer.stride, layer.padding, layer.groups
         self.kernel2 = kernel = tuple(layer.weight.shape[-2:])
         self.stride2, self.dilation2 = pair(layer.stride, "stride"), pair(layer.dilation, "dilation")
-        self.pads = explicit_pads(layer.padding, kernel, self.dilation2)  # (top, left, bottom, right)
+        # (top, left, bottom, right); a padding mode pads ahead of the convolution instead
+        self.pads = explicit_pads(layer.conv_padding, kernel, self.dilation2)
+        self.padding_mode, self.mode_pads = layer.padding_mode, layer.mode_pads
         self.source_type = type(layer).__name__
         w = layer.weight.detach() * s.view(1, -1, 1, 1, 1)  # (K, C_out, C_in/g, k, k)
         self.register_buffer("weight", w.transpose(0, 1).reshape(c_out * k, *w.shape[2:]))  # row o·K + k
@@ -66,9 +69,15 @@ class DeployMixture(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b = x.shape[0]
-        pi = self.attention(x)  # (B, K)
+        pi = self.attention(x)  # (B, K): from the input, not its padding
         stacked = conv2d(
-            x, self.weight, self.kbias, self.stride2, self.pads, self.dilation2, self.groups
+            mode_pad(x, self.mode_pads, self.padding_mode),
+            self.weight,
+            self.kbias,
+            self.stride2,
+            self.pads,
+            self.dilation2,
+            self.groups,
         )  # (B, C_out·K, H', W')
         h, w = stacked.shape[-2:]
         out = torch.matmul(
@@ -91,6 +100,7 @@ class DeployMixture(nn.Module):
         else:
             pi = s.op("Sigmoid", [z])
         pi = s.op("Reshape", [pi, s.ints("pi_shape", [0, 1, 1, self.num_kernels])])  # (B, 1, 1, K)
+        x, _ = emit_mode_pad(s, x, in_shape, self.mode_pads, self.padding_mode)
         inputs = [x, s.const("weight", self.weight)] + (
             [s.const("kbias", self.kbias)] if self.kbias is not None else []
         )

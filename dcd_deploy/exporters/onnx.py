@@ -227,8 +227,7 @@ def export_onnx(
             (:class:`~dcd_deploy.errors.NonFiniteOutputError`) the model itself outputs
             NaN or Inf on finite inputs.
     """
-    start = time.perf_counter()
-    model = unwrap(model)  # a torch.compile'd or DataParallel model: the module it runs
+    start, model = time.perf_counter(), unwrap(model)  # a torch.compile'd or DataParallel model: what it runs
     opset = _checked_arguments(opset=opset, mode=mode, strategy=strategy, batch=batch)
     hw = input_hw(input_size)
     example = example_tuple(example_inputs, hw)

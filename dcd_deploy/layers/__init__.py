@@ -4,7 +4,7 @@
 exporter, pseudo-training and complexity counting handle both through it.
 """
 
-from ._geometry import PADDING_MODES, conv2d, conv_like, explicit_pads, mode_pad, pad_input, pair
+from ._geometry import PADDING_MODES, conv2d, conv_like, explicit_pads, mode_pad, pad_input, padding_mode_pads, pair
 from ._mixture import MixtureConv2d
 from .common import HSigmoid, SEGate, hsig
 from .condconv import CondConv2d
@@ -29,5 +29,6 @@ __all__ = [
     "explicit_pads",
     "mode_pad",
     "pad_input",
+    "padding_mode_pads",
     "pair",
 ]

@@ -92,6 +92,17 @@ def pad_input(x: torch.Tensor, pads: Pads) -> torch.Tensor:
     return F.pad(x, (left, right, top, bottom))
 
 
+def padding_mode_pads(mode: str, pads: Pads) -> tuple[str, Pads | None]:
+    """(``mode``, the pads it applies ahead of the convolution: None for zeros or no padding).
+
+    Raises:
+        ValueError: not one of :data:`PADDING_MODES`.
+    """
+    if mode not in PADDING_MODES:
+        raise ValueError(f"padding_mode must be one of {', '.join(map(repr, PADDING_MODES))}, not {mode!r}")
+    return mode, (tuple(pads) if mode != "zeros" and any(pads) else None)
+
+
 def mode_pad(x: torch.Tensor, pads: Pads | None, mode: str) -> torch.Tensor:
     """``x`` padded by ``pads`` in a padding mode other than zeros (``x`` when None)."""
     if pads is None:

@@ -25,6 +25,7 @@ class CondConv2d(MixtureConv2d):
         groups: convolution groups.
         num_kernels: K experts.
         bias: per-expert biases.
+        padding_mode: ``nn.Conv2d``'s (zeros, reflect, replicate, circular).
     """
 
     def __init__(
@@ -39,8 +40,11 @@ class CondConv2d(MixtureConv2d):
         *,
         num_kernels: int = 8,
         bias: bool = False,
+        padding_mode: str = "zeros",
     ):
-        super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation, groups, num_kernels, bias)
+        super().__init__(
+            in_channels, out_channels, kernel_size, stride, padding, dilation, groups, num_kernels, bias, padding_mode
+        )
         self.route = nn.Linear(in_channels, num_kernels)
 
     def routing(self, y: torch.Tensor) -> torch.Tensor:

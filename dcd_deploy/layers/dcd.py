@@ -33,7 +33,16 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ._geometry import PADDING_MODES, centre_tap_pads, explicit_pads, mode_pad, pad_input, pair, resolve_padding, square
+from ._geometry import (
+    centre_tap_pads,
+    explicit_pads,
+    mode_pad,
+    pad_input,
+    padding_mode_pads,
+    pair,
+    resolve_padding,
+    square,
+)
 from .common import hsig, make_gate, require_rank
 
 #: Smallest width of the squeeze FC, as in the authors' code.
@@ -58,13 +67,6 @@ def default_kernel_latent_dim(kernel_size: int) -> int:
 def _require_dynamic(channel_attention: bool, channel_fusion: bool) -> None:
     if not (channel_attention or channel_fusion):
         raise ValueError("with Λ and Φ both off a DCD layer is static: use nn.Conv2d / nn.Linear")
-
-
-def _padding_mode(mode, pads) -> tuple[str, tuple[int, int, int, int] | None]:
-    """(mode, the pads it applies ahead of the convolution: None for zeros or no padding)."""
-    if mode not in PADDING_MODES:
-        raise ValueError(f"padding_mode must be one of {', '.join(map(repr, PADDING_MODES))}, not {mode!r}")
-    return mode, (tuple(pads) if mode != "zeros" and any(pads) else None)
 
 
 def _check_conv(
@@ -341,7 +343,9 @@ class DCDConv2d(_DCDBase):
 
     def _build_conv(self, kernel, strides, dilations, padding_mode: str) -> None:
         """``W0``'s convolution, the padding mode's pads and the centre tap's."""
-        self.padding_mode, self.mode_pads = _padding_mode(padding_mode, explicit_pads(self.padding, kernel, dilations))
+        self.padding_mode, self.mode_pads = padding_mode_pads(
+            padding_mode, explicit_pads(self.padding, kernel, dilations)
+        )
         # a padding mode pads the input once, ahead of W0 and the residual, which then pad nothing
         padding = self.padding if self.mode_pads is None else (0, 0)
         self.conv = nn.Conv2d(

@@ -31,6 +31,7 @@ class DynamicConv2d(MixtureConv2d):
         reduction: r of the attention MLP.
         temperature: τ of the softmax.
         bias: per-kernel biases.
+        padding_mode: ``nn.Conv2d``'s (zeros, reflect, replicate, circular).
     """
 
     def __init__(
@@ -47,8 +48,11 @@ class DynamicConv2d(MixtureConv2d):
         reduction: int = 4,
         temperature: float = 1.0,
         bias: bool = False,
+        padding_mode: str = "zeros",
     ):
-        super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation, groups, num_kernels, bias)
+        super().__init__(
+            in_channels, out_channels, kernel_size, stride, padding, dilation, groups, num_kernels, bias, padding_mode
+        )
         hidden = max(in_channels // reduction, MIN_HIDDEN)
         self.temperature = float(temperature)
         self.fc1 = nn.Linear(in_channels, hidden)

@@ -379,7 +379,19 @@ MIXTURES = {
     "cc-3x3-pad-pair-groups2": (CondConv2d, (8, 12, 3, (1, 2), (0, 1), 1, 2), {"bias": True}, (8, 9)),
     "cc-2x2-same": (CondConv2d, (8, 8, 2, 1, "same", 1, 1), {"bias": True}, (7, 6)),
     "cc-1x3": (CondConv2d, (8, 8, (1, 3), 1, (0, 1), 1, 1), {}, (5, 6)),
+    "dy-3x3-reflect": (DynamicConv2d, (8, 12, 3, 1, 1, 1, 1), {"bias": True, "padding_mode": "reflect"}, (7, 8)),
+    "cc-dw3-circular-stride2": (CondConv2d, (8, 8, 3, 2, (1, 2), 1, 8), {"padding_mode": "circular"}, (9, 8)),
+    "cc-2x2-same-replicate": (CondConv2d, (8, 8, 2, 1, "same", 1, 1), {"padding_mode": "replicate"}, (7, 6)),
 }
+
+
+def padded_as_nn_conv2d(layer, x):
+    """``x`` padded as ``nn.Conv2d`` of the layer's padding and mode pads it (zeros: not at
+    all, the padding is F.conv2d's), and the padding left for F.conv2d."""
+    if getattr(layer, "padding_mode", "zeros") == "zeros":
+        return x, layer.padding
+    conv = nn.Conv2d(1, 1, layer.weight.shape[-2:], padding=layer.padding, dilation=layer.dilation)
+    return F.pad(x, conv._reversed_padding_repeated_twice, mode=layer.padding_mode), 0
 
 
 def mixture_reference(layer, x):
@@ -391,10 +403,11 @@ def mixture_reference(layer, x):
     else:
         pi = torch.sigmoid(y @ layer.route.weight.T + layer.route.bias)
     outs = []
+    x, padding = padded_as_nn_conv2d(layer, x)  # π from the input itself, not its padding
     for n in range(x.shape[0]):
         w = torch.einsum("k,koihw->oihw", pi[n], layer.weight)
         b = None if layer.bias is None else pi[n] @ layer.bias
-        outs.append(F.conv2d(x[n : n + 1], w, b, layer.stride, layer.padding, layer.dilation, layer.groups))
+        outs.append(F.conv2d(x[n : n + 1], w, b, layer.stride, padding, layer.dilation, layer.groups))
     return torch.cat(outs)
 
 
@@ -465,8 +478,24 @@ class GeometryNet(nn.Sequential):
         )
 
 
+class PaddingModeNet(nn.Sequential):
+    """Dynamic layers of the three padding modes besides zeros: one Pad (reflect, edge) or
+    Slices and a Concat (circular) ahead of convolutions that pad nothing."""
+
+    def __init__(self):
+        super().__init__(
+            nn.Conv2d(3, 16, 3, 1, 1),
+            DCDConv2d(16, 16, 3, 1, (2, 1), 1, 1, True, "reflect", reduction=4),
+            CondConv2d(16, 16, 3, 1, 1, bias=True, padding_mode="replicate"),
+            DynamicConv2d(16, 16, 3, 1, (1, 0), groups=16, padding_mode="circular"),
+            DCDConv2d(16, 16, 3, 2, (0, 1), 1, 16, True, "circular", reduction=4),  # depthwise
+            DCDConv2d(16, 24, 3, 1, 1, joint_fusion=True, latent_dim=3, reduction=4, padding_mode="replicate"),
+        )
+
+
+@pytest.mark.parametrize("net, shape", [(GeometryNet, (2, 24, 7, 5)), (PaddingModeNet, (2, 24, 14, 13))])
 @pytest.mark.parametrize("mode", ["standard", "function"])
-def test_onnx_export_at_every_geometry(tmp_path, mode):
+def test_onnx_export_at_every_geometry(tmp_path, mode, net, shape):
     """The emitted graph (constant-weight Convs with explicit pads and dilations, a Slice
     for a cropping centre tap) computes the float64 model in ONNX Runtime."""
     import numpy as np
@@ -475,7 +504,7 @@ def test_onnx_export_at_every_geometry(tmp_path, mode):
     from dcd_deploy import export_onnx
 
     torch.manual_seed(0)
-    net = randomize(GeometryNet()).float()
+    net = randomize(net()).float()
     path = tmp_path / "geometry.onnx"
     export_onnx(net, path, input_size=27, check=False, simplify=False, mode=mode)
     x = torch.randn(2, 3, 27, 27)
@@ -483,7 +512,7 @@ def test_onnx_export_at_every_geometry(tmp_path, mode):
     out = session.run(None, {session.get_inputs()[0].name: x.numpy()})[0]
     with torch.no_grad():
         ref = net.double()(x.double()).numpy()
-    assert out.shape == ref.shape == (2, 24, 7, 5)
+    assert out.shape == ref.shape == shape
     assert np.abs(out - ref).max() <= 1e-5 * np.abs(ref).max()
 
 
@@ -496,10 +525,11 @@ def test_a_module_pickled_before_the_geometry_arguments_still_runs():
     x, x2 = torch.randn(2, 16, 9, 9), torch.randn(2, 8, 7, 7)
     with torch.no_grad():
         ref, ref2 = layer(x), mixture(x2)
-    for attr in ("tap_pads", "padding", "dilation"):
+    for attr in ("tap_pads", "padding", "dilation", "padding_mode", "mode_pads"):
         del layer.__dict__[attr]
     del layer._parameters["bias"]
-    del mixture.__dict__["dilation"]
+    for attr in ("dilation", "padding_mode", "mode_pads", "conv_padding"):
+        del mixture.__dict__[attr]
     old, old2 = pickle.loads(pickle.dumps(layer)), pickle.loads(pickle.dumps(mixture))
     with torch.no_grad():
         assert torch.equal(old(x), ref) and torch.equal(old2(x2), ref2)
