@@ -15,11 +15,13 @@ _TO_THE_END = 2**62
 
 def emit_mode_pad(s, x: str, in_shape, pads, mode: str) -> tuple[str, tuple]:
     """``x`` padded by ``pads`` (top, left, bottom, right; None: not padded) in ``mode``,
-    and its shape (``in_shape`` grown by the pads)."""
+    and its shape (``in_shape`` grown by the pads; a symbolic side, ``dynamic_size``, stays
+    symbolic: the emission reads such sides at run time)."""
     if pads is None:
         return x, in_shape
     top, left, bottom, right = pads
-    shape = (*in_shape[:2], in_shape[2] + top + bottom, in_shape[3] + left + right)
+    grown = [n + a + b if isinstance(n, int) else None for n, a, b in zip(in_shape[2:], (top, left), (bottom, right))]
+    shape = (*in_shape[:2], *grown)
     if mode != "circular":
         pad_by = s.ints("mode_pads", [0, 0, top, left, 0, 0, bottom, right])
         return s.op("Pad", [x, pad_by], mode={"reflect": "reflect", "replicate": "edge"}[mode]), shape

@@ -239,7 +239,7 @@ def export_onnx(
     checked_with = {
         "sizes": sizes,
         "inputs": parity_inputs,
-        "example_inputs": example if example_inputs is not None else None,
+        "example_inputs": example if example_inputs is not None or dynamic_size else None,  # symbolic sides
         "preprocess": parity_preprocess,
     }
     ahead = (

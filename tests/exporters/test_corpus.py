@@ -285,6 +285,14 @@ def test_dynamic_size_runs_at_other_sizes(tmp_path, mode):
         assert np.abs(got - ref.numpy()).max() <= 1e-5 + 1e-3 * float(ref.abs().max())
 
 
+def test_dynamic_size_with_an_input_size_alone_is_checked_at_that_size(tmp_path):
+    """The API's dynamic_size with input_size (no example_inputs): the check's images take
+    the traced size (before, the check refused the file's symbolic sides)."""
+    net = model("resnet_like")
+    result = export_onnx(net, tmp_path / "m.onnx", input_size=(40, 24), dynamic_size=True)
+    assert result and result.dynamic_size and tuple(result.parity.input_size) == (40, 24)
+
+
 def test_dynamic_size_refused_by_a_layer_names_it(tmp_path):
     case = CORPUS["nonsquare"]  # its DCD layer "pw" pools 2x2: windows depend on the size
     with pytest.raises(ExportError, match=r"^pw: .*2x2 adaptive pool needs fixed input sizes"):

@@ -516,6 +516,28 @@ def test_onnx_export_at_every_geometry(tmp_path, mode, net, shape):
     assert np.abs(out - ref).max() <= 1e-5 * np.abs(ref).max()
 
 
+def test_padding_modes_export_with_symbolic_sides_and_run_at_other_sizes(tmp_path):
+    """The padding's ONNX (Pad, or Slices and Concats) at sides the export did not see."""
+    import numpy as np
+    import onnxruntime as ort
+
+    from dcd_deploy import export_onnx
+
+    torch.manual_seed(0)
+    net = randomize(PaddingModeNet()).float()
+    path = tmp_path / "dynamic.onnx"
+    export_onnx(net, path, input_size=(27, 30), dynamic_size=True, check=False, simplify=False)
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    for hw in ((27, 30), (19, 33)):
+        x = torch.randn(2, 3, *hw)
+        out = session.run(None, {session.get_inputs()[0].name: x.numpy()})[0]
+        with torch.no_grad():
+            ref = net.double()(x.double()).numpy()
+        net.float()
+        assert out.shape == ref.shape
+        assert np.abs(out - ref).max() <= 1e-5 * np.abs(ref).max()
+
+
 def test_a_module_pickled_before_the_geometry_arguments_still_runs():
     """Whole-module pickles (``torch.save(model)``) of the earlier layers lack the new attributes."""
     import pickle
