@@ -45,9 +45,10 @@ then one depthwise convolution of x with K, bias, residual and activation fused.
 The epilogue is matched on the exported ONNX graph (:func:`plan`): a same-shape Add
 and then a Relu, Clip(0, 6), HardSwish, SiLU (``Mul(t, Sigmoid(t))``, as torch.onnx
 writes ``F.silu``), exact GELU (``Div``, ``Erf``, ``Add``, ``Mul``, ``Mul``, as it writes
-``F.gelu``), LeakyRelu (``F.leaky_relu``, its ``alpha`` the slope: any finite one), a PRelu
-of one constant slope (``nn.PReLU()``, fused as that LeakyReLU; a slope per channel stays a
-standard op after the fused node) or Mish, each only where the tensor before it feeds nothing else (but the activation's own nodes).
+``F.gelu``), LeakyRelu (``F.leaky_relu``, its ``alpha`` the slope: any finite one), a
+PRelu of one constant slope (``nn.PReLU()``, fused as that LeakyReLU; a slope per channel
+stays a standard op after the fused node) or Mish, each only where the tensor before it
+feeds nothing else (but the activation's own nodes).
 A layer with B > 1 latent blocks (Eq. 6) takes the same ops as the dense layer with zeros
 off the blocks (its kind's ``fused_constants``). The classifier (``DCDLinear``) is the
 runtime's Gemm of W0 (+ b0) and one DCDConvEpilogue at 1x1 spatial size, its (B, C)
