@@ -265,19 +265,24 @@ def test_oracle_catches_a_misplaced_tap():
         assert rel_err(layer(x), paper_output(layer, x, moved)) > 0.01
 
 
+def deploy_forms(layer: DCDConv2d, bn) -> list[DeployDCD]:
+    """The layer's deploy forms (latent, and weight where it has one), folded in float64."""
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)  # the fold's own constants (eye, ones)
+    try:
+        forms = ["latent"] + (["weight"] if DeployDCD.supports_weight_form(layer) else [])
+        return [DeployDCD(layer, bn, strategy).eval() for strategy in forms]
+    finally:
+        torch.set_default_dtype(previous)
+
+
 @pytest.mark.parametrize("case", list(GEOMETRIES))
 @pytest.mark.parametrize("with_bn", [False, True], ids=["no-bn", "bn"])
 def test_deploy_form_equals_training_form(case, with_bn):
     _, layer, x = build(case)
     layer = randomize(layer)
     bn = randomize(nn.BatchNorm2d(layer.out_channels)) if with_bn else None
-    previous = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)  # the fold's own constants (eye, ones)
-    try:
-        forms = ["latent"] + (["weight"] if DeployDCD.supports_weight_form(layer) else [])
-        deploys = [DeployDCD(layer, bn, strategy).eval() for strategy in forms]
-    finally:
-        torch.set_default_dtype(previous)
+    deploys = deploy_forms(layer, bn)
     with torch.no_grad():
         ref = layer(x) if bn is None else bn(layer(x))
         for deploy in deploys:
@@ -332,13 +337,7 @@ def test_a_padding_mode_pads_the_input_of_the_papers_convolution(case, mode):
 def test_a_padding_mode_deploy_form_equals_training_form(case, mode):
     layer, x, _ = build_mode(case, mode)
     bn = randomize(nn.BatchNorm2d(layer.out_channels))
-    previous = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    try:
-        forms = ["latent"] + (["weight"] if DeployDCD.supports_weight_form(layer) else [])
-        deploys = [DeployDCD(layer, bn, strategy).eval() for strategy in forms]
-    finally:
-        torch.set_default_dtype(previous)
+    deploys = deploy_forms(layer, bn)
     with torch.no_grad():
         ref = bn(layer(x))
         for deploy in deploys:
