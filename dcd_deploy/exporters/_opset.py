@@ -60,6 +60,9 @@ TYPE_ONLY_CHANGES = {
     **dict.fromkeys(("Clip", "Flatten", "Gemm", "MatMul", "Sigmoid", "Tanh", "Exp", "Sqrt", "Neg"), 13),
     **dict.fromkeys(("Concat", "Transpose", "Gather", "Cast", "Tile", "Max", "Min", "Slice"), 13),
     **dict.fromkeys(("Equal", "Greater", "Less", "Floor", "Ceil", "Abs", "Reciprocal", "Expand", "Erf"), 13),
+    # nn.PixelShuffle / PixelUnshuffle, and ops of users' heads and losses
+    **dict.fromkeys(("DepthToSpace", "SpaceToDepth", "Log", "Sign", "Mod", "Mean", "Sum", "GatherElements"), 13),
+    **dict.fromkeys(("IsNaN", "LRN", "MeanVarianceNormalization", "NonZero", "Size"), 13),
 }
 #: ops whose attribute ``noop_with_empty_axes`` was added at 18 (and axes became an input)
 _REDUCE_18 = frozenset(

@@ -107,6 +107,32 @@ def test_opset_13s_bfloat16_versions_and_a_last_axis_softmax_convert_unchanged(o
 
 
 @pytest.mark.parametrize("opset", [11, 12])
+def test_pixel_shuffle_and_the_ops_13_only_retyped_convert_unchanged(opset):
+    """DepthToSpace (nn.PixelShuffle), SpaceToDepth, Log and Sign: 13 only added bfloat16,
+    and onnx's converter has no adapter down from it (they were refused before)."""
+    nodes = [
+        helper.make_node("SpaceToDepth", ["x"], ["s"], blocksize=2),  # (2, 12, 2, 2)
+        helper.make_node("DepthToSpace", ["s"], ["d"], blocksize=2, mode="CRD"),
+        helper.make_node("Abs", ["d"], ["a"]),
+        helper.make_node("Log", ["a"], ["l"]),
+        helper.make_node("Sign", ["d"], ["g"]),
+        helper.make_node("Mul", ["l", "g"], ["y"]),
+    ]
+    x = X[..., :4]  # even sides for the blocks
+    proto = _model(nodes, out_shape=list(x.shape))
+    proto.graph.input[0].type.tensor_type.shape.dim[3].dim_value = 4
+    out = convert_opset(proto, opset)
+    assert _opset(out) == opset and [n.op_type for n in out.graph.node] == [n.op_type for n in nodes]
+    onnx.checker.check_model(out, full_check=True)
+    got = ort.InferenceSession(out.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    # SpaceToDepth as ONNX's reference writes it; CRD DepthToSpace is torch's pixel_shuffle
+    b, c, h, w = x.shape
+    s2d = x.astype(np.float64).reshape(b, c, h // 2, 2, w // 2, 2).transpose(0, 3, 5, 1, 2, 4)
+    shuffled = F.pixel_shuffle(torch.from_numpy(s2d.reshape(b, c * 4, h // 2, w // 2)), 2).numpy()
+    np.testing.assert_allclose(got, np.log(np.abs(shuffled)) * np.sign(shuffled), rtol=1e-5)
+
+
+@pytest.mark.parametrize("opset", [11, 12])
 def test_a_softmax_of_the_default_axis_keeps_it_below_13_where_the_default_was_1(opset):
     out = convert_opset(_model([helper.make_node("Softmax", ["x"], ["y"])]), opset)  # 13's default: -1
     assert _opset(out) == opset
