@@ -110,6 +110,12 @@ def convert_opset(proto: onnx.ModelProto, opset: int) -> onnx.ModelProto:
     return converted
 
 
+def _drop_attributes(node: onnx.NodeProto, *names: str) -> None:
+    keep = [a for a in node.attribute if a.name not in names]
+    del node.attribute[:]
+    node.attribute.extend(keep)
+
+
 def _drop_default_noop(proto: onnx.ModelProto) -> None:
     for node in proto.graph.node:
         if node.domain in _STANDARD and node.op_type in _REDUCE_18:
@@ -216,9 +222,7 @@ def _split_sizes(proto: onnx.ModelProto, opset: int) -> None:
         length, parts = shape[axis].dim_value, attrs["num_outputs"]
         size = -(-length // parts)
         sizes = [size] * (parts - 1) + [length - size * (parts - 1)]
-        keep = [a for a in node.attribute if a.name != "num_outputs"]
-        del node.attribute[:]
-        node.attribute.extend(keep)
+        _drop_attributes(node, "num_outputs")
         if opset < 13:
             node.attribute.append(onnx.helper.make_attribute("split", sizes))
         else:
@@ -245,9 +249,7 @@ def _resize_of_11(proto: onnx.ModelProto) -> None:
         mode = attrs.get("coordinate_transformation_mode", b"half_pixel")
         if "axes" in attrs or mode not in _RESIZE_11_MODES or any(attrs.get(k, v) != v for k, v in _RESIZE_18.items()):
             continue  # left to the converter, which names it
-        keep = [a for a in node.attribute if a.name not in _RESIZE_18]
-        del node.attribute[:]
-        node.attribute.extend(keep)
+        _drop_attributes(node, *_RESIZE_18)
         for i in (1, 2):
             if not node.input[i]:
                 name = f"{node.name or 'Resize'}/_empty{next(serial)}"
@@ -272,6 +274,8 @@ def _passes_through(node: onnx.NodeProto, opset: int, constants: dict, two_d: se
         return all(node.input[:3]) and not {a.name for a in node.attribute} & _RESIZE_18.keys()
     if node.op_type == "Split" and opset < 18:  # _split_sizes wrote it so, where it could
         return not any(a.name == "num_outputs" for a in node.attribute) and (opset >= 13 or not node.input[1:])
+    if node.op_type in ("ArgMax", "ArgMin"):  # 12 added select_last_index, 13 bfloat16
+        return opset >= 12 or all(a.i == 0 for a in node.attribute if a.name == "select_last_index")
     if node.op_type == "Pad":  # 13 added bfloat16, 18 the axes input, 19 the wrap mode
         return len(node.input) <= 3
     if node.op_type == "BatchNormalization":  # 15 split its types, 14 added training_mode
@@ -315,6 +319,8 @@ def _hide_passthrough(proto: onnx.ModelProto, opset: int) -> int:
                 del node.attribute[:]
             if node.op_type in _NORMALISING and not node.attribute:  # the default axis was 1 before 13
                 node.attribute.append(onnx.helper.make_attribute("axis", -1))
+            if node.op_type in ("ArgMax", "ArgMin") and opset < 12:  # its default (first index) then
+                _drop_attributes(node, "select_last_index")
             count += 1
     if count:
         proto.opset_import.add(domain=_HIDDEN, version=1)

@@ -133,6 +133,29 @@ def test_pixel_shuffle_and_the_ops_13_only_retyped_convert_unchanged(opset):
 
 
 @pytest.mark.parametrize("opset", [11, 12])
+def test_argmax_of_a_segmentation_head_is_written_below_13(opset):
+    """``logits.argmax(1)``: 12 added ``select_last_index`` (torch.onnx writes it, 0), 13
+    bfloat16; at 11 the node drops the attribute at its default. Taking the last maximum
+    cannot be written at 11."""
+    nodes = [
+        helper.make_node("ArgMax", ["x"], ["i"], axis=1, keepdims=0, select_last_index=0),
+        helper.make_node("Cast", ["i"], ["y"], to=TensorProto.FLOAT),
+    ]
+    proto = _model(nodes, out_shape=[2, 4, 5])
+    out = convert_opset(proto, opset)
+    assert _opset(out) == opset
+    argmax = next(n for n in out.graph.node if n.op_type == "ArgMax")
+    assert ("select_last_index" in {a.name for a in argmax.attribute}) == (opset == 12)
+    np.testing.assert_array_equal(_run(out), x64.argmax(1))
+    last = [helper.make_node("ArgMax", ["x"], ["i"], axis=1, keepdims=0, select_last_index=1), nodes[1]]
+    if opset == 11:
+        with pytest.raises(ExportError, match="cannot write opset 11: .*ArgMax"):
+            convert_opset(_model(last, out_shape=[2, 4, 5]), 11)
+    else:
+        np.testing.assert_array_equal(_run(convert_opset(_model(last, out_shape=[2, 4, 5]), 12)), x64.argmax(1))
+
+
+@pytest.mark.parametrize("opset", [11, 12])
 def test_a_softmax_of_the_default_axis_keeps_it_below_13_where_the_default_was_1(opset):
     out = convert_opset(_model([helper.make_node("Softmax", ["x"], ["y"])]), opset)  # 13's default: -1
     assert _opset(out) == opset
