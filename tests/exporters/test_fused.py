@@ -323,6 +323,15 @@ def test_a_fused_leaky_relu_runs_the_slope_it_carries_and_needs_a_finite_one(tmp
         )
 
 
+def _every_conv_kind(net: torch.nn.Module, d_out: int) -> None:
+    """A stem, then DCD layers of each fused conv kind: 1x1 (a), 3x3 (b), depthwise (c), 1x1 (d)."""
+    net.stem = torch.nn.Conv2d(3, 8, 1)
+    net.a = DCDConv2d(8, 16, 1)
+    net.b = DCDConv2d(16, 16, 3, padding=1)
+    net.c = DCDConv2d(16, 16, 3, padding=1, groups=16)
+    net.d = DCDConv2d(16, d_out, 1)
+
+
 class _PReLU(torch.nn.Module):
     """DCD layers of every fused kind each followed by a PReLU as users write it: ``nn.PReLU()``
     (one learnt slope), ``F.prelu`` with a one-element weight, and ``nn.PReLU(C)`` (a slope
@@ -330,11 +339,7 @@ class _PReLU(torch.nn.Module):
 
     def __init__(self):
         super().__init__()
-        self.stem = torch.nn.Conv2d(3, 8, 1)
-        self.a = DCDConv2d(8, 16, 1)
-        self.b = DCDConv2d(16, 16, 3, padding=1)
-        self.c = DCDConv2d(16, 16, 3, padding=1, groups=16)
-        self.d = DCDConv2d(16, 16, 1)
+        _every_conv_kind(self, d_out=16)
         self.fc = DCDLinear(16, 10)
         self.one, self.per_channel = torch.nn.PReLU(), torch.nn.PReLU(16)
         self.slope = torch.nn.Parameter(torch.tensor([-0.3]))
@@ -417,11 +422,7 @@ class _Mish(torch.nn.Module):
 
     def __init__(self):
         super().__init__()
-        self.stem = torch.nn.Conv2d(3, 8, 1)
-        self.a = DCDConv2d(8, 16, 1)
-        self.b = DCDConv2d(16, 16, 3, padding=1)
-        self.c = DCDConv2d(16, 16, 3, padding=1, groups=16)
-        self.d = DCDConv2d(16, 8, 1)
+        _every_conv_kind(self, d_out=8)
         self.act = torch.nn.Mish()
 
     def forward(self, x):
