@@ -29,10 +29,22 @@ def op_key(target):
     return target.name() if isinstance(target, torch._ops.OpOverload) else target
 
 
-@functools.lru_cache(maxsize=1)
+def _registered_ops() -> int:
+    """How many ops the dispatcher knows (5-10 ms): ops registered since a registry was made
+    (``torch.compile`` imports ``quantized_decomposed``'s) make it again, as
+    ``from_torchlib`` would."""
+    return len(torch._C._dispatch_get_all_op_names())
+
+
 def _sources() -> dict:
     """key -> [(target, torch's ready entry or None, onnxscript function, is_complex)] in
     ``from_torchlib``'s registration order, with the opset each entry needs."""
+    return _sources_among(_registered_ops())
+
+
+@functools.lru_cache(maxsize=1)
+def _sources_among(registered: int) -> dict:
+    """:func:`_sources` while the dispatcher knows ``registered`` ops."""
     from onnxscript.function_libs.torch_lib import ops, registration  # importing ops registers them
     from torch.onnx._internal.exporter import _registration
     from torch.onnx._internal.exporter._torchlib import _torchlib_registry
@@ -84,12 +96,13 @@ def translated_ops() -> set:
 
 
 @functools.cache
-def _entries(key) -> tuple:
-    """The ``OnnxDecompMeta`` entries of one op, made once per process."""
+def _entries(key, registered: int) -> tuple:
+    """The ``OnnxDecompMeta`` entries of one op, made once per process (and number of
+    ``registered`` ops, :func:`_registered_ops`)."""
     from torch.onnx._internal.exporter import _registration
 
     out = []
-    for target, meta, function, is_complex in _sources().get(key, ()):
+    for target, meta, function, is_complex in _sources_among(registered).get(key, ()):
         if meta is None:
             try:  # as from_torchlib: a function whose signature cannot be read is skipped
                 meta = _registration.OnnxDecompMeta(
@@ -118,9 +131,9 @@ def registry_for(ops, custom: dict):
     adds them."""
     from torch.onnx._internal.exporter import _registration
 
-    registry = _registration.ONNXRegistry()
+    registry, registered = _registration.ONNXRegistry(), _registered_ops()
     for key in dict.fromkeys(op_key(t) for t in ops):
-        for meta in _entries(key):
+        for meta in _entries(key, registered):
             registry._register(meta.fx_target, meta)
     for op, translation in custom.items():
         registry.register_op(op, translation)

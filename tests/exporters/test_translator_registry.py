@@ -124,3 +124,32 @@ def test_ops_without_a_translation_are_decomposed_on_the_fast_path(monkeypatch):
     ops = [n.op_type for n in fast.proto.graph.node]
     assert "ReduceMax" in ops and not any("adaptive" in op.lower() for op in ops)
     assert _graph(fast.proto) == _graph(public.proto)
+
+
+LATE_OPS = """
+import torch
+from torch.onnx._internal.exporter import _decomp, _registration
+from dcd_deploy.exporters import _registry, _trace
+
+assert _registration._get_overload("quantized_decomposed::quantize_per_tensor") is None
+before = _registry.translated_ops()  # the first export of a session made its registry
+torch.compile(torch.nn.Linear(2, 2))  # which registers quantized_decomposed's ops
+with _trace._quiet_registration():
+    full = _registration.ONNXRegistry.from_torchlib()
+late = set(_decomp.get_onnx_implemented_overloads(full)) - before
+assert late, "torch.compile registered no op torchlib translates: the test proves nothing"
+assert _registry.translated_ops() == set(_decomp.get_onnx_implemented_overloads(full))
+subset = _registry.registry_for(_registry.translated_ops(), {})
+assert subset.functions.keys() == full.functions.keys()
+"""
+
+
+def test_ops_registered_after_the_first_export_are_translated_as_torch_onnx_would():
+    """A notebook exports, then calls torch.compile (which registers quantized_decomposed's
+    ops), then exports again: the registry is made again, as from_torchlib would be. In a
+    new process, so that nothing imported torch.compile before."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", LATE_OPS], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
