@@ -94,7 +94,7 @@ void DCDDepthwise::validate_and_infer_types() {
 }
 
 void DCDDepthwise::validate_attributes() {
-    const std::string bad_attrs = m_attrs.check();
+    const std::string bad_attrs = m_attrs.check(m_packed.empty() ? -1 : m_packed[0]);  // [0]: Cout
     NODE_VALIDATION_CHECK(this, bad_attrs.empty(), bad_attrs);
     PackedLayout lay;
     const std::string bad = layout(&lay);
@@ -188,8 +188,9 @@ void DCDDepthwise::run(const KernelTable* k, const Sizes& s, const InputLayout& 
     p->pool = (int)m_attrs.pool;
     p->se = (int)m_attrs.se;
     p->attention = (int)m_attrs.attention;
-    p->act = parse_act(m_attrs.activation);
-    p->alpha = p->act == ACT_LEAKY_RELU ? m_attrs.activation_alpha : 0.f;
+    m_attrs.to_params(p);
+    const std::string bad_act = m_attrs.check(p->Cout);
+    OPENVINO_ASSERT(bad_act.empty(), get_type_name(), ": ", bad_act);
     p->parallel_rows = parallel_rows_or_null();
     p->region_per_stage = region_per_stage();
     // prepare() makes the branch's parts only: W0 here is (C, k*k), read as it is

@@ -65,7 +65,7 @@ std::string DCDConvEpilogue::layout(PackedLayout* lay) const {
 }
 
 void DCDConvEpilogue::validate_attributes() {
-    const std::string bad_attrs = m_attrs.check();
+    const std::string bad_attrs = m_attrs.check(m_packed.empty() ? -1 : m_packed[0]);  // [0]: Cout
     NODE_VALIDATION_CHECK(this, bad_attrs.empty(), bad_attrs);
     NODE_VALIDATION_CHECK(this, m_stride >= 1 && m_stride <= kMaxStride, "stride must be 1-", kMaxStride, ", got ",
                           m_stride);
@@ -209,8 +209,9 @@ void DCDConvEpilogue::run(const KernelTable* k, const Sizes& s, const InputLayou
     p->pool = (int)m_attrs.pool;
     p->se = (int)m_attrs.se;
     p->attention = (int)m_attrs.attention;
-    p->act = parse_act(m_attrs.activation);
-    p->alpha = p->act == ACT_LEAKY_RELU ? m_attrs.activation_alpha : 0.f;
+    m_attrs.to_params(p);
+    const std::string bad_act = m_attrs.check(p->Cout);
+    OPENVINO_ASSERT(bad_act.empty(), get_type_name(), ": ", bad_act);
     p->parallel_rows = parallel_rows_or_null();
     p->region_per_stage = region_per_stage();
     const bool owned = is_own_constant(*this, I.packed, p->fc1);

@@ -181,9 +181,10 @@ inline vf vleaky(vf v, vf slope) {
 }
 
 // The epilogue's activation on a register tile of accumulators (the GEMM kernels'); alpha:
-// ACT_LEAKY_RELU's negative slope.
+// ACT_LEAKY_RELU's negative slope; slope: ACT_PRELU's, the tile's N vectors of channels
+// (zero-padded past the layer's last).
 template <int M, int N>
-__attribute__((always_inline)) inline void activate(vf (&acc)[M][N], int act, float alpha) {
+__attribute__((always_inline)) inline void activate(vf (&acc)[M][N], int act, float alpha, const float* slope) {
     if (act == ACT_RELU || act == ACT_RELU6) {
         const vf z = vf{};
 #pragma GCC unroll 16
@@ -198,15 +199,30 @@ __attribute__((always_inline)) inline void activate(vf (&acc)[M][N], int act, fl
                 for (int v = 0; v < N; ++v) acc[i][v] = vmin_hi(six, acc[i][v]);
         }
     } else if (act == ACT_LEAKY_RELU) {
-        const vf slope = bc(alpha);
+        const vf a = bc(alpha);
         for (int i = 0; i < M; ++i)
-            for (int v = 0; v < N; ++v) acc[i][v] = vleaky(acc[i][v], slope);
+            for (int v = 0; v < N; ++v) acc[i][v] = vleaky(acc[i][v], a);
+    } else if (act == ACT_PRELU) {
+        for (int v = 0; v < N; ++v) {
+            const vf s = ld(slope + v * VW);
+            for (int i = 0; i < M; ++i) acc[i][v] = vleaky(acc[i][v], s);
+        }
     } else if (act != ACT_NONE) {
         for (int i = 0; i < M; ++i)
             for (int v = 0; v < N; ++v) acc[i][v] = act_smooth(acc[i][v], act);
     }
 }
 inline int roundup(int a, int b) { return (a + b - 1) / b * b; }
+
+// ACT_PRELU's slopes zero-padded to whole panels (the tiles load them a vector at a time, as
+// the bias), in scratch slot 15; null for the other activations.
+inline const float* padded_slope(const Params& P) {
+    if (P.act != ACT_PRELU) return nullptr;
+    const int cpad = roundup(P.Cout, NR);
+    float* s = scratch(15, (size_t)cpad);
+    for (int o = 0; o < cpad; ++o) s[o] = o < P.Cout ? P.slope[o] : 0.f;
+    return s;
+}
 
 inline float hsig(float v) {
     v = v * (1.f / 6.f) + 0.5f;
@@ -324,7 +340,8 @@ struct Tile {
     const float* res;
     long ldres;
     int act;
-    float alpha;  // ACT_LEAKY_RELU's slope
+    float alpha;         // ACT_LEAKY_RELU's slope
+    const float* slope;  // ACT_PRELU's, from the tile's first column
     int epi;
     int ncols;
     // The B block the GEMM visits next (pf_lines cache lines from pf), fetched while this
@@ -455,7 +472,7 @@ __attribute__((noinline)) void ukernel(const Tile& t) {
 #pragma GCC unroll 4
                 for (int v = 0; v < N; ++v) acc[i][v] += ldc(t.res + i * t.ldres + v * VW, v);
         }
-        activate<M, N>(acc, t.act, t.alpha);
+        activate<M, N>(acc, t.act, t.alpha, t.slope);
     }
 #pragma GCC unroll 16
     for (int i = 0; i < M; ++i)
@@ -540,7 +557,8 @@ struct Gemm {
     const float* res;
     long ldres;
     int act;
-    float alpha;  // ACT_LEAKY_RELU's slope
+    float alpha;         // ACT_LEAKY_RELU's slope
+    const float* slope;  // ACT_PRELU's per column, zero-padded to the panels' width
     // B1 is a prepared constant the layers between two calls push out of the caches (the
     // latent form's w0 and q): each panel's first row tile fetches the next B block
     // (Tile::pf). Off for a B just written (W(x), ppk): there it measured 2-4% slower.
@@ -585,6 +603,7 @@ inline void gemm_tile(const Gemm& g, int k0, int kc, bool first, bool last, int 
     t.ldres = g.ldres;
     t.act = last ? g.act : ACT_NONE;
     t.alpha = g.alpha;
+    t.slope = g.slope ? g.slope + j0 : nullptr;
     t.epi = last;
     t.ncols = imin(wp, g.n - j0);
     if (kMask || t.ncols == wp) tile(mm, wp, t);
@@ -1255,6 +1274,7 @@ void run(Params* pp) {
         m.ldres = Cout;
         m.act = P.act;
         m.alpha = P.alpha;
+        m.slope = padded_slope(P);
         m.bias = cvec;
         FormJob fj{&P, &pre, lam, ppk, wpk, cvec};
         if (weight_form) {
@@ -1321,6 +1341,7 @@ Gemm epilogue_gemm(const Params& P, long b, const float* a, int k, const float* 
     m.bias = cvec;
     m.act = P.act;
     m.alpha = P.alpha;
+    m.slope = padded_slope(P);
     m.res = P.residual ? P.residual + b * No * Cout : nullptr;
     m.ldres = Cout;
     return m;

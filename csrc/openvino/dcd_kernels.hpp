@@ -24,7 +24,8 @@ enum Act {
     ACT_HARDSWISH = 4,
     ACT_GELU = 5,
     ACT_LEAKY_RELU = 6,
-    ACT_MISH = 7
+    ACT_MISH = 7,
+    ACT_PRELU = 8
 };
 enum Form { FORM_WEIGHT = 0, FORM_LATENT = 1, FORM_AUTO = 2 };
 enum Phase { PH_POOL = 0, PH_BRANCH = 1, PH_FORM = 2, PH_GEMM = 3, PH_COUNT = 4 };
@@ -32,7 +33,9 @@ enum Phase { PH_POOL = 0, PH_BRANCH = 1, PH_FORM = 2, PH_GEMM = 3, PH_COUNT = 4 
 struct Params {
     int B, H, W, Cin, Cout, S, L;
     int pool, se, attention, act, form;
-    float alpha;     // ACT_LEAKY_RELU's negative slope (finite; unread for the other activations)
+    float alpha;  // ACT_LEAKY_RELU's negative slope (finite; unread for the other activations)
+    // ACT_PRELU's negative slope per output channel (Cout floats, finite); unread for the others
+    const float* slope;
     const float* x;  // (B, H, W, Cin)
     // DCDConvEpilogue only (run_epilogue): conv = OpenVINO's Conv of x with W0, (B, Ho, Wo,
     // Cout); the latent path reads x at rows/columns i * stride + offset (the centre tap).

@@ -55,7 +55,7 @@ void DCDPointwise::validate_and_infer_types() {
 }
 
 void DCDPointwise::validate_checked() {
-    const std::string bad_attrs = m_attrs.check();
+    const std::string bad_attrs = m_attrs.check(m_packed.empty() ? -1 : m_packed[0]);  // [0]: Cout
     NODE_VALIDATION_CHECK(this, bad_attrs.empty(), bad_attrs);
     NODE_VALIDATION_CHECK(this, parse_form(m_form) >= 0, "form must be weight or latent, got '", clip(m_form), "'");
     NODE_VALIDATION_CHECK(this, m_packed.empty() || m_packed.size() == 4,
@@ -282,8 +282,9 @@ void DCDPointwise::run(const KernelTable* k, const Sizes& s, const InputLayout& 
     p->pool = (int)m_attrs.pool;
     p->se = (int)m_attrs.se;
     p->attention = (int)m_attrs.attention;
-    p->act = parse_act(m_attrs.activation);
-    p->alpha = p->act == ACT_LEAKY_RELU ? m_attrs.activation_alpha : 0.f;
+    m_attrs.to_params(p);
+    const std::string bad_act = m_attrs.check(p->Cout);
+    OPENVINO_ASSERT(bad_act.empty(), get_type_name(), ": ", bad_act);
     p->form = parse_form(m_form);
     p->parallel_rows = parallel_rows_or_null();
     p->region_per_stage = region_per_stage();

@@ -14,6 +14,17 @@
 namespace dcd {
 namespace {
 
+// A floats attribute (absent: empty). The ONNX frontend may hold it as doubles.
+std::vector<float> float_list(const ov::frontend::NodeContext& ctx, const std::string& name) {
+    if (!ctx.has_attribute(name)) return {};
+    const ov::Any a = ctx.get_attribute_as_any(name);
+    if (a.is<std::vector<double>>()) {
+        const auto d = a.as<std::vector<double>>();
+        return std::vector<float>(d.begin(), d.end());
+    }
+    return a.as<std::vector<float>>();
+}
+
 FusedAttrs onnx_attrs(const ov::frontend::NodeContext& ctx) {
     FusedAttrs a;
     a.pool = ctx.get_attribute<int64_t>("pool", 1);
@@ -23,6 +34,7 @@ FusedAttrs onnx_attrs(const ov::frontend::NodeContext& ctx) {
     a.activation = ctx.get_attribute<std::string>("activation", "none");
     // absent: NaN, which the op refuses with leaky_relu and takes for the others (check())
     a.activation_alpha = ctx.get_attribute<float>("activation_alpha", std::numeric_limits<float>::quiet_NaN());
+    a.activation_slopes = float_list(ctx, "activation_slopes");
     return a;
 }
 

@@ -2,6 +2,8 @@
 #include "op_contract.hpp"
 
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 
 #include "dcd_kernels.hpp"
 #include "op_failures.hpp"
@@ -16,20 +18,72 @@ void FusedAttrs::visit(ov::AttributeVisitor& v) {
     v.on_attribute("activation", activation);
     // (a reader has set activation by now: the attribute above is read first)
     if (activation == "leaky_relu") v.on_attribute("activation_alpha", activation_alpha);
+    if (activation == "prelu") {
+        // As text, 9 significant digits a slope (a float's exact round trip): OpenVINO writes
+        // a float vector attribute with 6, which would change the slopes in a saved IR.
+        std::string text = format_floats(activation_slopes);
+        v.on_attribute("activation_slopes", text);
+        slopes_error = parse_floats(text, &activation_slopes);
+    }
 }
 
-std::string FusedAttrs::check() const {
+std::string format_floats(const std::vector<float>& values) {
+    std::string out;
+    char buf[32];
+    for (size_t i = 0; i < values.size(); ++i) {
+        std::snprintf(buf, sizeof buf, i ? ", %.9g" : "%.9g", (double)values[i]);
+        out += buf;
+    }
+    return out;
+}
+
+std::string parse_floats(const std::string& text, std::vector<float>* out) {
+    std::vector<float> values;
+    const char* p = text.c_str();
+    while (*p) {
+        while (*p == ' ' || *p == ',') ++p;
+        if (!*p) break;
+        char* end = nullptr;
+        const float v = std::strtof(p, &end);
+        if (end == p) return "activation_slopes must be numbers separated by commas, got '" + clip(text) + "'";
+        values.push_back(v);
+        p = end;
+        if (*p && *p != ',' && *p != ' ')
+            return "activation_slopes must be numbers separated by commas, got '" + clip(text) + "'";
+    }
+    *out = std::move(values);
+    return "";
+}
+
+void FusedAttrs::to_params(Params* p) const {
+    p->act = parse_act(activation);
+    p->alpha = p->act == ACT_LEAKY_RELU ? activation_alpha : 0.f;
+    p->slope = p->act == ACT_PRELU ? activation_slopes.data() : nullptr;
+}
+
+std::string FusedAttrs::check(int64_t cout) const {
     if (pool != 1 && pool != 2) return "pool must be 1 or 2, got " + std::to_string(pool);
     if ((se | 1) != 1 || (attention | 1) != 1 || (residual | 1) != 1)
         return "se, attention and residual must be 0 or 1";
     if (parse_act(activation) < 0)
-        return "activation must be none, relu, relu6, silu, hardswish, gelu, leaky_relu or mish, got '" +
+        return "activation must be none, relu, relu6, silu, hardswish, gelu, leaky_relu, mish or prelu, got '" +
                clip(activation) + "'";
     if (parse_act(activation) == ACT_LEAKY_RELU && !std::isfinite(activation_alpha))
         return "activation leaky_relu needs a finite activation_alpha (its negative slope), got " +
                (std::isnan(activation_alpha) ? std::string("none or nan") : std::to_string(activation_alpha));
     if (parse_act(activation) != ACT_LEAKY_RELU && !std::isnan(activation_alpha))
         return "activation_alpha is leaky_relu's negative slope; activation '" + activation + "' takes none";
+    if (!slopes_error.empty()) return slopes_error;
+    const bool prelu = parse_act(activation) == ACT_PRELU;
+    if (!prelu && !activation_slopes.empty())
+        return "activation_slopes are prelu's negative slopes; activation '" + activation + "' takes none";
+    if (prelu && activation_slopes.empty())
+        return "activation prelu needs activation_slopes (a negative slope per output channel)";
+    for (float a : activation_slopes)
+        if (!std::isfinite(a)) return "activation_slopes must be finite, got " + std::to_string(a);
+    if (prelu && cout >= 0 && (int64_t)activation_slopes.size() != cout)
+        return "activation_slopes has " + std::to_string(activation_slopes.size()) +
+               " values, expected one per output channel (" + std::to_string(cout) + ")";
     return "";
 }
 
@@ -42,6 +96,7 @@ int parse_act(const std::string& a) {
     if (a == "gelu") return ACT_GELU;
     if (a == "leaky_relu") return ACT_LEAKY_RELU;
     if (a == "mish") return ACT_MISH;
+    if (a == "prelu") return ACT_PRELU;
     return -1;
 }
 

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "dcd_kernels.hpp"
 #include "packed_layout.hpp"
 
 namespace dcd {
@@ -23,14 +24,27 @@ struct FusedAttrs {
     // leaky_relu's negative slope. Visited (and written to IR) with that activation only, so
     // the others' IR is as it was; NaN until a node gives it: a leaky_relu without it is refused.
     float activation_alpha = std::numeric_limits<float>::quiet_NaN();
+    // prelu's negative slope per output channel (nn.PReLU(C)'s weight). Visited with that
+    // activation only, like activation_alpha; empty until a node gives it.
+    std::vector<float> activation_slopes;
+    // Why the IR's activation_slopes text did not read as numbers ("" when it did).
+    std::string slopes_error;
 
-    // In the IR's order: pool, se, attention, residual, activation[, activation_alpha].
+    // In the IR's order: pool, se, attention, residual, activation[, activation_alpha |
+    // activation_slopes].
     void visit(ov::AttributeVisitor& v);
-    // "" when they are in range, else why not (for a validation message).
-    std::string check() const;
+    // "" when they are in range, else why not (for a validation message). cout >= 0: the
+    // op's output channels, which prelu's slopes must number.
+    std::string check(int64_t cout = -1) const;
+    // The kernels' activation fields of p (act, alpha, slope; slope points into this).
+    void to_params(Params* p) const;
 };
 
-int parse_act(const std::string& a);   // ACT_*, -1 for a name that is none of them
+int parse_act(const std::string& a);  // ACT_*, -1 for a name that is none of them
+// "v0, v1, ..." with 9 significant digits each; the inverse reads such text (commas and spaces
+// between numbers) into *out and returns "", or why not (out untouched).
+std::string format_floats(const std::vector<float>& values);
+std::string parse_floats(const std::string& text, std::vector<float>* out);
 int parse_form(const std::string& f);  // FORM_*, -1 if not weight/latent/auto
 
 enum class OpKind { Pointwise, ConvEpilogue, Depthwise };

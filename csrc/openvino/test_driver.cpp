@@ -7,10 +7,11 @@
 //   dcd_kernel_driver CASES OUT
 //
 // CASES (native-endian; little-endian on every target here):
-//   int32 magic 0x4B444344 ("DCDK"), int32 version 5, int32 number of cases; per case
+//   int32 magic 0x4B444344 ("DCDK"), int32 version 6, int32 number of cases; per case
 //   int32 B, H, W, Cin, Cout, S, L, pool, se, attention, residual, act, form, threads,
 //   kind, stride, offset, k, pad_t, pad_l, pad_b, pad_r, dilation (the last six: kind 3),
-//   float32 alpha (act 6, leaky_relu: its negative slope; ignored for the others), then
+//   float32 alpha (act 6, leaky_relu: its negative slope; ignored for the others), with
+//   act 8 (prelu) float32 slopes (Cout, its negative slope per channel), then
 //   kind 0 (DCDPointwise): float32 x, [residual], fc1, [gate], [scale_w], phi_w, phi_b, q,
 //     q_b, p, w0, bias (the op contract's order and shapes, docs/design.md "Fused op");
 //   kind 1 (DCDConvEpilogue): float32 x, conv, [residual], then the same weights without
@@ -109,6 +110,7 @@ struct Case {
     int B, H, W, Cin, Cout, S, L, pool, se, att, res, act, form, threads, kind, stride, offset, k, pt, pl, pb, pr, dil,
         Ho, Wo, Lz;
     float alpha;
+    std::vector<float> slopes;  // act 8 (prelu): Cout
 };
 
 // A depthwise case's geometry checked, its output size set.
@@ -129,6 +131,7 @@ Case read_case(Reader& r, int c) {
            h[14], h[15], h[16], h[17], h[18], h[19], h[20], h[21], h[22], 0,    0,     0,     r.f32()};
     for (int i = 0; i < 7; ++i)
         if (h[i] < 1) fail("case " + std::to_string(c) + ": sizes must be positive");
+    if (k.act == dcd::ACT_PRELU) k.slopes = r.floats((size_t)k.Cout);
     if (k.pool != 1 && k.pool != 2) fail("case " + std::to_string(c) + ": pool must be 1 or 2");
     if (k.kind < 0 || k.kind > 3) fail("case " + std::to_string(c) + ": kind must be 0-3");
     if (k.kind == 3) return depthwise_case(k, c);
@@ -156,6 +159,7 @@ std::vector<float> run_depthwise_case(const dcd::KernelTable* k, Reader& r, cons
                   &P.pool, &P.se, &P.attention, &P.act, &P.Ho,   &P.Wo, &P.stride};
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; ++i) *dst[i] = sizes[i];
     P.alpha = c.alpha;
+    P.slope = c.slopes.data();
     P.k = c.k;
     P.pad_t = c.pt;
     P.pad_l = c.pl;
@@ -213,6 +217,7 @@ std::vector<float> run_case(const dcd::KernelTable* k, Reader& r, const Case& c)
     P.attention = c.att;
     P.act = c.act;
     P.alpha = c.alpha;
+    P.slope = c.slopes.data();
     P.form = c.form;
     P.Ho = c.Ho;
     P.Wo = c.Wo;
@@ -255,7 +260,7 @@ int main(int argc, char** argv) {
     std::FILE* in = std::fopen(argv[arg], "rb");
     if (!in) fail(std::string("cannot read ") + argv[arg]);
     Reader r{in};
-    if (r.i32() != kMagic || r.i32() != 5) fail("not a version-5 case file");
+    if (r.i32() != kMagic || r.i32() != 6) fail("not a version-6 case file");
     const int32_t ncases = r.i32();
     std::vector<std::vector<float>> outputs;
     try {
