@@ -99,6 +99,7 @@ ELEMENTWISE_OPS = frozenset(
         "HardSwish",
         "Softmax",
         "LeakyRelu",
+        "PRelu",
         "Tanh",
         "Max",
         "Min",

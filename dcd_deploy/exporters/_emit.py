@@ -27,7 +27,7 @@ import onnx
 from onnx import helper, numpy_helper
 from torch import nn
 
-from .._activations import ACTIVATIONS, ALPHA_ATTRIBUTE
+from .._activations import parameter_entry
 from . import _fused, _sink
 from ._builder import DOMAIN, DOMAIN_VERSION, FunctionScope, GraphBuilder
 from ._deploy_dcd import DeployDCD
@@ -344,10 +344,10 @@ def _record(
     layout: str = "NCHW",
     residual: str | None = None,
     activation: str = "none",
-    alpha: float = 0.0,
+    alpha: float | tuple[float, ...] = 0.0,
 ) -> dict:
     kind, form = _kind(layer)
-    parameter = {ALPHA_ATTRIBUTE: alpha} if ACTIVATIONS[activation].parameter else {}
+    parameter = parameter_entry(activation, alpha)
     return {
         "path": path,
         "kind": kind,

@@ -5,7 +5,7 @@ This is the graph a runtime with a fused DCD kernel needs (the OpenVINO extensio
 release's latent branch, in deploy form: BNs folded, Λ's and the SE gate's factor 2 in
 the weights) becomes one node, with what follows it fused as an epilogue:
 
-    y = act(DCD(x) + residual)       act: none, ReLU, ReLU6, SiLU, Hardswish, GELU, LeakyReLU or Mish; residual: optional
+    y = act(DCD(x) + residual)       act: none, ReLU, ReLU6, SiLU, Hardswish, GELU, LeakyReLU, Mish or PReLU; residual: optional
 
 The node reads and writes NHWC: a Transpose pair wraps it, which runtimes that keep
 activations channels-last (OpenVINO's CPU plugin) merge into their own layout
@@ -18,7 +18,8 @@ Inputs of the node, in order (``docs/design.md#fused-op``; the one table is
 :func:`._fused_contract.fused_inputs`): ``x``, ``residual`` (if fused), ``fc1``, ``gate``
 (SE), ``scale_w`` (Λ), ``phi_w``, ``phi_b``, ``q``, ``q_b``, ``p``, ``w0``, ``bias``. Attributes: ``pool``, ``se``, ``attention``, ``residual``,
 ``activation``, ``activation_alpha`` (LeakyReLU's negative slope, a float; only with
-``activation="leaky_relu"``), ``form`` (the cost model's pick; both forms compute the same function).
+``activation="leaky_relu"``), ``activation_slopes`` (PReLU's negative slope per output
+channel, floats; only with ``activation="prelu"``), ``form`` (the cost model's pick; both forms compute the same function).
 
 A k x k or strided channel-fusion layer (ResNet's 3x3 layers, the strided 1x1 ones;
 paper Eq. 8 with the 1x1 dynamic residual at the centre tap) keeps ``W0 * x`` a standard
@@ -46,9 +47,9 @@ The epilogue is matched on the exported ONNX graph (:func:`plan`): a same-shape 
 and then a Relu, Clip(0, 6), HardSwish, SiLU (``Mul(t, Sigmoid(t))``, as torch.onnx
 writes ``F.silu``), exact GELU (``Div``, ``Erf``, ``Add``, ``Mul``, ``Mul``, as it writes
 ``F.gelu``), LeakyRelu (``F.leaky_relu``, its ``alpha`` the slope: any finite one), a
-PRelu of one constant slope (``nn.PReLU()``, fused as that LeakyReLU; a slope per channel
-stays a standard op after the fused node) or Mish, each only where the tensor before it
-feeds nothing else (but the activation's own nodes).
+PRelu of one constant slope (``nn.PReLU()``, fused as that LeakyReLU), a PRelu of a
+constant slope per output channel (``nn.PReLU(C)``, MobileFaceNet's) or Mish, each only
+where the tensor before it feeds nothing else (but the activation's own nodes).
 A layer with B > 1 latent blocks (Eq. 6) takes the same ops as the dense layer with zeros
 off the blocks (its kind's ``fused_constants``). The classifier (``DCDLinear``) is the
 runtime's Gemm of W0 (+ b0) and one DCDConvEpilogue at 1x1 spatial size, its (B, C)
@@ -62,9 +63,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
 from torch import nn
 
-from .._activations import ACTIVATIONS, ALPHA_ATTRIBUTE
+from .._activations import ACTIVATIONS, parameter_entry
 from ._builder import FunctionScope, GraphBuilder
 from ._deploy_dcd import DeployDCD
 from ._fused_contract import ACTIVATIONS as ACTIVATION_INPUTS
@@ -86,7 +88,8 @@ TO_NHWC, TO_NCHW = [0, 2, 3, 1], [0, 3, 1, 2]
 @dataclass(frozen=True)
 class FusedLayer:
     """One fused node: the placeholder it replaces, the tensor added, the activation after
-    (``alpha``: its parameter, LeakyReLU's negative slope; 0 for the others).
+    (``alpha``: its parameter, LeakyReLU's negative slope or PReLU's slopes per channel; 0
+    for the others).
 
     ``tail`` is the index of the last graph node folded in (the placeholder itself, the
     residual Add or the activation); the fused node is emitted there, where the residual
@@ -98,7 +101,7 @@ class FusedLayer:
     activation: str  # a name of dcd_deploy._activations.ACTIVATIONS
     tail: int
     folded: tuple[int, ...] = ()
-    alpha: float = 0.0
+    alpha: float | tuple[float, ...] = 0.0
 
 
 def fusable(layer: nn.Module) -> bool:
@@ -169,12 +172,13 @@ def plan(nodes, layers: dict[int, nn.Module], consumers, shape_of, const_of, gra
                 tail = user
                 folded.append(user)
         activation, alpha = "none", 0.0
-        act = _activation_after(nodes, nodes[tail].output[0], consumers, const_of, graph_outputs, taken)
+        t = nodes[tail].output[0]
+        act = _activation_after(nodes, t, consumers, const_of, graph_outputs, taken, shape_of(t))
         if act is not None:
             activation, after = act
             tail = after[-1]
             folded.extend(after)
-            alpha = _leaky_alpha(nodes[tail], const_of) if activation == "leaky_relu" else 0.0
+            alpha = _parameter(nodes[tail], activation, const_of)
         taken.update(folded)
         out[index] = FusedLayer(index, residual, activation, tail, tuple(folded), alpha)
     return out
@@ -185,15 +189,15 @@ def _same_shape(a, b) -> bool:
     return a is not None and a == b and None not in a
 
 
-def _activation_after(nodes, t: str, consumers, const_of, graph_outputs, taken):
-    """The activation applied to tensor ``t`` and nothing else reading it: ``(name, node
-    indices folded, last one last)``, or None. SiLU and GELU are a chain of nodes from
-    ``t`` ending in ``Mul(t, chain)`` (:func:`_gated`)."""
+def _activation_after(nodes, t: str, consumers, const_of, graph_outputs, taken, shape=None):
+    """The activation applied to tensor ``t`` (of ``shape``, NCHW or (B, C)) and nothing
+    else reading it: ``(name, node indices folded, last one last)``, or None. SiLU and GELU
+    are a chain of nodes from ``t`` ending in ``Mul(t, chain)`` (:func:`_gated`)."""
     users = consumers.get(t, [])
     if t in graph_outputs or any(u in taken for u in users) or not users:
         return None
     if len(users) == 1:
-        act = _activation(nodes[users[0]], const_of)
+        act = _activation(nodes[users[0]], const_of, shape)
         return (act, (users[0],)) if act is not None else None
     if len(users) != 2:
         return None
@@ -269,14 +273,42 @@ def _leaky_alpha(node, const_of) -> float | None:
     return next((a.f for a in node.attribute if a.name == "alpha"), 0.01)
 
 
-def _activation(node, const_of) -> str | None:
+def _channel_slopes(node, const_of, shape) -> tuple[float, ...] | None:
+    """The slopes of a PRelu node whose constant slope has one value per channel of its
+    input (``shape``: NCHW or (B, C), the channels known), laid along that axis as
+    ``nn.PReLU(C)`` exports them ((C, 1, 1) for an image, (C,) for features), all finite;
+    else None (a slope along another axis is not a per-channel one)."""
+    slope = const_of(node.input[1]) if node.op_type == "PRelu" and len(node.input) == 2 else None
+    if slope is None or shape is None or len(shape) not in (2, 4) or not isinstance(shape[1], int):
+        return None
+    if slope.ndim > len(shape) or slope.size != shape[1] or slope.size < 2:
+        return None
+    aligned = (1,) * (len(shape) - slope.ndim) + tuple(slope.shape)
+    if aligned[1] != shape[1] or not np.all(np.isfinite(slope)):
+        return None
+    return tuple(float(v) for v in slope.reshape(-1))
+
+
+def _parameter(node, activation: str, const_of) -> float | tuple[float, ...]:
+    """The parameter of the matched activation ``node``: LeakyReLU's slope, PReLU's slopes."""
+    if activation == "leaky_relu":
+        return _leaky_alpha(node, const_of)
+    if activation == "prelu":
+        slope = const_of(node.input[1])
+        return tuple(float(v) for v in slope.reshape(-1))
+    return 0.0
+
+
+def _activation(node, const_of, shape=None) -> str | None:
     if node.domain not in ("", "ai.onnx"):
         return None
     if node.op_type == "Relu":
         return "relu"
-    if node.op_type in ("LeakyRelu", "PRelu"):  # the kernels take one finite slope only
+    if node.op_type in ("LeakyRelu", "PRelu"):
         alpha = _leaky_alpha(node, const_of)
-        return "leaky_relu" if alpha is not None and math.isfinite(alpha) else None
+        if alpha is not None:
+            return "leaky_relu" if math.isfinite(alpha) else None
+        return "prelu" if _channel_slopes(node, const_of, shape) is not None else None
     if node.op_type == "HardSwish":
         return "hardswish"
     if node.op_type == "Mish":  # F.mish at opset 18 (below it torch.onnx writes the chain: not matched)
@@ -597,13 +629,11 @@ def _finish(
     return ACTIVATIONS[activation].write(fs.op, fs.local, out, alpha)
 
 
-def _activation_attrs(activation: str, alpha: float) -> dict:
-    """The node's ``activation`` attribute, and its parameter's (:data:`ALPHA_ATTRIBUTE`)
-    for an activation that takes one."""
+def _activation_attrs(activation: str, alpha: float | tuple[float, ...]) -> dict:
+    """The node's ``activation`` attribute, and its parameter's (``activation_alpha``, a
+    float, or ``activation_slopes``, floats) for an activation that takes one."""
     attrs: dict = {"activation": activation}
-    if ACTIVATIONS[activation].parameter:
-        attrs[ALPHA_ATTRIBUTE] = float(alpha)
-    return attrs
+    return attrs | parameter_entry(activation, alpha)
 
 
 def _depthwise_body(fs: FunctionScope, layer: DeployDCD, w: dict[str, str], in_shape) -> str:

@@ -70,6 +70,7 @@ ALLOWED_OPS = frozenset(
         "Sigmoid",
         "Erf",  # only a fused op's body, for the user's GELU folded into it
         "LeakyRelu",  # only a fused op's body, for the user's LeakyReLU folded into it
+        "PRelu",  # only a fused op's body, for the user's per-channel PReLU folded into it
         "Softplus",  # only a fused op's body, for the user's Mish folded into it
         "Tanh",  # the same
         "Softmax",

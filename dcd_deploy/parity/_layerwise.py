@@ -15,8 +15,9 @@ its own, like Polygraphy's ``--onnx-outputs mark all`` and "which layer diverges
    output is after a folded BatchNorm and after a fused epilogue), ``bn`` (path of the
    BatchNorm folded into the layer, or null), ``residual`` (tensor added in a fused
    epilogue, or null), ``activation`` (a name of ``dcd_deploy._activations.ACTIVATIONS``),
-   ``activation_alpha`` (its parameter, LeakyReLU's negative slope: only for an activation
-   that takes one) and ``layout`` (``NCHW``, or ``NHWC`` for the fused op's tensors).
+   ``activation_alpha`` (its parameter, LeakyReLU's negative slope) or
+   ``activation_slopes`` (PReLU's slope per channel, a list), only for an activation that
+   takes one, and ``layout`` (``NCHW``, or ``NHWC`` for the fused op's tensors).
 2. The file runs once more per runtime with those tensors as extra outputs.
 3. Each layer is re-evaluated in float64: the module at ``path`` of a float64 copy of
    the original model, on the file's own input tensor, then the BatchNorm at ``bn``,
@@ -49,7 +50,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from .._activations import ACTIVATIONS, ALPHA_ATTRIBUTE, torch_activation
+from .._activations import ACTIVATIONS, ALPHA_ATTRIBUTE, SLOPES_ATTRIBUTE, torch_activation
 from ..errors import DCDDeployError
 
 #: metadata_props key of the exporter's layer record.
@@ -79,6 +80,7 @@ class LayerRecord:
     activation: str = "none"
     layout: str = "NCHW"
     activation_alpha: float = 0.0
+    activation_slopes: list | None = None
 
     @property
     def dynamic(self) -> bool:
@@ -166,12 +168,27 @@ def read_layers(onnx_path: Path, proto) -> list[LayerRecord] | None:
 
 
 def _parameter_ok(record: LayerRecord, entry: dict) -> bool:
-    """The activation's parameter: a finite number where it takes one, absent otherwise."""
-    takes = ACTIVATIONS[record.activation].parameter is not None
-    if ALPHA_ATTRIBUTE not in entry:
-        return not takes
-    a = record.activation_alpha
-    return takes and isinstance(a, (int, float)) and not isinstance(a, bool) and math.isfinite(a)
+    """The activation's parameter under its key: a finite number (a non-empty list of them,
+    per channel) where it takes one; no parameter otherwise."""
+    key = ACTIVATIONS[record.activation].attribute
+    if {ALPHA_ATTRIBUTE, SLOPES_ATTRIBUTE} & set(entry) != ({key} if key else set()):
+        return False
+    if key is None:
+        return True
+    value = entry[key]
+    if key == SLOPES_ATTRIBUTE:
+        return isinstance(value, list) and bool(value) and all(_finite_number(v) for v in value)
+    return _finite_number(value)
+
+
+def _finite_number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _parameter(record: LayerRecord) -> float | tuple[float, ...]:
+    if ACTIVATIONS[record.activation].per_channel:
+        return tuple(record.activation_slopes)
+    return record.activation_alpha
 
 
 def tensors(records: list[LayerRecord]) -> tuple[str, ...]:
@@ -191,7 +208,7 @@ def _apply(record: LayerRecord, model: nn.Module, x: torch.Tensor, residual: tor
         y = model.get_submodule(record.bn)(y)
     if residual is not None:
         y = y + residual
-    return torch_activation(record.activation, record.activation_alpha)(y)
+    return torch_activation(record.activation, _parameter(record))(y)
 
 
 def compare_layers(
