@@ -27,10 +27,12 @@ FORMULAS = {
     "gelu": lambda x: x * np.vectorize(math.erfc)(-x / math.sqrt(2.0)) / 2.0,  # x Φ(x)
     "leaky_relu": lambda x, slope: np.where(x >= 0.0, x, slope * x),
     "mish": lambda x: x * np.tanh(np.log1p(np.exp(x))),  # x tanh(softplus(x))
+    # a slope per channel: the last axis here, PyTorch's axis 1 (the tests' x is (N, C))
+    "prelu": lambda x, slopes: np.where(x >= 0.0, x, np.asarray(slopes) * x),
 }
 #: The parameter values checked for an activation that takes one (LeakyReLU's negative
 #: slope: YOLO's 0.1, PyTorch's default 0.01, 0 and, as PyTorch allows any, below 0 and above 1).
-PARAMETERS = {"leaky_relu": (0.1, 0.01, 0.0, -0.5, 1.5)}
+PARAMETERS = {"leaky_relu": (0.1, 0.01, 0.0, -0.5, 1.5), "prelu": ((0.25, -0.5, 1.5), (0.0, 0.01, 2.0))}
 #: (name, parameter or None) of every row.
 CASES = [(n, a) for n in sorted(ACTIVATIONS) for a in PARAMETERS.get(n, (None,))]
 #: Both sides of every kink (0, 6, -3, 3) and the smooth ranges.
@@ -41,9 +43,15 @@ def _formula(name: str, alpha):
     return FORMULAS[name] if alpha is None else (lambda x: FORMULAS[name](x, alpha))
 
 
+def _points(name: str) -> np.ndarray:
+    """The inputs, float64: POINTS, in each of 3 channels (N, 3) for a per-channel activation."""
+    return np.repeat(POINTS[:, None], 3, axis=1) if ACTIVATIONS[name].per_channel else POINTS
+
+
 def _body_model(name: str, alpha=None) -> onnx.ModelProto:
     """A one-input graph holding the row's body, as the exporter writes it (opset 13)."""
     nodes, consts = [], []
+    shape = list(_points(name).shape)
 
     def op(op_type, inputs, **attrs):
         out = f"t{len(nodes)}"
@@ -51,7 +59,8 @@ def _body_model(name: str, alpha=None) -> onnx.ModelProto:
         return out
 
     def const(hint, value):
-        consts.append(helper.make_tensor(f"c_{hint}", TensorProto.FLOAT, [], [value]))
+        value = np.asarray(value, dtype=np.float32)
+        consts.append(helper.make_tensor(f"c_{hint}", TensorProto.FLOAT, value.shape, value.reshape(-1).tolist()))
         return consts[-1].name
 
     out = ACTIVATIONS[name].write(op, const, "x", alpha)
@@ -62,8 +71,8 @@ def _body_model(name: str, alpha=None) -> onnx.ModelProto:
     graph = helper.make_graph(
         nodes,
         "act",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [len(POINTS)])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [len(POINTS)])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)],
         initializer=consts,
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
@@ -79,7 +88,7 @@ def test_the_formulas_cover_the_table():
 @pytest.mark.parametrize("name, alpha", CASES)
 def test_onnx_body_computes_the_activation(name, alpha):
     session = ort.InferenceSession(_body_model(name, alpha).SerializeToString(), providers=["CPUExecutionProvider"])
-    x = POINTS.astype(np.float32)
+    x = _points(name).astype(np.float32)
     (y,) = session.run(None, {"x": x})
     # atol: ONNX Runtime's Sigmoid is MLAS's rational approximation (about 1e-6 absolute
     # in the tails, where SiLU's output is tiny), not float32 rounding
@@ -89,8 +98,8 @@ def test_onnx_body_computes_the_activation(name, alpha):
 @pytest.mark.parametrize("name, alpha", CASES)
 def test_torch_function_is_the_activation(name, alpha):
     fn = torch_activation(name) if alpha is None else torch_activation(name, alpha)
-    y = fn(torch.from_numpy(POINTS))
-    np.testing.assert_allclose(y.numpy(), _formula(name, alpha)(POINTS), rtol=1e-12, atol=1e-15)
+    y = fn(torch.from_numpy(_points(name)))
+    np.testing.assert_allclose(y.numpy(), _formula(name, alpha)(_points(name)), rtol=1e-12, atol=1e-15)
 
 
 @pytest.mark.parametrize("alpha", PARAMETERS["leaky_relu"])

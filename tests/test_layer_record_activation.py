@@ -1,5 +1,6 @@
-"""The layer record's activation parameter (``activation_alpha``, LeakyReLU's slope): what
-the parity check reads from a file, and refuses when it cannot be the exporter's."""
+"""The layer record's activation parameter (``activation_alpha``, LeakyReLU's slope;
+``activation_slopes``, PReLU's per channel): what the parity check reads from a file, and
+refuses when it cannot be the exporter's."""
 
 from __future__ import annotations
 
@@ -30,6 +31,11 @@ def test_a_leaky_relu_record_carries_its_slope(alpha):
     assert record.activation == "leaky_relu" and record.activation_alpha == alpha
 
 
+def test_a_prelu_record_carries_a_slope_per_channel():
+    (record,) = read_layers(Path("f.onnx"), _proto(activation="prelu", activation_slopes=[0.25, -0.5, 2]))
+    assert record.activation == "prelu" and record.activation_slopes == [0.25, -0.5, 2]
+
+
 def test_a_record_written_before_the_parameter_reads_as_before():
     (record,) = read_layers(Path("f.onnx"), _proto(activation="relu"))
     assert record.activation == "relu" and record.activation_alpha == 0.0
@@ -44,6 +50,15 @@ def test_a_record_written_before_the_parameter_reads_as_before():
         {"activation": "leaky_relu", "activation_alpha": "0.1"},
         {"activation": "leaky_relu", "activation_alpha": True},
         {"activation": "relu", "activation_alpha": 0.1},  # ReLU takes none
+        {"activation": "prelu"},  # no slopes
+        {"activation": "prelu", "activation_slopes": []},
+        {"activation": "prelu", "activation_slopes": 0.25},  # one number is LeakyReLU's parameter
+        {"activation": "prelu", "activation_alpha": 0.25},
+        {"activation": "prelu", "activation_slopes": [0.25, float("nan")]},
+        {"activation": "prelu", "activation_slopes": [0.25, "0.5"]},
+        {"activation": "prelu", "activation_slopes": [0.25], "activation_alpha": 0.25},
+        {"activation": "leaky_relu", "activation_slopes": [0.25]},
+        {"activation": "relu", "activation_slopes": [0.25]},
     ],
 )
 def test_a_record_with_a_slope_the_exporter_cannot_have_written_is_refused(activation):
@@ -60,3 +75,15 @@ def test_the_recorded_slope_is_the_one_applied():
     model.add_module("a", torch.nn.Identity())
     y = _apply(record, model, torch.tensor([-2.0, 0.0, 3.0, float("nan")]), None)
     assert y[:3].tolist() == [1.0, 0.0, 3.0] and torch.isnan(y[3])
+
+
+def test_the_recorded_slopes_are_applied_per_channel():
+    # channels on axis 1, as the check recomputes a layer in PyTorch's NCHW
+    from dcd_deploy.parity._layerwise import _apply
+
+    (record,) = read_layers(Path("f.onnx"), _proto(activation="prelu", activation_slopes=[0.5, -1.0]))
+    model = torch.nn.Module()
+    model.add_module("a", torch.nn.Identity())
+    x = torch.tensor([[[[-2.0, 4.0]], [[-2.0, 4.0]]]], dtype=torch.float64)  # (1, 2, 1, 2)
+    y = _apply(record, model, x, None)
+    assert y.dtype == torch.float64 and y.flatten().tolist() == [-1.0, 4.0, 2.0, 4.0]

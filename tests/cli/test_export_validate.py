@@ -242,7 +242,7 @@ def _tamper_drop(node):
         (_tamper_pool, "pool must be 1 or 2, got 5"),
         (
             _tamper_activation,
-            "activation must be none, relu, relu6, silu, hardswish, gelu, leaky_relu or mish, got 'elu'",
+            "activation must be none, relu, relu6, silu, hardswish, gelu, leaky_relu, mish or prelu, got 'elu'",
         ),
         (_tamper_slope, "activation_alpha is leaky_relu's negative slope; activation 'relu6' takes none"),
         (_tamper_swap, "has shape"),

@@ -333,47 +333,88 @@ def _every_conv_kind(net: torch.nn.Module, d_out: int) -> None:
 
 
 class _PReLU(torch.nn.Module):
-    """DCD layers of every fused kind each followed by a PReLU as users write it: ``nn.PReLU()``
-    (one learnt slope), ``F.prelu`` with a one-element weight, and ``nn.PReLU(C)`` (a slope
-    per channel, as MobileFaceNet's), which the fused ops do not take."""
+    """DCD layers of every fused kind each followed by a PReLU as users write it: ``nn.PReLU(C)``
+    (a slope per channel, as MobileFaceNet's) after the 1x1, depthwise and classifier layers,
+    ``F.prelu`` with a one-element weight after the 3x3 and ``nn.PReLU()`` (one learnt slope)
+    after the second 1x1."""
 
     def __init__(self):
         super().__init__()
         _every_conv_kind(self, d_out=16)
         self.fc = DCDLinear(16, 10)
-        self.one, self.per_channel = torch.nn.PReLU(), torch.nn.PReLU(16)
+        self.one = torch.nn.PReLU()
+        self.per_a, self.per_c, self.per_fc = torch.nn.PReLU(16), torch.nn.PReLU(16), torch.nn.PReLU(10)
         self.slope = torch.nn.Parameter(torch.tensor([-0.3]))
-        with torch.no_grad():  # trained slopes, not the 0.25 they start at
+        with torch.no_grad():  # trained slopes, not the 0.25 they start at; below 0 and above 1 too
             self.one.weight.fill_(0.15)
-            self.per_channel.weight.uniform_(0.05, 0.5)
+            for per in (self.per_a, self.per_c, self.per_fc):
+                per.weight.uniform_(-0.5, 1.5)
 
     def forward(self, x):
-        y = self.one(self.a(self.stem(x)))
+        y = self.per_a(self.a(self.stem(x)))
         y = torch.nn.functional.prelu(self.b(y), self.slope)
-        y = self.per_channel(self.c(y))
+        y = self.per_c(self.c(y))
         y = self.one(self.d(y))
-        return self.one(self.fc(y.mean((2, 3))))
+        return self.per_fc(self.fc(y.mean((2, 3))))
 
 
-def test_prelu_of_one_slope_is_fused_as_that_leaky_relu_and_a_slope_per_channel_is_not(tmp_path):
+def test_prelu_is_fused_with_its_slope_per_channel_or_as_the_leaky_relu_of_its_one_slope(tmp_path):
     torch.manual_seed(0)
     model = _PReLU().eval()
     result, proto, nodes = _export_fused(model, tmp_path)
     ops = ["DCDPointwise", "DCDConvEpilogue", "DCDDepthwise", "DCDPointwise", "DCDConvEpilogue"]
     assert [n.op_type for n in nodes] == ops
-    assert [_attrs(n)["activation"].decode() for n in nodes] == ["leaky_relu", "leaky_relu", "none"] + [
-        "leaky_relu"
-    ] * 2
-    slopes = [_attrs(n).get("activation_alpha") for n in nodes]
-    assert slopes == [np.float32(0.15), np.float32(-0.3), None, np.float32(0.15), np.float32(0.15)]
-    # the per-channel one stays outside, its 16 slopes with it
-    (outside,) = [n for n in proto.graph.node if n.op_type == "PRelu"]
-    assert result.op_histogram.get("PRelu", 0) == 1
-    weights = {t.name: onnx.numpy_helper.to_array(t) for t in proto.graph.initializer}
-    assert weights[outside.input[1]].size == 16
+    assert [_attrs(n)["activation"].decode() for n in nodes] == ["prelu", "leaky_relu", "prelu", "leaky_relu", "prelu"]
+    alphas = [_attrs(n).get("activation_alpha") for n in nodes]
+    assert alphas == [None, np.float32(-0.3), None, np.float32(0.15), None]
+    for node, per in zip([nodes[0], nodes[2], nodes[4]], [model.per_a, model.per_c, model.per_fc]):
+        np.testing.assert_array_equal(np.float32(_attrs(node)["activation_slopes"]), per.weight.detach().numpy())
+    assert all("activation_slopes" not in _attrs(n) for n in (nodes[1], nodes[3]))
+    assert result.op_histogram.get("PRelu", 0) == 0  # every one folded into its layer
     x = torch.randn(3, 3, 10, 10) * 2  # both signs at every layer
     report = check_parity(model, tmp_path / "m.onnx", batch_sizes=(1, 3), backends=_parity_backends(), inputs=x)
     assert report, report.table()
+
+
+def _with_slopes(src, dst, edit) -> None:
+    """``src`` with the first fused node's ``activation_slopes`` replaced by ``edit(slopes)``
+    (None: removed)."""
+    proto = onnx.load(str(src))
+    node = next(n for n in proto.graph.node if n.domain == "dcd_deploy")
+    attr = next(a for a in node.attribute if a.name == "activation_slopes")
+    slopes = edit(list(attr.floats))
+    if slopes is None:
+        node.attribute.remove(attr)
+    else:
+        del attr.floats[:]
+        attr.floats.extend(slopes)
+    onnx.save(proto, str(dst))
+
+
+def test_a_fused_prelu_runs_the_slopes_it_carries_and_needs_one_finite_slope_per_channel(tmp_path):
+    """The slopes reach the kernels channel by channel: the same file with one node's slopes
+    in reverse order fails the parity check in OpenVINO; without them, with one too few or a
+    NaN among them, OpenVINO refuses the file."""
+    pytest.importorskip("openvino")
+    from dcd_deploy.errors import DCDDeployError
+    from dcd_deploy.openvino import compile_onnx
+
+    torch.manual_seed(0)
+    model = _PReLU().eval()
+    export_onnx(model, tmp_path / "m.onnx", input_size=10, mode="fused", check=False)
+    _with_slopes(tmp_path / "m.onnx", tmp_path / "other.onnx", lambda s: s[::-1])
+    x = torch.randn(2, 3, 10, 10) * 2
+    report = check_parity(model, tmp_path / "other.onnx", batch_sizes=(1,), backends=("openvino",), inputs=x)
+    assert not report, report.table()
+    for edit, message in (
+        (lambda s: None, "activation prelu needs activation_slopes (a negative slope per output channel)"),
+        (lambda s: s[:-1], "activation_slopes has 15 values, expected one per output channel (16)"),
+        (lambda s: [float("nan")] + s[1:], "activation_slopes must be finite, got nan"),
+    ):
+        _with_slopes(tmp_path / "m.onnx", tmp_path / "bad.onnx", edit)
+        with pytest.raises(DCDDeployError, match="cannot compile") as err:
+            compile_onnx(tmp_path / "bad.onnx")
+        assert message in str(err.value)
 
 
 class _PaddingModes(torch.nn.Module):

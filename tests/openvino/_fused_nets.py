@@ -5,10 +5,10 @@ Each ``test_fused_*`` file draws its own layer geometry and builds the layer; th
 around it is the same everywhere:
 
     Conv2d(3, C_in, 1) -> the DCD layer -> BatchNorm2d [-> + stem output]
-        [-> ReLU | ReLU6 | SiLU | Hardswish | GELU | LeakyReLU(slope) | Mish]
+        [-> ReLU | ReLU6 | SiLU | Hardswish | GELU | LeakyReLU(slope) | Mish | PReLU(C_out)]
 
 The activation is a spec (:func:`activation_specs`): a name of :data:`ACTIVATIONS`, or
-``leaky_relu:<slope>``.
+``leaky_relu:<slope>``; ``prelu`` is a slope per channel, drawn by :func:`build`.
 """
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ ACTIVATIONS = {
     "gelu": nn.GELU,
     "leaky_relu": nn.LeakyReLU,
     "mish": nn.Mish,
+    "prelu": nn.PReLU,
 }
 #: LeakyReLU's negative slopes the fuzz draws besides any in [-3, 3]: YOLO's 0.1, PyTorch's
 #: default 0.01, 0, and below 0 and above 1 (PyTorch takes any).
@@ -59,17 +60,31 @@ def activation_specs() -> st.SearchStrategy[str]:
     return st.sampled_from(sorted(ACTIVATIONS)).flatmap(lambda n: leaky if n == "leaky_relu" else st.just(n))
 
 
-def make_activation(spec: str) -> nn.Module:
-    """The module of an activation spec."""
+def make_activation(spec: str, channels: int) -> nn.Module:
+    """The module of an activation spec over ``channels`` channels."""
     name, _, slope = spec.partition(":")
+    if name == "prelu":
+        return nn.PReLU(channels)
     return ACTIVATIONS[name](float(slope)) if slope else ACTIVATIONS[name]()
 
 
-def check_activation(attrs: dict, spec: str) -> None:
+def check_activation(attrs: dict, spec: str, model: nn.Module) -> None:
     """The fused node's attributes (``get_attribute_value``'s) name the spec's activation and
-    carry its slope (float32), and only for LeakyReLU."""
+    carry its slope (float32), only for LeakyReLU, or its slope per channel, only for
+    PReLU (``model``'s; a PReLU of one channel is fused as the LeakyReLU of its slope)."""
     name, _, slope = spec.partition(":")
-    assert attrs["activation"].decode() == name, (attrs["activation"], spec)
+    got = attrs["activation"].decode()
+    if name == "prelu":
+        (prelu,) = (m for m in model.modules() if isinstance(m, nn.PReLU))
+        slopes = prelu.weight.detach().numpy().astype(np.float32)
+        if slopes.size == 1:
+            assert got == "leaky_relu" and attrs["activation_alpha"] == slopes[0], (attrs, spec)
+            return
+        assert got == "prelu" and "activation_alpha" not in attrs, (attrs, spec)
+        np.testing.assert_array_equal(np.float32(attrs["activation_slopes"]), slopes)
+        return
+    assert got == name, (attrs["activation"], spec)
+    assert "activation_slopes" not in attrs, (attrs, spec)
     assert attrs.get("activation_alpha") == (np.float32(float(slope)) if slope else None), (attrs, spec)
 
 
@@ -83,7 +98,7 @@ class LayerNet(nn.Module):
         self.stem = nn.Conv2d(3, c_in, 1)
         self.dcd = layer
         self.bn = nn.BatchNorm2d(c_out)
-        self.act = make_activation(act)
+        self.act = make_activation(act, c_out)
 
     def forward(self, x):
         s = self.stem(x)
@@ -123,6 +138,8 @@ def build(cfg, net) -> nn.Module:
                 mod.bias.normal_(0, 0.5)
                 mod.running_mean.normal_(0, 0.5)
                 mod.running_var.uniform_(0.25, 2.0)
+            if isinstance(mod, nn.PReLU):  # a slope per channel, below 0 and above 1 too
+                mod.weight.uniform_(-1.0, 1.5)
         for name, p in model.named_parameters():
             if p.dim() > 1:
                 gain = 2.0 if name.endswith(("fc_phi.weight", "fc_scale.weight")) else 1.0

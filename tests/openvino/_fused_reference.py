@@ -43,7 +43,8 @@ def _branch(xb, c, *, pool, se, attention):
 
 
 def _act(out, activation, alpha=0.0):
-    """The activation on float64 ``out`` (``alpha``: leaky_relu's negative slope)."""
+    """The activation on float64 ``out`` (``alpha``: leaky_relu's negative slope, prelu's per
+    channel)."""
     if activation == "relu":
         return np.maximum(out, 0)
     if activation == "relu6":
@@ -58,7 +59,9 @@ def _act(out, activation, alpha=0.0):
     if activation == "mish":  # x tanh(softplus(x)), softplus as log1p(e^x) (x for x > 20, as PyTorch)
         with np.errstate(over="ignore"):
             return out * np.tanh(np.where(out > 20.0, out, np.log1p(np.exp(np.minimum(out, 20.0)))))
-    if activation == "leaky_relu":  # x for x >= 0, alpha x below; NaN stays NaN (out < 0 is false for it)
+    # x for x >= 0, alpha x below (prelu: alpha per channel, the last axis); NaN stays NaN
+    # (out < 0 is false for it)
+    if activation in ("leaky_relu", "prelu"):
         return np.where(out < 0, alpha * out, out)
     return out
 

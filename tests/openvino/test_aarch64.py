@@ -39,10 +39,10 @@ from _fused_reference import (
 from dcd_deploy.errors import ExtensionError
 from dcd_deploy.openvino import _cross
 
-ACTS = {"none": 0, "relu": 1, "relu6": 2, "silu": 3, "hardswish": 4, "gelu": 5, "leaky_relu": 6, "mish": 7}
+ACTS = {"none": 0, "relu": 1, "relu6": 2, "silu": 3, "hardswish": 4, "gelu": 5, "leaky_relu": 6, "mish": 7, "prelu": 8}
 #: (se, attention, residual, activation) cases of the epilogue and depthwise kinds; an
 #: activation with a parameter is (name, its value): LeakyReLU's slope, YOLO's 0.1, PyTorch's
-#: default 0.01, and below 0 and above 1 (PyTorch takes any).
+#: default 0.01, and below 0 and above 1 (PyTorch takes any). PReLU's slopes: :func:`_slopes`.
 OPTIONS = (
     (1, 0, 0, "relu"),
     (0, 1, 1, "relu6"),
@@ -53,6 +53,7 @@ OPTIONS = (
     (1, 1, 1, ("leaky_relu", 0.1)),
     (0, 0, 0, ("leaky_relu", -0.75)),
     (1, 0, 1, "mish"),
+    (0, 1, 1, "prelu"),
 )
 FORMS = {"weight": 0, "latent": 1, "auto": 2}
 MAGIC = 0x4B444344
@@ -63,6 +64,23 @@ def _act(act) -> dict:
     """A case's activation fields from an option's: a name, or (name, its parameter)."""
     name, alpha = act if isinstance(act, tuple) else (act, 0.0)
     return {"activation": name, "alpha": alpha}
+
+
+def _slopes(k) -> np.ndarray | None:
+    """A prelu case's slope per output channel (from -0.75 to 1.5, each its own), else None."""
+    return np.linspace(-0.75, 1.5, k["Cout"]) if k["activation"] == "prelu" else None
+
+
+def _alpha(k):
+    """The reference's activation parameter: the slope, or prelu's slopes."""
+    slopes = _slopes(k)
+    return k["alpha"] if slopes is None else slopes
+
+
+def _slope_bytes(k) -> bytes:
+    """What follows the header's float: prelu's slopes (float32, Cout), else nothing."""
+    slopes = _slopes(k)
+    return b"" if slopes is None else np.ascontiguousarray(slopes, dtype="<f4").tobytes()
 
 
 def _cases():
@@ -105,6 +123,7 @@ def _cases():
             (0, 1, 1, ("leaky_relu", 0.01)),
             (1, 0, 0, ("leaky_relu", 2.5)),
             (0, 1, 1, "mish"),
+            (1, 1, 1, "prelu"),
         ):
             for B in (1, 4):
                 out.append(
@@ -297,10 +316,10 @@ CASES = _cases()
 
 
 def write_cases(path, cases):
-    """The driver's case file (test_driver.cpp, version 5) and the expected outputs, float64."""
+    """The driver's case file (test_driver.cpp, version 6) and the expected outputs, float64."""
     expected = []
     with open(path, "wb") as f:
-        f.write(struct.pack("<3i", MAGIC, 5, len(cases)))
+        f.write(struct.pack("<3i", MAGIC, 6, len(cases)))
         for seed, k in enumerate(cases):
             kind = k.get("kind", 0)
             rng = np.random.default_rng(seed)
@@ -327,7 +346,7 @@ def write_cases(path, cases):
                 continue
             f.write(_header(k, kind))
             opts = dict(
-                pool=k["pool"], se=k["se"], attention=k["attention"], activation=k["activation"], alpha=k["alpha"]
+                pool=k["pool"], se=k["se"], attention=k["attention"], activation=k["activation"], alpha=_alpha(k)
             )
             if kind == 0:
                 tensors = [x, res] + [c[n] for n in WEIGHT_ORDER if n in c]
@@ -345,10 +364,10 @@ def write_cases(path, cases):
 
 
 def _header(k, kind):
-    """The case's header (test_driver.cpp): 23 int32, the float32 slope."""
+    """The case's header (test_driver.cpp): 23 int32, the float32 slope, prelu's slopes."""
     fields = [k[n] for n in ("B", "H", "W", "Cin", "Cout", "S", "L", "pool", "se", "attention", "residual")]
     fields += [ACTS[k["activation"]], FORMS[k["form"]], k["threads"], kind, k.get("stride", 1), 0]
-    return struct.pack("<23if", *fields, 0, 0, 0, 0, 0, 0, k["alpha"])
+    return struct.pack("<23if", *fields, 0, 0, 0, 0, 0, 0, k["alpha"]) + _slope_bytes(k)
 
 
 def _write_latent_case(f, rng, k):
@@ -360,7 +379,7 @@ def _write_latent_case(f, rng, k):
     for a in [x, conv, res, z] + [c[n] for n in LATENT_WEIGHT_ORDER if n in c]:
         if a is not None:
             f.write(np.ascontiguousarray(a, dtype="<f4").tobytes())
-    opts = dict(pool=k["pool"], se=k["se"], attention=k["attention"], activation=k["activation"], alpha=k["alpha"])
+    opts = dict(pool=k["pool"], se=k["se"], attention=k["attention"], activation=k["activation"], alpha=_alpha(k))
     return latent_epilogue_reference(x, conv, z, res, c, **opts)
 
 
@@ -380,13 +399,13 @@ def _write_depthwise_case(f, rng, k) -> np.ndarray:
         attention=k["attention"],
     )
     geometry = dict(k=k["k"], stride=k["stride"], pads=k["pads"], dilation=k["dilation"])
-    opts = dict(pool=k["pool"], se=k["se"], attention=k["attention"], activation=k["activation"], alpha=k["alpha"])
+    opts = dict(pool=k["pool"], se=k["se"], attention=k["attention"], activation=k["activation"], alpha=_alpha(k))
     shape = depthwise_reference(x, None, c, **opts, **geometry).shape
     res = rng.standard_normal(shape).astype(np.float32) if k["residual"] else None
     head = [k[n] for n in ("B", "H", "W", "Cin", "Cout", "S", "L", "pool", "se", "attention", "residual")]
     head += [ACTS[k["activation"]], FORMS[k["form"]], k["threads"], 3, k["stride"], 0, k["k"]]
     top, left, bottom, right = k["pads"]
-    f.write(struct.pack("<23if", *head, top, left, bottom, right, k["dilation"], k["alpha"]))
+    f.write(struct.pack("<23if", *head, top, left, bottom, right, k["dilation"], k["alpha"]) + _slope_bytes(k))
     for a in [x, res] + [c[n] for n in DEPTHWISE_WEIGHT_ORDER if n in c]:
         if a is not None:
             f.write(np.ascontiguousarray(a, dtype="<f4").tobytes())
@@ -441,8 +460,12 @@ def test_driver_on_this_machine(tmp_path):
         pytest.skip(f"no native build of the driver: {exc}")
     # every third case, and every case of the split over threads (concurrent members, and
     # members run one after the other: the stages must not wait for a member that never comes)
-    # and of LeakyReLU (its slope is the one float of the case's header)
-    cases = [c for i, c in enumerate(CASES) if i % 3 == 0 or c["threads"] != 1 or c["alpha"] != 0.0]
+    # and of LeakyReLU (its slope is the one float of the case's header) and PReLU (its slopes follow it)
+    cases = [
+        c
+        for i, c in enumerate(CASES)
+        if i % 3 == 0 or c["threads"] != 1 or c["alpha"] != 0.0 or c["activation"] == "prelu"
+    ]
     expected = write_cases(tmp_path / "cases.bin", cases)
     assert _cross.run_driver(driver, tmp_path / "cases.bin", tmp_path / "out.bin", target="host") == "portable"
     got = read_outputs(tmp_path / "out.bin", expected)

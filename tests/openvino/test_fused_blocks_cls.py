@@ -112,7 +112,7 @@ def test_fused_block_diagonal_layers_match_pytorch(tmp_path, capsys):
         assert node.op_type == ("DCDPointwise" if pointwise else "DCDConvEpilogue")
         attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
         assert attrs["residual"] == int(cfg.residual)
-        check_activation(attrs, cfg.act)
+        check_activation(attrs, cfg.act, model)
         g = torch.Generator().manual_seed(cfg.seed + 1)
         x = torch.randn(2 * cfg.batch, 3, cfg.side, cfg.side, generator=g)
         isa = isas[isa_index % len(isas)]
@@ -123,6 +123,7 @@ def test_fused_block_diagonal_layers_match_pytorch(tmp_path, capsys):
         coverage[node.op_type] += 1
         coverage[f"B {cfg.blocks}"] += 1
         coverage["grouped W0" if cfg.groups > 1 else "dense W0"] += 1
+        coverage[f"act {cfg.act.partition(':')[0]}"] += 1
         coverage["residual" if cfg.residual else "no residual"] += 1
 
     prop()
@@ -132,6 +133,7 @@ def test_fused_block_diagonal_layers_match_pytorch(tmp_path, capsys):
             + ", ".join(f"{k} {v}" for k, v in sorted(coverage.items()))
         )
     assert all(coverage[f"isa {isa}"] > 0 for isa in isas)
+    assert coverage["act prelu"] > 0  # a slope per channel, the one activation with a vector
     assert all(coverage[k] > 0 for k in ("DCDPointwise", "DCDConvEpilogue", "grouped W0", "residual", "B 4"))
 
 
@@ -191,7 +193,7 @@ class ClassifierNet(nn.Module):
             channel_attention=cfg.channel_attention,
             latent_bn=cfg.latent_bn,
         )
-        self.act = make_activation(cfg.act)
+        self.act = make_activation(cfg.act, cfg.c_out)
 
     def forward(self, x):
         y = self.cls(x)
@@ -220,7 +222,7 @@ def test_fused_classifier_matches_pytorch(tmp_path, capsys):
         assert node.op_type == "DCDConvEpilogue"
         attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
         assert attrs["residual"] == int(cfg.residual)
-        check_activation(attrs, cfg.act)
+        check_activation(attrs, cfg.act, model)
         assert attrs["pool"] == 1 and attrs["stride"] == 1 and attrs["offset"] == 0
         assert "Gemm" in {n.op_type for n in graph.node}  # W0 x + b0: the runtime's own
         g = torch.Generator().manual_seed(cfg.seed + 1)
@@ -239,6 +241,7 @@ def test_fused_classifier_matches_pytorch(tmp_path, capsys):
         coverage[f"isa {isa}"] += 1
         coverage[f"B {cfg.blocks}"] += 1
         coverage["residual" if cfg.residual else "no residual"] += 1
+        coverage[f"act {cfg.act.partition(':')[0]}"] += 1
         coverage["Λ" if cfg.channel_attention else "no Λ"] += 1
         coverage[f"batch {cfg.batch}"] += 1
 
@@ -249,6 +252,7 @@ def test_fused_classifier_matches_pytorch(tmp_path, capsys):
             + ", ".join(f"{k} {v}" for k, v in sorted(coverage.items()))
         )
     assert all(coverage[f"isa {isa}"] > 0 for isa in isas)
+    assert coverage["act prelu"] > 0  # a slope per channel, the one activation with a vector
     assert all(coverage[k] > 0 for k in ("B 1", "B 2", "residual", "Λ", "no Λ", "batch 3"))
 
 

@@ -131,7 +131,7 @@ def test_fused_depthwise_layers_match_pytorch_in_openvino_and_onnxruntime(tmp_pa
         attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
         assert (attrs["kernel"], attrs["stride"], attrs["dilation"]) == (cfg.kernel, cfg.stride, cfg.dilation)
         assert attrs["residual"] == int(cfg.residual)
-        check_activation(attrs, cfg.act)
+        check_activation(attrs, cfg.act, model)
         g = torch.Generator().manual_seed(cfg.seed + 1)
         x = torch.randn(2 * cfg.batch, 3, cfg.height, cfg.width, generator=g)
         isa = isas[isa_index % len(isas)]
@@ -144,6 +144,7 @@ def test_fused_depthwise_layers_match_pytorch_in_openvino_and_onnxruntime(tmp_pa
         coverage[f"padding {cfg.padding}"] += 1
         coverage["residual" if cfg.residual else "no residual"] += 1
         coverage["dilated" if cfg.dilation > 1 else "undilated"] += 1
+        coverage[f"act {cfg.act.partition(':')[0]}"] += 1
 
     prop()
     with capsys.disabled():
@@ -152,6 +153,7 @@ def test_fused_depthwise_layers_match_pytorch_in_openvino_and_onnxruntime(tmp_pa
             + ", ".join(f"{k} {v}" for k, v in sorted(coverage.items()))
         )
     assert all(coverage[f"isa {isa}"] > 0 for isa in isas)
+    assert coverage["act prelu"] > 0  # a slope per channel, the one activation with a vector
     assert all(coverage[k] > 0 for k in ("residual", "pool 2", "dilated", "padding valid"))
     assert all(any(key.startswith(f"{k}x{k}/") for key in coverage) for k in (3, 5, 7))
     assert coverage["3x3/2"] + coverage["5x5/2"] + coverage["7x7/2"] > 0

@@ -285,7 +285,7 @@ def test_fused_joint_layers_match_pytorch_in_openvino_and_onnxruntime(tmp_path, 
         attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
         assert node.op_type == "DCDConvEpilogue" and attrs["latent_input"] == 1
         assert attrs["residual"] == int(cfg.residual)
-        check_activation(attrs, cfg.act)
+        check_activation(attrs, cfg.act, model)
         g = torch.Generator().manual_seed(cfg.seed + 1)
         x = torch.randn(2 * cfg.batch, 3, *cfg.hw, generator=g)
         isa = isas[isa_index % len(isas)]
@@ -296,6 +296,7 @@ def test_fused_joint_layers_match_pytorch_in_openvino_and_onnxruntime(tmp_path, 
         coverage[f"{cfg.kernel}x{cfg.kernel}/{cfg.stride}"] += 1
         coverage[f"pad {cfg.padding}"] += 1
         coverage["residual" if cfg.residual else "no residual"] += 1
+        coverage[f"act {cfg.act.partition(':')[0]}"] += 1
 
     prop()
     with capsys.disabled():
@@ -304,6 +305,7 @@ def test_fused_joint_layers_match_pytorch_in_openvino_and_onnxruntime(tmp_path, 
             + ", ".join(f"{k} {v}" for k, v in sorted(coverage.items()))
         )
     assert all(coverage[f"isa {isa}"] > 0 for isa in isas)
+    assert coverage["act prelu"] > 0  # a slope per channel, the one activation with a vector
     assert all(coverage[k] > 0 for k in ("3x3/1", "3x3/2", "5x5/1", "5x5/2", "residual", "pad 0"))
 
 

@@ -118,7 +118,7 @@ def test_fused_kxk_layers_match_pytorch_in_openvino_and_onnxruntime(tmp_path, ca
         attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
         assert attrs["stride"] == cfg.stride and attrs["offset"] == 0
         assert attrs["residual"] == int(cfg.residual)
-        check_activation(attrs, cfg.act)
+        check_activation(attrs, cfg.act, model)
         g = torch.Generator().manual_seed(cfg.seed + 1)
         x = torch.randn(2 * cfg.batch, 3, cfg.side, cfg.width or cfg.side, generator=g).double().float()
         isa = isas[isa_index % len(isas)]
@@ -131,6 +131,7 @@ def test_fused_kxk_layers_match_pytorch_in_openvino_and_onnxruntime(tmp_path, ca
         coverage["non-square map" if cfg.width not in (None, cfg.side) else "square map"] += 1
         coverage[f"pool {cfg.pool_size}"] += 1
         coverage["residual" if cfg.residual else "no residual"] += 1
+        coverage[f"act {cfg.act.partition(':')[0]}"] += 1
 
     prop()
     with capsys.disabled():
@@ -139,5 +140,6 @@ def test_fused_kxk_layers_match_pytorch_in_openvino_and_onnxruntime(tmp_path, ca
             + ", ".join(f"{k} {v}" for k, v in sorted(coverage.items()))
         )
     assert all(coverage[f"isa {isa}"] > 0 for isa in isas)
+    assert coverage["act prelu"] > 0  # a slope per channel, the one activation with a vector
     assert all(coverage[k] > 0 for k in ("3x3/1", "3x3/2", "1x1/2", "residual", "pool 2", "dilated", "non-square map"))
     assert any(k.startswith(("1x3/", "5x3/", "3x5/")) for k in coverage)

@@ -105,7 +105,7 @@ def test_fused_layers_match_pytorch_in_openvino_and_onnxruntime(tmp_path, capsys
         (node,) = [n for n in onnx.load(str(path)).graph.node if n.domain == "dcd_deploy"]
         attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
         assert attrs["residual"] == int(cfg.residual)
-        check_activation(attrs, cfg.act)
+        check_activation(attrs, cfg.act, model)
         g = torch.Generator().manual_seed(cfg.seed + 1)
         x = torch.randn(2 * cfg.batch, 3, size, size, generator=g)
         isa = isas[isa_index % len(isas)]
@@ -117,6 +117,7 @@ def test_fused_layers_match_pytorch_in_openvino_and_onnxruntime(tmp_path, capsys
         coverage[f"pool {cfg.pool_size}"] += 1
         coverage["residual" if cfg.residual else "no residual"] += 1
         coverage[f"batch {cfg.batch}"] += 1
+        coverage[f"act {cfg.act.partition(':')[0]}"] += 1
 
     prop()
     with capsys.disabled():
@@ -128,6 +129,7 @@ def test_fused_layers_match_pytorch_in_openvino_and_onnxruntime(tmp_path, capsys
     assert all(coverage[f"isa {isa}"] > 0 for isa in isas)
     assert coverage["form weight"] > 0 and coverage["form latent"] > 0
     assert coverage["residual"] > 0 and coverage["batch 4"] > 0
+    assert coverage["act prelu"] > 0  # a slope per channel, the one activation with a vector
 
 
 ZOO = _zoo.ZooCache(keep_one=True)

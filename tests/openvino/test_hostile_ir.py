@@ -200,7 +200,9 @@ _dims = st.one_of(
     st.sampled_from([12, 8, 4, 3]), st.integers(-3, 70), st.sampled_from(_BIG), st.integers(-(2**63), 2**63 - 1)
 )
 _texts = st.one_of(
-    st.sampled_from(["none", "relu", "relu6", "leaky_relu", "leaky_relu", "weight", "latent", "auto", ""]),
+    st.sampled_from(
+        ["none", "relu", "relu6", "leaky_relu", "leaky_relu", "prelu", "prelu", "weight", "latent", "auto", ""]
+    ),
     st.text(alphabet="abcx6", max_size=8),
     st.just("y" * 5000),
 )
@@ -220,12 +222,14 @@ _texts = st.one_of(
     form=_texts,
     packed=st.lists(_dims, min_size=0, max_size=5),
     alpha=st.sampled_from([None, "0.1", "-2.5", "nan", "inf", "-inf", "1e40", "abc", ""]),
+    slopes=st.sampled_from([None, "", "0.5", "0.1, -0.2", "nan, 1", "1e40", "abc", ", ".join(["0.5"] * 12), "1,"]),
 )
 def test_fuzzed_attributes_never_crash(
-    small_ir, worker, tmp_path_factory, pool, flags, activation, form, packed, alpha
+    small_ir, worker, tmp_path_factory, pool, flags, activation, form, packed, alpha, slopes
 ):
     se, attention, residual = flags
     slope = "" if alpha is None else f' activation_alpha="{alpha}"'
+    slope += "" if slopes is None else f' activation_slopes="{slopes}"'
     data = (
         f'<data pool="{pool}" se="{se}" attention="{attention}" residual="{residual}" '
         f'activation="{activation}"{slope} form="{form}" packed="{", ".join(map(str, packed))}" />'
@@ -444,7 +448,7 @@ def test_an_openvino_message_quoting_a_1mb_attribute_is_capped(fused, tmp_path):
     lines = result.stderr.strip().splitlines()
     assert result.exit_code == 1 and len(lines) == 1, result.output[:2000]
     assert lines[0].startswith(
-        f"Error: OpenVINO cannot compile {bad}: activation must be none, relu, relu6, silu, hardswish, gelu, leaky_relu or mish"
+        f"Error: OpenVINO cannot compile {bad}: activation must be none, relu, relu6, silu, hardswish, gelu, leaky_relu, mish or prelu"
     )
     assert len(lines[0]) < 600
 

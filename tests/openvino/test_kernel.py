@@ -58,7 +58,8 @@ def _cpu_isas(lib) -> list[str]:
 
 # ------------------------------------------------------------------------------ the model
 def make_model(x, res, c, *, pool, se, attention, activation, form, alpha=None):
-    """One DCDPointwise node; ``alpha``: its activation_alpha (None: no such attribute)."""
+    """One DCDPointwise node; ``alpha``: its activation_alpha, or a sequence: its
+    activation_slopes (None: no such attribute)."""
     B, H, W, Cin = x.shape
     Cout = c["w0"].shape[0]
     inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x.shape))]
@@ -69,7 +70,12 @@ def make_model(x, res, c, *, pool, se, attention, activation, form, alpha=None):
     order = ["fc1", "gate", "scale_w", "phi_w", "phi_b", "q", "q_b", "p", "w0", "bias"]
     inits = [numpy_helper.from_array(c[k], k) for k in order if k in c]
     names += [k for k in order if k in c]
-    slope = {} if alpha is None else {"activation_alpha": float(alpha)}
+    if alpha is None:
+        slope = {}
+    elif np.ndim(alpha):
+        slope = {"activation_slopes": [float(a) for a in alpha]}
+    else:
+        slope = {"activation_alpha": float(alpha)}
     node = helper.make_node(
         "DCDPointwise",
         names,
@@ -128,7 +134,7 @@ def check(
     )
     opts = dict(pool=pool, se=se, attention=attention, activation=activation)
     got = run_ov(core, make_model(x, res, c, **opts, form=form, alpha=alpha), x, res)
-    want = reference(x, res, c, **opts, alpha=alpha or 0.0)
+    want = reference(x, res, c, **opts, alpha=0.0 if alpha is None else np.asarray(alpha, dtype=np.float64))
     assert got.shape == want.shape
     scale = max(1.0, float(np.abs(want).max()))
     err = float(np.abs(got - want).max()) / scale
@@ -327,7 +333,20 @@ def test_leaky_relu_at_any_slope(core, lib, isas, monkeypatch, isa, form, alpha)
 
 
 @pytest.mark.parametrize("isa", ISAS)
-@pytest.mark.parametrize("activation", ["relu", "relu6", "leaky_relu"])
+@pytest.mark.parametrize("form", ["weight", "latent"])
+@pytest.mark.parametrize("cout", [17, 40, 96])
+def test_prelu_takes_each_channel_its_own_slope(core, lib, isas, monkeypatch, isa, form, cout):
+    # nn.PReLU(C)'s slopes, one per output channel, below 0 and above 1 among them: C_out 17
+    # ends inside a vector, 40 spans panels on AVX2 (NR 16) and 96 whole panels; Cin 23 takes
+    # the short-K GEMM in the weight form, the tiled one in the latent form
+    _need(isas, isa)
+    slopes = np.random.default_rng(cout).uniform(-1.0, 2.0, cout).round(3)
+    sizes = dict(B=2, H=5, W=3, Cin=23, Cout=cout, L=8, pool=2, se=1, attention=1, residual=1)
+    check(core, lib, isa, monkeypatch, **sizes, activation="prelu", alpha=slopes, form=form, seed=cout)
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("activation", ["relu", "relu6", "leaky_relu", "prelu"])
 def test_the_activation_keeps_nan(core, lib, isas, monkeypatch, isa, activation):
     # a NaN in the residual reaches the epilogue alone (one pixel, one channel): relu and
     # relu6 keep it NaN, as torch.relu and np.maximum do (an instruction-level max/min
@@ -338,10 +357,10 @@ def test_the_activation_keeps_nan(core, lib, isas, monkeypatch, isa, activation)
     x, res, c = make_case(rng, B=1, H=5, W=7, Cin=24, Cout=40, L=4, S=6, pool=1, se=0, attention=1, residual=1)
     res[0, 2, 3, 37] = np.nan
     res[0, 4, 6, 5] = np.nan
-    alpha = 0.1 if activation == "leaky_relu" else None
+    alpha = {"leaky_relu": 0.1, "prelu": np.linspace(-0.5, 1.5, 40)}.get(activation)
     model = make_model(x, res, c, pool=1, se=0, attention=1, activation=activation, form="weight", alpha=alpha)
     got = run_ov(core, model, x, res)
-    want = reference(x, res, c, pool=1, se=0, attention=1, activation=activation, alpha=alpha or 0.0)
+    want = reference(x, res, c, pool=1, se=0, attention=1, activation=activation, alpha=0.0 if alpha is None else alpha)
     assert np.isnan(want).sum() == 2
     assert (np.isnan(got) == np.isnan(want)).all()
     ok = ~np.isnan(want)
@@ -560,6 +579,25 @@ def test_ir_round_trip(core, tmp_path, monkeypatch):
     assert attrs["pool"] == 2 and attrs["se"] == 1 and attrs["activation"] == "relu6" and attrs["form"] == "latent"
     got = core.compile_model(back, "CPU", {"INFERENCE_PRECISION_HINT": "f32", "INFERENCE_NUM_THREADS": 1})([x, res])[0]
     want = reference(x, res, c, pool=2, se=1, attention=1, activation="relu6")
+    assert np.abs(got - want).max() < 1e-5 * max(1.0, np.abs(want).max())
+
+
+def test_ir_round_trip_keeps_prelu_slopes(core, tmp_path, monkeypatch):
+    # activation_slopes is written to IR and read back, channel by channel and exactly (as
+    # text of 9 digits a slope: OpenVINO writes a float vector attribute with 6)
+    monkeypatch.delenv("DCD_DEPLOY_ISA", raising=False)
+    rng = np.random.default_rng(6)
+    x, res, c = make_case(rng, B=2, H=5, W=5, Cin=17, Cout=23, L=4, S=6, pool=2, se=1, attention=1, residual=1)
+    slopes = np.linspace(-1.0, 2.0, 23)
+    opts = dict(pool=2, se=1, attention=1, activation="prelu")
+    model = core.read_model(make_model(x, res, c, **opts, form="latent", alpha=slopes), b"")
+    ov.save_model(model, tmp_path / "m.xml", compress_to_fp16=False)
+    back = core.read_model(tmp_path / "m.xml")
+    node = next(op for op in back.get_ordered_ops() if op.get_type_name() == "DCDPointwise")
+    text = node.get_attributes()["activation_slopes"]
+    np.testing.assert_array_equal(np.float32(text.split(",")), np.float32(slopes))
+    got = core.compile_model(back, "CPU", {"INFERENCE_PRECISION_HINT": "f32", "INFERENCE_NUM_THREADS": 1})([x, res])[0]
+    want = reference(x, res, c, **opts, alpha=slopes)
     assert np.abs(got - want).max() < 1e-5 * max(1.0, np.abs(want).max())
 
 
