@@ -392,13 +392,20 @@ def _with_static_layers(
                 )
             )
             outs = [t for t in produced if t in graph_outputs or consumers.get(t, set()) - inside]
-            if len(ins) != 1 or len(outs) != 1:
+            # a call computes the layer's product; torch.export also files the output-size
+            # arithmetic of a symbolic side (Add, Div on sym_size_int) under the conv's path:
+            # a one-in one-out chain of ints, no layer
+            if len(ins) != 1 or len(outs) != 1 or not any(nodes[i].op_type in _PRODUCTS for i in call):
                 continue
             position[outs[0]] = max(call)
             layers.append(_static_record(path, modules[path], ins[0], outs[0], folded_bn))
     # graph order: our layers by their output's producer, static ones by their last node
     producer = {o: i for i, n in enumerate(nodes) for o in n.output}
     return sorted(layers, key=lambda e: position.get(e["output"], producer.get(e["output"], -1)))
+
+
+#: The ops a Conv2d or Linear call computes its product with (torch.onnx's, before onnxsim).
+_PRODUCTS = frozenset({"Conv", "Gemm", "MatMul"})
 
 
 def _calls(members: list[int], nodes) -> list[list[int]]:
