@@ -41,6 +41,7 @@ from ._builder import DOMAIN
 from ._deploy_dcd import STRATEGIES, DeployDCD
 from ._emit import drop_missing, emit_layers
 from ._opset import convert_opset
+from ._other_size import check_other_size, other_size_example
 from ._placeholder import DOMAIN as PLACEHOLDER_DOMAIN
 from ._trace import NATIVE_OPSET, trace
 from ._trace_worker import TraceWorker, trace_worker
@@ -268,8 +269,15 @@ def export_onnx(
         if check:
             for c in candidates:
                 _record_parity_inputs(c, parity_inputs, parity_inputs_description, parity_preprocess)
+            other = other_size_example(model, example) if dynamic_size and image_hw else None
             checker = functools.partial(
-                _check, model, mode=mode, accept_inconclusive=accept_inconclusive, prefetched=ahead, **checked_with
+                _check,
+                model,
+                mode=mode,
+                accept_inconclusive=accept_inconclusive,
+                prefetched=ahead,
+                other=other,
+                **checked_with,
             )
         written, report = _write_checked(path, candidates, checker, stage)
     return ExportResult(
@@ -393,10 +401,15 @@ def _checked_arguments(*, opset, mode, strategy, batch) -> int:
     return opset
 
 
-def _check(model, path, *, sizes, inputs, example_inputs, mode, accept_inconclusive, preprocess, prefetched=None):
+def _check(
+    model, path, *, sizes, inputs, example_inputs, mode, accept_inconclusive, preprocess, prefetched=None, other=None
+):
+    """The parity check; ``other``: an example at a second size (a ``dynamic_size`` export,
+    :mod:`._other_size`), where the file is checked once more in ONNX Runtime when the
+    first check passed."""
     from ..parity import check_parity
 
-    return check_parity(
+    report = check_parity(
         model,
         path,
         batch_sizes=sizes,
@@ -407,6 +420,9 @@ def _check(model, path, *, sizes, inputs, example_inputs, mode, accept_inconclus
         preprocess=preprocess,
         prefetched=prefetched,
     )
+    if report and other is not None:
+        check_other_size(model, path, other, traced_hw=_image_hw(example_inputs), preprocess=preprocess)
+    return report
 
 
 def _write_checked(path: Path, candidates: list[onnx.ModelProto], check, stage):

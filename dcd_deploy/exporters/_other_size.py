@@ -1,0 +1,64 @@
+"""A ``dynamic_size`` export checked at a size it was not traced at.
+
+The parity check runs the file at the traced size, where a size fixed inside the graph
+goes unnoticed: torch.export keeps the input's height and width symbolic yet may give an
+op a constant size derived from them (a user's CRNN: the LSTM's sequence length, 32 for
+the traced 128 columns, became a constant ``Reshape`` to (-1, 32, 37)). At another width
+that file fails, or, where the element count happens to divide, returns a wrong shape.
+So the export runs its own check once more at a second size (onnxsim's lesson: a
+transform checks its own output), on the first of :data:`STEPS` the PyTorch model itself
+takes, and refuses a file that does not compute the model there.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ..errors import DCDDeployError, ExportError
+
+#: (rows, columns) added to the traced size, in the order tried: multiples of 32 keep a
+#: network's stride divisibility; height and width move apart to catch a swapped axis.
+STEPS = ((32, 64), (0, 64), (32, 0))
+
+
+def other_size_example(model: nn.Module, example: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...] | None:
+    """``example`` with every (N, C, H, W) input at the first size of :data:`STEPS` the model
+    runs at (its forward raises nothing); None when it runs at none of them."""
+    for dh, dw in STEPS:
+        moved = tuple(_resized(t, dh, dw) for t in example)
+        try:
+            with torch.no_grad():
+                model(*moved)
+        except Exception:  # noqa: BLE001 - the model's own refusal of this size, whatever it raises
+            continue
+        return moved
+    return None
+
+
+def check_other_size(model: nn.Module, path, other: tuple[torch.Tensor, ...], *, traced_hw, preprocess) -> None:
+    """Check the file at ``path`` against ``model`` at ``other``'s size in ONNX Runtime (one
+    batch of 1, two synthetic inputs, layer by layer); raise :class:`ExportError` unless it
+    passes."""
+    from ..parity import check_parity
+
+    h, w = next(t.shape[2:] for t in other if t.dim() == 4)
+    try:
+        report = check_parity(model, path, batch_sizes=(1,), n_inputs=2, example_inputs=other, preprocess=preprocess)
+        why = None if report else report.summary()
+    except DCDDeployError as exc:  # the file does not even run there
+        why = str(exc)
+    if why is not None:
+        raise ExportError(
+            f"the file's height and width are symbolic, but it does not compute the model at {h}x{w} "
+            f"(traced at {traced_hw[0]}x{traced_hw[1]}): {why}; a size is fixed inside the traced "
+            "graph (torch.export gave an op a constant size, e.g. an LSTM's sequence length): export "
+            "without --dynamic-size (dynamic_size=False)"
+        )
+
+
+def _resized(t: torch.Tensor, dh: int, dw: int) -> torch.Tensor:
+    if t.dim() != 4:
+        return t
+    n, c, h, w = t.shape
+    return torch.zeros(n, c, h + dh, w + dw, dtype=t.dtype)
