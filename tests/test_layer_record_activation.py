@@ -87,3 +87,14 @@ def test_the_recorded_slopes_are_applied_per_channel():
     x = torch.tensor([[[[-2.0, 4.0]], [[-2.0, 4.0]]]], dtype=torch.float64)  # (1, 2, 1, 2)
     y = _apply(record, model, x, None)
     assert y.dtype == torch.float64 and y.flatten().tolist() == [-1.0, 4.0, 2.0, 4.0]
+
+
+def test_slopes_of_another_count_than_the_layers_channels_are_a_malformed_record():
+    # a tampered record: one line through the check, not PyTorch's RuntimeError
+    from dcd_deploy.parity._layerwise import _apply
+
+    (record,) = read_layers(Path("f.onnx"), _proto(activation="prelu", activation_slopes=[0.5, -1.0, 2.0]))
+    model = torch.nn.Module()
+    model.add_module("a", torch.nn.Identity())
+    with pytest.raises(DCDDeployError, match="3 activation_slopes for a layer of 2 channels"):
+        _apply(record, model, torch.zeros(1, 2, 1, 2, dtype=torch.float64), None)

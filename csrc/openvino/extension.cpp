@@ -14,15 +14,21 @@
 namespace dcd {
 namespace {
 
-// A floats attribute (absent: empty). The ONNX frontend may hold it as doubles.
-std::vector<float> float_list(const ov::frontend::NodeContext& ctx, const std::string& name) {
-    if (!ctx.has_attribute(name)) return {};
+// A floats attribute into *out (absent: empty); "" or why not (another type). The ONNX
+// frontend holds floats as doubles.
+std::string float_list(const ov::frontend::NodeContext& ctx, const std::string& name, std::vector<float>* out) {
+    out->clear();
+    if (!ctx.has_attribute(name)) return "";
     const ov::Any a = ctx.get_attribute_as_any(name);
     if (a.is<std::vector<double>>()) {
         const auto d = a.as<std::vector<double>>();
-        return std::vector<float>(d.begin(), d.end());
+        out->assign(d.begin(), d.end());
+    } else if (a.is<std::vector<float>>()) {
+        *out = a.as<std::vector<float>>();
+    } else {
+        return name + " must be a list of floats";
     }
-    return a.as<std::vector<float>>();
+    return "";
 }
 
 FusedAttrs onnx_attrs(const ov::frontend::NodeContext& ctx) {
@@ -34,7 +40,7 @@ FusedAttrs onnx_attrs(const ov::frontend::NodeContext& ctx) {
     a.activation = ctx.get_attribute<std::string>("activation", "none");
     // absent: NaN, which the op refuses with leaky_relu and takes for the others (check())
     a.activation_alpha = ctx.get_attribute<float>("activation_alpha", std::numeric_limits<float>::quiet_NaN());
-    a.activation_slopes = float_list(ctx, "activation_slopes");
+    a.slopes_error = float_list(ctx, "activation_slopes", &a.activation_slopes);
     return a;
 }
 

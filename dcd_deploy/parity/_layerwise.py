@@ -208,7 +208,13 @@ def _apply(record: LayerRecord, model: nn.Module, x: torch.Tensor, residual: tor
         y = model.get_submodule(record.bn)(y)
     if residual is not None:
         y = y + residual
-    return torch_activation(record.activation, _parameter(record))(y)
+    parameter = _parameter(record)
+    if isinstance(parameter, tuple) and (y.dim() < 2 or len(parameter) != y.shape[1]):
+        raise DCDDeployError(
+            f"malformed {LAYERS_KEY} entry for {record.path!r}: {len(parameter)} activation_slopes "
+            f"for a layer of {y.shape[1] if y.dim() > 1 else 1} channels"
+        )
+    return torch_activation(record.activation, parameter)(y)
 
 
 def compare_layers(

@@ -378,13 +378,15 @@ def test_prelu_is_fused_with_its_slope_per_channel_or_as_the_leaky_relu_of_its_o
 
 def _with_slopes(src, dst, edit) -> None:
     """``src`` with the first fused node's ``activation_slopes`` replaced by ``edit(slopes)``
-    (None: removed)."""
+    (None: removed; a float: one float attribute in their place)."""
     proto = onnx.load(str(src))
     node = next(n for n in proto.graph.node if n.domain == "dcd_deploy")
     attr = next(a for a in node.attribute if a.name == "activation_slopes")
     slopes = edit(list(attr.floats))
-    if slopes is None:
+    if slopes is None or isinstance(slopes, float):
         node.attribute.remove(attr)
+        if slopes is not None:  # one float, not a list
+            node.attribute.append(onnx.helper.make_attribute("activation_slopes", slopes))
     else:
         del attr.floats[:]
         attr.floats.extend(slopes)
@@ -410,6 +412,7 @@ def test_a_fused_prelu_runs_the_slopes_it_carries_and_needs_one_finite_slope_per
         (lambda s: None, "activation prelu needs activation_slopes (a negative slope per output channel)"),
         (lambda s: s[:-1], "activation_slopes has 15 values, expected one per output channel (16)"),
         (lambda s: [float("nan")] + s[1:], "activation_slopes must be finite, got nan"),
+        (lambda s: 0.5, "activation_slopes must be a list of floats"),
     ):
         _with_slopes(tmp_path / "m.onnx", tmp_path / "bad.onnx", edit)
         with pytest.raises(DCDDeployError, match="cannot compile") as err:
