@@ -243,12 +243,9 @@ def export_onnx(
         "inputs": parity_inputs,
         "example_inputs": example if example_inputs is not None or dynamic_size else None,  # symbolic sides
         "preprocess": parity_preprocess,
+        "dynamic_size": dynamic_size,
     }
-    ahead = (
-        _prefetch(model, example, batch=batch, dynamic_size=dynamic_size, **checked_with)
-        if check and parallel_check
-        else None
-    )
+    ahead = _prefetch(model, example, batch=batch, **checked_with) if check and parallel_check else None
     with contextlib.closing(ahead) if ahead is not None else contextlib.nullcontext():
         deploy, proto, fused = _lowered_and_built(
             model,
@@ -269,15 +266,8 @@ def export_onnx(
         if check:
             for c in candidates:
                 _record_parity_inputs(c, parity_inputs, parity_inputs_description, parity_preprocess)
-            other = other_size_example(model, example) if dynamic_size and image_hw else None
             checker = functools.partial(
-                _check,
-                model,
-                mode=mode,
-                accept_inconclusive=accept_inconclusive,
-                prefetched=ahead,
-                other=other,
-                **checked_with,
+                _check, model, mode=mode, accept_inconclusive=accept_inconclusive, prefetched=ahead, **checked_with
             )
         written, report = _write_checked(path, candidates, checker, stage)
     return ExportResult(
@@ -402,11 +392,10 @@ def _checked_arguments(*, opset, mode, strategy, batch) -> int:
 
 
 def _check(
-    model, path, *, sizes, inputs, example_inputs, mode, accept_inconclusive, preprocess, prefetched=None, other=None
+    model, path, *, sizes, inputs, example_inputs, mode, accept_inconclusive, preprocess, dynamic_size, prefetched=None
 ):
-    """The parity check; ``other``: an example at a second size (a ``dynamic_size`` export,
-    :mod:`._other_size`), where the file is checked once more in ONNX Runtime when the
-    first check passed."""
+    """The parity check; a ``dynamic_size`` file that passes it is checked once more at a
+    second size (:mod:`._other_size`)."""
     from ..parity import check_parity
 
     report = check_parity(
@@ -420,8 +409,10 @@ def _check(
         preprocess=preprocess,
         prefetched=prefetched,
     )
-    if report and other is not None:
-        check_other_size(model, path, other, traced_hw=_image_hw(example_inputs), preprocess=preprocess)
+    traced_hw = _image_hw(example_inputs) if dynamic_size else None
+    other = other_size_example(model, example_inputs) if report and traced_hw else None
+    if other is not None:
+        check_other_size(model, path, other, traced_hw=traced_hw, preprocess=preprocess)
     return report
 
 
