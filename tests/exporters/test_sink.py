@@ -1,6 +1,6 @@
 """``mode="fused"``: elementwise ops between fused layers run on the NHWC tensors.
 
-The networks are written as users write them (SELU, ELU, a per-channel PReLU, scales,
+The networks are written as users write them (SELU, ELU, a per-channel PReLU after a scale,
 an elementwise max of two DCD layers, the tanh form of GELU); the numbers are checked
 against PyTorch in float64 through ONNX Runtime and, when installed, OpenVINO's fused
 kernels. The structure is checked on the file: no elementwise op reads a Transpose.
@@ -45,7 +45,7 @@ class _Between(torch.nn.Module):
     def forward(self, x):
         y = F.selu(self.a(self.stem(x)))
         y = F.elu(self.b(y)) * 0.5
-        y = self.prelu(self.c(y)) * self.scale
+        y = self.prelu(self.c(y) * self.scale)  # after the scale: no epilogue of c's (that one is fused)
         y = torch.maximum(self.d(y), -self.d(y).abs())
         return self.tanh_gelu(self.e(y))
 
