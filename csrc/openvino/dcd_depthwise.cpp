@@ -189,8 +189,6 @@ void DCDDepthwise::run(const KernelTable* k, const Sizes& s, const InputLayout& 
     p->se = (int)m_attrs.se;
     p->attention = (int)m_attrs.attention;
     m_attrs.to_params(p);
-    const std::string bad_act = m_attrs.check(p->Cout);
-    OPENVINO_ASSERT(bad_act.empty(), get_type_name(), ": ", bad_act);
     p->parallel_rows = parallel_rows_or_null();
     p->region_per_stage = region_per_stage();
     // prepare() makes the branch's parts only: W0 here is (C, k*k), read as it is

@@ -283,8 +283,6 @@ void DCDPointwise::run(const KernelTable* k, const Sizes& s, const InputLayout& 
     p->se = (int)m_attrs.se;
     p->attention = (int)m_attrs.attention;
     m_attrs.to_params(p);
-    const std::string bad_act = m_attrs.check(p->Cout);
-    OPENVINO_ASSERT(bad_act.empty(), get_type_name(), ": ", bad_act);
     p->form = parse_form(m_form);
     p->parallel_rows = parallel_rows_or_null();
     p->region_per_stage = region_per_stage();

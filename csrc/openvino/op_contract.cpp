@@ -59,6 +59,10 @@ void FusedAttrs::to_params(Params* p) const {
     p->act = parse_act(activation);
     p->alpha = p->act == ACT_LEAKY_RELU ? activation_alpha : 0.f;
     p->slope = p->act == ACT_PRELU ? activation_slopes.data() : nullptr;
+    // check() refused the rest at validation; the count needs C_out, known here for an
+    // op whose weights are not packed (a count only: this runs at every call)
+    OPENVINO_ASSERT(p->act != ACT_PRELU || (int64_t)activation_slopes.size() == p->Cout, "activation_slopes has ",
+                    activation_slopes.size(), " values, expected one per output channel (", p->Cout, ")");
 }
 
 std::string FusedAttrs::check(int64_t cout) const {

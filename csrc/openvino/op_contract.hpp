@@ -36,7 +36,8 @@ struct FusedAttrs {
     // "" when they are in range, else why not (for a validation message). cout >= 0: the
     // op's output channels, which prelu's slopes must number.
     std::string check(int64_t cout = -1) const;
-    // The kernels' activation fields of p (act, alpha, slope; slope points into this).
+    // The kernels' activation fields of p (act, alpha, slope; slope points into this), p->Cout
+    // set: throws unless prelu's slopes number it.
     void to_params(Params* p) const;
 };
 
