@@ -14,8 +14,10 @@ network we export below opset 16, and broke the fused and function modes at any 
   Identity 14-25: sequence, optional, float8 and int4 types) have no down adapter ("No
   Adapter From Version $14 for Relu"), though the node is valid as it is in the older
   version for the float tensors we write. Reshape 14 only added ``allowzero``: the same
-  when it is 0 (the default), or 1 (torch.onnx's flatten) with a constant shape holding
-  no 0; Shape 15 only added ``start``/``end``: the same without them; BatchNormalization
+  when it is 0 (the default), or 1 (torch.onnx's flatten) with a shape holding no 0:
+  a constant one checked, a computed one (``view(b, c, h * w)`` at a symbolic size) since
+  a 0 there empties the result and so the input, which a model's input never is but for
+  an empty batch (whose axis 0 the old Reshape copies); Shape 15 only added ``start``/``end``: the same without them; BatchNormalization
   15 and 14 only split its types and added ``training_mode``: the same in inference mode
   with one output. Such nodes wait in a private domain during the call and are put back after it;
   the checker's full pass over the result (shape inference at the target opset) then
@@ -291,9 +293,13 @@ def _passes_through(node: onnx.NodeProto, opset: int, constants: dict, two_d: se
     allowzero = next((a.i for a in node.attribute if a.name == "allowzero"), 0)
     if allowzero == 0:
         return True
-    # allowzero=1 (torch.onnx's flatten) differs from the old Reshape only for a 0 in the shape
+    # allowzero=1 (torch.onnx's flatten, ``view(b, c, h * w)``) differs from the old Reshape
+    # only for a 0 in the shape, which makes the result empty, so the input too (a reshape
+    # keeps the element count): never on a non-empty tensor. A computed shape is kept (its 0
+    # would come from an empty batch, whose dim 0 the old Reshape copies); a constant 0 is
+    # a reshape of empty tensors only, and refused.
     shape = constants.get(node.input[1]) if len(node.input) > 1 else None
-    return shape is not None and bool((shape != 0).all())
+    return shape is None or bool((shape != 0).all())
 
 
 def _constants(proto: onnx.ModelProto, names: set) -> dict:

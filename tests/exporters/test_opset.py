@@ -305,6 +305,32 @@ def test_a_reshape_whose_zeros_mean_something_is_refused_with_the_converters_wor
         convert_opset(_model(nodes, initializers=[shape]), 13)
 
 
+def test_a_reshape_to_a_computed_shape_converts_unchanged():
+    # torch.onnx's view(b, c, h * w) at a symbolic size: the shape is Shape's dims, computed
+    # at run time; its allowzero=1 cannot meet a 0 (the result would be empty, so the input)
+    consts = {
+        "one": np.array([1], dtype=np.int64),
+        "two": np.array([2], dtype=np.int64),
+        "four": np.array([4], dtype=np.int64),
+        "zero": np.array([0], dtype=np.int64),
+    }
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"]),
+        helper.make_node("Slice", ["s", "zero", "two"], ["bc"]),  # (b, c)
+        helper.make_node("Slice", ["s", "two", "four"], ["hw"]),  # (h, w)
+        helper.make_node("ReduceProd", ["hw"], ["n"], keepdims=1),  # (h * w,): 13's form, axes as attribute
+        helper.make_node("Concat", ["bc", "n"], ["shape"], axis=0),
+        helper.make_node("Reshape", ["x", "shape"], ["y"], allowzero=1),
+    ]
+    inits = [numpy_helper.from_array(v, k) for k, v in consts.items()]
+    proto = _model(nodes, out_shape=[2, 3, 20], initializers=inits)
+    _refused_by_onnx(proto, 13)
+    out = convert_opset(proto, 13)
+    assert [n.op_type for n in out.graph.node][-1] == "Reshape" and _opset(out) == 13
+    assert not out.graph.node[-1].attribute  # allowzero: unknown at 13
+    np.testing.assert_array_equal(_run(out), X.reshape(2, 3, 20))
+
+
 @pytest.mark.parametrize(
     "bounds, expected", [(dict(start=-2), [4, 5]), (dict(start=1, end=3), [3, 4]), ({}, [2, 3, 4, 5])]
 )
@@ -384,3 +410,37 @@ def test_a_users_network_exports_and_checks_at_other_opsets(tmp_path, mode, opse
     for node in [*proto.graph.node, *(n for f in proto.functions for n in f.node)]:
         if node.domain in ("", "ai.onnx"):
             defs.get_schema(node.op_type, opset)  # SchemaError: an op without a version at opset
+
+
+class _SymbolicSizeNet(nn.Module):
+    """``view(b, c, h * w)`` and a flatten of a size-dependent tensor: at a symbolic size
+    torch.onnx writes their shapes as computed Reshapes with ``allowzero=1``."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Conv2d(3, 8, 3, stride=2, padding=1)
+        self.pw = DCDConv2d(8, 16)
+        self.head = nn.Linear(16, 4)
+
+    def forward(self, x):
+        y = F.relu(self.pw(F.relu(self.stem(x))))
+        b, c, h, w = y.shape
+        return self.head(y.reshape(b, c, h * w).mean(-1))
+
+
+@pytest.mark.parametrize("opset", [11, 13])
+def test_a_symbolic_size_network_is_written_below_14_and_runs_at_other_sizes(tmp_path, opset):
+    torch.manual_seed(0)
+    model = _SymbolicSizeNet().eval()
+    result = dcd_deploy.export_onnx(model, tmp_path / "m.onnx", input_size=(32, 48), opset=opset, dynamic_size=True)
+    assert result.parity and result.opset == opset
+    proto = onnx.load(tmp_path / "m.onnx")
+    assert _opset(proto) == opset
+    session = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    for shape in ((1, 3, 40, 72), (3, 3, 17, 23)):
+        x = torch.rand(shape)
+        with torch.no_grad():
+            expected = model.double()(x.double()).numpy()
+        model.float()
+        (got,) = session.run(None, {session.get_inputs()[0].name: x.numpy()})
+        np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
