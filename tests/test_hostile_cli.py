@@ -442,7 +442,7 @@ CASES = [
         "onnx-float64-input",
         "dcd-validate",
         VALIDATE,
-        ("is double", "float32"),
+        ("is float64", "float32"),
         make=_onnx_file("m.onnx", [1, 3, 32, 32], elem=11),
     ),
     Case(

@@ -14,12 +14,13 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import DCDDeployError, UnsupportedInputError, first_line
+from ..runtimes import read_onnx_file
 from ._models import (
     ModelEntry,
     dynamic_variant,
+    image_file_input,
     is_onnx_file,
     load_model,
-    onnx_input,
     pair_models,
     split_kind,
     static_counterpart,
@@ -82,6 +83,7 @@ def build_models(
             trust_checkpoint=trust_checkpoint,
             weights=weights if spec in specs else None,
             n_inputs=n_inputs,
+            images=images,
         )
         loaded[spec] = (model, source, time.perf_counter() - t0)
     archs = {spec: getattr(m, "arch", None) for spec, (m, source, _) in loaded.items() if source == "checkpoint"}
@@ -157,7 +159,7 @@ def size_counts(model, input_size, channels: int = 3, *, images: bool = True) ->
 
     unknown = {"madds_m": None, "madds_form": None, "madds_latent_m": None, "madds_weight_m": None}
     if isinstance(model, Path):  # an ONNX file: its weights' count only
-        return {"params_m": onnx_input(model).params / MILLION, **unknown}
+        return {"params_m": read_onnx_file(model).params / MILLION, **unknown}
     params = sum(p.numel() for p in model.parameters()) / MILLION
     if not images:
         return {"params_m": params, **unknown}
@@ -195,7 +197,7 @@ def file_backends(files: Sequence[str], backends: Sequence[str] | None) -> list[
     """The runtimes a run of ONNX files takes: by default ONNX Runtime and OpenVINO, the
     latter as ``openvino-fused`` when a file has fused nodes; ``openvino-fused`` asked for
     needs such a file."""
-    fused = [f for f in files if onnx_input(f).fused]
+    fused = [f for f in files if read_onnx_file(f).fused]
     if backends is None:
         return ["onnxruntime", "openvino-fused" if fused else "openvino"]
     if "openvino-fused" in backends and not fused:
@@ -211,7 +213,7 @@ def file_input_shape(files: Sequence[str], *, batch: int, input_size: tuple[int,
     ``batch`` and ``input_size``)."""
     from .._limits import check_memory
 
-    shapes = {f: onnx_input(f).resolve(batch=batch, input_size=input_size) for f in files}
+    shapes = {f: image_file_input(f).resolve(batch=batch, input_size=input_size) for f in files}
     if len(set(shapes.values())) > 1:
         listed = ", ".join(f"{f} {s}" for f, s in shapes.items())
         raise DCDDeployError(f"the files take different inputs ({listed}); a pair is timed on one input")

@@ -8,7 +8,7 @@ name, a pair key and a variant here (:func:`pair_models`), before anything is bu
 A model of the user's own (``mynet.py:build``) is paired with its static counterpart,
 :func:`dcd_deploy.to_static` of it (:func:`static_counterpart`), unless a baseline is
 given. ONNX files are timed as they are, on the runtime backends only, paired with the
-baseline file (:func:`onnx_input`, :func:`has_dcd_nodes`).
+baseline file (:func:`image_file_input`, :func:`has_dcd_nodes`).
 """
 
 from __future__ import annotations
@@ -18,8 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import DCDDeployError
-from ..runtimes import OnnxInput  # noqa: F401  (the one reader of a file's input)
-from ..runtimes import read_onnx_input as onnx_input
+from ..runtimes import OnnxInput, read_onnx_file
 from .paper import KINDS
 
 #: Pseudo-training seed of zoo models unless told otherwise.
@@ -131,6 +130,7 @@ def load_model(
     trust_checkpoint: bool = False,
     weights=None,
     n_inputs: int = 1,
+    images: bool = True,
 ):
     """A zoo name (pseudo-trained with ``seed``, or with ``weights`` loaded), a checkpoint
     path or ``MODULE:FUNCTION`` (with ``weights`` loaded, if given), in eval mode; an ONNX
@@ -144,13 +144,45 @@ def load_model(
     from ..checkpoint import resolve_model
 
     if is_onnx_file(spec) and not _is_zoo(spec):
-        onnx_input(spec)  # refuse a file that is no image-model ONNX before anything runs
+        _check_file_inputs(spec, n_inputs=n_inputs, images=images)  # before anything runs
         return Path(spec), "onnx"
     source = "zoo" if _is_zoo(spec) else "factory" if parse_factory_spec(spec) else "checkpoint"
     model = resolve_model(
         spec, weights=weights, trust_checkpoint=trust_checkpoint, seed=seed, input_size=input_size, n_inputs=n_inputs
     )
     return model.eval(), source
+
+
+def image_file_input(spec: str | Path) -> OnnxInput:
+    """The one image input of the ONNX file ``spec``, which synthetic images feed.
+
+    Raises:
+        DCDDeployError: an unreadable file, several inputs (``--inputs`` feeds those), or
+            one that is no image batch.
+    """
+    file = read_onnx_file(spec)
+    if len(file.inputs) > 1:
+        names = ", ".join(i.name for i in file.inputs)
+        raise DCDDeployError(
+            f"{spec} takes {len(file.inputs)} inputs ({names}); time it on yours with --inputs FILE (one array each)"
+        )
+    return file.image_input()
+
+
+def _check_file_inputs(spec: str, *, n_inputs: int, images: bool) -> None:
+    """Refuse a file that is no image-model ONNX when fed synthetic images (``images``),
+    or that takes another number of inputs than the ``n_inputs`` given.
+
+    Raises:
+        DCDDeployError: an unreadable file, or inputs that do not fit.
+    """
+    if images:
+        image_file_input(spec)
+        return
+    file = read_onnx_file(spec)
+    if len(file.inputs) != n_inputs:
+        names = ", ".join(i.name for i in file.inputs)
+        raise DCDDeployError(f"{spec} takes {len(file.inputs)} inputs ({names}); --inputs gives {n_inputs}")
 
 
 def dynamic_variant(model) -> str:

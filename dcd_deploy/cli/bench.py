@@ -205,7 +205,7 @@ def _square(input_size: tuple[int, int], command: str) -> int:
     "--inputs",
     "inputs_path",
     help="Time a model of several inputs (or of one that is no image) on these: a .npz, or a .pt "
-    "dict, list or tuple, one array per forward argument (by name, else in order), axis 0 the "
+    "dict, list or tuple, one array per forward argument or ONNX file input (by name, else in order), axis 0 the "
     "batch (the first --batch samples are timed), instead of synthetic images of --input-size.",
 )
 @json_option

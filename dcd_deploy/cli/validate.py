@@ -11,7 +11,7 @@ from .._limits import MAX_BATCH, MAX_INPUTS, load_onnx_checked
 from .._threads import preparation_threads
 from .._version import __version__
 from ..errors import DCDDeployError, UnsupportedInputError
-from ..runtimes import PARITY_BACKENDS, read_onnx_input
+from ..runtimes import PARITY_BACKENDS, graph_inputs, read_onnx_input
 from ._input_set import refuse_image_options
 from ._model_arg import MODEL_HELP, model_inputs, model_options, resolve_model
 from ._outputs import OutputPath, check_outputs, write_json_atomic
@@ -224,9 +224,8 @@ def _one_image_input(graph) -> bool:
 def _file_inputs(graph) -> tuple[list[str], int | None, list[int], list[int]]:
     """(input names, the first input's static batch or None, the static sides of its 4-D
     inputs, each input's rank) of the file's ``graph``."""
-    weights = {t.name for t in graph.initializer}
-    inputs = [i for i in graph.input if i.name not in weights]
-    dims = [[d.dim_value if d.HasField("dim_value") else None for d in i.type.tensor_type.shape.dim] for i in inputs]
+    inputs = graph_inputs(graph)
+    dims = [i.shape or () for i in inputs]
     batch = dims[0][0] if dims and dims[0] else None
     sides = [d for ds in dims if len(ds) == 4 for d in ds[2:] if d]
     return [i.name for i in inputs], batch, sides, [len(ds) for ds in dims]

@@ -17,7 +17,8 @@ the only place its runtime is set up, and each turns the runtime's exceptions fo
 user gave it into :class:`~dcd_deploy.errors.BackendError` subclasses with one-line
 messages. The backends (runtime + options + what of the model it runs) are
 :data:`BACKENDS`; the parity check's configurations :data:`PARITY_CONFIGS`.
-:func:`read_onnx_input` is the one reader of an ONNX file's input.
+:func:`read_onnx_file` is the one reader of an ONNX file's inputs (:func:`read_onnx_input`
+its one image input).
 
 ONNX Runtime and OpenVINO are imported only when a runner of theirs is made.
 """
@@ -28,7 +29,7 @@ import importlib
 
 from ..errors import DCDDeployError
 from ._base import Feed, Runner, RuntimeInfo
-from ._onnx_input import OnnxInput, read_onnx_input
+from ._onnx_input import GraphInput, OnnxFile, OnnxInput, graph_inputs, read_onnx_file, read_onnx_input
 from ._registry import (
     BACKENDS,
     BENCH_BACKENDS,
@@ -110,6 +111,8 @@ __all__ = [
     "FILE_BACKENDS",
     "Feed",
     "OPENVINO_BACKENDS",
+    "GraphInput",
+    "OnnxFile",
     "OnnxInput",
     "PAPER_BACKEND",
     "PARITY_BACKENDS",
@@ -119,10 +122,12 @@ __all__ = [
     "RuntimeInfo",
     "backend",
     "compile_openvino",
+    "graph_inputs",
     "load_runner",
     "onednn_disabled",
     "onnx_with_outputs",
     "ort_message",
+    "read_onnx_file",
     "read_onnx_input",
     "runner_class",
 ]

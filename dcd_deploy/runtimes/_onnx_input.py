@@ -99,53 +99,126 @@ class OnnxInput:
         return size
 
 
-def read_onnx_input(path: str | Path, proto=None) -> OnnxInput:
-    """The image input of an ONNX file: one float32 (N, C, H, W) input, each fixed axis
-    within the toolkit's limits.
+@dataclass(frozen=True)
+class GraphInput:
+    """One input of an ONNX graph (its weights left out).
+
+    Attributes:
+        name: the input's name.
+        dtype: its element type in numpy's spelling (``float32``, ``int64``), or the ONNX
+            name lower-cased for a type numpy lacks; ``not a tensor`` for a sequence & co.
+        shape: its axes, an int each or None for a symbolic one; None for an unknown rank.
+    """
+
+    name: str
+    dtype: str
+    shape: tuple[int | None, ...] | None
+
+
+@dataclass(frozen=True)
+class OnnxFile:
+    """What the toolkit reads of an ONNX file before any runtime loads it.
+
+    Attributes:
+        inputs: every input of its graph, in order (its weights left out).
+        fused: it has fused ``dcd_deploy`` nodes (``dcd-export --mode fused``).
+        params: elements of its initializers (the weights).
+        path: the file.
+        size_metadata: its ``input_size`` metadata, None without.
+    """
+
+    inputs: tuple[GraphInput, ...]
+    fused: bool
+    params: int
+    path: str = ""
+    size_metadata: str | None = None
+
+    def image_input(self) -> OnnxInput:
+        """The file's one image input: float32 (N, C, H, W), each fixed axis within the
+        toolkit's limits.
+
+        Raises:
+            UnsupportedInputError: an input an image model does not have (several inputs,
+                not float32, not rank 4, sides out of range).
+        """
+        from .._limits import MAX_INPUT_SIZE
+
+        if len(self.inputs) != 1:
+            raise UnsupportedInputError(
+                f"{self.path} has {len(self.inputs)} inputs; an image model has one, of shape (N, C, H, W)"
+            )
+        (value,) = self.inputs
+        if value.dtype != "float32":
+            raise UnsupportedInputError(
+                f"{self.path}: its input {value.name!r} is {value.dtype}; an image model takes float32"
+            )
+        if value.shape is None or len(value.shape) != 4:
+            shape = "unknown" if value.shape is None else _text(value.shape)
+            raise UnsupportedInputError(
+                f"{self.path}: its input {value.name!r} has shape {shape}; an image model takes (N, C, H, W)"
+            )
+        if any(d is not None and not 1 <= d <= MAX_INPUT_SIZE for d in value.shape[1:]):
+            raise UnsupportedInputError(
+                f"{self.path}: its input shape {_text(value.shape)} has a side outside 1-{MAX_INPUT_SIZE}"
+            )
+        return OnnxInput(value.name, value.shape, self.fused, self.params, self.path, self.size_metadata)
+
+
+def graph_inputs(graph) -> tuple[GraphInput, ...]:
+    """Every input of an ONNX ``graph`` that is not one of its weights, in order."""
+    import onnx
+    from onnx import helper
+
+    weights = {t.name for t in graph.initializer}
+    out = []
+    for value in graph.input:
+        if value.name in weights:
+            continue
+        if not value.type.HasField("tensor_type"):
+            out.append(GraphInput(value.name, "not a tensor", None))
+            continue
+        tensor = value.type.tensor_type
+        try:
+            dtype = helper.tensor_dtype_to_np_dtype(tensor.elem_type).name
+        except KeyError:  # no numpy type (bfloat16, float8, undefined)
+            dtype = onnx.TensorProto.DataType.Name(tensor.elem_type).lower()
+        dims = tuple(d.dim_value if d.HasField("dim_value") else None for d in tensor.shape.dim)
+        out.append(GraphInput(value.name, dtype, dims if tensor.HasField("shape") else None))
+    return tuple(out)
+
+
+def read_onnx_file(path: str | Path, proto=None) -> OnnxFile:
+    """An ONNX file's inputs, fused nodes and weight count, read within the toolkit's
+    limits (a regular, non-empty file below 2 GiB, ONNX).
 
     Args:
         proto: the file's ``ModelProto`` when the caller has read it already (a big file
-            takes seconds to parse); read here, within the toolkit's limits, when None.
+            takes seconds to parse); read here when None.
+
+    Raises:
+        DCDDeployError: not a readable ONNX file (missing, too large, not ONNX).
+    """
+    from .._limits import load_onnx_checked
+
+    proto = load_onnx_checked(path) if proto is None else proto
+    return OnnxFile(
+        graph_inputs(proto.graph),
+        _has_fused_nodes(proto),
+        sum(math.prod(t.dims) for t in proto.graph.initializer),
+        str(path),
+        {p.key: p.value for p in proto.metadata_props}.get("input_size"),
+    )
+
+
+def read_onnx_input(path: str | Path, proto=None) -> OnnxInput:
+    """The image input of an ONNX file (:meth:`OnnxFile.image_input` of :func:`read_onnx_file`).
 
     Raises:
         DCDDeployError: not a readable ONNX file (missing, too large, not ONNX).
         UnsupportedInputError: an input an image model does not have (several inputs, not
             float32, not rank 4, sides out of range).
     """
-    import onnx
-
-    from .._limits import MAX_INPUT_SIZE, load_onnx_checked
-
-    proto = load_onnx_checked(path) if proto is None else proto
-    weights = {t.name for t in proto.graph.initializer}
-    inputs = [i for i in proto.graph.input if i.name not in weights]
-    if len(inputs) != 1:
-        raise UnsupportedInputError(f"{path} has {len(inputs)} inputs; an image model has one, of shape (N, C, H, W)")
-    value = inputs[0]
-    tensor = value.type.tensor_type
-    if not value.type.HasField("tensor_type") or tensor.elem_type != onnx.TensorProto.FLOAT:
-        kind = (
-            onnx.TensorProto.DataType.Name(tensor.elem_type).lower()
-            if value.type.HasField("tensor_type")
-            else "not a tensor"
-        )
-        raise UnsupportedInputError(f"{path}: its input {value.name!r} is {kind}; an image model takes float32")
-    dims = tuple(d.dim_value if d.HasField("dim_value") else None for d in tensor.shape.dim)
-    if not tensor.HasField("shape") or len(dims) != 4:
-        shape = "unknown" if not tensor.HasField("shape") else _text(dims)
-        raise UnsupportedInputError(
-            f"{path}: its input {value.name!r} has shape {shape}; an image model takes (N, C, H, W)"
-        )
-    if any(d is not None and not 1 <= d <= MAX_INPUT_SIZE for d in dims[1:]):
-        raise UnsupportedInputError(f"{path}: its input shape {_text(dims)} has a side outside 1-{MAX_INPUT_SIZE}")
-    return OnnxInput(
-        value.name,
-        dims,
-        _has_fused_nodes(proto),
-        sum(math.prod(t.dims) for t in proto.graph.initializer),
-        str(path),
-        {p.key: p.value for p in proto.metadata_props}.get("input_size"),
-    )
+    return read_onnx_file(path, proto).image_input()
 
 
 def _has_fused_nodes(proto) -> bool:

@@ -17,10 +17,10 @@ from click.testing import CliRunner
 
 from dcd_deploy import export_onnx
 from dcd_deploy._factory_spec import build_from_factory
-from dcd_deploy.bench._models import onnx_input
 from dcd_deploy.bench.complexity import count_complexity
 from dcd_deploy.cli.bench import main
 from dcd_deploy.layers import DCDConv2d
+from dcd_deploy.runtimes import read_onnx_input as onnx_input
 
 FAST = ["--quick", "--runs", "2", "--warmup", "0", "--min-time", "0"]
 HAS_OPENVINO = importlib.util.find_spec("openvino") is not None

@@ -254,3 +254,64 @@ def test_bench_refuses_what_the_inputs_exclude(in_dir, extra, pattern, status):
         assert result.exit_code == 2 and pattern in result.output
     else:
         one_error_line(result, pattern)
+
+
+def test_bench_times_an_exported_file_of_two_inputs_on_them(in_dir):
+    """dcd-bench latency on the written file (and a twin as its baseline): each array goes
+    to the file's input of its name (swapped.npz holds depth first: by position the 1-channel
+    array would meet the 3-channel input and be refused), on both runtimes."""
+    import json
+    import shutil
+
+    from dcd_deploy.cli.bench import main as bench_main
+
+    shutil.copy("rgbd.onnx", "rgbd_twin.onnx")
+    args = ["latency", "--models", "rgbd.onnx", "--baseline", "rgbd_twin.onnx", "--inputs", "swapped.npz"]
+    result = run(
+        bench_main, args + ["--batch", "2", "--quick", "--backends", "onnxruntime,openvino", "--json", "f.json"]
+    )
+    assert result.exit_code == 0, result.output
+    doc = json.loads((in_dir / "f.json").read_text())
+    assert doc["machine"]["inputs"] == "depth 2x1x24x20, rgb 2x3x24x20"
+    timed = {(r["backend"], r["variant"]) for r in doc["records"] if r["p50_ms"] > 0}
+    assert timed == {(b, v) for b in ("onnxruntime", "openvino") for v in ("static", "dcd")}
+    assert all(r["ratio_to_static"] > 0 for r in doc["records"] if r["variant"] == "dcd")
+
+
+def _renamed_input(src: str, dst: str, old: str, new: str) -> None:
+    proto = onnx.load(src)
+    for value in proto.graph.input:
+        value.name = new if value.name == old else value.name
+    for node in proto.graph.node:
+        node.input[:] = [new if i == old else i for i in node.input]
+    onnx.save(proto, dst)
+
+
+@pytest.mark.parametrize(
+    "args, pattern",
+    [
+        ([], r"rgbd.onnx takes 2 inputs \(rgb, depth\); time it on yours with --inputs FILE"),
+        (["--inputs", "bad.npz"], r"holds rgb, dept; rgbd.onnx takes rgb, depth \(missing: depth\)"),
+        (["--inputs", "three.npz"], r"rgbd.onnx takes 2 inputs \(rgb, depth\); --inputs gives 3"),
+        (["--inputs", "int_rgb.npz"], r"--inputs: rgb is int64 1x3x24x20; rgbd.onnx takes float32"),
+        (
+            ["--inputs", "wide.npz"],
+            r"--inputs: rgb is 1x3x20x24 \(the first --batch samples\); rgbd.onnx takes \?x3x24x20",
+        ),
+        (
+            ["--inputs", "val.npz", "--baseline", "renamed.onnx"],
+            r"renamed.onnx takes rgb, d and rgbd.onnx rgb, depth; a pair takes one",
+        ),
+    ],
+)
+def test_bench_refuses_inputs_that_do_not_fit_the_file(in_dir, args, pattern):
+    from dcd_deploy.cli.bench import main as bench_main
+
+    data = np.load("val.npz")
+    np.savez("int_rgb.npz", rgb=data["rgb"].astype(np.int64), depth=data["depth"])
+    np.savez("wide.npz", rgb=data["rgb"].transpose(0, 1, 3, 2).copy(), depth=data["depth"])
+    _renamed_input("rgbd.onnx", "renamed.onnx", "depth", "d")
+    one_error_line(
+        run(bench_main, ["latency", "-q", "--models", "rgbd.onnx", "--quick", "--backends", "onnxruntime", *args]),
+        pattern,
+    )
