@@ -15,18 +15,15 @@ from pathlib import Path
 from ..errors import DCDDeployError
 
 
-def given_inputs(inputs, *, profile: bool, batch: int) -> dict:
+def given_inputs(inputs, *, batch: int) -> dict:
     """``inputs`` (a tuple or list in ``forward``'s or the file's order, or a dict by
     argument or input name) as a dict (positions as int keys), checked against the run.
 
     Raises:
-        DCDDeployError: ``profile`` (its breakdowns feed one image input), no tensors, or
-            fewer samples than ``batch``.
+        DCDDeployError: no tensors, or fewer samples than ``batch``.
     """
     import torch
 
-    if profile:
-        raise DCDDeployError("--profile breaks down runs on one image input; leave it out with --inputs")
     named = dict(inputs) if isinstance(inputs, dict) else dict(enumerate(inputs))
     if not named or not all(isinstance(t, torch.Tensor) and t.dim() >= 1 for t in named.values()):
         raise DCDDeployError("--inputs: expected one tensor per input, each with the batch on axis 0")

@@ -15,21 +15,35 @@ import numpy as np
 from ..runtimes import load_runner, onednn_disabled  # noqa: F401  (torch_profile's oneDNN switch)
 
 
-def _inputs(x) -> tuple:
+def input_tuple(x) -> tuple:
     """The run's inputs as a tuple: one tensor (an image batch) or several (a model of
     several inputs, in ``forward``'s order)."""
     return tuple(x) if isinstance(x, (tuple, list)) else (x,)
 
 
+def ort_feed(runner, x) -> dict:
+    """An ONNX Runtime runner's feed: ``x`` (one array or one per input) by the file's input names."""
+    return dict(zip(runner.input_names, input_tuple(x)))
+
+
+def openvino_inputs(x) -> tuple:
+    """``(input_shapes, feed)`` for an OpenVINO runner: the static shapes to compile for and
+    the feed by input index, of ``x`` (one array or one per input, in the file's order)."""
+    xs = input_tuple(x)
+    if len(xs) == 1:
+        return xs[0].shape, {0: xs[0]}
+    return {i: np.shape(v) for i, v in enumerate(xs)}, dict(enumerate(xs))
+
+
 def torch_runner(module, x):
     """Eager PyTorch: ``module(*x)`` (the caller sets threads and inference mode)."""
-    return load_runner("torch", module, threads=None).bind({f"x{i}": v for i, v in enumerate(_inputs(x))})
+    return load_runner("torch", module, threads=None).bind({f"x{i}": v for i, v in enumerate(input_tuple(x))})
 
 
 def torch_native_runner(module, x):
     """Eager PyTorch with oneDNN off during each call (:func:`onednn_disabled`), on only
     for this runner's calls, so runners of other backends interleaved with it keep oneDNN."""
-    feed = {f"x{i}": v for i, v in enumerate(_inputs(x))}
+    feed = {f"x{i}": v for i, v in enumerate(input_tuple(x))}
     return load_runner("torch", module, threads=None, onednn=False).bind(feed)
 
 
@@ -37,18 +51,15 @@ def ort_runner(path: Path, x, threads: int):
     """``path`` in ONNX Runtime (N threads, sequential, all optimisations), computing its
     first output; ``x`` one array or one per input of the file, in its order."""
     runner = load_runner("onnxruntime", path, threads=threads, optimization="all")
-    return runner.bind(dict(zip(runner.input_names, _inputs(x))), outputs=runner.output_names[:1])
+    return runner.bind(ort_feed(runner, x), outputs=runner.output_names[:1])
 
 
 def openvino_runner(path: Path, x, threads: int):
     """``path`` compiled by OpenVINO for CPU (N threads, one stream, latency hint, fp32
     pinned, the fused-kernel extension loaded when the file has ``dcd_deploy`` nodes),
     for the static shapes of ``x`` (one array or one per input, in the file's order)."""
-    xs = _inputs(x)
-    if len(xs) == 1:
-        return load_runner("openvino", path, threads=threads, input_shapes=xs[0].shape).bind({0: xs[0]})
-    shapes = {i: np.shape(v) for i, v in enumerate(xs)}
-    return load_runner("openvino", path, threads=threads, input_shapes=shapes).bind(dict(enumerate(xs)))
+    shapes, feed = openvino_inputs(x)
+    return load_runner("openvino", path, threads=threads, input_shapes=shapes).bind(feed)
 
 
 def bound_runner(spec, source, *, x, x_np, threads: int):

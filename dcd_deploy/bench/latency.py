@@ -167,7 +167,7 @@ def run_benchmark(
         inputs: the timed input of a model of several inputs (or of one that is no image),
             instead of synthetic images: a tuple of tensors in ``forward``'s order (an ONNX
             file's input order) or a dict by argument (input) name, each with at least
-            ``batch`` samples on axis 0 (the first ``batch`` are timed); without ``profile``.
+            ``batch`` samples on axis 0 (the first ``batch`` are timed and profiled).
 
     Raises:
         DCDDeployError: bad arguments, a model that cannot be loaded or exported.
@@ -183,7 +183,7 @@ def run_benchmark(
         check_weights_target(specs, weights)
     plan = {"baseline": baseline, "backends": backends, "threads": threads, "batch": batch, "input_size": input_size}
     files, backends, paper = _plan(specs, **plan, notes=notes, progress=progress)
-    inputs = inputs if inputs is None else given_inputs(inputs, profile=profile, batch=batch)
+    inputs = inputs if inputs is None else given_inputs(inputs, batch=batch)
     with pinned_threads(threads):
         shape = _input_shape(files, batch=batch, input_size=input_size, channels=channels, inputs=inputs)
         machine = machine_info(

@@ -45,21 +45,23 @@ EXTENSION_TYPES = frozenset({"Reference", "DCDPointwise", "DCDConvEpilogue", "DC
 PHASE_GROUPS = {"pool": "dynamic_branch", "branch": "dynamic_branch", "form": "weight_build", "gemm": "weight_apply"}
 
 
-def profile_openvino(path, x: np.ndarray, *, threads: int, runs: int, warmup: int) -> TraceBreakdown:
+def profile_openvino(path, x, *, threads: int, runs: int, warmup: int) -> TraceBreakdown:
     """Profile ``path`` in OpenVINO (extension loaded if the file needs it).
 
     Args:
         path: an exported ONNX file.
-        x: the input, with the batch to compile for.
+        x: the input, with the batch to compile for (or one per input of the file, in its order).
         threads: OpenVINO's ``INFERENCE_NUM_THREADS``.
         runs: profiled runs (medians per node are taken over them).
         warmup: runs before, not counted.
     """
     from ..openvino import kernel_profile
     from ..runtimes import load_runner
+    from ._runners import openvino_inputs
 
-    runner = load_runner("openvino", path, threads=threads, input_shapes=x.shape, perf_counters=True)
-    fused, request, call = runner.extension, runner.request, runner.bind({0: x})
+    shapes, feed = openvino_inputs(x)
+    runner = load_runner("openvino", path, threads=threads, input_shapes=shapes, perf_counters=True)
+    fused, request, call = runner.extension, runner.request, runner.bind(feed)
     previous = os.environ.get("DCD_DEPLOY_PROFILE")
     os.environ["DCD_DEPLOY_PROFILE"] = "1"
     try:

@@ -513,7 +513,7 @@ def profile_onnx(
 
     Args:
         path: the exported model.
-        x: the input array (made before profiling).
+        x: the input array (made before profiling), or one per input of the file, in its order.
         threads: ONNX Runtime's threads (the session is the benchmark's otherwise:
             :mod:`dcd_deploy.runtimes`, sequential, all graph optimisations).
         runs: profiled runs kept; ``warmup`` more run first and are dropped.
@@ -521,9 +521,10 @@ def profile_onnx(
         dynamic_layers: module paths of dynamic layers, if known beyond the graph's names.
     """
     from ..runtimes import load_runner
+    from ._runners import ort_feed
 
     runner = load_runner("onnxruntime", path, threads=threads, optimization="all", profile_dir=trace_dir)
-    call = runner.bind({runner.input_names[0]: x})
+    call = runner.bind(ort_feed(runner, x))
     walls = []
     for i in range(warmup + runs):
         ms = timed_ms(call, _clock)

@@ -186,16 +186,19 @@ def _unwatch(handles: list[Any]) -> None:
             h.remove()
 
 
-def profile_torch(model: nn.Module, x: torch.Tensor, *, runs: int, warmup: int, onednn: bool = True) -> TraceBreakdown:
+def profile_torch(model: nn.Module, x, *, runs: int, warmup: int, onednn: bool = True) -> TraceBreakdown:
     """Profile eager ``model(x)``: per group (and per op within it), the median over ``runs``
     of its op time per run.
 
     Args:
         model: a deploy form (:func:`~dcd_deploy.exporters.to_deploy`).
-        x: the input.
+        x: the input, or a tuple of them in ``forward``'s order.
         runs: profiled runs kept; ``warmup`` more run first and are dropped.
         onednn: False: oneDNN off during the runs (the paper's conditions).
     """
+    from ._runners import input_tuple
+
+    xs = input_tuple(x)
     timer = _OpTimer(model)
     handles = _watch(model, timer)
     per_run: list[dict[str, float]] = []
@@ -209,10 +212,10 @@ def profile_torch(model: nn.Module, x: torch.Tensor, *, runs: int, warmup: int, 
                 start = time.perf_counter_ns()
                 if onednn:
                     with timer:
-                        model(x)
+                        model(*xs)
                 else:
                     with onednn_disabled(), timer:
-                        model(x)
+                        model(*xs)
                 if i >= warmup:
                     walls.append((time.perf_counter_ns() - start) / 1e6)
                     per_run.append(dict(timer.run))

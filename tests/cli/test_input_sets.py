@@ -242,7 +242,6 @@ def test_bench_times_the_pair_on_the_given_inputs(in_dir):
     "extra, pattern, status",
     [
         (["--input-size", "64"], "--input-size describes synthetic images", 2),
-        (["--profile"], "--profile breaks down runs on one image input", 1),
         (["--batch", "5"], r"input rgb has 4 samples; --batch 5 times 5", 1),
     ],
 )
@@ -254,6 +253,22 @@ def test_bench_refuses_what_the_inputs_exclude(in_dir, extra, pattern, status):
         assert result.exit_code == 2 and pattern in result.output
     else:
         one_error_line(result, pattern)
+
+
+def test_bench_profiles_the_pair_on_the_given_inputs(in_dir):
+    """--profile beside --inputs: every runtime's breakdown runs the model on the set (the
+    DCD model's has a dynamic branch, its static counterpart's none)."""
+    import json
+
+    from dcd_deploy.cli.bench import main as bench_main
+
+    args = ["latency", "--models", "rgbd.py:build", "--inputs", "val.npz", "--quick", "--profile", "--json", "p.json"]
+    result = run(bench_main, args + ["--backends", "onnxruntime,openvino-fused", "--profile-runs", "3"])
+    assert result.exit_code == 0, result.output
+    profiles = json.loads((in_dir / "p.json").read_text())["profiles"]
+    got = {(p["backend"], p["variant"]): p["groups"]["dynamic_branch"]["ms"] for p in profiles}
+    assert set(got) == {(b, v) for b in ("onnxruntime", "openvino-fused") for v in ("static", "dcd")}
+    assert all((ms > 0) == (variant == "dcd") for (_, variant), ms in got.items())
 
 
 def test_bench_times_an_exported_file_of_two_inputs_on_them(in_dir):
