@@ -34,7 +34,7 @@ def given_inputs(inputs, *, batch: int) -> dict:
     return {k: t[:batch].contiguous() for k, t in named.items()}
 
 
-def in_forward_order(inputs: dict, models: Sequence) -> tuple:
+def in_model_order(inputs: dict, models: Sequence) -> tuple:
     """The inputs as the run's models take them: by name, or by position for int keys; in
     ``forward``'s order for PyTorch models (the first), in each ONNX file's (``Path``)
     input order, which every file of the run must share.

@@ -58,7 +58,7 @@ from ._backends import (
     default_backends,
     select_backends,
 )
-from ._given_inputs import given_inputs, in_forward_order, inputs_text
+from ._given_inputs import given_inputs, in_model_order, inputs_text
 from ._latency_result import (
     CI_ROUNDS,
     CI_RUNS,
@@ -211,7 +211,7 @@ def run_benchmark(
             built,
             backends,
             shape=shape,
-            x=None if inputs is None else in_forward_order(inputs, [built[e.name] for e in entries]),
+            x=None if inputs is None else in_model_order(inputs, [built[e.name] for e in entries]),
             seed=seed,
             threads=threads,
             timing=timing,
