@@ -309,7 +309,6 @@ def test_a_reshape_to_a_computed_shape_converts_unchanged():
     # torch.onnx's view(b, c, h * w) at a symbolic size: the shape is Shape's dims, computed
     # at run time; its allowzero=1 cannot meet a 0 (the result would be empty, so the input)
     consts = {
-        "one": np.array([1], dtype=np.int64),
         "two": np.array([2], dtype=np.int64),
         "four": np.array([4], dtype=np.int64),
         "zero": np.array([0], dtype=np.int64),
@@ -318,7 +317,7 @@ def test_a_reshape_to_a_computed_shape_converts_unchanged():
         helper.make_node("Shape", ["x"], ["s"]),
         helper.make_node("Slice", ["s", "zero", "two"], ["bc"]),  # (b, c)
         helper.make_node("Slice", ["s", "two", "four"], ["hw"]),  # (h, w)
-        helper.make_node("ReduceProd", ["hw"], ["n"], keepdims=1),  # (h * w,): 13's form, axes as attribute
+        helper.make_node("ReduceProd", ["hw"], ["n"], keepdims=1),  # (h * w,): over every axis, at 13 too
         helper.make_node("Concat", ["bc", "n"], ["shape"], axis=0),
         helper.make_node("Reshape", ["x", "shape"], ["y"], allowzero=1),
     ]
