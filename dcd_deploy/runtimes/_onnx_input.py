@@ -1,11 +1,14 @@
-"""The image input of an ONNX file, read once and checked before any runtime loads it.
+"""The inputs of an ONNX file, read once and checked before any runtime loads it.
 
-Every reader of a file's input goes through :func:`read_onnx_input`: ``dcd-validate``
-(the image size the check makes its images at), ``dcd-bench --models net.onnx`` (the
-shape it feeds, whether the file has fused nodes, its weight count). The file is checked
-as :func:`dcd_deploy._limits.load_onnx_checked` checks it (a regular, non-empty file
-below 2 GiB, ONNX), and its input must be one float32 (N, C, H, W) tensor whose fixed
-axes are within the toolkit's limits.
+Every reader of a file's inputs goes through :func:`read_onnx_file` (each input's name,
+numpy type and axes, whether the file has fused nodes, its weight count): ``dcd-validate``
+(its plan for several inputs), ``dcd-bench --models net.onnx`` (its backends, its weight
+count, ``--inputs`` checked against the inputs). The file is checked as
+:func:`dcd_deploy._limits.load_onnx_checked` checks it (a regular, non-empty file below
+2 GiB, ONNX). Where synthetic images feed it, :func:`read_onnx_input` (its
+:meth:`OnnxFile.image_input`) also requires one float32 (N, C, H, W) input whose fixed
+axes are within the toolkit's limits: the image size ``dcd-validate`` makes its images
+at, the shape ``dcd-bench`` feeds.
 """
 
 from __future__ import annotations
