@@ -14,12 +14,12 @@ network we export below opset 16, and broke the fused and function modes at any 
   Identity 14-25: sequence, optional, float8 and int4 types) have no down adapter ("No
   Adapter From Version $14 for Relu"), though the node is valid as it is in the older
   version for the float tensors we write. Reshape 14 only added ``allowzero``: the same
-  when it is 0 (the default), or 1 (torch.onnx's flatten) with a shape holding no 0:
-  a constant one checked, a computed one (``view(b, c, h * w)`` at a symbolic size) since
+  when it is 0 (the default), or 1 (torch.onnx's flatten) with a shape holding no 0: a
+  constant one checked, a computed one (``view(b, c, h * w)`` at a symbolic size) since
   a 0 there empties the result and so the input, which a model's input never is but for
-  an empty batch (whose axis 0 the old Reshape copies); Shape 15 only added ``start``/``end``: the same without them; BatchNormalization
-  15 and 14 only split its types and added ``training_mode``: the same in inference mode
-  with one output. Such nodes wait in a private domain during the call and are put back after it;
+  an empty batch (whose axis 0 the old Reshape copies); Shape 15 only added
+  ``start``/``end``: the same without them; BatchNormalization 15 and 14 only split its
+  types and added ``training_mode``: the same in inference mode with one output. Such nodes wait in a private domain during the call and are put back after it;
   the checker's full pass over the result (shape inference at the target opset) then
   checks their types against the old schemas.
 * **Shape 15's ``start``/``end``** (``x.shape[-2:]``, an ``F.interpolate`` size): no
