@@ -34,9 +34,12 @@ network we export below opset 16, and broke the fused and function modes at any 
   type-only nodes; a Resize drops 18's default attributes and gets the empty ``roi`` and
   ``scales`` tensors that 11 requires, and waits too.
 * **LayerNormalization below 17**: a function whose body depends on its attributes, so
-  neither expanded above nor adapted; written as its arithmetic (negative ``axis``).
+  neither expanded above nor adapted; written as its arithmetic (a positive ``axis``
+  counted from the back where the input's rank is known).
 * **Split 18** (``torch.chunk``): no down adapter at all. With ``num_outputs`` and an axis
-  of known length it gets its parts' sizes, as 13's input or 11's attribute, and waits.
+  of known length it gets its parts' sizes, as 13's input or 11's attribute, and waits;
+  over a symbolic length, or with computed sizes below 13, it becomes one Slice per part,
+  its bounds computed at run time.
 * **Softmax, LogSoftmax and Hardmax below 13** normalised over every axis from ``axis``
   on, and the converter keeps the node unchanged (another function): one over its
   input's last axis waits with the type-only nodes, any other is refused.
@@ -58,7 +61,7 @@ _STANDARD = ("", "ai.onnx")
 #: (Version 13 of every op here only added bfloat16; so did 12 of Clip, Max, Min and Pow,
 #: integer types.)
 TYPE_ONLY_CHANGES = {
-    **{"Add": 14, "Sub": 14, "Mul": 14, "Div": 14, "Relu": 14, "Identity": 25, "Pow": 15},
+    **{"Add": 14, "Sub": 14, "Mul": 14, "Div": 14, "Relu": 14, "Identity": 25, "Pow": 15, "CumSum": 14},
     **dict.fromkeys(("Clip", "Flatten", "Gemm", "MatMul", "Sigmoid", "Tanh", "Exp", "Sqrt", "Neg"), 13),
     **dict.fromkeys(("Concat", "Transpose", "Gather", "Cast", "Tile", "Max", "Min", "Slice"), 13),
     **dict.fromkeys(("Equal", "Greater", "Less", "Floor", "Ceil", "Abs", "Reciprocal", "Expand", "Erf"), 13),
@@ -87,9 +90,9 @@ def convert_opset(proto: onnx.ModelProto, opset: int) -> onnx.ModelProto:
         _drop_default_noop(proto)
     if opset < 15:
         _slice_shapes(proto)
-    if opset < 17:
-        serial = itertools.count()
-        _rewrite(proto.graph.node, lambda node: _layer_norm_parts(node, next(serial)))
+    if opset < 17 and any(n.op_type == "LayerNormalization" for n in proto.graph.node):
+        serial, dims = itertools.count(), _dims(proto)
+        _rewrite(proto.graph.node, lambda node: _layer_norm_parts(node, next(serial), dims))
     if opset < 18:
         _axes_as_attribute(proto)
         _split_sizes(proto, opset)
@@ -167,16 +170,19 @@ def _axes_as_attribute(proto: onnx.ModelProto) -> None:
         nodes.remove(node)
 
 
-def _layer_norm_parts(node: onnx.NodeProto, serial: int) -> list[onnx.NodeProto] | None:
+def _layer_norm_parts(node: onnx.NodeProto, serial: int, dims: dict) -> list[onnx.NodeProto] | None:
     """A LayerNormalization (17; its ONNX body depends on its attributes, so the converter
     has no version before it) as its arithmetic: ``(x - mean) / sqrt(var + eps) * scale + b``
     over the axes from ``axis`` to the last, with 18's ReduceMean (``_axes_as_attribute``
-    then writes them for the target). Only a negative ``axis`` (torch.onnx writes -1 for
-    ``F.layer_norm`` over the last dimensions) and the normalised output alone."""
+    then writes them for the target). The normalised output alone; a positive ``axis``
+    (torch.onnx writes -1 for ``F.layer_norm`` over the last dimensions) counted from the
+    back by the input's rank (``dims``: tensor name -> its axes), where shape inference knows it."""
     if node.domain not in _STANDARD or node.op_type != "LayerNormalization" or len([o for o in node.output if o]) != 1:
         return None
     attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
     axis, eps = attrs.get("axis", -1), attrs.get("epsilon", 1e-5)
+    if axis >= 0 and node.input[0] in dims:
+        axis -= len(dims[node.input[0]])
     if axis >= 0 or attrs.get("stash_type", 1) != 1:
         return None
     p = f"{node.name or 'LayerNormalization'}/_parts{serial}/"
@@ -199,29 +205,43 @@ def _layer_norm_parts(node: onnx.NodeProto, serial: int) -> list[onnx.NodeProto]
     ]
 
 
+def _dims(proto: onnx.ModelProto) -> dict:
+    """Tensor name -> its axes (``TensorShapeProto.Dimension``s) where shape inference knows its rank."""
+    inferred = onnx.shape_inference.infer_shapes(proto).graph
+    return {
+        v.name: v.type.tensor_type.shape.dim
+        for v in [*inferred.value_info, *inferred.input]
+        if v.type.tensor_type.HasField("shape")
+    }
+
+
 def _split_sizes(proto: onnx.ModelProto, opset: int) -> None:
-    """Each Split of 18's ``num_outputs`` (torch.onnx's ``torch.chunk``), whose axis has a
-    known length, with its parts' sizes instead (the last one shorter when the length does
-    not divide, as 18 has it): an input from 13 on, an attribute before."""
+    """Each Split of 18's ``num_outputs`` (torch.onnx's ``torch.chunk``) with its parts' sizes
+    instead (the last one shorter when the length does not divide, as 18 has it): where the
+    axis has a known length, an input from 13 on, an attribute before. Where it does not
+    (a chunk over a symbolic size), and below 13 where the sizes are computed (torch.onnx's
+    ``split_with_sizes`` at a symbolic size), as Slices (:func:`_split_slices`)."""
     splits = [n for n in proto.graph.node if n.domain in _STANDARD and n.op_type == "Split"]
-    if opset < 13:  # sizes given as an input (torch.chunk of a length it does not divide)
+    sliced = set()
+    if opset < 13:  # sizes given as an input: an attribute where constant, else Slices
         given = _constants(proto, {n.input[1] for n in splits if n.input[1:]})
-        for node in (n for n in splits if n.input[1:] and n.input[1] in given):
+        for node in (n for n in splits if n.input[1:]):
+            if node.input[1] not in given:
+                sliced.add(id(node))
+                continue
             node.attribute.append(onnx.helper.make_attribute("split", [int(v) for v in given[node.input[1]]]))
             del node.input[1:]
-    if not any(a.name == "num_outputs" for n in splits for a in n.attribute):
-        return
-    inferred = onnx.shape_inference.infer_shapes(proto).graph
-    dims = {v.name: v.type.tensor_type.shape.dim for v in [*inferred.value_info, *inferred.input]}
+    dims = _dims(proto) if any(a.name == "num_outputs" for n in splits for a in n.attribute) else {}
     for node in splits:
         attrs = {a.name: a.i for a in node.attribute}
         shape = dims.get(node.input[0])
-        if "num_outputs" not in attrs or shape is None:
+        if "num_outputs" not in attrs:
             continue
-        axis = attrs.get("axis", 0) % len(shape)
-        if not shape[axis].HasField("dim_value"):
+        axis = attrs.get("axis", 0)
+        if shape is None or not shape[axis % len(shape)].HasField("dim_value"):
+            sliced.add(id(node))
             continue
-        length, parts = shape[axis].dim_value, attrs["num_outputs"]
+        length, parts = shape[axis % len(shape)].dim_value, attrs["num_outputs"]
         size = -(-length // parts)
         sizes = [size] * (parts - 1) + [length - size * (parts - 1)]
         _drop_attributes(node, "num_outputs")
@@ -231,6 +251,54 @@ def _split_sizes(proto: onnx.ModelProto, opset: int) -> None:
             name = f"{node.name or 'Split'}/_sizes"
             proto.graph.initializer.append(numpy_helper.from_array(np.array(sizes, dtype=np.int64), name))
             node.input.append(name)
+    if sliced:
+        serial = itertools.count()
+        _rewrite(proto.graph.node, lambda n: _split_slices(n, next(serial)) if id(n) in sliced else None)
+
+
+def _split_slices(node: onnx.NodeProto, serial: int) -> list[onnx.NodeProto]:
+    """A Split as one Slice per part over its axis, with bounds computed at run time (ops of
+    opset 11): from a sizes input, ``[c_i - s_i, c_i)`` with ``c`` their running sum; with
+    ``num_outputs`` K over a length ``n`` not known before, ``[i·s, (i+1)·s)`` with
+    ``s = ceil(n / K)`` (Split 18's sizes; Slice clamps the last end)."""
+    attrs = {a.name: a.i for a in node.attribute}
+    axis, x = attrs.get("axis", 0), node.input[0]
+    p = f"{node.name or 'Split'}/_slices{serial}/"
+    make = onnx.helper.make_node
+
+    def const(name: str, value: int) -> onnx.NodeProto:
+        tensor = numpy_helper.from_array(np.array([value], dtype=np.int64), p + name)
+        return make("Constant", [], [p + name], name=p + name, value=tensor)
+
+    parts = len(node.output)
+    out = [const("axis", axis), *(const(f"i{i}", i) for i in range(parts))]
+    if node.input[1:]:
+        out += [
+            make("CumSum", [node.input[1], p + "i0"], [p + "ends"], name=p + "ends"),  # (K,)
+            make("Sub", [p + "ends", node.input[1]], [p + "starts"], name=p + "starts"),  # (K,)
+        ]
+        for i in range(parts):
+            out.append(make("Gather", [p + "starts", p + f"i{i}"], [p + f"start{i}"], name=p + f"start{i}"))
+            out.append(make("Gather", [p + "ends", p + f"i{i}"], [p + f"end{i}"], name=p + f"end{i}"))
+    else:
+        out += [
+            const("rest", parts - 1),
+            const("parts", parts),
+            const("open", np.iinfo(np.int64).max),
+            make("Shape", [x], [p + "shape"], name=p + "shape"),
+            make("Gather", [p + "shape", p + "axis"], [p + "n"], name=p + "n", axis=0),  # (1,)
+            make("Add", [p + "n", p + "rest"], [p + "n_up"], name=p + "n_up"),
+            make("Div", [p + "n_up", p + "parts"], [p + "size"], name=p + "size"),  # (1,) ceil(n / K)
+            *(make("Mul", [p + "size", p + f"i{i}"], [p + f"start{i}"], name=p + f"start{i}") for i in range(parts)),
+            *(make("Identity", [p + f"start{i + 1}"], [p + f"end{i}"], name=p + f"end{i}") for i in range(parts - 1)),
+            make("Identity", [p + "open"], [p + f"end{parts - 1}"], name=p + f"end{parts - 1}"),
+        ]
+    slices = [
+        make("Slice", [x, p + f"start{i}", p + f"end{i}", p + "axis"], [y], name=f"{p}part{i}")
+        for i, y in enumerate(node.output)
+        if y
+    ]
+    return [*out, *slices]
 
 
 #: Resize's attributes from 18 on, and the values that make them say nothing

@@ -287,16 +287,28 @@ def _decompose_untranslated(ep, op):
 
     Without this such a graph failed translation and took the public path, which traces
     the model again and builds the whole registry: the same graph, 0.5-3 s later.
+
+    A ``split`` of a symbolic size (``torch.chunk`` over an axis the export keeps dynamic)
+    is decomposed too, into ``split_with_sizes`` of computed sizes (an ONNX Split with a
+    sizes input): translated whole it is a SplitToSequence on which onnxscript's optimizer
+    (0.7) fails ("'NoneType' object has no attribute 'ndim'").
     """
     import warnings
 
     translated = _translated_keys(op)
     ops = called_ops(ep.graph_module)
-    if all(op_key(t) in translated for t in ops if isinstance(t, torch._ops.OpOverload)):
+    table = {}
+    if any(
+        n.target is torch.ops.aten.split.Tensor and not isinstance(n.args[1], int) for n in ep.graph_module.graph.nodes
+    ):
+        from torch._decomp import get_decompositions
+
+        table.update(get_decompositions([torch.ops.aten.split.Tensor]))
+    if not table and all(op_key(t) in translated for t in ops if isinstance(t, torch._ops.OpOverload)):
         return ep
     with warnings.catch_warnings():  # torch's own deprecation notices, as the public path hides them
         warnings.simplefilter("ignore", FutureWarning)
-        return ep.run_decompositions(dict(_decomposition_table(op)))
+        return ep.run_decompositions({**_decomposition_table(op), **table})
 
 
 @functools.lru_cache(maxsize=1)

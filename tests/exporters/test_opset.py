@@ -229,6 +229,64 @@ def test_torch_chunk_is_written_at_every_opset_and_checked(tmp_path, opset):
     assert all(len(n.input) == (1 if opset < 13 else 2) for n in splits)  # sizes an attribute before 13
 
 
+class _HalvesNet(nn.Module):
+    """A left and a right half seen apart (``chunk`` over the width), and the channels in
+    thirds: at a symbolic size the first is a split of a computed size, which torch.onnx
+    alone failed to write at any opset (onnxscript's optimizer on its SplitToSequence)."""
+
+    def __init__(self):
+        super().__init__()
+        self.pw = DCDConv2d(3, 12)
+
+    def forward(self, x):
+        y = F.relu(self.pw(x))
+        left, right = y.chunk(2, dim=3)
+        a, b, c = y.chunk(3, dim=1)
+        return torch.cat([left.mean((2, 3)), right.amax((2, 3)), (a * b - c).mean((2, 3))], 1)
+
+
+@pytest.mark.parametrize("opset", [11, 13, 18])
+def test_torch_chunk_over_a_symbolic_size_is_written_below_18_and_runs_at_other_sizes(tmp_path, opset):
+    torch.manual_seed(0)
+    model = _HalvesNet().eval()
+    result = dcd_deploy.export_onnx(model, tmp_path / "m.onnx", input_size=(8, 10), opset=opset, dynamic_size=True)
+    assert result.parity and result.opset == opset
+    proto = onnx.load(tmp_path / "m.onnx")
+    assert _opset(proto) == opset
+    session = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    for shape in ((1, 3, 9, 7), (2, 3, 5, 12), (1, 3, 6, 3)):  # odd widths: the left half is the longer
+        x = torch.rand(shape)
+        with torch.no_grad():
+            expected = model.double()(x.double()).numpy()
+        model.float()
+        (got,) = session.run(None, {session.get_inputs()[0].name: x.numpy()})
+        np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("opset", [11, 13])
+def test_a_split_in_parts_over_an_axis_of_unknown_length_becomes_slices(opset):
+    """Split 18's ``num_outputs`` over a width shape inference cannot know: 5 in 3 parts is
+    2, 2, 1 (numpy's ``array_split`` would give 2, 2, 1 too; 7 would tell them apart: 3, 3, 1
+    against 3, 2, 2)."""
+    split = helper.make_node("Split", ["x"], ["a", "b", "c"], axis=-1, num_outputs=3)
+    cat = helper.make_node("Concat", ["c", "a", "b"], ["y"], axis=-1)
+    graph = helper.make_graph(
+        [split, cat],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4, "w"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3, 4, "w"])],
+    )
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    _refused_by_onnx(proto, opset)
+    out = convert_opset(proto, opset)
+    assert _opset(out) == opset and "Split" not in {n.op_type for n in out.graph.node}
+    session = ort.InferenceSession(out.SerializeToString(), providers=["CPUExecutionProvider"])
+    for w, sizes in ((5, (2, 2, 1)), (7, (3, 3, 1)), (9, (3, 3, 3))):
+        x = np.arange(2 * 3 * 4 * w, dtype=np.float32).reshape(2, 3, 4, w)
+        a, b, c = np.split(x, np.cumsum(sizes)[:-1], axis=-1)
+        np.testing.assert_array_equal(session.run(None, {"x": x})[0], np.concatenate([c, a, b], axis=-1))
+
+
 @pytest.mark.parametrize(
     "name, mode",
     [
@@ -275,11 +333,12 @@ def test_pad_and_a_last_axis_softmax_at_11_and_the_channel_softmax_refused(tmp_p
     assert not (tmp_path / "n.onnx").exists()
 
 
-@pytest.mark.parametrize("opset", [11, 13, 16])
-def test_layer_normalization_is_written_below_17_as_its_arithmetic(opset):
+@pytest.mark.parametrize("opset, axis", [(11, -2), (13, -2), (16, -2), (13, 2)])
+def test_layer_normalization_is_written_below_17_as_its_arithmetic(opset, axis):
+    """Over the last two axes of (2, 3, 4, 5), given as -2 or as 2 (counted by the input's rank)."""
     scale = numpy_helper.from_array(np.linspace(0.5, 2.0, 20, dtype=np.float32).reshape(4, 5), "scale")
     bias = numpy_helper.from_array(np.linspace(-1.0, 1.0, 20, dtype=np.float32).reshape(4, 5), "bias")
-    node = helper.make_node("LayerNormalization", ["x", "scale", "bias"], ["y"], axis=-2, epsilon=1e-3)
+    node = helper.make_node("LayerNormalization", ["x", "scale", "bias"], ["y"], axis=axis, epsilon=1e-3)
     proto = _model([node], initializers=[scale, bias])
     _refused_by_onnx(proto, opset)
     out = convert_opset(proto, opset)
@@ -291,11 +350,11 @@ def test_layer_normalization_is_written_below_17_as_its_arithmetic(opset):
 
 
 def test_an_op_the_converter_cannot_write_is_one_error_naming_it():
-    # a positive axis needs the input's rank: left to the converter, which has no version before 17
-    node = helper.make_node("LayerNormalization", ["x", "scale"], ["y"], axis=3)
-    scale = numpy_helper.from_array(np.ones(5, dtype=np.float32), "scale")
-    with pytest.raises(ExportError, match=r"^cannot write opset 16: .*LayerNormalization exists; use opset 18$"):
-        convert_opset(_model([node], initializers=[scale]), 16)
+    # F.grid_sample: GridSample came at 16 with no function body, so nothing can write it at 15
+    grid = numpy_helper.from_array(np.zeros((2, 4, 5, 2), dtype=np.float32), "grid")
+    node = helper.make_node("GridSample", ["x", "grid"], ["y"])
+    with pytest.raises(ExportError, match=r"^cannot write opset 15: .*GridSample exists; use opset 18$"):
+        convert_opset(_model([node], initializers=[grid]), 15)
 
 
 def test_a_reshape_whose_zeros_mean_something_is_refused_with_the_converters_words():
