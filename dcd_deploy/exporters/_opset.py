@@ -346,6 +346,8 @@ def _passes_through(node: onnx.NodeProto, opset: int, constants: dict, two_d: se
         return not any(a.name == "num_outputs" for a in node.attribute) and (opset >= 13 or not node.input[1:])
     if node.op_type in ("ArgMax", "ArgMin"):  # 12 added select_last_index, 13 bfloat16
         return opset >= 12 or all(a.i == 0 for a in node.attribute if a.name == "select_last_index")
+    if node.op_type == "GatherND":  # 12 added batch_dims (F.adaptive_avg_pool2d's gathers: 0), 13 bfloat16
+        return opset >= 12 or all(a.i == 0 for a in node.attribute if a.name == "batch_dims")
     if node.op_type == "Pad":  # 13 added bfloat16, 18 the axes input, 19 the wrap mode
         return len(node.input) <= 3
     if node.op_type == "BatchNormalization":  # 15 split its types, 14 added training_mode
@@ -395,6 +397,8 @@ def _hide_passthrough(proto: onnx.ModelProto, opset: int) -> int:
                 node.attribute.append(onnx.helper.make_attribute("axis", -1))
             if node.op_type in ("ArgMax", "ArgMin") and opset < 12:  # its default (first index) then
                 _drop_attributes(node, "select_last_index")
+            if node.op_type == "GatherND" and opset < 12:  # 0, what 11 does
+                _drop_attributes(node, "batch_dims")
             count += 1
     if count:
         proto.opset_import.add(domain=_HIDDEN, version=1)

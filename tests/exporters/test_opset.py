@@ -156,6 +156,32 @@ def test_argmax_of_a_segmentation_head_is_written_below_13(opset):
 
 
 @pytest.mark.parametrize("opset", [11, 12])
+def test_gather_nd_of_an_adaptive_pool_is_written_below_13(opset):
+    """``F.adaptive_avg_pool2d(x, (3, 3))`` of a size it does not divide: torch.onnx gathers
+    the windows with GatherND (13: bfloat16 only; 12 added ``batch_dims``, written 0, which
+    11 cannot say and does anyway). A ``batch_dims`` of 1 cannot be written at 11."""
+    rows = numpy_helper.from_array(np.array([[3], [0], [3]], dtype=np.int64), "rows")
+    nodes = [
+        helper.make_node("Transpose", ["x"], ["t"], perm=[2, 0, 1, 3]),  # (4, 2, 3, 5)
+        helper.make_node("GatherND", ["t", "rows"], ["g"], batch_dims=0),  # (3, 2, 3, 5)
+        helper.make_node("Transpose", ["g"], ["y"], perm=[1, 2, 0, 3]),
+    ]
+    proto = _model(nodes, out_shape=[2, 3, 3, 5], initializers=[rows])
+    _refused_by_onnx(proto, opset)
+    out = convert_opset(proto, opset)
+    assert _opset(out) == opset
+    np.testing.assert_array_equal(_run(out), x64[:, :, [3, 0, 3], :])
+    index = numpy_helper.from_array(np.zeros((2, 1), dtype=np.int64), "index")
+    batched = [helper.make_node("GatherND", ["x", "index"], ["y"], batch_dims=1)]
+    if opset == 11:
+        with pytest.raises(ExportError, match="cannot write opset 11: .*GatherND"):
+            convert_opset(_model(batched, out_shape=[2, 4, 5], initializers=[index]), 11)
+    else:
+        got = _run(convert_opset(_model(batched, out_shape=[2, 4, 5], initializers=[index]), 12))
+        np.testing.assert_array_equal(got, x64[:, 0])
+
+
+@pytest.mark.parametrize("opset", [11, 12])
 def test_a_softmax_of_the_default_axis_keeps_it_below_13_where_the_default_was_1(opset):
     out = convert_opset(_model([helper.make_node("Softmax", ["x"], ["y"])]), opset)  # 13's default: -1
     assert _opset(out) == opset
