@@ -442,7 +442,7 @@ def resolve_model(
         if arch is not None:
             raise CheckpointError(f"--arch names a zoo architecture; {spec} builds the model itself (leave --arch out)")
         with preparation_threads():
-            model = build_from_factory(factory)
+            model = _as_float32(build_from_factory(factory), spec)  # before --weights: loaded exactly
         if weights is not None:
             load_weights_file(model, weights, trust_checkpoint=trust_checkpoint, label=factory.name)
         _check_users_model(model, spec, sides, check_input_size, n_inputs)
@@ -476,7 +476,7 @@ def resolve_model(
                 f"{exc}; a model of your own is given as MODULE:FUNCTION (e.g. mynet.py:build) with --weights FILE"
             ) from None
         _check_users_model(model, spec, sides, check_input_size, n_inputs)
-        return model
+        return _as_float32(model, spec)
     if arch not in (None, spec):
         raise CheckpointError(f"{spec} is a zoo name; --arch {arch} contradicts it (leave --arch out)")
     with preparation_threads():  # see dcd_deploy._threads
@@ -545,6 +545,24 @@ def forward_inputs(model: nn.Module) -> tuple[list[str], list[str]]:
     positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     required = [p.name for p in params if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
     return required, [p.name for p in positional]
+
+
+def _as_float32(model: nn.Module, spec: str) -> nn.Module:
+    """``model`` with float32 weights (in place), and a warning naming what they were: a
+    factory's ``model.half()`` or a pickled float64 model. The commands write and check
+    float32 files; float16 to float32 is exact, float64 rounds to what the file holds."""
+    from .state_dict import other_float_dtypes
+
+    other = other_float_dtypes(model)
+    if other:
+        warnings.warn(
+            f"{spec}: {type(model).__name__} holds {' and '.join(other)} weights; taken as float32, "
+            "what the ONNX file computes in",
+            UserWarning,
+            stacklevel=3,
+        )
+        model.float()
+    return model
 
 
 def _check_users_model(model: nn.Module, spec: str, sides: tuple[int, int], check, n_inputs: int) -> None:

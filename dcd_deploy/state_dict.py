@@ -114,6 +114,14 @@ def unwrap(model: nn.Module) -> nn.Module:
             return model
 
 
+def other_float_dtypes(model: nn.Module) -> list[str]:
+    """The floating-point types other than float32 of ``model``'s parameters and buffers
+    (``["float16"]`` for a ``model.half()``), sorted: the ONNX files are float32, and the
+    parity check runs the model on float32 and float64 inputs."""
+    dtypes = {t.dtype for t in (*model.parameters(), *model.buffers()) if t.is_floating_point()}
+    return sorted(str(d).removeprefix("torch.") for d in dtypes - {torch.float32})
+
+
 def strip_module_prefix(state_dict: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """Drop the :data:`WRAPPER_PREFIXES` (in any order, nested) from every key."""
     out = {}

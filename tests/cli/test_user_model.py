@@ -370,3 +370,58 @@ def test_a_factory_returning_a_wrapped_model_exports_the_module_it_wraps(user_di
     assert result.exit_code == 1 and "FAIL" in result.stdout
     result = run(validate_main, [f"wrapped.py:{factory}", out, "--weights", "compiled.pt"])
     assert result.exit_code == 0, result.output
+
+
+HALF_AND_DOUBLE = """\
+from tiny import build
+
+
+def half():
+    return build().half()
+
+
+def double():
+    return build().double()
+"""
+
+
+@pytest.mark.parametrize("factory, dtype", [("half", "float16"), ("double", "float64")])
+def test_a_factory_of_float16_or_float64_weights_exports_float32(user_dir, tmp_path, monkeypatch, factory, dtype):
+    """A model of other weights than float32 (``model.half()`` for deployment, a float64
+    research model) failed in its first forward on float32 images. The commands take it as
+    float32, before --weights loads: the float32 weights of tiny.pt must arrive unrounded,
+    so the file computes what the float32 factory's export computes, to float32 precision
+    (a float16 round trip of the weights moves the logits by about 5e-4)."""
+    import numpy as np
+    import onnxruntime as ort
+
+    d, _ = user_dir
+    shutil.copy(d / "tiny.py", tmp_path / "tiny.py")
+    (tmp_path / "precision.py").write_text(HALF_AND_DOUBLE, encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    common = ["--weights", d / "tiny.pt", "--input-size", SIZE, "--no-simplify"]
+    with pytest.warns(UserWarning, match=rf"^precision.py:{factory}: TinyNet holds {dtype} weights; taken as float32"):
+        result = run(export_main, [f"precision.py:{factory}", *common, "-o", "other.onnx"])
+    assert result.exit_code == 0, result.output
+    assert "parity   PASS" in result.stdout
+    result = run(export_main, ["tiny.py:build", *common, "-o", "fp32.onnx"])
+    assert result.exit_code == 0, result.output
+    x = np.random.default_rng(0).standard_normal((2, 3, int(SIZE), int(SIZE))).astype(np.float32)
+    got, want = (
+        ort.InferenceSession(name, providers=["CPUExecutionProvider"]).run(None, {"input": x})[0]
+        for name in ("other.onnx", "fp32.onnx")
+    )
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_the_api_refuses_a_float16_model_with_the_way_out(tmp_path, user_dir, monkeypatch):
+    d, _ = user_dir
+    monkeypatch.syspath_prepend(str(d))
+    from tiny import build
+
+    with pytest.raises(
+        dcd_deploy.errors.ExportError, match=r"^TinyNet holds float16 weights; .* export model\.float\(\)"
+    ):
+        dcd_deploy.export_onnx(build().half(), tmp_path / "m.onnx", input_size=int(SIZE))
+    assert not (tmp_path / "m.onnx").exists()
