@@ -122,6 +122,17 @@ def other_float_dtypes(model: nn.Module) -> list[str]:
     return sorted(str(d).removeprefix("torch.") for d in dtypes - {torch.float32})
 
 
+def require_float32(model: nn.Module, error: type[Exception]) -> None:
+    """Raise ``error`` naming ``model.float()`` when ``model`` holds weights of another
+    floating-point type (the API does not change the caller's model; the commands convert
+    the models they build themselves)."""
+    if other := other_float_dtypes(model):
+        raise error(
+            f"{type(model).__name__} holds {' and '.join(other)} weights; the ONNX files are float32: "
+            "pass model.float() (float16 to float32 is exact)"
+        )
+
+
 def strip_module_prefix(state_dict: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """Drop the :data:`WRAPPER_PREFIXES` (in any order, nested) from every key."""
     out = {}

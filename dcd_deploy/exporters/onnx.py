@@ -36,7 +36,7 @@ from torch.utils import _pytree as pytree
 from .._atomic import atomic_output, check_output_path
 from .._version import __version__
 from ..errors import ExportError, ParityError
-from ..state_dict import other_float_dtypes, unwrap
+from ..state_dict import require_float32, unwrap
 from ._builder import DOMAIN
 from ._deploy_dcd import STRATEGIES, DeployDCD
 from ._emit import drop_missing, emit_layers
@@ -230,11 +230,7 @@ def export_onnx(
             NaN or Inf on finite inputs.
     """
     start, model = time.perf_counter(), unwrap(model)  # a torch.compile'd or DataParallel model: what it runs
-    if other := other_float_dtypes(model):
-        raise ExportError(
-            f"{type(model).__name__} holds {' and '.join(other)} weights; the ONNX file is float32: "
-            "export model.float() (float16 to float32 is exact)"
-        )
+    require_float32(model, ExportError)
     opset = _checked_arguments(opset=opset, mode=mode, strategy=strategy, batch=batch)
     hw = input_hw(input_size)
     example = example_tuple(example_inputs, hw)

@@ -416,12 +416,18 @@ def test_a_factory_of_float16_or_float64_weights_exports_float32(user_dir, tmp_p
 
 
 def test_the_api_refuses_a_float16_model_with_the_way_out(tmp_path, user_dir, monkeypatch):
+    """export_onnx and check_parity: one line naming model.float(), no file, and the
+    caller's model left as it was (to_deploy, a PyTorch transform, lowers any dtype)."""
     d, _ = user_dir
     monkeypatch.syspath_prepend(str(d))
     from tiny import build
 
-    with pytest.raises(
-        dcd_deploy.errors.ExportError, match=r"^TinyNet holds float16 weights; .* export model\.float\(\)"
-    ):
-        dcd_deploy.export_onnx(build().half(), tmp_path / "m.onnx", input_size=int(SIZE))
+    model = build().half()
+    match = r"^TinyNet holds float16 weights; the ONNX files are float32: pass model\.float\(\)"
+    with pytest.raises(dcd_deploy.errors.ExportError, match=match):
+        dcd_deploy.export_onnx(model, tmp_path / "m.onnx", input_size=int(SIZE))
     assert not (tmp_path / "m.onnx").exists()
+    dcd_deploy.export_onnx(build(), tmp_path / "f.onnx", input_size=int(SIZE), check=False)
+    with pytest.raises(dcd_deploy.errors.DCDDeployError, match=match):
+        dcd_deploy.check_parity(model, tmp_path / "f.onnx")
+    assert {p.dtype for p in model.parameters()} == {torch.float16}
