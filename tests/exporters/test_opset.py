@@ -271,22 +271,29 @@ class _HalvesNet(nn.Module):
         return torch.cat([left.mean((2, 3)), right.amax((2, 3)), (a * b - c).mean((2, 3))], 1)
 
 
-@pytest.mark.parametrize("opset", [11, 13, 18])
-def test_torch_chunk_over_a_symbolic_size_is_written_below_18_and_runs_at_other_sizes(tmp_path, opset):
-    torch.manual_seed(0)
-    model = _HalvesNet().eval()
-    result = dcd_deploy.export_onnx(model, tmp_path / "m.onnx", input_size=(8, 10), opset=opset, dynamic_size=True)
+def _export_at_symbolic_size_and_run_at(tmp_path, model, *, traced, opset, shapes):
+    """Export ``model`` with a symbolic height and width at ``opset``, then run the file in
+    ONNX Runtime at each of ``shapes`` against the model in float64."""
+    result = dcd_deploy.export_onnx(model, tmp_path / "m.onnx", input_size=traced, opset=opset, dynamic_size=True)
     assert result.parity and result.opset == opset
     proto = onnx.load(tmp_path / "m.onnx")
     assert _opset(proto) == opset
     session = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
-    for shape in ((1, 3, 9, 7), (2, 3, 5, 12), (1, 3, 6, 3)):  # odd widths: the left half is the longer
+    for shape in shapes:
         x = torch.rand(shape)
         with torch.no_grad():
             expected = model.double()(x.double()).numpy()
         model.float()
         (got,) = session.run(None, {session.get_inputs()[0].name: x.numpy()})
         np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("opset", [11, 13, 18])
+def test_torch_chunk_over_a_symbolic_size_is_written_below_18_and_runs_at_other_sizes(tmp_path, opset):
+    torch.manual_seed(0)
+    # odd widths: the left half is the longer
+    shapes = ((1, 3, 9, 7), (2, 3, 5, 12), (1, 3, 6, 3))
+    _export_at_symbolic_size_and_run_at(tmp_path, _HalvesNet().eval(), traced=(8, 10), opset=opset, shapes=shapes)
 
 
 @pytest.mark.parametrize("opset", [11, 13])
@@ -515,16 +522,7 @@ class _SymbolicSizeNet(nn.Module):
 @pytest.mark.parametrize("opset", [11, 13])
 def test_a_symbolic_size_network_is_written_below_14_and_runs_at_other_sizes(tmp_path, opset):
     torch.manual_seed(0)
-    model = _SymbolicSizeNet().eval()
-    result = dcd_deploy.export_onnx(model, tmp_path / "m.onnx", input_size=(32, 48), opset=opset, dynamic_size=True)
-    assert result.parity and result.opset == opset
-    proto = onnx.load(tmp_path / "m.onnx")
-    assert _opset(proto) == opset
-    session = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
-    for shape in ((1, 3, 40, 72), (3, 3, 17, 23)):
-        x = torch.rand(shape)
-        with torch.no_grad():
-            expected = model.double()(x.double()).numpy()
-        model.float()
-        (got,) = session.run(None, {session.get_inputs()[0].name: x.numpy()})
-        np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
+    shapes = ((1, 3, 40, 72), (3, 3, 17, 23))
+    _export_at_symbolic_size_and_run_at(
+        tmp_path, _SymbolicSizeNet().eval(), traced=(32, 48), opset=opset, shapes=shapes
+    )
