@@ -371,9 +371,12 @@ def _public(model, args, shapes, op, translate) -> onnx.ModelProto:
                     report=False,
                 )
     except Exception as exc:
-        cause = exc
+        cause, passes = exc, False
         while cause.__cause__ is not None and not isinstance(cause, torch._dynamo.exc.UserError):
+            passes = passes or type(cause).__name__ == "PassError"  # onnx_ir's, around the optimizer's passes
             cause = cause.__cause__
+        if passes:
+            raise untraceable(model, cause, "torch.onnx's optimizer (onnxscript) fails on its graph") from exc
         if "ConversionError" in type(exc).__name__ and "torch.export" not in str(exc).split("\n")[0]:
             raise untraceable(model, cause, "torch.onnx cannot translate it") from exc
         raise _export_error(model, cause) from exc

@@ -270,6 +270,29 @@ def test_untraceable_model_is_one_line_error(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_failure_in_torch_onnxs_optimizer_is_named_as_such(tmp_path, monkeypatch):
+    """torch.onnx.export ends in onnxscript's optimizer, whose passes raise onnx_ir's
+    PassError around the real error; such a failure (a chunk at a symbolic size was one)
+    read "torch.export cannot trace it". The optimizer made to fail as it did there."""
+    from onnx_ir.passes import PassError
+    from torch.onnx._internal.exporter._onnx_program import ONNXProgram
+
+    def optimize(self):
+        try:
+            raise AttributeError("'NoneType' object has no attribute 'ndim'")
+        except AttributeError as exc:
+            raise PassError("An error occurred at step 0") from exc
+
+    monkeypatch.setattr(ONNXProgram, "optimize", optimize)
+    with pytest.raises(ExportError) as exc:
+        export_onnx(model("resnet_like"), tmp_path / "m.onnx", input_size=32)
+    assert str(exc.value).startswith(  # then where in user code: this test's stand-in here
+        "cannot export ResNetLike: torch.onnx's optimizer (onnxscript) fails on its graph: "
+        "'NoneType' object has no attribute 'ndim'"
+    )
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize("mode", ["standard", "fused"])
 def test_dynamic_size_runs_at_other_sizes(tmp_path, mode):
     case, net = CORPUS["resnet_like"], model("resnet_like")
