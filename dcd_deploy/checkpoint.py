@@ -556,8 +556,8 @@ def _as_float32(model: nn.Module, spec: str) -> nn.Module:
     other = other_float_dtypes(model)
     if other:
         warnings.warn(
-            f"{spec}: {type(model).__name__} holds {' and '.join(other)} weights; taken as float32, "
-            "what the ONNX file computes in",
+            f"{spec}: {type(model).__name__} holds {' and '.join(other)} weights; taken as float32 "
+            "(the ONNX files and their checks are float32)",
             UserWarning,
             stacklevel=3,
         )

@@ -174,9 +174,10 @@ def _layer_norm_parts(node: onnx.NodeProto, serial: int, dims: dict) -> list[onn
     """A LayerNormalization (17; its ONNX body depends on its attributes, so the converter
     has no version before it) as its arithmetic: ``(x - mean) / sqrt(var + eps) * scale + b``
     over the axes from ``axis`` to the last, with 18's ReduceMean (``_axes_as_attribute``
-    then writes them for the target). The normalised output alone; a positive ``axis``
-    (torch.onnx writes -1 for ``F.layer_norm`` over the last dimensions) counted from the
-    back by the input's rank (``dims``: tensor name -> its axes), where shape inference knows it."""
+    then writes them for the target); the normalised output alone. torch.onnx writes a
+    negative ``axis`` (-1 for ``F.layer_norm`` over the last dimension); a positive one is
+    counted from the back by the input's rank (``dims``: tensor name -> its axes) where
+    shape inference knows it."""
     if node.domain not in _STANDARD or node.op_type != "LayerNormalization" or len([o for o in node.output if o]) != 1:
         return None
     attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
@@ -238,7 +239,7 @@ def _split_sizes(proto: onnx.ModelProto, opset: int) -> None:
         if "num_outputs" not in attrs:
             continue
         axis = attrs.get("axis", 0)
-        if shape is None or not shape[axis % len(shape)].HasField("dim_value"):
+        if not shape or not shape[axis % len(shape)].HasField("dim_value"):  # no rank, or a symbolic length
             sliced.add(id(node))
             continue
         length, parts = shape[axis % len(shape)].dim_value, attrs["num_outputs"]
