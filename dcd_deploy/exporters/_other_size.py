@@ -49,12 +49,33 @@ def check_other_size(model: nn.Module, path, other: tuple[torch.Tensor, ...], *,
     except DCDDeployError as exc:  # the file does not even run there
         why = str(exc)
     if why is not None:
+        suspects = size_fixing_modules(model)
+        where = (
+            f"; of this model's layers perhaps {', '.join(suspects)}"
+            if suspects
+            else ", e.g. an LSTM's sequence length, an adaptive pool's windows, a torch.linspace over a side"
+        )
         raise ExportError(
             f"the file's height and width are symbolic, but it does not compute the model at {h}x{w} "
             f"(traced at {traced_hw[0]}x{traced_hw[1]}): {why}; a size is fixed inside the traced "
-            "graph (torch.export gave an op a constant size, e.g. an LSTM's sequence length): export "
-            "without --dynamic-size (dynamic_size=False)"
+            f"graph (torch.export gave an op a constant size{where}): export without --dynamic-size "
+            "(dynamic_size=False)"
         )
+
+
+def size_fixing_modules(model: nn.Module) -> list[str]:
+    """The layers of ``model`` whose traced form holds a size taken from the traced input:
+    recurrent layers (their sequence length) and adaptive pools to other than 1x1 (their
+    windows), as ``path (Kind)``; what a functional call fixes is not seen here."""
+    found = []
+    for path, m in model.named_modules():
+        if isinstance(m, nn.RNNBase):
+            found.append(f"{path} ({type(m).__name__})")
+        elif isinstance(m, (nn.AdaptiveAvgPool2d, nn.AdaptiveMaxPool2d, nn.AdaptiveAvgPool1d, nn.AdaptiveMaxPool1d)):
+            size = m.output_size if isinstance(m.output_size, tuple) else (m.output_size,)
+            if any(s not in (1, None) for s in size):
+                found.append(f"{path} ({type(m).__name__} to {m.output_size})")
+    return found
 
 
 def _resized(t: torch.Tensor, dh: int, dw: int) -> torch.Tensor:

@@ -70,16 +70,33 @@ def _model(cls) -> nn.Module:
     return cls().eval()
 
 
+class _Pyramid(nn.Module):
+    """A pooling pyramid's 3x3 cell: the windows of a map the pool does not divide."""
+
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(nn.Conv2d(3, 8, 3, 2, 1), nn.ReLU(), DCDConv2d(8, 8, 3, 1, 1))
+        self.cells = nn.AdaptiveAvgPool2d((3, 3))
+
+    def forward(self, x):
+        return self.cells(self.body(x)).flatten(1)
+
+
 @pytest.mark.parametrize(
-    "cls, size, checked",
-    [(_TextLine, (16, 64), "16x128 (traced at 16x64)"), (_SoftArgmax, (24, 32), "56x96 (traced at 24x32)")],
+    "cls, size, checked, named",
+    [
+        (_TextLine, (16, 64), "16x128 (traced at 16x64)", "perhaps rnn (LSTM)"),
+        (_SoftArgmax, (24, 32), "56x96 (traced at 24x32)", "e.g. an LSTM's sequence length"),  # functional
+        (_Pyramid, (20, 28), "52x92 (traced at 20x28)", "perhaps cells (AdaptiveAvgPool2d to (3, 3))"),
+    ],
 )
-def test_a_size_fixed_inside_the_graph_is_refused_and_nothing_written(tmp_path, cls, size, checked):
+def test_a_size_fixed_inside_the_graph_is_refused_and_nothing_written(tmp_path, cls, size, checked, named):
     model, out = _model(cls), tmp_path / "m.onnx"
     x = torch.randn(1, 1 if cls is _TextLine else 3, *size)
     with pytest.raises(ExportError, match="height and width are symbolic, but it does not compute") as err:
         export_onnx(model, out, example_inputs=x, dynamic_size=True)
     assert checked in str(err.value) and "export without --dynamic-size" in str(err.value)
+    assert named in str(err.value)
     assert not out.exists() and list(tmp_path.iterdir()) == []
     # the same model exports at its fixed size, and that file is right there
     export_onnx(model, out, example_inputs=x)
