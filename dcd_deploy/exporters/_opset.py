@@ -47,6 +47,7 @@ network we export below opset 16, and broke the fused and function modes at any 
 
 from __future__ import annotations
 
+import functools
 import itertools
 
 import numpy as np
@@ -90,12 +91,15 @@ def convert_opset(proto: onnx.ModelProto, opset: int) -> onnx.ModelProto:
         _drop_default_noop(proto)
     if opset < 15:
         _slice_shapes(proto)
+    # shape inference once, for whichever pass asks (the LayerNorm rewrite keeps the names
+    # of every tensor the Split pass looks up)
+    dims = functools.cache(lambda: _dims(proto))
     if opset < 17 and any(n.op_type == "LayerNormalization" for n in proto.graph.node):
-        serial, dims = itertools.count(), _dims(proto)
-        _rewrite(proto.graph.node, lambda node: _layer_norm_parts(node, next(serial), dims))
+        serial = itertools.count()
+        _rewrite(proto.graph.node, lambda node: _layer_norm_parts(node, next(serial), dims()))
     if opset < 18:
         _axes_as_attribute(proto)
-        _split_sizes(proto, opset)
+        _split_sizes(proto, opset, dims)
     if opset < 13:
         _resize_of_11(proto)
     hidden = _hide_passthrough(proto, opset)
@@ -216,12 +220,13 @@ def _dims(proto: onnx.ModelProto) -> dict:
     }
 
 
-def _split_sizes(proto: onnx.ModelProto, opset: int) -> None:
+def _split_sizes(proto: onnx.ModelProto, opset: int, shapes) -> None:
     """Each Split of 18's ``num_outputs`` (torch.onnx's ``torch.chunk``) with its parts' sizes
     instead (the last one shorter when the length does not divide, as 18 has it): where the
     axis has a known length, an input from 13 on, an attribute before. Where it does not
     (a chunk over a symbolic size), and below 13 where the sizes are computed (torch.onnx's
-    ``split_with_sizes`` at a symbolic size), as Slices (:func:`_split_slices`)."""
+    ``split_with_sizes`` at a symbolic size), as Slices (:func:`_split_slices`). ``shapes()``
+    gives :func:`_dims` of the graph."""
     splits = [n for n in proto.graph.node if n.domain in _STANDARD and n.op_type == "Split"]
     sliced = set()
     if opset < 13:  # sizes given as an input: an attribute where constant, else Slices
@@ -232,7 +237,7 @@ def _split_sizes(proto: onnx.ModelProto, opset: int) -> None:
                 continue
             node.attribute.append(onnx.helper.make_attribute("split", [int(v) for v in given[node.input[1]]]))
             del node.input[1:]
-    dims = _dims(proto) if any(a.name == "num_outputs" for n in splits for a in n.attribute) else {}
+    dims = shapes() if any(a.name == "num_outputs" for n in splits for a in n.attribute) else {}
     for node in splits:
         attrs = {a.name: a.i for a in node.attribute}
         shape = dims.get(node.input[0])
@@ -291,12 +296,13 @@ def _split_slices(node: onnx.NodeProto, serial: int) -> list[onnx.NodeProto]:
             make("Add", [p + "n", p + "rest"], [p + "n_up"], name=p + "n_up"),
             make("Div", [p + "n_up", p + "parts"], [p + "size"], name=p + "size"),  # (1,) ceil(n / K)
             *(make("Mul", [p + "size", p + f"i{i}"], [p + f"start{i}"], name=p + f"start{i}") for i in range(parts)),
-            *(make("Identity", [p + f"start{i + 1}"], [p + f"end{i}"], name=p + f"end{i}") for i in range(parts - 1)),
-            make("Identity", [p + "open"], [p + f"end{parts - 1}"], name=p + f"end{parts - 1}"),
         ]
+    starts = [p + f"start{i}" for i in range(parts)]
+    # each part ends where the next starts; the last one at the end (Slice clamps)
+    ends = [p + f"end{i}" for i in range(parts)] if node.input[1:] else [*starts[1:], p + "open"]
     slices = [
-        make("Slice", [x, p + f"start{i}", p + f"end{i}", p + "axis"], [y], name=f"{p}part{i}")
-        for i, y in enumerate(node.output)
+        make("Slice", [x, start, end, p + "axis"], [y], name=f"{p}part{i}")
+        for i, (start, end, y) in enumerate(zip(starts, ends, node.output, strict=True))
         if y
     ]
     return [*out, *slices]
