@@ -39,7 +39,10 @@ Every output of the file is compared on its own (a classifier's logits, a featur
 each tensor of a tuple or dict output; :mod:`._signature` says how inputs and outputs
 are matched), and the summary names the worst one. Top-1 disagreements with the
 reference count only for (N, classes) outputs, and only where its top-2 margin exceeds
-the tolerance. Non-finite outputs for non-finite inputs pass when ONNX Runtime has them in
+the tolerance. A bool or integer output (a mask's ``p > 0.5``, an ``argmax``) is compared
+by the share of its elements that differ, at most :data:`DISCRETE_FRACTION` (or ``k``
+times PyTorch fp32's own share): a decision on a value within rounding of its threshold
+flips under any other summation order. Non-finite outputs for non-finite inputs pass when ONNX Runtime has them in
 the same places as PyTorch; a non-finite output for a finite input means the model
 itself is broken (:class:`NonFiniteOutputError`), whatever the export does.
 """
@@ -65,7 +68,7 @@ from ._compare import refuse_nonfinite as _refuse_nonfinite
 from ._layerwise import LAYER_RTOL, LAYER_SAMPLES, LayerRecord, LayerRow, compare_layers, read_layers
 from ._layerwise import tensors as layer_tensors
 from ._prefetch import Prefetch
-from ._report import DEFAULT_ATOL, DEFAULT_K, DEFAULT_RTOL, SCHEMA, ParityReport, ParityRow
+from ._report import DEFAULT_ATOL, DEFAULT_K, DEFAULT_RTOL, DISCRETE_FRACTION, SCHEMA, ParityReport, ParityRow
 from ._runtimes import BACKENDS, LEVELS
 from ._runtimes import runners as _runners
 from ._signature import TensorSpec, as_list, flatten_outputs, match_outputs, read_signature, synthetic_inputs
@@ -511,6 +514,7 @@ __all__ = [
     "DEFAULT_ATOL",
     "DEFAULT_K",
     "DEFAULT_RTOL",
+    "DISCRETE_FRACTION",
     "LAYER_RTOL",
     "LEVELS",
     "SCHEMA",

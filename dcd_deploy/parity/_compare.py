@@ -6,7 +6,7 @@ import numpy as np
 import torch
 
 from ..errors import NonFiniteOutputError
-from ._report import DEFAULT_ATOL, DEFAULT_K, ParityRow
+from ._report import DEFAULT_ATOL, DEFAULT_K, DISCRETE_FRACTION, ParityRow
 
 
 def _per_sample(a: np.ndarray) -> np.ndarray:
@@ -64,6 +64,8 @@ def compare(
     n = ref.shape[0] if ref.ndim else 1
     if ref.shape != out.shape:
         return _shape_mismatch(level, batch, n, output)
+    if is_discrete(ref32) or is_discrete(out):
+        return _compare_discrete(ref, ref32, out, level, batch, k=k, output=output)
     ref32, out = ref32.astype(np.float64, copy=False), out.astype(np.float64, copy=False)
     finite_32, finite_out = np.isfinite(ref32), np.isfinite(out)
     replaced = ~finite_32 & finite_out if nan_to_number else np.zeros_like(finite_32)
@@ -100,6 +102,54 @@ def compare(
         output=output,
         classifier=ref.ndim == 2 and ref.shape[1] > 1,
         nonfinite_replaced=int(replaced.sum()),
+    )
+
+
+def is_discrete(a: np.ndarray) -> bool:
+    """A bool or integer array: a decision (``p > 0.5``, ``argmax``), not a measurement."""
+    return a.dtype == np.bool_ or np.issubdtype(a.dtype, np.integer)
+
+
+def _compare_discrete(
+    ref: np.ndarray, ref32: np.ndarray, out: np.ndarray, level: str, batch: int, *, k: float, output: str
+) -> ParityRow:
+    """A bool or integer output, judged by the share of its elements that differ.
+
+    A decision taken on a float within rounding of its threshold (a mask's ``p > 0.5``, an
+    argmax's near tie) flips under any other summation order, so a correct file may differ
+    in an element or two; a wrong one flips a share of them. The row's errors are shares
+    of the elements (scale 1): the runtime's against the float64 reference (``max_abs``),
+    PyTorch fp32's (``torch_fp32_abs``); it passes at most ``max(DISCRETE_FRACTION,
+    k * PyTorch fp32's share)`` and is ill-conditioned, like a float row, when PyTorch
+    fp32's own share exceeds :data:`DISCRETE_FRACTION`.
+    """
+    n = ref.shape[0] if ref.ndim else 1
+    size = max(ref.size, 1)
+    differ = int(np.count_nonzero(out != ref))
+    torch_share = np.count_nonzero(ref32 != ref) / size
+    share = differ / size
+    tol = max(DISCRETE_FRACTION, k * torch_share)
+    return ParityRow(
+        level,
+        batch,
+        n,
+        share,
+        share,
+        share,
+        torch_share,
+        1.0,
+        tol,
+        torch_share > DISCRETE_FRACTION,
+        1.0,
+        0,
+        0,
+        True,
+        share <= tol,
+        output=output,
+        classifier=False,
+        discrete=True,
+        elements=int(ref.size),
+        differ=differ,
     )
 
 

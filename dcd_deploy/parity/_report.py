@@ -10,6 +10,13 @@ DEFAULT_ATOL = 1e-5
 DEFAULT_RTOL = 1e-3
 #: How many times PyTorch's own fp32 error (against float64) the export may be off.
 DEFAULT_K = 10.0
+#: The share of a bool or integer output's elements that may differ from the float64
+#: reference (decisions on floats within rounding of their threshold; see
+#: ``_compare._compare_discrete``). A decision flips under reordered fp32 sums only for
+#: values within ~1e-6 of its threshold: about one element in 1e6 for a sigmoid mask of
+#: unit-scale logits, so 1e-4 leaves a 100x margin, while a wrong weight flips a share
+#: of 1e-3 or more.
+DISCRETE_FRACTION = 1e-4
 #: Version of the layout of :meth:`ParityReport.to_dict` (``dcd-validate --json``).
 SCHEMA = "dcd-validate.parity/1"  # fields are only added: readers of /1 still work
 
@@ -33,6 +40,11 @@ class ParityRow:
         classifier: the output is (N, classes), so top-1 agreement means something.
         nonfinite_replaced: values PyTorch has as NaN or Inf and the runtime (OpenVINO)
             turned into numbers; not compared.
+        discrete: a bool or integer output, compared by the share of its elements that
+            differ (``max_abs``, ``max_rel``, ``mean_abs``, ``torch_fp32_abs`` and
+            ``tolerance`` are such shares, ``scale`` is 1).
+        elements: a discrete output's element count over the row's inputs.
+        differ: how many of them differ from the reference.
     """
 
     optimization: str
@@ -54,6 +66,9 @@ class ParityRow:
     output: str = ""
     classifier: bool = True
     nonfinite_replaced: int = 0
+    discrete: bool = False
+    elements: int = 0
+    differ: int = 0
 
     @property
     def torch_fp32_rel(self) -> float:
@@ -225,6 +240,13 @@ class ParityReport:
         if several:
             worst = self.worst_output
             rows = [r for r in rows if r.output == worst]
+        where = (
+            f"worst output {worst!r} of {len(self.outputs) or len(set(r.output for r in self.rows))}: "
+            if several
+            else ""
+        )
+        if rows and all(r.discrete for r in rows):
+            return where + self._discrete(rows)
         max_abs = max((r.max_abs for r in rows), default=0.0)
         max_rel = max((r.max_rel for r in rows), default=0.0)
         fp32_rel = max((r.torch_fp32_rel for r in rows), default=0.0)
@@ -251,17 +273,31 @@ class ParityReport:
                 f"plugin does not keep NaN)"
             )
         note = self.conditioning_note()
-        where = (
-            f"worst output {worst!r} of {len(self.outputs) or len(set(r.output for r in self.rows))}: "
-            if several
-            else ""
-        )
+        flips = self._flips()
         return (
             f"{where}max abs {max_abs:.3g}, max rel {max_rel:.3g} against {self.reference} "
             f"(PyTorch fp32: max rel {fp32_rel:.3g}; tolerance max(atol {self.atol:g} + "
             f"rtol {self.rtol:g}·scale, {self.k:g}·PyTorch fp32 error)){top1}"
-            f"{extra}{'; ' + note if note else ''}"
+            f"{extra}{flips}{'; ' + note if note else ''}"
         )
+
+    def _discrete(self, rows: list[ParityRow]) -> str:
+        """The numbers of a bool or integer output: how many elements differ."""
+        r = max(rows, key=lambda r: r.badness)
+        return (
+            f"{r.differ} of {r.elements} elements differ from {self.reference} (a share of {r.max_abs:.2g}; "
+            f"PyTorch fp32: {r.torch_fp32_abs:.2g}; tolerance max({DISCRETE_FRACTION:g}, {self.k:g}·PyTorch "
+            f"fp32's share): a bool or integer output, compared element by element)"
+        )
+
+    def _flips(self) -> str:
+        """``, 'mask': 1 of 196608 elements differ`` for bool or integer outputs that are not
+        the worst but differ somewhere (decisions taken within rounding of their threshold)."""
+        worst: dict[str, ParityRow] = {}
+        for r in self.rows:
+            if r.discrete and r.differ and (r.output not in worst or r.differ > worst[r.output].differ):
+                worst[r.output] = r
+        return "".join(f", {o!r}: {r.differ} of {r.elements} elements differ" for o, r in worst.items())
 
     def _layers_note(self) -> str:
         """``33 DCD layers within 2e-6, 20 Conv layers within 1e-6`` (worst relative error per kind)."""
