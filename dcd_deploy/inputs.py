@@ -122,7 +122,7 @@ def load_images(
       (already preprocessed); NHWC is transposed;
     * uint8, either layout, 3 channels: pixels on [0, 255], put through ``preprocess``
       (the model's preprocessing, :class:`~dcd_deploy.preprocess.Preprocess`; default
-      ``imagenet``, which describes RGB images).
+      ``imagenet``, which describes RGB images; ``uint8`` keeps them uint8).
 
     A 4-D array whose axis 1 has C entries is NCHW, else one whose last axis has C is NHWC.
 
@@ -133,7 +133,7 @@ def load_images(
         channels: the model's input channels C.
 
     Returns:
-        (float32 (N, C, H, W) tensor, a description for reports: file, dtype, layout and
+        (float32 (N, C, H, W) tensor, uint8 for ``uint8``, a description for reports: file, dtype, layout and
         the preprocessing applied).
 
     Raises:
@@ -176,10 +176,15 @@ def load_images(
             raise UnsupportedInputError(
                 f"inputs file {path} holds {h}x{w} images, but the model takes {want[0]}x{want[1]}"
             )
+    pre = make_preprocess(preprocess)
     if data.dtype == torch.uint8:
-        pre = make_preprocess(preprocess)
         images = pre.apply(data.to(torch.float32) / 255.0).contiguous()
         return images, f"{path} (uint8 {layout} pixels, preprocessed: {pre.describe()})"
+    if pre.dtype == "uint8":
+        raise UnsupportedInputError(
+            f"inputs file {path} holds {str(data.dtype).removeprefix('torch.')} values; a model of "
+            "--preprocess uint8 takes uint8 pixels"
+        )
     images = data.to(torch.float32).contiguous()
     return images, f"{path} ({str(data.dtype).removeprefix('torch.')} {layout}, taken as preprocessed)"
 

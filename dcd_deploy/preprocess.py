@@ -10,7 +10,9 @@ built-in images and the user's uint8 images go through the model's preprocessing
 
 ``mean`` and ``std`` are per channel in the model's channel order and in the units of
 ``pixels * scale``. :data:`PRESETS` names the usual ones; ``imagenet`` is the default
-and what the built-in images always were.
+and what the built-in images always were. ``uint8`` is a model that takes the camera's
+pixels as they are (``dtype`` uint8, its normalisation inside ``forward``): its images
+are ``round(pixels * 255)`` as uint8, and the export traces it with a uint8 input.
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ class Preprocess:
         scale: what a full-intensity pixel is worth (1 for [0, 1], 255 for [0, 255]).
         bgr: the model takes BGR (channels reversed).
         name: a preset's name, or ``custom``.
+        dtype: ``float32``, or ``uint8`` for a model that takes pixels as they are
+            (mean 0, std 1, scale 255: ``apply`` rounds and casts).
     """
 
     mean: tuple[float, ...] = (0.485, 0.456, 0.406)
@@ -41,8 +45,13 @@ class Preprocess:
     scale: float = 1.0
     bgr: bool = False
     name: str = "imagenet"
+    dtype: str = "float32"
 
     def __post_init__(self):
+        if self.dtype not in ("float32", "uint8"):
+            raise DCDDeployError(f"preprocessing dtype {self.dtype!r}; expected float32 or uint8")
+        if self.dtype == "uint8" and (set(self.mean) != {0.0} or set(self.std) != {1.0} or self.scale != 255):
+            raise DCDDeployError("uint8 takes the pixels as they are (0-255); it has no mean, std or scale to set")
         if len(self.mean) != len(self.std) or not self.mean:
             raise DCDDeployError(
                 f"preprocessing needs one mean and one std per channel, got {len(self.mean)} and {len(self.std)}"
@@ -62,6 +71,8 @@ class Preprocess:
         x = pixels if self.scale == 1 else pixels * self.scale
         if self.bgr:
             x = x.flip(1)
+        if self.dtype == "uint8":
+            return x.round().clamp(0, 255).to(torch.uint8)
         mean = torch.tensor(self.mean, dtype=x.dtype).view(1, -1, 1, 1)
         std = torch.tensor(self.std, dtype=x.dtype).view(1, -1, 1, 1)
         return (x - mean) / std
@@ -72,6 +83,8 @@ class Preprocess:
         def fmt(v):
             return ",".join(f"{x:g}" for x in v)
 
+        if self.dtype == "uint8":
+            return f"{self.name} (pixels 0-255 as uint8, {'BGR' if self.bgr else 'RGB'}; the model normalises them)"
         return (
             f"{self.name} (scale {self.scale:g}, mean {fmt(self.mean)}, std {fmt(self.std)}, "
             f"{'BGR' if self.bgr else 'RGB'})"
@@ -96,6 +109,7 @@ PRESETS = {
         "bgr-imagenet",
     ),
     "caffe": Preprocess((103.939, 116.779, 123.68), (1.0, 1.0, 1.0), 255.0, True, "caffe"),
+    "uint8": Preprocess((0.0, 0.0, 0.0), (1.0, 1.0, 1.0), 255.0, False, "uint8", "uint8"),
 }
 
 
@@ -116,6 +130,10 @@ def make_preprocess(
         base = PRESETS[name]
     if mean is None and std is None and scale is None and bgr is None:
         return base
+    if base.dtype == "uint8":
+        if mean is not None or std is not None or scale is not None:
+            raise DCDDeployError("uint8 takes the pixels as they are (0-255); it has no mean, std or scale to set")
+        return Preprocess(base.mean, base.std, base.scale, bool(bgr), "custom", "uint8")
     return Preprocess(
         tuple(float(v) for v in (base.mean if mean is None else mean)),
         tuple(float(v) for v in (base.std if std is None else std)),

@@ -210,10 +210,14 @@ def file_backends(files: Sequence[str], backends: Sequence[str] | None) -> list[
 
 def file_input_shape(files: Sequence[str], *, batch: int, input_size: tuple[int, int]) -> tuple[int, ...]:
     """The one input shape every file takes (fixed axes from the files, the others from
-    ``batch`` and ``input_size``)."""
+    ``batch`` and ``input_size``), of the one type they all take."""
     from .._limits import check_memory
 
     shapes = {f: image_file_input(f).resolve(batch=batch, input_size=input_size) for f in files}
+    dtypes = {f: image_file_input(f).dtype for f in files}
+    if len(set(dtypes.values())) > 1:
+        listed = ", ".join(f"{f} {d}" for f, d in dtypes.items())
+        raise DCDDeployError(f"the files take different input types ({listed}); a pair is timed on one input")
     if len(set(shapes.values())) > 1:
         listed = ", ".join(f"{f} {s}" for f, s in shapes.items())
         raise DCDDeployError(f"the files take different inputs ({listed}); a pair is timed on one input")

@@ -117,15 +117,19 @@ def input_hw(input_size) -> tuple[int, int]:
     return int(input_size), int(input_size)
 
 
-def fixed_input(shape: tuple[int, ...], *, seed: int):
+def fixed_input(shape: tuple[int, ...], *, seed: int, dtype: str = "float32"):
     """The one input of a run (a float32 tensor of ``shape``, the same for a seed):
     natural-looking synthetic images, ImageNet-normalised
     (:func:`~dcd_deploy.models.synthetic_images`), so every model is timed in its working
     range. Standard normal noise (values to about +-4.5) is not: the zoo's pseudo-trained
     DCD ResNets overflow on it to NaN logits, and a time measured on NaN is not the time
-    of the deployed model."""
-    from ..models import synthetic_images
+    of the deployed model. ``dtype`` ``uint8``: the same images as pixels, for a file that
+    takes them as a camera gives them."""
+    from ..models import natural_pixels, synthetic_images
+    from ..preprocess import PRESETS
 
+    if dtype == "uint8":
+        return PRESETS["uint8"].apply(natural_pixels(shape[0], (shape[2], shape[3]), seed=seed))
     return synthetic_images(shape[0], (shape[2], shape[3]), seed=seed, channels=shape[1])
 
 

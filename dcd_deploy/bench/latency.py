@@ -73,7 +73,7 @@ from ._latency_result import (
 )
 from ._lineup import build_models, check_weights_target, file_backends, file_input_shape, onnx_files, unpaired_notes
 from ._machine import MachineInfo, machine_info
-from ._models import DEFAULT_SEED, ModelEntry, pair_models
+from ._models import DEFAULT_SEED, ModelEntry, image_file_input, pair_models
 from ._runner_cache import ONNX_EXPORT, RunnerCache
 from .harness import (
     DEFAULT_MIN_TIME,
@@ -212,6 +212,7 @@ def run_benchmark(
             backends,
             shape=shape,
             x=None if inputs is None else in_model_order(inputs, [built[e.name] for e in entries]),
+            pixels=image_file_input(files[0]).dtype if files and inputs is None else "float32",
             seed=seed,
             threads=threads,
             timing=timing,
@@ -275,11 +276,23 @@ def _size_of(shape: Sequence[int]):
 
 
 def _measure(
-    entries, built, backends, *, shape, x=None, seed: int, threads: int, timing: dict, profile: bool, progress: Progress
+    entries,
+    built,
+    backends,
+    *,
+    shape,
+    x=None,
+    pixels: str = "float32",
+    seed: int,
+    threads: int,
+    timing: dict,
+    profile: bool,
+    progress: Progress,
 ):
     """Prepare every runner, time them all interleaved, then profile if asked; the
     timings, the DCD layer forms of what ran, the profiles. ``x``: the given inputs (a
-    tuple in ``forward``'s order), else synthetic images of ``shape``."""
+    tuple in ``forward``'s order), else synthetic images of ``shape`` (uint8 pixels where
+    the files take them, ``pixels``)."""
     what = f"{shape[2]}x{shape[3]}" if x is None else f"inputs {', '.join('x'.join(map(str, v.shape)) for v in x)}"
     progress(
         f"dcd-bench: {len(entries)} models x {len(backends)} backends, threads {threads}, batch "
@@ -289,7 +302,7 @@ def _measure(
     with temporary_directory(prefix="dcd-bench-") as tmp:  # removed even on an abrupt exit
         cache = RunnerCache(
             built,
-            x=fixed_input(tuple(shape), seed=seed) if x is None else x,
+            x=fixed_input(tuple(shape), seed=seed, dtype=pixels) if x is None else x,
             tmp=tmp,
             input_size=tuple(shape[2:]),
             threads=threads,

@@ -77,7 +77,9 @@ def preprocess_options(fn):
         default=None,
         help="The model's input preprocessing, applied to the built-in images and to uint8 "
         "--inputs: imagenet (default: [0, 1] RGB normalised with ImageNet's mean and "
-        "std), unit ([0, 1]), 0-255, inception ([-1, 1]), bgr-imagenet, caffe.",
+        "std), unit ([0, 1]), 0-255, inception ([-1, 1]), bgr-imagenet, caffe; uint8: the "
+        "model takes uint8 pixels as they are and normalises them itself (dcd-export then "
+        "writes a uint8 input).",
     )(fn)
     return fn
 

@@ -188,7 +188,7 @@ def main(
             parity_inputs_description=described,
             parallel_check=True,
             trace_worker=worker,
-            **_example(dynamic_size, input_size, channels, None if input_set is None else inputs),
+            **_example(dynamic_size, input_size, channels, None if input_set is None else inputs, preprocess),
             input_names=names,
         )
     click.echo(f"wrote {result.path} ({result.size_bytes / 1e6:.1f} MB) in {time.perf_counter() - started:.1f} s")
@@ -323,15 +323,20 @@ def _static_shape_note(result, channels: int | dict) -> None:
     )
 
 
-def _example(dynamic_size: bool, size: tuple[int, int], channels: int, inputs: tuple | None = None) -> dict:
-    """The exporter's ``example_inputs`` when the default (one (1, 3, H, W) image) is not
-    it: a file with symbolic height and width does not say at which size to check it
+def _example(
+    dynamic_size: bool, size: tuple[int, int], channels: int, inputs: tuple | None = None, preprocess=None
+) -> dict:
+    """The exporter's ``example_inputs`` when the default (one (1, 3, H, W) float image) is
+    not it: a file with symbolic height and width does not say at which size to check it
     (``dynamic_size=True`` is passed only then: the keyword is newer than ``input_size``),
-    and a model of other than 3 channels takes (1, C, H, W). An inputs file of one array
-    per argument (``inputs``, in the model's order) gives the first sample of each."""
-    if inputs is None and not dynamic_size and channels == 3:
+    a model of other than 3 channels takes (1, C, H, W), and one of ``--preprocess uint8``
+    (``preprocess``) uint8 pixels. An inputs file of one array per argument (``inputs``,
+    in the model's order) gives the first sample of each."""
+    pixels = "float32" if preprocess is None else preprocess.dtype
+    if inputs is None and not dynamic_size and channels == 3 and pixels == "float32":
         return {}
     import torch
 
-    example = {"example_inputs": (torch.zeros(1, channels, *size),) if inputs is None else tuple(t[:1] for t in inputs)}
+    image = torch.zeros(1, channels, *size, dtype=getattr(torch, pixels))
+    example = {"example_inputs": (image,) if inputs is None else tuple(t[:1] for t in inputs)}
     return {"dynamic_size": True, **example} if dynamic_size else example

@@ -163,7 +163,7 @@ def _image_plan(onnx_path: Path, proto, inputs_path, sizes, n_inputs: int, resol
     # a file exported with --batch N runs batch N only
     sizes = sizes or ((file_input.shape[0],) if file_input.shape[0] is not None else DEFAULT_BATCH_SIZES)
     input_size = file_input.image_size()  # (H, W): a zoo model is pseudo-trained at that size
-    preprocess = preprocess(channels=file_input.channels)
+    preprocess = _file_preprocess(preprocess(channels=file_input.channels), file_input)
     inputs, described = None, None
     if inputs_path is not None:
         inputs, described = load_images(
@@ -181,6 +181,26 @@ def _image_plan(onnx_path: Path, proto, inputs_path, sizes, n_inputs: int, resol
         "channels": file_input.channels,
         **_size_example(proto.graph, input_size, file_input.channels),
     }
+
+
+def _file_preprocess(preprocess, file_input):
+    """``preprocess``, or ``uint8`` for a file that takes uint8 pixels
+    (``dcd-export --preprocess uint8``) when the options left the default.
+
+    Raises:
+        DCDDeployError: a float preprocessing named for a file of uint8 pixels, or
+            ``uint8`` for a float one.
+    """
+    from ..preprocess import PRESETS
+
+    if (preprocess.dtype == "uint8") == (file_input.dtype == "uint8"):
+        return preprocess
+    if file_input.dtype == "uint8" and preprocess == PRESETS["imagenet"]:
+        return PRESETS["uint8"]
+    raise DCDDeployError(
+        f"{file_input.path} takes {file_input.dtype} images; --preprocess {preprocess.name} makes "
+        f"{preprocess.dtype} ones"
+    )
 
 
 def _general_plan(onnx_path: Path, proto, input_set, sizes, n_inputs: int, resolve, preprocess) -> dict:

@@ -37,6 +37,8 @@ class OnnxInput:
         params: elements of its initializers (the weights).
         path: the file.
         size_metadata: its ``input_size`` metadata, None without.
+        dtype: ``float32``, or ``uint8`` for a model that takes pixels as they are
+            (``dcd-export --preprocess uint8``).
     """
 
     name: str
@@ -45,6 +47,7 @@ class OnnxInput:
     params: int
     path: str = ""
     size_metadata: str | None = None
+    dtype: str = "float32"
 
     def resolve(self, *, batch: int, input_size: tuple[int, int]) -> tuple[int, ...]:
         """The concrete (N, C, H, W): fixed axes as the file has them, dynamic ones from
@@ -137,8 +140,8 @@ class OnnxFile:
     size_metadata: str | None = None
 
     def image_input(self) -> OnnxInput:
-        """The file's one image input: float32 (N, C, H, W), each fixed axis within the
-        toolkit's limits.
+        """The file's one image input: float32 (N, C, H, W), or uint8 pixels, each fixed
+        axis within the toolkit's limits.
 
         Raises:
             UnsupportedInputError: an input an image model does not have (several inputs,
@@ -151,9 +154,9 @@ class OnnxFile:
                 f"{self.path} has {len(self.inputs)} inputs; an image model has one, of shape (N, C, H, W)"
             )
         (value,) = self.inputs
-        if value.dtype != "float32":
+        if value.dtype not in ("float32", "uint8"):
             raise UnsupportedInputError(
-                f"{self.path}: its input {value.name!r} is {value.dtype}; an image model takes float32"
+                f"{self.path}: its input {value.name!r} is {value.dtype}; an image model takes float32 (or uint8 pixels)"
             )
         if value.shape is None or len(value.shape) != 4:
             shape = "unknown" if value.shape is None else _text(value.shape)
@@ -164,7 +167,7 @@ class OnnxFile:
             raise UnsupportedInputError(
                 f"{self.path}: its input shape {_text(value.shape)} has a side outside 1-{MAX_INPUT_SIZE}"
             )
-        return OnnxInput(value.name, value.shape, self.fused, self.params, self.path, self.size_metadata)
+        return OnnxInput(value.name, value.shape, self.fused, self.params, self.path, self.size_metadata, value.dtype)
 
 
 def graph_inputs(graph) -> tuple[GraphInput, ...]:
