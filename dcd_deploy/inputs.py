@@ -133,8 +133,8 @@ def load_images(
         channels: the model's input channels C.
 
     Returns:
-        (float32 (N, C, H, W) tensor, uint8 for ``uint8``, a description for reports: file, dtype, layout and
-        the preprocessing applied).
+        ((N, C, H, W) tensor, float32 or, for ``uint8``, uint8; a description for
+        reports: file, dtype, layout and the preprocessing applied).
 
     Raises:
         UnsupportedInputError: a missing or unreadable file, not a batch of C-channel

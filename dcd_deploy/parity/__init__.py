@@ -42,9 +42,9 @@ reference count only for (N, classes) outputs, and only where its top-2 margin e
 the tolerance. A bool or integer output (a mask's ``p > 0.5``, an ``argmax``) is compared
 by the share of its elements that differ, at most :data:`DISCRETE_FRACTION` (or ``k``
 times PyTorch fp32's own share): a decision on a value within rounding of its threshold
-flips under any other summation order. Non-finite outputs for non-finite inputs pass when ONNX Runtime has them in
-the same places as PyTorch; a non-finite output for a finite input means the model
-itself is broken (:class:`NonFiniteOutputError`), whatever the export does.
+flips under any other summation order. Non-finite outputs for non-finite inputs pass
+when ONNX Runtime has them in the same places as PyTorch; a non-finite output for a
+finite input means the model itself is broken (:class:`NonFiniteOutputError`), whatever the export does.
 """
 
 from __future__ import annotations
