@@ -272,7 +272,8 @@ def _fast(model, args, shapes, op, translate) -> onnx.ModelProto:
             _fx_passes.insert_type_promotion_nodes(gm)
             ep._graph_module = _fx_passes.remove_assertion_nodes(gm)
         registry = registry_for(called_ops(ep.graph_module), {op: translate})
-        program = _core._exported_program_to_onnx_program(ep, registry=registry)
+        with _quiet_notices():
+            program = _core._exported_program_to_onnx_program(ep, registry=registry)
         program.optimize()
         return program.model_proto
     except Exception as exc:  # anything else this path cannot translate: the public path (and its errors)
@@ -338,16 +339,40 @@ def _kept_whole(op):
     return cia
 
 
+#: torch.onnx's log lines the export expects: a ``None`` output (``return y, None``) is
+#: left out of the graph, as the exporter names the outputs and the parity check matches them.
+_EXPECTED_NOTICES = ("has None output", "Skipping constant argument ConstantArgument(name='', value=None)")
+
+
+def _not_expected(record) -> bool:
+    return not any(text in record.getMessage() for text in _EXPECTED_NOTICES)
+
+
+@contextlib.contextmanager
+def _quiet_notices():
+    """Leave out the exporter's notices about ``None`` outputs (:data:`_EXPECTED_NOTICES`)."""
+    import logging
+
+    core = logging.getLogger("torch.onnx._internal.exporter._core")
+    core.addFilter(_not_expected)
+    try:
+        yield
+    finally:
+        core.removeFilter(_not_expected)
+
+
 @contextlib.contextmanager
 def _quiet_registration():
-    """Silence the registry's warnings about torchvision ops (torchvision is not a dependency)."""
+    """Silence the registry's warnings about torchvision ops (torchvision is not a
+    dependency) and the exporter's expected notices (:func:`_quiet_notices`)."""
     import logging
 
     log = logging.getLogger("torch.onnx._internal.exporter._registration")
     level = log.level
     log.setLevel(logging.ERROR)
     try:
-        yield
+        with _quiet_notices():
+            yield
     finally:
         log.setLevel(level)
 

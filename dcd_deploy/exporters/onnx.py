@@ -582,7 +582,9 @@ def _input_names(model: nn.Module, example, given) -> list[str]:
 def _output_names(deploy: nn.Module, example, given) -> list[str]:
     with torch.no_grad():
         out = deploy(*[t.clone() for t in example])  # a forward may change its inputs in place
-    leaves, spec = pytree.tree_flatten(out)
+    # torch.onnx leaves a None out of the graph (``return y, None``: an auxiliary head off in
+    # eval), and so does the parity check's flattening
+    leaves = [t for t in pytree.tree_flatten(out)[0] if t is not None]
     if not leaves or not all(isinstance(t, torch.Tensor) for t in leaves):
         raise ExportError("the model's outputs must be tensors (a tensor, or a tuple, list or dict of them)")
     if given is not None:
@@ -592,7 +594,7 @@ def _output_names(deploy: nn.Module, example, given) -> list[str]:
         return names
     if isinstance(out, torch.Tensor):
         return ["logits"]
-    paths = [p for p, _ in pytree.tree_flatten_with_path(out)[0]]
+    paths = [p for p, t in pytree.tree_flatten_with_path(out)[0] if t is not None]
     names = []
     for keys in paths:
         parts = []

@@ -388,3 +388,34 @@ def test_a_compiled_or_data_parallel_model_exports_and_checks_as_the_module_it_w
         assert set(to_deploy(wrapped, input_size=CORPUS["mobilenetv3_like"].input_size).strategies) == set(
             dynamic_paths(net)
         )
+
+
+class _WithNone(nn.Module):
+    """``return y, None``-style outputs: an auxiliary head that is off in eval."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = DCDConv2d(3, 8, 3, padding=1)
+        self.b = DCDConv2d(8, 8, 3, padding="valid")
+
+    def forward(self, x):
+        y = torch.relu(self.a(x))
+        return self.b(y), None, {"pooled": y.mean((2, 3)), "aux": None}
+
+
+def test_none_outputs_are_left_out_quietly(tmp_path, caplog):
+    torch.manual_seed(0)
+    net = _WithNone().eval()
+    with caplog.at_level("WARNING"):
+        result = export_onnx(net, tmp_path / "m.onnx", input_size=(12, 14), mode="fused")
+    assert result, result.parity.summary()
+    proto = onnx.load(str(tmp_path / "m.onnx"))
+    assert [o.name for o in proto.graph.output] == ["output_0", "output_2_pooled"]
+    x = torch.randn(2, 3, 12, 14)
+    with torch.no_grad():
+        want = net(x)
+    sess = ort.InferenceSession(str(tmp_path / "m.onnx"), providers=["CPUExecutionProvider"])
+    got = sess.run(None, {sess.get_inputs()[0].name: x.numpy()})
+    np.testing.assert_allclose(got[0], want[0].numpy(), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(got[1], want[2]["pooled"].numpy(), rtol=1e-4, atol=1e-5)
+    assert not [r for r in caplog.records if "None" in r.getMessage()]  # torch.onnx's notices left out
