@@ -29,7 +29,7 @@ one ``dcd_deploy.DCDConvEpilogue`` node in one pass over the output:
     y = act(Λ ⊙ conv + P Φ' (Q x_s + q_b) + bias + residual)
 
 with ``x_s`` the conv's centre-tap pixels (stride ``stride``, offset 0 at the "same"
-padding of the dilated kernel). Inputs: ``conv``, ``x``, ``residual`` (if fused), then
+padding of the dilated kernel, ``k // 2`` at "valid"). Inputs: ``conv``, ``x``, ``residual`` (if fused), then
 the DCDPointwise weights without ``w0``. Attributes: those of DCDPointwise without
 ``form``, plus ``stride``, ``offset``.
 A joint-fusion layer (Eq. 8) also keeps its latent ``z = R(Q x)`` standard Convs and its
@@ -433,9 +433,16 @@ def _emit_around_conv(
     if z is not None:
         activations["z"] = layout.to_nhwc(z, path)
     fs, w = _inputs(g, path, layer, fused_inputs(attrs, EPILOGUE_OP_TYPE), activations)
-    stride = attrs.get("stride", 1)
     out = _body(
-        fs, layer, w, in_shape, residual=residual is not None, activation=activation, alpha=alpha, stride=stride
+        fs,
+        layer,
+        w,
+        in_shape,
+        residual=residual is not None,
+        activation=activation,
+        alpha=alpha,
+        stride=attrs.get("stride", 1),
+        offset=attrs.get("offset", 0),
     )
     y = fs.finish(out, kind=EPILOGUE_OP_TYPE, op_type=EPILOGUE_OP_TYPE, attrs=attrs)
     return layout.to_nchw(y, path)
@@ -558,11 +565,13 @@ def _body(
     activation: str,
     alpha: float = 0.0,
     stride: int | None = None,
+    offset: int = 0,
     pool: int | None = None,
 ) -> str:
     """The node's function body: the layer in NHWC with standard ops. With ``stride``
     (DCDConvEpilogue) the static term is the body's ``conv`` input and the latent path
-    reads x's centre-tap pixels, every ``stride``-th row and column from 0, or, without
+    reads x's centre-tap pixels, every ``stride``-th row and column from ``offset``
+    (:func:`_centre_taps`), or, without
     ``q`` (``latent_input``), the body's ``z`` input with Φ' of L x L·L_k. ``pool``
     overrides the layer's (the classifier's one pixel: 1)."""
     lat = layer.latent_dim
@@ -574,18 +583,8 @@ def _body(
     xs = "x"
     if "q" not in w:
         z = "z"  # (B, H', W', Lz): the graph's R(Q x)
-    elif stride is not None and stride != 1:
-        big = 2**62  # Slice clamps the end to the size
-        xs = fs.op(
-            "Slice",
-            [
-                "x",
-                fs.ints("s_starts", [0, 0]),
-                fs.ints("s_ends", [big, big]),
-                fs.ints("s_axes", [1, 2]),
-                fs.ints("s_steps", [stride, stride]),
-            ],
-        )  # (B, H', W', C_in)
+    elif stride is not None and (stride != 1 or offset):
+        xs = _centre_taps(fs, stride, offset)  # (B, H', W', C_in)
     if "q" in w:
         z = fs.op("Add", [fs.op("MatMul", [xs, fs.op("Transpose", [w["q"]], perm=[1, 0])]), w["q_b"]])  # (B, H', W', L)
     u = fs.op("MatMul", [z, phi_t])  # (B, H, W, L): Φ' z per pixel
@@ -599,6 +598,23 @@ def _body(
             "Mul", [out, fs.op("Unsqueeze", [_lam(fs, w, y), fs.ints("hw", [1, 2])])]
         )  # Λ per (sample, channel)
     return _finish(fs, fs.op("Add", [out, dyn]), w, residual=residual, activation=activation, alpha=alpha)
+
+
+def _centre_taps(fs: FunctionScope, stride: int, offset: int) -> str:
+    """``x[:, offset::stride, offset::stride]`` cut to the conv's H' x W' (B, H', W', C_in):
+    at offset 0 ("same" padding) that is every ``stride``-th pixel to the end; a crop
+    ("valid") ends ``H' · stride`` after ``offset``, as the conv's output says."""
+    big = 2**62  # Slice clamps the end to the size
+    ends = fs.ints("s_ends", [big, big])
+    if offset:
+        hw = fs.op("Slice", [fs.op("Shape", ["conv"]), fs.ints("hw_start", [1]), fs.ints("hw_end", [3])])  # (2,)
+        ends = fs.op(
+            "Add", [fs.op("Mul", [hw, fs.ints("hw_stride", [stride] * 2)]), fs.ints("hw_offset", [offset] * 2)]
+        )
+    return fs.op(
+        "Slice",
+        ["x", fs.ints("s_starts", [offset, offset]), ends, fs.ints("s_axes", [1, 2]), fs.ints("s_steps", [stride] * 2)],
+    )
 
 
 def _features(fs: FunctionScope, layer: DeployDCD, w: dict[str, str], in_shape, pool: int | None = None) -> str:

@@ -2,8 +2,9 @@
 
 The epilogue reads x at the centre tap, rows and columns ``i * stride``: a channel-fusion
 layer with any odd kernel shape and dilation and a square stride fuses when its padding
-puts that tap on x's pixel grid ("same" padding for the dilated kernel); a DCD layer with
-any other padding or a non-square stride stays standard ops and says why (an even kernel
+puts that tap on x's pixel grid, cropped as much at the top as at the left ("same"
+padding for the dilated kernel: offset 0; "valid": offset k // 2); a DCD layer with any
+other padding or a non-square stride stays standard ops and says why (an even kernel
 has no centre tap: channel fusion refuses it when the layer is built). Either way the file computes the model (checked against float64 PyTorch in ONNX
 Runtime and OpenVINO by the export).
 """
@@ -31,8 +32,10 @@ class _Geometries(nn.Module):
         self.same3 = DCDConv2d(16, 16, 3, padding="same")
         self.row = DCDConv2d(16, 16, (1, 3), padding=(0, 1))  # a non-square kernel, "same"
         self.tall = DCDConv2d(16, 16, (5, 3), stride=2, padding=(4, 1), dilation=(2, 1))
-        self.valid = DCDConv2d(16, 16, 3, padding=0)  # the centre tap is cropped
+        self.valid = DCDConv2d(16, 16, 3, padding=0)  # the centre tap is cropped: offset 1
         self.wide_stride = DCDConv2d(16, 16, 3, stride=(1, 2), padding=1)
+        self.crop5 = DCDConv2d(16, 16, 5, padding=1, stride=2)  # offset 1, stride 2
+        self.valid_row = DCDConv2d(16, 16, (3, 5), padding="valid")  # cropped 1 at the top, 2 at the left
         for m in self.modules():
             if isinstance(m, DCDConv2d):
                 for head in (m.fc_phi, m.fc_scale):
@@ -40,7 +43,8 @@ class _Geometries(nn.Module):
 
     def forward(self, x):
         x = self.row(self.same3(self.dilated(self.padded(self.plain(x)))))
-        return self.wide_stride(self.valid(self.tall(x)))
+        x = self.wide_stride(self.valid(self.tall(x)))
+        return self.valid_row(self.crop5(nn.functional.pad(x, (4, 4, 4, 4))))
 
 
 def test_only_layers_at_the_fused_geometry_are_fused(tmp_path):
@@ -53,11 +57,13 @@ def test_only_layers_at_the_fused_geometry_are_fused(tmp_path):
         parity_batch_sizes=(2,),
     )
     assert result, result.parity.summary()
-    assert sorted(result.fused) == ["dilated", "plain", "row", "same3", "tall"]
+    assert sorted(result.fused) == ["crop5", "dilated", "plain", "row", "same3", "tall", "valid"]
     assert result.unfused == {
         "padded": "padding (1, 1, 1, 1)",
-        "valid": "padding (0, 0, 0, 0)",
+        "valid_row": "padding (0, 0, 0, 0)",
         "wide_stride": "stride 1x2",
     }
-    ops = [n.op_type for n in onnx.load(str(tmp_path / "g.onnx")).graph.node if n.domain == "dcd_deploy"]
-    assert sorted(ops) == ["DCDConvEpilogue"] * 4 + ["DCDPointwise"]
+    nodes = [n for n in onnx.load(str(tmp_path / "g.onnx")).graph.node if n.domain == "dcd_deploy"]
+    assert sorted(n.op_type for n in nodes) == ["DCDConvEpilogue"] * 6 + ["DCDPointwise"]
+    offsets = sorted(a.i for n in nodes for a in n.attribute if a.name == "offset")
+    assert offsets == [0, 0, 0, 0, 1, 1]  # k // 2 - pad: "valid" 3x3 and the 5x5 padded by 1

@@ -43,6 +43,10 @@ def prefers_weight_form(*, c_in: int, c_out: int, latent: int, hw: int) -> bool:
     return hw * (c_in + c_out + latent) > c_in * c_out
 
 
+#: The largest centre-tap offset DCDConvEpilogue takes (csrc/openvino/dcd_epilogue.cpp's
+#: kMaxStride, which bounds its stride and offset alike).
+MAX_OFFSET = 64
+
 #: The largest map (pixels) on which a wide stride-1 1x1 layer runs as the runtime's Conv
 #: of W0 + DCDConvEpilogue rather than one DCDPointwise node (:func:`prefers_runtime_conv`).
 RUNTIME_CONV_MAX_HW = 14 * 14
@@ -128,10 +132,12 @@ class CentreTap(ConvKind):
             return f"{kh}x{kw} kernel (even)"
         if sh != sw:
             return f"stride {sh}x{sw}"
-        # The fused ops read x at the centre tap, row and column i * stride: the padding must
-        # put that tap on x's pixel grid without a ring or a crop ("same" padding for the
-        # kernel's dilated extent); any kernel shape and dilation are the Conv's business.
-        if any(m.tap_pads):
+        # The fused ops read x at the centre tap, row and column i * stride + offset: the
+        # padding must put that tap on x's pixel grid without a ring, cropped by as much at
+        # the top as at the left ("same" padding for the kernel's dilated extent: offset 0;
+        # "valid": k // 2); any kernel shape and dilation are the Conv's business.
+        top, left, bottom, right = m.tap_pads
+        if top != left or max(m.tap_pads) > 0 or -top > MAX_OFFSET:
             return f"padding {tuple(m.pads)}"
         if not m.channel_fusion:
             return "no channel fusion"
@@ -144,7 +150,7 @@ class CentreTap(ConvKind):
         return EPILOGUE
 
     def fused_attrs(self, m: nn.Module) -> dict[str, int]:
-        return {"stride": m.stride, "offset": 0}  # the centre tap at "same" padding (why_not_fused)
+        return {"stride": m.stride, "offset": -m.tap_pads[0]}  # the centre tap's crop (why_not_fused)
 
     def fused_constants(self, m: nn.Module) -> dict[str, torch.Tensor]:
         """B > 1 (Eq. 6) goes through the same ops as the dense layer with zeros off the
