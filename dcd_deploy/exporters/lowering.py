@@ -209,7 +209,9 @@ def analyse(model: nn.Module, example: tuple[torch.Tensor, ...]) -> Analysis:
     except Exception as exc:
         raise ExportError(
             f"{type(model).__name__} does not run on its example inputs "
-            f"({', '.join(str(tuple(t.shape)) for t in example)}): {first_line(exc)}"
+            f"({', '.join(str(tuple(t.shape)) for t in example)}): {first_line(exc)}; a model of other "
+            "inputs (NHWC, uint8, several) is traced with them: example_inputs=, or dcd-export --inputs "
+            "FILE.npz (one array per forward argument) or --preprocess uint8"
         ) from exc
     finally:
         for h in handles:

@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import onnx
 import pytest
 import torch
@@ -431,3 +432,41 @@ def test_the_api_refuses_a_float16_model_with_the_way_out(tmp_path, user_dir, mo
     with pytest.raises(dcd_deploy.errors.DCDDeployError, match=match):
         dcd_deploy.check_parity(model, tmp_path / "f.onnx")
     assert {p.dtype for p in model.parameters()} == {torch.float16}
+
+
+NHWC_NET = """\
+import torch
+from torch import nn
+from dcd_deploy.layers import DCDConv2d
+
+
+class NHWCNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.dcd = DCDConv2d(3, 8, 3, padding=1)
+        self.head = nn.Linear(8, 4)
+
+    def forward(self, x):  # (N, H, W, 3), as a camera pipeline hands it over
+        return self.head(self.dcd(x.permute(0, 3, 1, 2)).mean((2, 3)))
+
+
+def build():
+    torch.manual_seed(0)
+    return NHWCNet().eval()
+"""
+
+
+def test_a_model_of_nhwc_input_is_told_how_to_give_it_and_exports_with_it(tmp_path, monkeypatch):
+    (tmp_path / "nhwc_net.py").write_text(NHWC_NET, encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    result = run(export_main, ["nhwc_net.py:build", "--input-size", "12x16", "-o", tmp_path / "m.onnx"])
+    one_error_line(result, r"does not run on its example inputs \(\(1, 3, 12, 16\)\).*--inputs FILE\.npz")
+    assert not (tmp_path / "m.onnx").exists()
+    np.savez(tmp_path / "x.npz", x=np.random.default_rng(0).standard_normal((4, 12, 16, 3)).astype(np.float32))
+    result = run(export_main, ["nhwc_net.py:build", "--inputs", tmp_path / "x.npz", "-o", tmp_path / "m.onnx"])
+    assert result.exit_code == 0, result.output
+    assert [d.dim_value for d in onnx.load(str(tmp_path / "m.onnx")).graph.input[0].type.tensor_type.shape.dim][1:] == [
+        12,
+        16,
+        3,
+    ]
