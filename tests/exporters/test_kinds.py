@@ -85,7 +85,10 @@ def test_depthwise_and_joint_madds_by_hand():
         (DCDLinear(16, 10, channel_fusion=False), "no channel fusion"),
         (DCDConv2d(8, 16, 1, num_blocks=2), None),
         (DCDConv2d(8, 16, 3, num_blocks=2), None),
-        (DCDConv2d(8, 16, 3, padding=0), "padding (0, 0, 0, 0)"),
+        (DCDConv2d(8, 16, 3, padding=0), None),  # "valid": the centre tap at offset 1
+        (DCDConv2d(8, 16, (3, 5), padding=0), "padding (0, 0, 0, 0)"),  # cropped 1 and 2: no one offset
+        (DCDConv2d(8, 16, 3, padding=(0, 1)), "padding (0, 1, 0, 1)"),
+        (DCDConv2d(8, 16, 3, padding=2), "padding (2, 2, 2, 2)"),  # a ring around the centre tap
         (DCDConv2d(8, 16, 1), None),
         (DCDConv2d(8, 16, 3, stride=2), None),
         # joint fusion at any geometry: W0 and z are the runtime's own convolutions
@@ -122,3 +125,17 @@ def test_meta_layers_are_counted_without_weights():
     with torch.device("meta"):
         layer = DCDConv2d(8, 16, 3)
     assert deploy_kind(layer).madds(layer, 4, 4)[0] > 0
+
+
+@pytest.mark.parametrize(
+    "layer, offset",
+    [
+        (DCDConv2d(8, 16, 3), 0),  # "same"
+        (DCDConv2d(8, 16, 3, padding=0), 1),  # "valid": output pixel 0 reads x[1, 1]
+        (DCDConv2d(8, 16, 5, stride=2, padding=1), 1),
+        (DCDConv2d(8, 16, 3, padding=0, dilation=3), 3),  # the centre tap of a 7-pixel extent
+    ],
+)
+def test_the_epilogue_reads_the_centre_tap_at_k_over_2_minus_the_padding(layer, offset):
+    deploy = DeployDCD(layer.eval())
+    assert deploy.form_kind.fused_attrs(deploy) == {"stride": layer.stride, "offset": offset}
