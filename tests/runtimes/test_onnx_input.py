@@ -80,3 +80,19 @@ def test_every_input_of_a_file_of_several(tmp_path):
         GraphInput("half", "bfloat16", (1,)),
     )
     assert (file.params, file.fused) == (4, False)
+
+
+def test_a_file_is_parsed_once_until_it_changes(tmp_path, monkeypatch):
+    import dcd_deploy._limits as limits
+
+    path = write_tiny(tmp_path / "t.onnx", ("N", 3, 32, 48))
+    loads = []
+    real = limits.load_onnx_checked
+    monkeypatch.setattr(limits, "load_onnx_checked", lambda p: loads.append(p) or real(p))
+    first = read_onnx_file(path)
+    assert read_onnx_file(path) is first and read_onnx_input(path).shape == (None, 3, 32, 48)
+    assert len(loads) == 1
+    write_tiny(tmp_path / "new.onnx", ("N", 3, 16, 16)).replace(path)  # rewritten: another file
+    assert read_onnx_input(path).shape == (None, 3, 16, 16) and len(loads) == 2
+    with pytest.raises(DCDDeployError, match="cannot read"):  # gone: the reader's own words, not the cache
+        (tmp_path / "t.onnx").unlink() or read_onnx_file(path)
