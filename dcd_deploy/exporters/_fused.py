@@ -28,10 +28,11 @@ one ``dcd_deploy.DCDConvEpilogue`` node in one pass over the output:
 
     y = act(Λ ⊙ conv + P Φ' (Q x_s + q_b) + bias + residual)
 
-with ``x_s`` the conv's centre-tap pixels (stride ``stride``, offset 0 at the "same"
-padding of the dilated kernel, ``k // 2`` at "valid"). Inputs: ``conv``, ``x``, ``residual`` (if fused), then
-the DCDPointwise weights without ``w0``. Attributes: those of DCDPointwise without
-``form``, plus ``stride``, ``offset``.
+with ``x_s`` the conv's centre-tap pixels (stride ``stride``; offset 0 at the "same"
+padding of the dilated kernel, ``d·(k // 2) - pad`` where the padding crops, as
+"valid" does). Inputs: ``conv``, ``x``, ``residual`` (if fused), then the DCDPointwise
+weights without ``w0``. Attributes: those of DCDPointwise without ``form``, plus
+``stride``, ``offset``.
 A joint-fusion layer (Eq. 8) also keeps its latent ``z = R(Q x)`` standard Convs and its
 node has ``latent_input = 1``: ``z`` follows ``residual``, ``q`` and ``q_b`` are absent,
 Φ' is L x L·L_k.

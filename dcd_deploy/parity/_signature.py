@@ -8,9 +8,10 @@ Inputs for a check come from, per file input and in this order: the caller's ten
 (``inputs=``, one tensor for a one-input file, else a tuple in the file's order or a
 dict by input name); the built-in natural images (:func:`~dcd_deploy.models.synthetic_images`)
 for an image input (4-D, 3 channels, floating; as uint8 pixels for a uint8 one) at the
-file's H x W, or the example's when the file's are symbolic; else seeded random values of the example's shape
-(``example_inputs=``, what the export traced with) with the batch axis replaced:
-normal for floating inputs, uniform integers within the example's range otherwise.
+file's H x W, or the example's when the file's are symbolic; else seeded random values
+of the example's shape (``example_inputs=``, what the export traced with) with the batch
+axis replaced: normal for floating inputs, uniform integers within the example's range
+otherwise.
 """
 
 from __future__ import annotations
