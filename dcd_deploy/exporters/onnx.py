@@ -211,7 +211,9 @@ def export_onnx(
         accept_inconclusive: let the check pass when its end-to-end comparison is
             inconclusive and no dynamic layer decided it (see :class:`~dcd_deploy.parity.ParityReport`).
         parity_preprocess: the model's preprocessing for the check's built-in images
-            (:class:`~dcd_deploy.preprocess.Preprocess` or a preset name).
+            (:class:`~dcd_deploy.preprocess.Preprocess` or a preset name); ``"uint8"``,
+            a model that takes uint8 pixels, is traced with a uint8 image when
+            ``example_inputs`` is None, so the file's input is uint8.
         parity_inputs_description: what ``parity_inputs`` are, for the file's metadata.
         parallel_check: compute the check's PyTorch side (float64 reference, fp32
             outputs) in a forked process while the model is traced
@@ -233,6 +235,8 @@ def export_onnx(
     require_float32(model, ExportError)
     opset = _checked_arguments(opset=opset, mode=mode, strategy=strategy, batch=batch)
     hw = input_hw(input_size)
+    if example_inputs is None and _takes_pixels(parity_preprocess):  # its file takes uint8 pixels
+        example_inputs = torch.zeros(1, 3, *hw, dtype=torch.uint8)
     example = example_tuple(example_inputs, hw)
     image_hw = _image_hw(example)
     hw = image_hw or hw
@@ -542,6 +546,13 @@ def _build(
     if progress is not None:
         progress("emit")
     return proto, emitted
+
+
+def _takes_pixels(preprocess) -> bool:
+    """A preprocessing of uint8 pixels as they are (``"uint8"``): the model is traced with them."""
+    from ..preprocess import make_preprocess
+
+    return preprocess is not None and make_preprocess(preprocess).dtype == "uint8"
 
 
 def _image_hw(example) -> tuple[int, int] | None:

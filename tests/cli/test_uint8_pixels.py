@@ -153,3 +153,12 @@ def test_bench_times_a_uint8_file_on_pixels(pixel_file, tmp_path):
     )
     assert result.exit_code == 0, result.output
     assert json.loads((tmp_path / "b.json").read_text())["records"]
+
+
+def test_the_api_traces_a_uint8_model_with_pixels(pixel_file, tmp_path):
+    from dcd_deploy import export_onnx
+
+    d, _, _ = pixel_file
+    result = export_onnx(_model(d), tmp_path / "api.onnx", input_size=(24, 32), parity_preprocess="uint8")
+    assert result, result.parity.summary()
+    assert onnx.load(str(tmp_path / "api.onnx")).graph.input[0].type.tensor_type.elem_type == onnx.TensorProto.UINT8
