@@ -213,8 +213,9 @@ def file_input_shape(files: Sequence[str], *, batch: int, input_size: tuple[int,
     ``batch`` and ``input_size``), of the one type they all take."""
     from .._limits import check_memory
 
-    shapes = {f: image_file_input(f).resolve(batch=batch, input_size=input_size) for f in files}
-    dtypes = {f: image_file_input(f).dtype for f in files}
+    inputs = {f: image_file_input(f) for f in files}
+    shapes = {f: i.resolve(batch=batch, input_size=input_size) for f, i in inputs.items()}
+    dtypes = {f: i.dtype for f, i in inputs.items()}
     if len(set(dtypes.values())) > 1:
         listed = ", ".join(f"{f} {d}" for f, d in dtypes.items())
         raise DCDDeployError(f"the files take different input types ({listed}); a pair is timed on one input")
