@@ -27,6 +27,7 @@ import onnx
 import torch
 from torch import nn
 
+from .._outputs import dataclasses_as_nodes
 from ..errors import ExportError
 from ._fake_activations import fast_activations
 from ._placeholder import Placeholder, geometry, onnx_translation
@@ -149,10 +150,14 @@ def trace(
     dynamic_size: bool,
     input_names: list[str] | None,
     output_names: list[str] | None,
+    output_types: tuple[type, ...] = (),
     worker=None,
     meanwhile=None,
 ) -> Traced:
     """Trace ``model`` (a deploy form) and translate it to ONNX with placeholders.
+
+    ``output_types``: dataclass types among its outputs, flattened by their fields
+    (:mod:`dcd_deploy._outputs`) in whichever process traces.
 
     ``worker``: a :class:`~._trace_worker.TraceWorker` to trace in (this process traces
     when it cannot), running ``meanwhile`` here in the meantime.
@@ -170,13 +175,20 @@ def trace(
             dynamic_size=dynamic_size,
             input_names=input_names,
             output_names=output_names,
+            output_types=output_types,
         )
         if done is not None:
             return Traced(done[0], emitters, done[1])
     args = trace_example(example, batch)
     shapes = _dynamic_shapes(args, batch=batch, dynamic_size=dynamic_size)
     op, translate = onnx_translation()
-    with _placeholders(model, emitters), _no_stack_traces(), _InPlaceAsCopy(), fast_activations():
+    with (
+        _placeholders(model, emitters),
+        dataclasses_as_nodes(output_types),
+        _no_stack_traces(),
+        _InPlaceAsCopy(),
+        fast_activations(),
+    ):
         try:
             proto, fast = _fast(model, args, shapes, op, translate), True
         except _Fallback:

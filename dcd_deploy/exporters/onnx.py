@@ -34,6 +34,7 @@ from torch import nn
 from torch.utils import _pytree as pytree
 
 from .._atomic import atomic_output, check_output_path
+from .._outputs import dataclass_fields, dataclass_types, dataclasses_as_nodes
 from .._version import __version__
 from ..errors import ExportError, ParityError
 from ..state_dict import require_float32, unwrap
@@ -315,7 +316,7 @@ def _lowered_and_built(
     """(deploy form, ONNX proto, emission record): lower, then trace and emit."""
     input_names, output_names = names
     deploy = to_deploy(model, strategy=strategy, input_size=hw, example_inputs=example)
-    out_names = _output_names(deploy, example, output_names)
+    out_names, out_types = _output_names(deploy, example, output_names)
     if dynamic_size:
         _check_dynamic_size(deploy)
     stage("lower")
@@ -330,6 +331,7 @@ def _lowered_and_built(
         dynamic_size=dynamic_size,
         input_names=_input_names(model, example, input_names),
         output_names=out_names,
+        output_types=out_types,
         progress=stage,
         worker=worker,
         meanwhile=meanwhile,
@@ -492,17 +494,21 @@ def _build(
     dynamic_size,
     input_names,
     output_names,
+    output_types=None,
     progress=None,
     worker=None,
     meanwhile=None,
 ):
-    """:func:`build_onnx`, also returning the :class:`~._emit.Emitted` record."""
+    """:func:`build_onnx`, also returning the :class:`~._emit.Emitted` record.
+
+    ``output_types``: the dataclass types among the model's outputs (:mod:`dcd_deploy._outputs`).
+    """
     hw = input_hw(input_size)
     example = example_tuple(example_inputs, hw)
     if input_names is None:
         input_names = _input_names(deploy, example, None)
-    if output_names is None:
-        output_names = _output_names(deploy, example, None)
+    if output_names is None or output_types is None:
+        output_names, output_types = _output_names(deploy, example, output_names)
     traced = trace(
         deploy,
         example,
@@ -510,6 +516,7 @@ def _build(
         dynamic_size=dynamic_size,
         input_names=input_names,
         output_names=output_names,
+        output_types=output_types,
         worker=worker,
         meanwhile=meanwhile,
     )
@@ -590,32 +597,32 @@ def _input_names(model: nn.Module, example, given) -> list[str]:
     return params[: len(example)] if len(params) >= len(example) else [f"input_{i}" for i in range(len(example))]
 
 
-def _output_names(deploy: nn.Module, example, given) -> list[str]:
+def _output_names(deploy: nn.Module, example, given) -> tuple[list[str], tuple[type, ...]]:
+    """The ONNX output names, and the dataclass types among the outputs (traced as nodes)."""
     with torch.no_grad():
         out = deploy(*[t.clone() for t in example])  # a forward may change its inputs in place
-    # torch.onnx leaves a None out of the graph (``return y, None``: an auxiliary head off in
-    # eval), and so does the parity check's flattening
-    leaves = [t for t in pytree.tree_flatten(out)[0] if t is not None]
-    if not leaves or not all(isinstance(t, torch.Tensor) for t in leaves):
-        raise ExportError("the model's outputs must be tensors (a tensor, or a tuple, list or dict of them)")
+    types = dataclass_types(out)
+    with dataclasses_as_nodes(types):
+        # torch.onnx leaves a None out of the graph (``return y, None``: an auxiliary head off
+        # in eval), and so does the parity check's flattening
+        flat = [(p, t) for p, t in pytree.tree_flatten_with_path(out)[0] if t is not None]
+    if not flat or not all(isinstance(t, torch.Tensor) for _, t in flat):
+        raise ExportError("the model's outputs must be tensors (a tensor, or a tuple, list, dict or dataclass of them)")
     if given is not None:
         names = [given] if isinstance(given, str) else list(given)
-        if len(names) != len(leaves) or len(set(names)) != len(names):
-            raise ExportError(f"output_names needs {len(leaves)} distinct names, got {names}")
-        return names
+        if len(names) != len(flat) or len(set(names)) != len(names):
+            raise ExportError(f"output_names needs {len(flat)} distinct names, got {names}")
+        return names, types
     if isinstance(out, torch.Tensor):
-        return ["logits"]
-    paths = [p for p, t in pytree.tree_flatten_with_path(out)[0] if t is not None]
+        return ["logits"], types
+    keyed = isinstance(out, dict) or dataclass_fields(out) is not None  # named by key or field alone
     names = []
-    for keys in paths:
-        parts = []
-        for k in keys:
-            v = getattr(k, "key", getattr(k, "idx", getattr(k, "name", None)))
-            parts.append(str(v))
-        names.append(".".join(parts) if isinstance(out, dict) else "output_" + "_".join(parts))
+    for keys, _ in flat:
+        parts = [str(getattr(k, "key", getattr(k, "idx", getattr(k, "name", None)))) for k in keys]
+        names.append(".".join(parts) if keyed else "output_" + "_".join(parts))
     if len(set(names)) != len(names):
-        names = [f"output_{i}" for i in range(len(leaves))]
-    return names
+        names = [f"output_{i}" for i in range(len(flat))]
+    return names, types
 
 
 def _check_dynamic_size(deploy: nn.Module) -> None:

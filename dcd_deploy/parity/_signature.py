@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from .._outputs import dataclass_fields
 from ..errors import DCDDeployError, ExportError
 
 #: Seed offset between the synthetic data of successive inputs (the first keeps ``seed``,
@@ -209,14 +210,16 @@ def synthetic_inputs(
 
 
 def flatten_outputs(out) -> list[tuple[str | None, torch.Tensor]]:
-    """A model's outputs (tensor, tuple, list, dict, nested) in order, with dict keys as names."""
+    """A model's outputs (tensor, tuple, list, dict, dataclass, nested) in order, with dict
+    keys and dataclass fields as names."""
     flat: list[tuple[str | None, torch.Tensor]] = []
 
     def walk(value, name):
+        fields = dataclass_fields(value)
         if isinstance(value, torch.Tensor):
             flat.append((name, value))
-        elif isinstance(value, dict):
-            for key, v in value.items():
+        elif isinstance(value, dict) or fields is not None:
+            for key, v in value.items() if fields is None else fields:
                 walk(v, str(key) if name is None else f"{name}.{key}")
         elif isinstance(value, (tuple, list)):
             for v in value:
@@ -224,7 +227,7 @@ def flatten_outputs(out) -> list[tuple[str | None, torch.Tensor]]:
         elif value is not None:
             raise DCDDeployError(
                 f"the model returns a {type(value).__name__}; parity compares tensors "
-                "(a tensor, or tuples, lists and dicts of tensors)"
+                "(a tensor, or tuples, lists, dicts and dataclasses of tensors)"
             )
 
     walk(out, None)

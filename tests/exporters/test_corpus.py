@@ -8,6 +8,7 @@ back: its op domains, constant Conv weights, symbolic batch, the layer record.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -19,7 +20,7 @@ from _corpus import CORPUS, UNFUSED
 from torch import nn
 from torch.utils import _pytree as pytree
 
-from dcd_deploy import export_onnx
+from dcd_deploy import check_parity, export_onnx
 from dcd_deploy.errors import ExportError
 from dcd_deploy.exporters import FUSED_OP_TYPES
 from dcd_deploy.exporters.onnx import ALLOWED_OPS, LAYERS_KEY
@@ -419,3 +420,79 @@ def test_none_outputs_are_left_out_quietly(tmp_path, caplog):
     np.testing.assert_allclose(got[0], want[0].numpy(), rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(got[1], want[2]["pooled"].numpy(), rtol=1e-4, atol=1e-5)
     assert not [r for r in caplog.records if "None" in r.getMessage()]  # torch.onnx's notices left out
+
+
+@dataclasses.dataclass
+class _Heads:
+    boxes: torch.Tensor
+    scores: torch.Tensor | None = None
+
+
+@dataclasses.dataclass
+class _Out:
+    """Training code's structured output: a field of tensors, a nested dataclass, a list."""
+
+    logits: torch.Tensor
+    heads: _Heads
+    levels: list
+    step: int = dataclasses.field(default=0, init=False)  # not an init field: not an output
+
+
+class _DataclassOut(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = DCDConv2d(3, 8, 3, padding=1)
+        self.b = DCDConv2d(8, 6, 1)
+        self.fc = nn.Linear(8, 5)
+
+    def forward(self, x):
+        y = torch.relu(self.a(x))
+        z = self.b(y)
+        return _Out(self.fc(y.mean((2, 3))), _Heads(z[:, :4], None), [y, z.sigmoid()])
+
+
+@pytest.mark.parametrize("mode", ["standard", "fused"])
+def test_dataclass_outputs_export_by_field_and_leave_pytree_as_found(tmp_path, mode):
+    torch.manual_seed(0)
+    net = _DataclassOut().eval()
+    result = export_onnx(net, tmp_path / "m.onnx", input_size=(12, 14), mode=mode)
+    assert result, result.parity.summary()
+    proto = onnx.load(str(tmp_path / "m.onnx"))
+    assert [o.name for o in proto.graph.output] == ["logits", "heads.boxes", "levels.0", "levels.1"]
+    x = torch.randn(2, 3, 12, 14)
+    with torch.no_grad():
+        want = net(x)
+    sess = ort.InferenceSession(str(tmp_path / "m.onnx"), providers=["CPUExecutionProvider"])
+    got = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, {sess.get_inputs()[0].name: x.numpy()})))
+    for name, value in [("logits", want.logits), ("heads.boxes", want.heads.boxes), ("levels.1", want.levels[1])]:
+        np.testing.assert_allclose(got[name], value.numpy(), rtol=1e-4, atol=1e-5)
+    assert _Out not in pytree.SUPPORTED_NODES and _Heads not in pytree.SUPPORTED_NODES
+
+
+def test_a_dataclass_output_is_compared_field_by_field(tmp_path):
+    """A file whose ``levels.1`` is off by 1%: the check fails and names that field."""
+    torch.manual_seed(0)
+    net = _DataclassOut().eval()
+    export_onnx(net, tmp_path / "m.onnx", input_size=(12, 14), check=False)
+    proto = onnx.load(str(tmp_path / "m.onnx"))
+    out = proto.graph.output[3]
+    node = onnx.helper.make_node("Mul", [out.name + "_raw", "k"], [out.name])
+    for n in proto.graph.node:
+        n.output[:] = [out.name + "_raw" if o == out.name else o for o in n.output]
+    proto.graph.initializer.append(onnx.numpy_helper.from_array(np.array(1.01, np.float32), "k"))
+    proto.graph.node.append(node)
+    onnx.save(proto, str(tmp_path / "t.onnx"))
+    report = check_parity(net, tmp_path / "t.onnx", batch_sizes=(2,), layers=False)
+    assert not report and "levels.1" in report.summary(), report.summary()
+    assert check_parity(net, tmp_path / "m.onnx", batch_sizes=(2,), layers=False)
+
+
+def test_a_dataclass_the_user_registered_stays_registered(tmp_path):
+    torch.manual_seed(0)
+    pytree.register_dataclass(_Heads, serialized_type_name="tests.Heads")
+    try:
+        net = _DataclassOut().eval()
+        assert export_onnx(net, tmp_path / "m.onnx", input_size=(12, 14), check=False)
+        assert _Heads in pytree.SUPPORTED_NODES and _Out not in pytree.SUPPORTED_NODES
+    finally:
+        pytree._deregister_pytree_node(_Heads)
