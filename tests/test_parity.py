@@ -16,7 +16,9 @@ import json
 import sys
 from pathlib import Path
 
+import _tamper
 import numpy as np
+import onnx
 import onnxruntime as ort
 import pytest
 import torch
@@ -589,3 +591,36 @@ def test_a_model_that_changes_its_inputs_in_place_is_checked_on_the_inputs_given
     sess = ort.InferenceSession(str(result.path), providers=["CPUExecutionProvider"])
     got = sess.run(None, {sess.get_inputs()[0].name: kept.numpy()})[0]
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+class _CastsToFloat(torch.nn.Module):
+    """``x.float()`` in forward (mixed-precision habits): float64 cannot run it end to end."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = DCDConv2d(3, 8, 3, padding=1)
+        self.b = DCDConv2d(8, 8, 1)
+        self.fc = torch.nn.Linear(8, 4)
+
+    def forward(self, x):
+        y = torch.relu(self.b(torch.relu(self.a(x.float()))))
+        return self.fc(y.mean((2, 3)).float())
+
+
+def test_a_model_float64_cannot_run_is_still_checked_layer_by_layer_in_float64(tmp_path):
+    """The end-to-end reference falls back to float32; each layer alone still runs in float64
+    (it used to be fed float64 inputs with float32 weights and fail as "cannot evaluate")."""
+    torch.manual_seed(0)
+    net = _CastsToFloat().eval()
+    with pytest.raises(RuntimeError):
+        copy.deepcopy(net).double()(torch.zeros(1, 3, 12, 12, dtype=torch.float64))
+    result = export_onnx(net, tmp_path / "m.onnx", input_size=12)
+    report = result.parity
+    assert report and report.reference == "float32", report.summary()
+    assert {r.path for r in report.layers if r.passed and r.torch_fp32_rel > 0} >= {"a", "b", "fc"}
+
+    proto = onnx.load(str(tmp_path / "m.onnx"))  # the layer check still has its power
+    broken = _tamper.scale_weight(proto)
+    onnx.save(proto, str(tmp_path / "t.onnx"))
+    tampered = check_parity(net, tmp_path / "t.onnx", batch_sizes=(2,))
+    assert not tampered and f"FAIL at {broken} " in tampered.summary(), tampered.summary()

@@ -211,9 +211,9 @@ def _pytorch_side(model: nn.Module, given: list[torch.Tensor], plans: dict, pref
         return ref_model, ref64, None
     ref64, report.reference = ahead["ref64"], ahead["kind"]
     fp32 = {b: [[(n, torch.from_numpy(a)) for n, a in out] for out in outs] for b, outs in ahead["fp32"].items()}
-    ref_model = model if not records or report.reference != "float64" else prefetched.reference_model
+    ref_model = model if not records else prefetched.reference_model
     if ref_model is None:  # not made while the file was traced
-        ref_model = _reference_model(model)
+        ref_model = _layer_reference(model)
     return ref_model, ref64, fp32
 
 
@@ -484,10 +484,22 @@ def _forward(model: nn.Module, inputs) -> list[tuple[str, torch.Tensor]]:
     return flatten_outputs(model(*[x.clone() for x in inputs]))
 
 
+def _layer_reference(model: nn.Module) -> nn.Module:
+    """The model whose layers the layer-wise check evaluates in float64: a float64 copy, or
+    the model itself where no copy can be made (its layers then fail as "cannot evaluate")."""
+    try:
+        return _reference_model(model)
+    except (RuntimeError, TypeError, NotImplementedError):
+        return model
+
+
 def _reference(model: nn.Module, inputs: list[torch.Tensor]) -> tuple[nn.Module, list[np.ndarray], str]:
-    """(reference model, its flattened outputs, precision): a float64 copy of the model, or
-    the model itself in float32 where float64 cannot run."""
+    """(float64 copy for the layer-wise check, reference outputs, their precision): the
+    outputs of the float64 copy, or of the model itself in float32 where float64 cannot run
+    it end to end (``x.float()`` in ``forward``). Its layers alone still run in float64:
+    the layer-wise check keeps its float64 reference then."""
     n = inputs[0].shape[0]
+    ref = None
     try:
         ref = _reference_model(model)
         with torch.no_grad():
@@ -505,7 +517,7 @@ def _reference(model: nn.Module, inputs: list[torch.Tensor]) -> tuple[nn.Module,
             raise UnsupportedInputError(
                 f"{type(model).__name__} does not run on the file's inputs ({shapes}): {first_line(exc)}"
             ) from exc
-        ref, kind = model, "float32"
+        ref, kind = ref if ref is not None else model, "float32"
     return ref, [np.concatenate([p[j][1].double().numpy() for p in parts]) for j in range(len(parts[0]))], kind
 
 

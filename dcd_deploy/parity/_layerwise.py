@@ -203,7 +203,11 @@ def _nchw(a: np.ndarray, layout: str) -> np.ndarray:
 
 def _apply(record: LayerRecord, model: nn.Module, x: torch.Tensor, residual: torch.Tensor | None) -> torch.Tensor:
     """The layer as recorded, in ``model``'s precision: module, folded BN, residual, activation."""
-    y = model.get_submodule(record.path)(x)
+    # a dynamic layer's tensors are its fused node's own, between the user's pre-hooks and
+    # hooks; a Conv or Linear record spans the module's call, its hooks included
+    # (dcd_deploy.exporters._hooks)
+    module = model.get_submodule(record.path)
+    y = module.forward(x) if record.dynamic else module(x)
     if record.bn:
         y = model.get_submodule(record.bn)(y)
     if residual is not None:
