@@ -30,6 +30,7 @@ from torch import nn
 from .._outputs import dataclasses_as_nodes
 from ..errors import ExportError
 from ._fake_activations import fast_activations
+from ._hooks import carry_hooks
 from ._placeholder import Placeholder, geometry, onnx_translation
 from ._registry import called_ops, op_key, registry_for, translated_ops
 
@@ -64,7 +65,7 @@ def _placeholders(model: nn.Module, emitters: dict[str, nn.Module]):
         for path, m in emitters.items():
             parent, _, name = path.rpartition(".")
             owner = model.get_submodule(parent) if parent else model
-            setattr(owner, name, Placeholder(path, geometry(m)))
+            setattr(owner, name, carry_hooks(m, Placeholder(path, geometry(m))))
             swapped.append((owner, name, m))
         yield
     finally:

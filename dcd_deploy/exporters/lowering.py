@@ -34,6 +34,7 @@ from ..state_dict import unwrap
 from ._deploy_dcd import STRATEGIES, DeployDCD
 from ._deploy_mixture import DeployMixture
 from ._fold import fold_conv_bn, fold_linear_bn
+from ._hooks import carry_hooks, has_hooks
 from ._kinds import deploy_kind
 
 DYNAMIC = (DCDConv2d, DCDLinear, MixtureConv2d)
@@ -259,9 +260,10 @@ def to_deploy(
         check_input_size(model, hw[0])
     deploy = copy.deepcopy(model).eval()
     analysis = analyse(deploy, example)
-    folds = analysis.folds()
-    strategies: dict[str, str] = {}
     modules = dict(deploy.named_modules())
+    # a hook on the layer or its BatchNorm stands between the two
+    folds = {p: b for p, b in analysis.folds().items() if not (has_hooks(modules[p]) or has_hooks(modules[b]))}
+    strategies: dict[str, str] = {}
     replaced: list[str] = []
     for path, m in modules.items():
         if any(path.startswith(p + ".") for p in replaced) or not isinstance(m, _PRODUCERS):
@@ -279,12 +281,12 @@ def to_deploy(
             new = fold_conv_bn(m, bn)
         else:
             new = fold_linear_bn(m, bn)
-        _replace(deploy, path, new)
+        _replace(deploy, path, carry_hooks(m, new))
         if bn_path:
             _replace(deploy, bn_path, nn.Identity())
     for path, m in list(deploy.named_modules()):
         if isinstance(m, nn.Dropout) and path:  # identity in eval mode
-            _replace(deploy, path, nn.Identity())
+            _replace(deploy, path, carry_hooks(m, nn.Identity()))
     deploy.strategies = strategies
     deploy.folded_bn = dict(folds)
     deploy.input_size = hw[0] if hw[0] == hw[1] else hw
