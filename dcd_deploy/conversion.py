@@ -21,6 +21,7 @@ from typing import Union
 import torch
 from torch import nn
 
+from ._hooks import carry_hooks
 from .layers import DCDConv2d, DCDLinear, MixtureConv2d, conv_like
 
 #: A module-path filter: a glob (``"features.*.conv.0"``), a compiled regex (matched with
@@ -83,7 +84,7 @@ def _replace_modules(model: nn.Module, make: Callable[[str, nn.Module], nn.Modul
             return done[id(module)]
         new = make(path, module)
         if new is not None:
-            done[id(module)] = new
+            done[id(module)] = carry_hooks(module, new)  # the user's hooks are part of the layer
             return new
         if not isinstance(module, _DYNAMIC):
             for name, child in list(module.named_children()):

@@ -8,6 +8,7 @@ every padding, dilation, stride, groups and bias setting; ``to_static`` must giv
 
 from __future__ import annotations
 
+import copy
 import re
 
 import pytest
@@ -295,3 +296,22 @@ def test_convert_a_zoo_static_model_exactly():
     x = torch.randn(2, 3, 64, 64, dtype=torch.float64)
     with torch.no_grad():
         assert rel_err(converted(x), net(x)) <= 1e-10  # a deep net: rounding only
+
+
+def test_a_layers_hooks_go_with_it_through_convert_and_to_static():
+    """A hook changing a conv's output is part of what the network computes: the converted
+    network (DCD layers starting as the static conv) and its static counterpart compute it."""
+    net, x = trained_net(), image()
+    net.pw.register_forward_hook(lambda m, i, o: o * 0.5 + 1.0)
+    net.grouped.register_forward_pre_hook(lambda m, i: (i[0].clamp(max=0.5),))
+    converted = convert(net, **ALL_KERNELS)
+    assert isinstance(converted.pw, DCDConv2d) and isinstance(converted.grouped, DCDConv2d)
+    static = to_static(converted)
+    assert type(static.pw) is nn.Conv2d
+    with torch.no_grad():
+        ref = net(x)
+        assert rel_err(converted(x), ref) <= EXACT
+        assert rel_err(static(x), ref) <= EXACT
+        bare = copy.deepcopy(converted)
+        bare.pw._forward_hooks.clear()
+        assert rel_err(bare(x), ref) > 1e-3  # the hook matters (EXACT is float64 rounding)

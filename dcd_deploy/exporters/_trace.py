@@ -27,10 +27,10 @@ import onnx
 import torch
 from torch import nn
 
+from .._hooks import carry_hooks
 from .._outputs import dataclasses_as_nodes
 from ..errors import ExportError
 from ._fake_activations import fast_activations
-from ._hooks import carry_hooks
 from ._placeholder import Placeholder, geometry, onnx_translation
 from ._registry import called_ops, op_key, registry_for, translated_ops
 

@@ -27,6 +27,7 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 from torch.utils import _pytree as pytree
 
+from .._hooks import carry_hooks, has_hooks
 from ..errors import ExportError, first_line
 from ..layers import DCDConv2d, DCDLinear, MixtureConv2d
 from ..models import check_input_size
@@ -34,7 +35,6 @@ from ..state_dict import unwrap
 from ._deploy_dcd import STRATEGIES, DeployDCD
 from ._deploy_mixture import DeployMixture
 from ._fold import fold_conv_bn, fold_linear_bn
-from ._hooks import carry_hooks, has_hooks
 from ._kinds import deploy_kind
 
 DYNAMIC = (DCDConv2d, DCDLinear, MixtureConv2d)

@@ -205,7 +205,7 @@ def _apply(record: LayerRecord, model: nn.Module, x: torch.Tensor, residual: tor
     """The layer as recorded, in ``model``'s precision: module, folded BN, residual, activation."""
     # a dynamic layer's tensors are its fused node's own, between the user's pre-hooks and
     # hooks; a Conv or Linear record spans the module's call, its hooks included
-    # (dcd_deploy.exporters._hooks)
+    # (dcd_deploy._hooks)
     module = model.get_submodule(record.path)
     y = module.forward(x) if record.dynamic else module(x)
     if record.bn:

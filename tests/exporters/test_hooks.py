@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from dcd_deploy import check_parity, export_onnx, to_deploy
-from dcd_deploy.exporters._hooks import has_hooks
+from dcd_deploy._hooks import has_hooks
 from dcd_deploy.layers import DCDConv2d
 
 _SEEN: list[int] = []

@@ -2,9 +2,10 @@
 
 A hook is part of what a model computes: ``layer.register_forward_hook(lambda m, i, o:
 o * 0.5 + 1)`` changes every output of ``layer``, a pre-hook its input. The lowering
-replaces modules (a DCD layer by its deploy form, a Dropout by ``Identity``) and the
-trace replaces deploy layers by placeholders; each replacement takes over the hooks
-of the module it replaces, so ``torch.export`` traces them as it traces ``forward``
+replaces modules (a DCD layer by its deploy form, a Dropout by ``Identity``), the
+trace replaces deploy layers by placeholders, and ``convert`` / ``to_static`` swap
+convolutions and dynamic layers; each replacement takes over the hooks of the module
+it replaces, so ``torch.export`` traces them as it traces ``forward``
 (non-strict: through ``Module.__call__``). A hook between a layer and its BatchNorm
 stands between the two, so neither folds when either has one (:func:`has_hooks`).
 
