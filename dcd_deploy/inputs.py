@@ -122,7 +122,8 @@ def load_images(
       (already preprocessed); NHWC is transposed;
     * uint8, either layout, 3 channels: pixels on [0, 255], put through ``preprocess``
       (the model's preprocessing, :class:`~dcd_deploy.preprocess.Preprocess`; default
-      ``imagenet``, which describes RGB images; ``uint8`` keeps them uint8).
+      ``imagenet``, which describes RGB images; ``uint8`` keeps them uint8, and takes
+      grey ones, 1 channel, too).
 
     A 4-D array whose axis 1 has C entries is NCHW, else one whose last axis has C is NHWC.
 
@@ -138,7 +139,7 @@ def load_images(
 
     Raises:
         UnsupportedInputError: a missing or unreadable file, not a batch of C-channel
-            images of the model's size, or uint8 pixels for a model of other than 3.
+            images of the model's size, or uint8 pixels for a model of other than 3 (grey: 1, with ``uint8``).
     """
     from .preprocess import make_preprocess
 
@@ -157,7 +158,8 @@ def load_images(
             f"inputs file {path} holds a tensor of shape {shape}; "
             f"expected N x {channels} x H x W or N x H x W x {channels}"
         )
-    if data.dtype == torch.uint8 and channels != 3:
+    pre = make_preprocess(preprocess)
+    if data.dtype == torch.uint8 and channels != 3 and not (channels == 1 and pre.dtype == "uint8"):
         raise UnsupportedInputError(
             f"inputs file {path} holds uint8 pixels; the preprocessing presets describe 3-channel "
             f"images, so for a {channels}-channel model pass the preprocessed float32 inputs"
@@ -176,7 +178,6 @@ def load_images(
             raise UnsupportedInputError(
                 f"inputs file {path} holds {h}x{w} images, but the model takes {want[0]}x{want[1]}"
             )
-    pre = make_preprocess(preprocess)
     if data.dtype == torch.uint8:
         images = pre.apply(data.to(torch.float32) / 255.0).contiguous()
         return images, f"{path} (uint8 {layout} pixels, preprocessed: {pre.describe()})"

@@ -66,7 +66,7 @@ class Preprocess:
         import torch  # here: the commands read the presets before they load torch
 
         c = pixels.shape[1]
-        if c != len(self.mean):
+        if c != len(self.mean) and self.dtype != "uint8":  # pixels, RGB or grey, need no mean
             raise DCDDeployError(f"preprocessing {self.name} has {len(self.mean)} channels; the images have {c}")
         x = pixels if self.scale == 1 else pixels * self.scale
         if self.bgr:

@@ -123,13 +123,12 @@ def fixed_input(shape: tuple[int, ...], *, seed: int, dtype: str = "float32"):
     (:func:`~dcd_deploy.models.synthetic_images`), so every model is timed in its working
     range. Standard normal noise (values to about +-4.5) is not: the zoo's pseudo-trained
     DCD ResNets overflow on it to NaN logits, and a time measured on NaN is not the time
-    of the deployed model. ``dtype`` ``uint8``: the same images as pixels, for a file that
-    takes them as a camera gives them."""
-    from ..models import natural_pixels, synthetic_images
-    from ..preprocess import PRESETS
+    of the deployed model. ``dtype`` ``uint8``: the same images as pixels (RGB, or grey for
+    one channel), for a file that takes them as a camera gives them."""
+    from ..models import natural_uint8, synthetic_images
 
     if dtype == "uint8":
-        return PRESETS["uint8"].apply(natural_pixels(shape[0], (shape[2], shape[3]), seed=seed))
+        return natural_uint8(shape[0], (shape[2], shape[3]), seed=seed, channels=shape[1])
     return synthetic_images(shape[0], (shape[2], shape[3]), seed=seed, channels=shape[1])
 
 

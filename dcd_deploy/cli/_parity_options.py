@@ -116,7 +116,11 @@ def make_preprocess_from_options(preset, mean, std, scale, bgr, *, channels: int
 
 def check_preprocess_channels(channels: int, preset, mean, std, scale, bgr) -> None:
     """Refuse the preprocessing options for a model of other than 3 input channels: the
-    presets describe RGB images, and such a model's check takes preprocessed inputs."""
+    presets describe RGB images, and such a model's check takes preprocessed inputs. A
+    grey model of uint8 pixels (``--channels 1 --preprocess uint8``) is checked on the
+    built-in images as grey pixels."""
+    if channels == 1 and preset == "uint8" and (mean, std, scale, bgr) == (None,) * 4:
+        return
     given = [
         name
         for name, v in zip(("--preprocess", "--mean", "--std", "--scale", "--bgr"), (preset, mean, std, scale, bgr))
@@ -126,6 +130,7 @@ def check_preprocess_channels(channels: int, preset, mean, std, scale, bgr) -> N
         raise click.UsageError(
             f"{', '.join(given)} describe{'s' if len(given) == 1 else ''} RGB images; a {channels}-channel "
             "model is checked on preprocessed float --inputs or on seeded samples"
+            + (" (a grey model of uint8 pixels: --preprocess uint8 alone)" if channels == 1 else "")
         )
 
 

@@ -68,7 +68,8 @@ def _batch(value: str) -> int | None:
 )
 @channels_option(
     "With other than 3 the export's parity check runs on seeded samples (or --inputs "
-    "holding preprocessed floats), not the built-in images."
+    "holding preprocessed floats), not the built-in images; 1 with --preprocess uint8 "
+    "(a grey camera's pixels) on the built-in images as grey pixels."
 )
 @click.option(
     "--dynamic-size",

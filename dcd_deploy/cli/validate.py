@@ -230,6 +230,8 @@ def _builtin(preprocess, channels: int | None) -> str:
     """What the check ran on without ``--inputs`` (``channels`` None: a file of several inputs)."""
     if channels is None:
         return "built-in natural images for 3-channel image inputs, seeded samples for the others"
+    if channels == 1 and preprocess.dtype == "uint8":
+        return "built-in natural images as grey uint8 pixels"
     if channels != 3:
         return f"seeded samples ({channels}-channel input: the built-in images are RGB)"
     return f"built-in natural images, preprocessed: {preprocess.describe()}"

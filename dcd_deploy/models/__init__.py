@@ -2,7 +2,7 @@
 
 from . import mobilenetv2, resnet  # noqa: F401  (registers the entry points)
 from ._factory import LayerSpec
-from ._images import natural_pixels, synthetic_images
+from ._images import natural_pixels, natural_uint8, synthetic_images
 from ._pseudo_train import pseudo_train, recalibrate_bn
 from ._registry import check_input_size, closest_models, create_model, is_model, list_models, register_model
 from .mobilenetv2 import MobileNetV2
@@ -18,6 +18,7 @@ __all__ = [
     "is_model",
     "list_models",
     "natural_pixels",
+    "natural_uint8",
     "pseudo_train",
     "recalibrate_bn",
     "register_model",

@@ -79,6 +79,12 @@ def natural_pixels(n: int, size: int | tuple[int, int], *, seed: int = 0, channe
     return img.clamp(0.0, 1.0)
 
 
+def natural_uint8(n: int, size: int | tuple[int, int], *, seed: int = 0, channels: int = 3) -> torch.Tensor:
+    """The images of :func:`natural_pixels` as a camera gives them: uint8 pixels on
+    [0, 255], (n, channels, H, W); RGB for 3 channels, grey for 1."""
+    return (natural_pixels(n, size, seed=seed, channels=channels) * 255).round().clamp(0, 255).to(torch.uint8)
+
+
 def _colours(g: torch.Generator, n: int, channels: int, side: int) -> torch.Tensor:
     """Random colours as photographs have them: a brightness plus a smaller chroma offset."""
     brightness = torch.rand(n, 1, side, side, generator=g)

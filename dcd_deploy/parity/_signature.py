@@ -7,7 +7,8 @@ every output, with rank, element type and each dimension static (an int) or symb
 Inputs for a check come from, per file input and in this order: the caller's tensors
 (``inputs=``, one tensor for a one-input file, else a tuple in the file's order or a
 dict by input name); the built-in natural images (:func:`~dcd_deploy.models.synthetic_images`)
-for an image input (4-D, 3 channels, floating; as uint8 pixels for a uint8 one) at the
+for an image input (4-D, 3 channels, floating; as uint8 pixels for a uint8 one, RGB or
+grey: 1 channel) at the
 file's H x W, or the example's when the file's are symbolic; else seeded random values
 of the example's shape (``example_inputs=``, what the export traced with) with the batch
 axis replaced: normal for floating inputs, uniform integers within the example's range
@@ -51,8 +52,11 @@ class TensorSpec:
 
     @property
     def is_image(self) -> bool:
-        """A batch of 3-channel images (N, 3, H, W) of floating type, or of uint8 pixels."""
-        return self.rank == 4 and self.dims[1] == 3 and (self.dtype.kind == "f" or self.dtype == np.uint8)
+        """A batch of images: (N, 3, H, W) of floating type, or uint8 pixels, RGB (N, 3, H, W)
+        or grey (N, 1, H, W)."""
+        if self.rank != 4:
+            return False
+        return (self.dims[1] == 3 and self.dtype.kind == "f") or (self.dims[1] in (1, 3) and self.dtype == np.uint8)
 
     def static(self, axis: int) -> int | None:
         if self.dims is None or axis >= len(self.dims):
@@ -149,14 +153,6 @@ def image_size(spec: TensorSpec, example: torch.Tensor | None) -> tuple[int, int
     return None if None in hw else hw
 
 
-def uint8_images(n: int, hw: tuple[int, int], seed: int) -> torch.Tensor:
-    """The built-in natural images as uint8 pixels (N, 3, H, W)."""
-    from ..models import natural_pixels
-    from ..preprocess import PRESETS
-
-    return PRESETS["uint8"].apply(natural_pixels(n, hw, seed=seed))
-
-
 def synthetic_inputs(
     specs: list[TensorSpec], examples: list[torch.Tensor] | None, total: int, *, seed: int, images=None
 ) -> list[torch.Tensor]:
@@ -166,7 +162,7 @@ def synthetic_inputs(
         images: ``images(n, (H, W), seed)`` making image inputs (default: the built-in
             natural images).
     """
-    from ..models import synthetic_images
+    from ..models import natural_uint8, synthetic_images
 
     images = images or (lambda n, hw, s: synthetic_images(n, hw, seed=s))
     out = []
@@ -182,7 +178,7 @@ def synthetic_inputs(
                     "example_inputs (what the export traced with) or inputs"
                 )
             # uint8 pixels are the images as a camera gives them, whatever the preprocessing
-            out.append(uint8_images(total, hw, s) if pixels else images(total, hw, s))
+            out.append(natural_uint8(total, hw, seed=s, channels=spec.dims[1]) if pixels else images(total, hw, s))
             continue
         if spec.rank is None and example is None:
             raise DCDDeployError(f"input {spec.name!r} has no shape in the file; pass example_inputs or inputs")

@@ -162,3 +162,70 @@ def test_the_api_traces_a_uint8_model_with_pixels(pixel_file, tmp_path):
     result = export_onnx(_model(d), tmp_path / "api.onnx", input_size=(24, 32), parity_preprocess="uint8")
     assert result, result.parity.summary()
     assert onnx.load(str(tmp_path / "api.onnx")).graph.input[0].type.tensor_type.elem_type == onnx.TensorProto.UINT8
+
+
+GREY_NET = """\
+import torch
+from torch import nn
+from dcd_deploy.layers import DCDConv2d
+
+
+class GreyNet(nn.Module):
+    \"\"\"An IR camera's one-channel frames, normalised inside.\"\"\"
+
+    def __init__(self):
+        super().__init__()
+        self.dcd = DCDConv2d(1, 8, 3, padding=1)
+        self.head = nn.Linear(8, 4)
+
+    def forward(self, x):
+        assert x.dtype == torch.uint8 and x.shape[1] == 1, (x.dtype, x.shape)
+        x = (x.float() - 128.0) / 64.0
+        return self.head(torch.relu(self.dcd(x)).mean((2, 3)))
+
+
+def build():
+    torch.manual_seed(0)
+    return GreyNet().eval()
+"""
+
+
+def test_the_built_in_pixels_are_the_natural_images_rounded():
+    from dcd_deploy.models import natural_pixels, natural_uint8
+
+    rgb = natural_uint8(2, (8, 10), seed=3)
+    assert torch.equal(rgb, PRESETS["uint8"].apply(natural_pixels(2, (8, 10), seed=3)))
+    grey = natural_uint8(2, (8, 10), seed=3, channels=1)
+    want = (natural_pixels(2, (8, 10), seed=3, channels=1).double() * 255).round().to(torch.uint8)
+    assert grey.shape == (2, 1, 8, 10) and torch.equal(grey, want) and int(grey.max()) > int(grey.min())
+
+
+def test_a_grey_uint8_model_exports_validates_and_benches_on_grey_pixels(tmp_path):
+    (tmp_path / "grey_net.py").write_text(GREY_NET, encoding="utf-8")
+    model, out = f"{tmp_path / 'grey_net.py'}:build", tmp_path / "grey.onnx"
+    result = run(export_main, [model, "--channels", "1", "--preprocess", "uint8", "--input-size", "20x28", "-o", out])
+    assert result.exit_code == 0, result.output
+    dims = onnx.load(str(out)).graph.input[0].type.tensor_type
+    assert dims.elem_type == onnx.TensorProto.UINT8 and [d.dim_value for d in dims.shape.dim][1:] == [1, 20, 28]
+    pixels = torch.randint(0, 256, (3, 1, 20, 28), generator=torch.Generator().manual_seed(1), dtype=torch.uint8)
+    with torch.no_grad():
+        want = _model_of(tmp_path / "grey_net.py")(pixels).numpy()
+    sess = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+    np.testing.assert_allclose(sess.run(None, {sess.get_inputs()[0].name: pixels.numpy()})[0], want, atol=1e-5)
+
+    result = run(validate_main, [model, out, "--json", tmp_path / "r.json"])
+    assert result.exit_code == 0, result.output
+    assert "grey uint8 pixels" in json.loads((tmp_path / "r.json").read_text())["inputs_description"]
+    np.save(tmp_path / "g.npy", pixels.permute(0, 2, 3, 1).numpy())  # N x H x W x 1, as frames come
+    assert run(validate_main, [model, out, "--inputs", tmp_path / "g.npy"]).exit_code == 0
+    assert fixed_input((1, 1, 20, 28), seed=0, dtype="uint8").shape == (1, 1, 20, 28)
+    bench = run(bench_main, ["latency", "--models", out, "--backends", "onnxruntime", "--runs", "3", "--min-time", "0"])
+    assert bench.exit_code == 0, bench.output
+    refused = run(export_main, [model, "--channels", "1", "--preprocess", "imagenet", "-o", tmp_path / "x.onnx"])
+    assert refused.exit_code == 2 and "--preprocess uint8 alone" in refused.output  # a usage error
+
+
+def _model_of(path):
+    from dcd_deploy._factory_spec import build_from_factory
+
+    return build_from_factory(f"{path}:build")
