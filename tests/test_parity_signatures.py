@@ -246,3 +246,23 @@ def test_non_square_images_are_the_square_generator_stretched():
     mean, std = torch.tensor([0.485, 0.456, 0.406]), torch.tensor([0.229, 0.224, 0.225])
     pixels = wide * std.view(1, 3, 1, 1) + mean.view(1, 3, 1, 1)
     assert pixels.min() >= -1e-6 and pixels.max() <= 1 + 1e-6  # a [0, 1] image, normalised
+
+
+def test_synthetic_integer_inputs_take_the_examples_range_and_pixels_take_0_to_255():
+    """A uint8 input that is no NCHW image (an NHWC camera frame) gets pixels over 0-255
+    where nothing says its range (no example, or the zero example of a trace); an example
+    with a range keeps it (a 0/1 mask), and other integers keep the example's values."""
+    from dcd_deploy.parity._signature import TensorSpec, synthetic_inputs
+
+    frame = TensorSpec("x", ("batch", 20, 28, 3), np.dtype(np.uint8))
+    for example in (None, torch.zeros(1, 20, 28, 3, dtype=torch.uint8)):
+        (x,) = synthetic_inputs([frame], None if example is None else [example], 4, seed=0)
+        assert x.dtype == torch.uint8 and x.shape == (4, 20, 28, 3)
+        assert int(x.min()) < 10 and int(x.max()) > 245  # 6,720 draws over 0-255
+    mask = torch.zeros(1, 20, 28, 3, dtype=torch.uint8)
+    mask[0, 0, 0, 0] = 1
+    (x,) = synthetic_inputs([frame], [mask], 4, seed=0)
+    assert set(x.unique().tolist()) == {0, 1}
+    ids = TensorSpec("ids", ("batch", 6), np.dtype(np.int64))
+    (x,) = synthetic_inputs([ids], [torch.full((1, 6), 5)], 3, seed=0)
+    assert set(x.unique().tolist()) == {5}

@@ -12,7 +12,7 @@ grey: 1 channel) at the
 file's H x W, or the example's when the file's are symbolic; else seeded random values
 of the example's shape (``example_inputs=``, what the export traced with) with the batch
 axis replaced: normal for floating inputs, uniform integers within the example's range
-otherwise.
+otherwise (uint8 over 0-255 where the example has no range, or there is none).
 """
 
 from __future__ import annotations
@@ -200,7 +200,10 @@ def synthetic_inputs(
         elif dtype == torch.bool:
             out.append(torch.randint(0, 2, shape, generator=g).bool())
         else:
-            lo, hi = (int(example.min()), int(example.max())) if example is not None and example.numel() else (0, 1)
+            known = example is not None and example.numel() > 0
+            lo, hi = (int(example.min()), int(example.max())) if known else (0, 1)
+            if dtype == torch.uint8 and (not known or lo == hi):  # no range to read: pixels (NHWC, say)
+                lo, hi = 0, 255
             out.append(torch.randint(lo, hi + 1, shape, generator=g).to(dtype))
     return out
 
