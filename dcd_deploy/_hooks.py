@@ -15,12 +15,21 @@ hooks after them in the graph. A Conv or Linear record spans the module's call (
 nodes under its name, where torch.onnx's optimizer may fold a hook's scale into the
 Conv's weights), so it is re-evaluated by calling the module, hooks included.
 
-Hooks run during the trace as ``torch.export`` runs them: one that stores what it sees
-stores the trace's symbolic values too (``dcd-export`` traces in a second process).
+Every copy of a user's model (the deploy form, the check's float64 reference,
+``convert``, ``to_static``) is made by :func:`copy_model`: ``copy.deepcopy`` keeps
+functions as they are, so a hook closing over the model (``def keep(m, i, o):
+self.features[name] = o``, the way backbones hand features to a neck) would go on
+writing into the original while the copy's ``forward`` reads its own, stale or empty,
+``self.features``. The copy's hooks are rebuilt with their closure cells pointing at the
+copies of what they held. Hooks run during the trace as ``torch.export`` runs them; one
+storing what it sees in an object outside the model (a module-level list) stores the
+trace's symbolic values there too (``dcd-export`` traces in a second process).
 """
 
 from __future__ import annotations
 
+import copy
+import types
 from collections import OrderedDict
 
 from torch import nn
@@ -35,9 +44,13 @@ _REGISTRIES = (
 )
 
 
+#: The registries holding the hook functions (the others hold flags by the same keys).
+_FUNCTIONS = ("_forward_pre_hooks", "_forward_hooks")
+
+
 def has_hooks(module: nn.Module) -> bool:
     """Whether ``module`` has a forward hook or pre-hook of its own."""
-    return any(getattr(module, r, None) for r in ("_forward_pre_hooks", "_forward_hooks"))
+    return any(getattr(module, r, None) for r in _FUNCTIONS)
 
 
 def carry_hooks(old: nn.Module, new: nn.Module) -> nn.Module:
@@ -46,4 +59,41 @@ def carry_hooks(old: nn.Module, new: nn.Module) -> nn.Module:
     for r in _REGISTRIES:
         if hasattr(old, r):
             setattr(new, r, OrderedDict(getattr(old, r)))
+    return new
+
+
+def copy_model(model: nn.Module) -> nn.Module:
+    """A deep copy of ``model`` whose hooks act on the copy (see the module docstring)."""
+    memo: dict = {}
+    new = copy.deepcopy(model, memo)
+    for m in new.modules():
+        for r in _FUNCTIONS:
+            registry = getattr(m, r, None)
+            for key, fn in list((registry or {}).items()):
+                registry[key] = _rebound(fn, memo)
+    return new
+
+
+def _rebound(fn, memo: dict):
+    """``fn`` with each closure cell holding the copy of its object where the copy made one
+    (``memo``: ``copy.deepcopy``'s, by id of the original); ``fn`` itself when none does."""
+    if not isinstance(fn, types.FunctionType) or not fn.__closure__:
+        return fn
+    cells, changed = [], False
+    for cell in fn.__closure__:
+        try:
+            held = cell.cell_contents
+        except ValueError:  # a cell not yet filled
+            cells.append(cell)
+            continue
+        copied = memo.get(id(held))
+        if copied is not None and copied is not held:
+            cells.append(types.CellType(copied))
+            changed = True
+        else:
+            cells.append(cell)
+    if not changed:
+        return fn
+    new = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, tuple(cells))
+    new.__kwdefaults__, new.__qualname__, new.__dict__ = fn.__kwdefaults__, fn.__qualname__, dict(fn.__dict__)
     return new

@@ -10,7 +10,6 @@ static kernel. Both return a new module and leave their input untouched.
 
 from __future__ import annotations
 
-import copy
 import fnmatch
 import inspect
 import re
@@ -21,7 +20,7 @@ from typing import Union
 import torch
 from torch import nn
 
-from ._hooks import carry_hooks
+from ._hooks import carry_hooks, copy_model
 from .layers import DCDConv2d, DCDLinear, MixtureConv2d, conv_like
 
 #: A module-path filter: a glob (``"features.*.conv.0"``), a compiled regex (matched with
@@ -168,7 +167,7 @@ def convert(
         return None
 
     _check_options(layer_options)
-    out = _replace_modules(copy.deepcopy(model), make)
+    out = _replace_modules(copy_model(model), make)
     if verbose:
         print(report)
     return (out, report) if return_report else out
@@ -232,4 +231,4 @@ def to_static(model: nn.Module) -> nn.Module:
                 new.bias.copy_(bias)
         return new.train(module.training)
 
-    return _replace_modules(copy.deepcopy(model), make)
+    return _replace_modules(copy_model(model), make)

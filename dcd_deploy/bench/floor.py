@@ -19,7 +19,6 @@ included) as long as the branch itself runs as these standard ops.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 
@@ -28,6 +27,7 @@ import onnx
 from onnx import helper, numpy_helper
 from torch import nn
 
+from .._hooks import copy_model
 from ..errors import UnsupportedInputError
 from ..exporters import DeployDCD
 from ..exporters.lowering import to_deploy
@@ -78,7 +78,7 @@ def floor_onnx(model: nn.Module, *, stage: str, input_size: int = 224, opset: in
     ``to_deploy`` picks each layer's form as ``dcd-export`` does (strategy ``auto``).
     """
     deploy = to_deploy(model, input_size=input_size)
-    floor = copy.deepcopy(deploy)
+    floor = copy_model(deploy)
     side: list[str] = []
     layers = [(name, mod) for name, mod in floor.named_modules() if isinstance(mod, DeployDCD)]
     if not layers:

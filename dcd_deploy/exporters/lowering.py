@@ -19,7 +19,6 @@ exported node names can name the layer they came from.
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass, field
 
 import torch
@@ -27,7 +26,7 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 from torch.utils import _pytree as pytree
 
-from .._hooks import carry_hooks, has_hooks
+from .._hooks import carry_hooks, copy_model, has_hooks
 from ..errors import ExportError, first_line
 from ..layers import DCDConv2d, DCDLinear, MixtureConv2d
 from ..models import check_input_size
@@ -258,7 +257,7 @@ def to_deploy(
     example = example_tuple(example_inputs, hw)
     if hw[0] == hw[1]:
         check_input_size(model, hw[0])
-    deploy = copy.deepcopy(model).eval()
+    deploy = copy_model(model).eval()
     analysis = analyse(deploy, example)
     modules = dict(deploy.named_modules())
     # a hook on the layer or its BatchNorm stands between the two

@@ -50,7 +50,6 @@ finite input means the model itself is broken (:class:`NonFiniteOutputError`), w
 from __future__ import annotations
 
 import concurrent.futures
-import copy
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -59,6 +58,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from .._hooks import copy_model
 from .._modes import evaluating
 from ..errors import DCDDeployError, UnsupportedInputError, first_line
 from ..preprocess import PRESETS, Preprocess, make_preprocess
@@ -416,7 +416,7 @@ def _used(batch: int, available: int, n_inputs: int | None, fixed_batch: int | N
 
 def _reference_model(model: nn.Module) -> nn.Module:
     """A float64 copy of ``model`` (the user's model is not touched)."""
-    return copy.deepcopy(model).double().eval()
+    return copy_model(model).double().eval()
 
 
 def prefetch(

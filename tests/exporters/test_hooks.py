@@ -96,3 +96,51 @@ def test_a_file_without_the_hooks_fails_the_check(tmp_path):
     assert export_onnx(bare, tmp_path / "bare.onnx", input_size=(12, 14), check=False)
     report = check_parity(net, tmp_path / "bare.onnx", batch_sizes=(2,))
     assert not report, report.summary()
+
+
+class _HookNeck(nn.Module):
+    """Backbone features handed to the neck by hooks closing over the model, as feature
+    extractors do: ``forward`` reads back what the hooks stored in ``self.features``."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1 = DCDConv2d(3, 8, 3, stride=2, padding=1)
+        self.c2 = DCDConv2d(8, 16, 3, stride=2, padding=1)
+        self.lateral = nn.Conv2d(8, 16, 1)
+        self.features: dict[str, torch.Tensor] = {}
+
+        def keep(name):
+            def hook(module, args, output):
+                self.features[name] = output  # the model itself, by closure
+
+            return hook
+
+        self.c1.register_forward_hook(keep("c1"))
+        self.c2.register_forward_hook(keep("c2"))
+
+    def forward(self, x):
+        self.c2(torch.relu(self.c1(x)))
+        p2 = self.features["c2"]
+        return self.lateral(self.features["c1"]) + nn.functional.interpolate(p2, scale_factor=2.0), p2
+
+
+@pytest.mark.parametrize("mode", ["standard", "fused"])
+def test_hooks_closing_over_the_model_act_on_each_copy(tmp_path, mode):
+    """Every copy (deploy form, float64 reference) has hooks writing into itself: the copy's
+    forward once found ``self.features`` empty ("does not run on its example inputs:
+    'c2'"), and a trace in this process left symbolic tensors in the user's model."""
+    torch.manual_seed(0)
+    net = _HookNeck().eval()
+    result = export_onnx(net, tmp_path / "m.onnx", input_size=(16, 24), mode=mode)  # traced in this process
+    assert result, result.parity.summary()
+    x = torch.randn(2, 3, 16, 24)
+    with torch.no_grad():
+        want = net(x)
+    sess = ort.InferenceSession(str(tmp_path / "m.onnx"), providers=["CPUExecutionProvider"])
+    got = sess.run(None, {sess.get_inputs()[0].name: x.numpy()})
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w.numpy(), rtol=1e-4, atol=1e-5)
+    assert all(type(v) is torch.Tensor and v.dtype == torch.float32 for v in net.features.values())
+    deploy = to_deploy(net, input_size=(16, 24))
+    deploy(x)
+    assert torch.equal(net.features["c2"], want[1])  # the copy's hooks wrote into the copy
