@@ -28,6 +28,7 @@ import torch
 from torch import nn
 
 from .._hooks import carry_hooks
+from .._modes import onnx_exporting
 from .._outputs import dataclasses_as_nodes
 from ..errors import ExportError
 from ._fake_activations import fast_activations
@@ -184,6 +185,7 @@ def trace(
     shapes = _dynamic_shapes(args, batch=batch, dynamic_size=dynamic_size)
     op, translate = onnx_translation()
     with (
+        onnx_exporting(),  # also in the trace worker: the model's path for export
         _placeholders(model, emitters),
         dataclasses_as_nodes(output_types),
         _no_stack_traces(),

@@ -34,6 +34,7 @@ from torch import nn
 from torch.utils import _pytree as pytree
 
 from .._atomic import atomic_output, check_output_path
+from .._modes import onnx_exporting
 from .._outputs import dataclass_fields, dataclass_types, dataclasses_as_nodes
 from .._version import __version__
 from ..errors import ExportError, ParityError
@@ -252,7 +253,8 @@ def export_onnx(
         "dynamic_size": dynamic_size,
     }
     ahead = _prefetch(model, example, batch=batch, **checked_with) if check and parallel_check else None
-    with contextlib.closing(ahead) if ahead is not None else contextlib.nullcontext():
+    # onnx_exporting: a model's export-only path (torch.onnx.is_in_onnx_export()) is the file's
+    with contextlib.closing(ahead) if ahead is not None else contextlib.nullcontext(), onnx_exporting():
         deploy, proto, fused = _lowered_and_built(
             model,
             example,

@@ -59,7 +59,7 @@ import torch
 from torch import nn
 
 from .._hooks import copy_model
-from .._modes import evaluating
+from .._modes import evaluating, onnx_exporting
 from ..errors import DCDDeployError, UnsupportedInputError, first_line
 from ..preprocess import PRESETS, Preprocess, make_preprocess
 from ..state_dict import require_float32, unwrap
@@ -177,7 +177,8 @@ def check_parity(
         accept_inconclusive=bool(accept_inconclusive),
         preprocess=preprocess.to_dict() if synthetic else None,
     )
-    with evaluating(model):  # the user's model comes back in the modes it had
+    # the user's model comes back in the modes it had; it runs on its path for export, the file's
+    with evaluating(model), onnx_exporting():
         fixed_batch = in_specs[0].static(0)
         plans = {
             b: _used(b, given[0].shape[0], n_inputs if synthetic else None, fixed_batch, onnx_path) for b in batch_sizes

@@ -25,6 +25,7 @@ import torch
 from torch import nn
 
 from .. import _cleanup
+from .._modes import onnx_exporting
 
 
 class Prefetch:
@@ -124,9 +125,10 @@ def compute(model: nn.Module, inputs: list[torch.Tensor], plans: dict[int, int])
     from . import _forward, _reference
 
     model = model.eval()
-    _, ref64, kind = _reference(model, inputs)
+    with onnx_exporting():  # as check_parity runs it
+        _, ref64, kind = _reference(model, inputs)
     fp32 = {}
-    with torch.no_grad():
+    with torch.no_grad(), onnx_exporting():
         for b, used in plans.items():
             chunks = [[x[i : i + b] for x in inputs] for i in range(0, used, b)]
             fp32[b] = [[(n, t.numpy()) for n, t in _forward(model, c)] for c in chunks]

@@ -496,3 +496,37 @@ def test_a_dataclass_the_user_registered_stays_registered(tmp_path):
         assert _Heads in pytree.SUPPORTED_NODES and _Out not in pytree.SUPPORTED_NODES
     finally:
         pytree._deregister_pytree_node(_Heads)
+
+
+class _ExportAware(nn.Module):
+    """Decodes eagerly, returns the raw head when exported (YOLO-style)."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = DCDConv2d(3, 8, 3, stride=2, padding=1)
+        self.head = nn.Conv2d(8, 6, 1)
+
+    def forward(self, x):
+        y = self.head(torch.relu(self.a(x)))
+        if torch.onnx.is_in_onnx_export():
+            return y
+        scores, index = y.flatten(2).max(-1)  # post-processing the file leaves out
+        return y, scores, index
+
+
+@pytest.mark.parametrize("mode", ["standard", "fused"])
+def test_a_models_path_for_export_is_the_one_exported_and_checked(tmp_path, mode):
+    """As ``torch.onnx.export`` does, the export (and its check, and dcd-validate's) runs the
+    model with ``torch.onnx.is_in_onnx_export()`` true; the file once held the eager path."""
+    torch.manual_seed(0)
+    net = _ExportAware().eval()
+    result = export_onnx(net, tmp_path / "m.onnx", input_size=(12, 16), mode=mode)
+    assert result, result.parity.summary()
+    assert not torch.onnx.is_in_onnx_export()  # left as found
+    assert [o.name for o in onnx.load(str(tmp_path / "m.onnx")).graph.output] == ["logits"]
+    x = torch.randn(2, 3, 12, 16)
+    with torch.no_grad():
+        want = net(x)[0]
+    sess = ort.InferenceSession(str(tmp_path / "m.onnx"), providers=["CPUExecutionProvider"])
+    np.testing.assert_allclose(sess.run(None, {"input": x.numpy()})[0], want.numpy(), rtol=1e-4, atol=1e-5)
+    assert check_parity(net, tmp_path / "m.onnx", batch_sizes=(2,)) and not torch.onnx.is_in_onnx_export()
