@@ -91,6 +91,21 @@ def _dynamic_shapes(example: tuple[torch.Tensor, ...], *, batch: int | None, dyn
     return tuple(specs)
 
 
+def _as_signature(model: nn.Module, specs: tuple):
+    """``specs`` (one per positional input) grouped as ``forward`` takes them: torch.export
+    binds the inputs to its parameters, so those ``*views`` takes are one tuple of specs."""
+    import inspect
+
+    try:
+        params = list(inspect.signature(model.forward).parameters.values())
+    except (TypeError, ValueError):
+        return specs
+    star = next((i for i, p in enumerate(params) if p.kind == p.VAR_POSITIONAL), None)
+    if star is None or star > len(specs):
+        return specs
+    return (*specs[:star], tuple(specs[star:]))
+
+
 def trace_example(example: tuple[torch.Tensor, ...], batch: int | None) -> tuple[torch.Tensor, ...]:
     """The example at the batch traced: fixed ``batch``, else 2 (a batch of 1 would be
     specialised to a constant by the tracer)."""
@@ -182,7 +197,7 @@ def trace(
         if done is not None:
             return Traced(done[0], emitters, done[1])
     args = trace_example(example, batch)
-    shapes = _dynamic_shapes(args, batch=batch, dynamic_size=dynamic_size)
+    shapes = _as_signature(model, _dynamic_shapes(args, batch=batch, dynamic_size=dynamic_size))
     op, translate = onnx_translation()
     with (
         onnx_exporting(),  # also in the trace worker: the model's path for export

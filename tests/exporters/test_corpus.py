@@ -530,3 +530,31 @@ def test_a_models_path_for_export_is_the_one_exported_and_checked(tmp_path, mode
     sess = ort.InferenceSession(str(tmp_path / "m.onnx"), providers=["CPUExecutionProvider"])
     np.testing.assert_allclose(sess.run(None, {"input": x.numpy()})[0], want.numpy(), rtol=1e-4, atol=1e-5)
     assert check_parity(net, tmp_path / "m.onnx", batch_sizes=(2,)) and not torch.onnx.is_in_onnx_export()
+
+
+class _Views(nn.Module):
+    """``forward(*views)``: a multi-view model taking any number of images."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = DCDConv2d(3, 8, 3, padding=1)
+        self.fc = nn.Linear(8, 3)
+
+    def forward(self, *views):
+        return self.fc(sum(torch.relu(self.a(v)).mean((2, 3)) for v in views))
+
+
+def test_a_forward_of_star_args_exports_each_view_as_an_input(tmp_path):
+    """torch.export binds ``*views`` as one tuple; its dynamic shapes are grouped the same
+    (they were one per input: "inputs has 1 elements, but dynamic_shapes has 2")."""
+    torch.manual_seed(0)
+    net = _Views().eval()
+    views = (torch.randn(1, 3, 10, 12), torch.randn(1, 3, 10, 12))
+    result = export_onnx(net, tmp_path / "m.onnx", example_inputs=views, mode="fused")
+    assert result, result.parity.summary()
+    sess = ort.InferenceSession(str(tmp_path / "m.onnx"), providers=["CPUExecutionProvider"])
+    assert len(sess.get_inputs()) == 2
+    x = [torch.randn(3, 3, 10, 12) for _ in range(2)]
+    got = sess.run(None, {i.name: v.numpy() for i, v in zip(sess.get_inputs(), x)})[0]
+    with torch.no_grad():
+        np.testing.assert_allclose(got, net(*x).numpy(), rtol=1e-4, atol=1e-5)
