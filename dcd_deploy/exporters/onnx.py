@@ -601,7 +601,7 @@ def _input_names(model: nn.Module, example, given) -> list[str]:
 
 def _output_names(deploy: nn.Module, example, given) -> tuple[list[str], tuple[type, ...]]:
     """The ONNX output names, and the dataclass types among the outputs (traced as nodes)."""
-    with torch.no_grad():
+    with torch.no_grad(), onnx_exporting():  # the outputs of the path traced (build_onnx too)
         out = deploy(*[t.clone() for t in example])  # a forward may change its inputs in place
     types = dataclass_types(out)
     with dataclasses_as_nodes(types):
