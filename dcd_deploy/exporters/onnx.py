@@ -253,7 +253,6 @@ def export_onnx(
         "dynamic_size": dynamic_size,
     }
     ahead = _prefetch(model, example, batch=batch, **checked_with) if check and parallel_check else None
-    # onnx_exporting: a model's export-only path (torch.onnx.is_in_onnx_export()) is the file's
     with contextlib.closing(ahead) if ahead is not None else contextlib.nullcontext(), onnx_exporting():
         deploy, proto, fused = _lowered_and_built(
             model,
