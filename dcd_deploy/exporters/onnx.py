@@ -37,7 +37,7 @@ from .._modes import onnx_exporting
 from .._outputs import dataclass_fields, leaf_name, output_leaves
 from .._version import __version__
 from ..errors import ExportError, ParityError
-from ..state_dict import require_float32, unwrap
+from ..state_dict import require_deployable, unwrap
 from ._builder import DOMAIN
 from ._deploy_dcd import STRATEGIES, DeployDCD
 from ._emit import drop_missing, emit_layers
@@ -233,7 +233,7 @@ def export_onnx(
             NaN or Inf on finite inputs.
     """
     start, model = time.perf_counter(), unwrap(model)  # a torch.compile'd or DataParallel model: what it runs
-    require_float32(model, ExportError)
+    require_deployable(model, ExportError)
     opset = _checked_arguments(opset=opset, mode=mode, strategy=strategy, batch=batch)
     hw = input_hw(input_size)
     if example_inputs is None and _takes_pixels(parity_preprocess):  # its file takes uint8 pixels
