@@ -264,6 +264,44 @@ def test_nested_outputs_are_matched_by_their_path(tmp_path):
     assert report.worst_output in ("levels.0", "levels.1")
 
 
+class SeqFirst(nn.Module):
+    """A CRNN's CTC head: (T, N, C) log-probabilities, the layout ``nn.CTCLoss`` takes, and
+    the pooled (N, C) logits beside."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, stride=(4, 2), padding=1)
+        self.fc = nn.Linear(8, 5)
+
+    def forward(self, x):
+        f = F.relu(self.conv(x)).mean(2).permute(2, 0, 1)  # (T, N, C)
+        return self.fc(f).log_softmax(-1), self.fc(f.mean(0))
+
+
+def test_an_output_whose_batch_is_not_its_first_axis_is_compared_by_sample(tmp_path):
+    """The file names where each output's batch is (its symbolic batch on axis 1): the
+    check joins batches there (it joined them on axis 0, and a NumPy broadcast error
+    escaped). A tampered file fails on both outputs."""
+    torch.manual_seed(0)
+    model = SeqFirst().eval()
+    path = _export(model, (torch.randn(2, 3, 16, 24),), tmp_path / "ctc.onnx", names=["x"], outputs=["ctc", "logits"])
+    assert [s.dims for s in read_signature(path)[1]] == [(12, "batch", 5), ("batch", 5)]
+    report = check_parity(model, path, batch_sizes=(1, 2), n_inputs=4)
+    assert report, report.table()
+    assert {r.output for r in report.rows} == {"ctc", "logits"}
+    assert not check_parity(model, _tamper(path, tmp_path / "bad.onnx", "fc.weight"), batch_sizes=(1, 2), n_inputs=4)
+
+
+def test_a_fixed_batch_file_of_a_sequence_first_output_checks(tmp_path):
+    """A fixed batch of 1: the output is (12, 1, 5), the one axis of the batch's size."""
+    from dcd_deploy import export_onnx
+
+    torch.manual_seed(0)
+    result = export_onnx(SeqFirst().eval(), tmp_path / "ctc1.onnx", input_size=(16, 24), batch=1)
+    assert result, result.parity.table()
+    assert [s.dims for s in read_signature(tmp_path / "ctc1.onnx")[1]][0] == (12, 1, 5)
+
+
 def test_feature_map_output_with_symbolic_size(files):
     model, path = files["pair"]
     with pytest.raises(DCDDeployError, match="symbolic height or width"):

@@ -71,7 +71,15 @@ from ._prefetch import Prefetch
 from ._report import DEFAULT_ATOL, DEFAULT_K, DEFAULT_RTOL, DISCRETE_FRACTION, SCHEMA, ParityReport, ParityRow
 from ._runtimes import BACKENDS, LEVELS
 from ._runtimes import runners as _runners
-from ._signature import TensorSpec, as_list, flatten_outputs, match_outputs, read_signature, synthetic_inputs
+from ._signature import (
+    TensorSpec,
+    as_list,
+    batch_axes,
+    flatten_outputs,
+    match_outputs,
+    read_signature,
+    synthetic_inputs,
+)
 from ._signature import load as load_onnx
 
 #: Inputs per float64 reference batch (bounds the copy's activation memory).
@@ -185,7 +193,8 @@ def check_parity(
         }
         most = max(plans.values())
         ref_model, ref64, fp32 = _pytorch_side(model, [x[:most] for x in given], plans, prefetched, records, report)
-        _end_to_end(report, model, run, plans, given, ref64, out_specs, onnx_path, fp32=fp32)
+        axes = batch_axes(in_specs, out_specs)
+        _end_to_end(report, model, run, plans, given, ref64, out_specs, onnx_path, fp32=fp32, axes=axes)
         if records:
             samples = _layer_samples([x[:most] for x in given], fixed_batch or max(batch_sizes))
             _layer_by_layer(
@@ -268,10 +277,14 @@ def _end_to_end(
     out_specs,
     onnx_path: Path,
     fp32: dict | None = None,
+    axes: list[int] | None = None,
 ) -> None:
     """One row per batch size, runtime configuration and output: the file's outputs
     against the float64 reference, with PyTorch's own fp32 error beside (``fp32``: the
-    model's flattened outputs per batch size, when computed ahead)."""
+    model's flattened outputs per batch size, when computed ahead). Each output is
+    compared batch-first: its chunks joined along its batch axis (``axes``, per file
+    output), then that axis moved to the front."""
+    axes = axes or [0] * len(out_specs)
     order = None
     for b, used in plans.items():
         chunks = [[x[i : i + b] for x in given] for i in range(0, used, b)]
@@ -282,13 +295,20 @@ def _end_to_end(
                 flat32 = [_forward(model, c) for c in chunks]
         if order is None:
             order = match_outputs([n for n, _ in flat32[0]], out_specs, onnx_path)
-        ref32 = [np.concatenate([f[j][1].numpy() for f in flat32]) for j in order]
-        ref = [ref64[j][:used] for j in order]
+        ref32 = [
+            _batch_first([f[j][1].numpy() for f in flat32], axes[o], spec)
+            for o, (j, spec) in enumerate(zip(order, out_specs))
+        ]
+        ref = [
+            _batch_first([p[j] for p in ref64], axes[o], spec)[:used]
+            for o, (j, spec) in enumerate(zip(order, out_specs))
+        ]
+        _same_shapes(ref32, ref, out_specs, b)
         _refuse_nonfinite([x[:used] for x in given], ref32, ref)
         runs = _each_runtime(run, lambda runner, chunks=chunks: [runner([x.numpy() for x in c]) for c in chunks])
         for (backend, name), outs in runs:
             for o, spec in enumerate(out_specs):
-                got = np.concatenate([out[o] for out in outs])
+                got = _batch_first([out[o] for out in outs], axes[o], spec)
                 row = _compare(
                     ref[o],
                     ref32[o],
@@ -303,6 +323,31 @@ def _end_to_end(
                 )
                 row.backend = backend
                 report.rows.append(row)
+
+
+def _same_shapes(ref32: list[np.ndarray], ref: list[np.ndarray], out_specs, batch: int) -> None:
+    """The model's fp32 outputs (batch by batch) and its reference (a few batches at once)
+    must join to one shape: they do not where an output's batch is on no axis the check
+    can tell (a fixed-batch file's output with its batch inside and another axis of the
+    same size)."""
+    for r32, r, spec in zip(ref32, ref, out_specs):
+        if r32.shape != r.shape:
+            raise DCDDeployError(
+                f"output {spec.name!r}: the model's outputs join to {r32.shape} run {batch} at a time but to "
+                f"{r.shape} run all at once, so the check cannot tell which axis holds the batch; return it on "
+                "axis 0, or export with a dynamic batch (the file then names the axis)"
+            )
+
+
+def _batch_first(parts: list[np.ndarray], axis: int, spec: TensorSpec) -> np.ndarray:
+    """One output's chunks joined along its batch ``axis``, that axis first."""
+    if any(p.ndim <= axis for p in parts) or len({p.shape[:axis] + p.shape[axis + 1 :] for p in parts}) > 1:
+        shapes = ", ".join(str(p.shape) for p in parts[:3])
+        raise DCDDeployError(
+            f"output {spec.name!r}: its batches do not join along axis {axis} (shapes {shapes}); "
+            "the check needs each output's batch on one axis: axis 0, or the axis a dynamic batch names"
+        )
+    return np.moveaxis(np.concatenate(parts, axis=axis), axis, 0)
 
 
 def _layer_by_layer(
@@ -494,11 +539,12 @@ def _layer_reference(model: nn.Module) -> nn.Module:
         return model
 
 
-def _reference(model: nn.Module, inputs: list[torch.Tensor]) -> tuple[nn.Module, list[np.ndarray], str]:
+def _reference(model: nn.Module, inputs: list[torch.Tensor]) -> tuple[nn.Module, list[list[np.ndarray]], str]:
     """(float64 copy for the layer-wise check, reference outputs, their precision): the
     outputs of the float64 copy, or of the model itself in float32 where float64 cannot run
     it end to end (``x.float()`` in ``forward``). Its layers alone still run in float64:
-    the layer-wise check keeps its float64 reference then."""
+    the layer-wise check keeps its float64 reference then. The outputs come per chunk of
+    inputs ([chunk][output]), joined once the file says where each output's batch is."""
     n = inputs[0].shape[0]
     ref = None
     try:
@@ -519,7 +565,7 @@ def _reference(model: nn.Module, inputs: list[torch.Tensor]) -> tuple[nn.Module,
                 f"{type(model).__name__} does not run on the file's inputs ({shapes}): {first_line(exc)}"
             ) from exc
         ref, kind = ref if ref is not None else model, "float32"
-    return ref, [np.concatenate([p[j][1].double().numpy() for p in parts]) for j in range(len(parts[0]))], kind
+    return ref, [[t.double().numpy() for _, t in p] for p in parts], kind
 
 
 __all__ = [

@@ -2,7 +2,9 @@
 
 A file's signature is read from its graph: every input that is not an initializer and
 every output, with rank, element type and each dimension static (an int) or symbolic
-(a name, or None when unnamed). The first axis of every input and output is the batch.
+(a name, or None when unnamed). The first axis of every input is the batch, and of every
+output but one that holds it on another axis, named as the input's is
+(:func:`batch_axes`: a CTC head's ``(T, N, C)``).
 
 Inputs for a check come from, per file input and in this order: the caller's tensors
 (``inputs=``, one tensor for a one-input file, else a tuple in the file's order or a
@@ -222,6 +224,19 @@ def flatten_outputs(out) -> list[tuple[str | None, torch.Tensor]]:
     if not leaves:
         raise DCDDeployError("the model returns no tensor")
     return [(leaf_name(path, keyed=True) if path else None, t) for path, t in leaves]
+
+
+def batch_axes(in_specs: list[TensorSpec], out_specs: list[TensorSpec]) -> list[int]:
+    """Per output, the axis holding the batch: 0 where its first dimension is the first
+    input's batch (a symbol, or a fixed size), else the one axis that is (a sequence-first
+    output, ``(T, N, C)`` as CTC takes it, ``nn.MultiheadAttention``'s ``(L, N, E)``),
+    else 0."""
+    batch = in_specs[0].dims[0] if in_specs and in_specs[0].dims else None
+    axes = []
+    for spec in out_specs:
+        named = [i for i, d in enumerate(spec.dims) if batch is not None and d == batch]
+        axes.append(named[0] if len(named) == 1 and spec.dims[0] != batch else 0)
+    return axes
 
 
 def match_outputs(names: list[str | None], specs: list[TensorSpec], path: Path) -> list[int]:
