@@ -1,0 +1,37 @@
+"""What a model's ``forward`` takes, read from its Python signature (one reader for the
+exporter's input names, the trace's grouping of ``*args`` and the commands' checks)."""
+
+from __future__ import annotations
+
+import inspect
+import re
+
+from torch import nn
+
+
+def forward_parameters(model: nn.Module) -> list[inspect.Parameter]:
+    """``model.forward``'s parameters, ``self`` excluded; empty when it has no Python
+    signature (a builtin, a scripted module): callers then take the inputs as given."""
+    try:
+        return list(inspect.signature(model.forward).parameters.values())
+    except (TypeError, ValueError):
+        return []
+
+
+def positional_names(model: nn.Module) -> list[str]:
+    """The names of the parameters ``forward`` takes by position (``*args`` excluded)."""
+    return [p.name for p in forward_parameters(model) if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+
+
+def keyed_parameter(model: nn.Module) -> str | None:
+    """The first positional parameter ``forward``'s source indexes by a string key
+    (``batch["image"]``), or None (no source, or no such use): the one hint an error can
+    give that the model takes a dict, which no signature says."""
+    try:
+        source = inspect.getsource(type(model).forward)
+    except (OSError, TypeError):
+        return None
+    for name in positional_names(model):
+        if re.search(rf"\b{re.escape(name)}\s*\[\s*[\"']", source):
+            return name
+    return None
