@@ -23,15 +23,16 @@ def positional_names(model: nn.Module) -> list[str]:
     return [p.name for p in forward_parameters(model) if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
 
 
-def keyed_parameter(model: nn.Module) -> str | None:
-    """The first positional parameter ``forward``'s source indexes by a string key
-    (``batch["image"]``), or None (no source, or no such use): the one hint an error can
-    give that the model takes a dict, which no signature says."""
+def keyed_parameter(model: nn.Module) -> tuple[str, list[str]] | None:
+    """(parameter, keys) for the first positional parameter ``forward``'s source indexes
+    by string keys (``batch["image"]``), or None (no source, or no such use): the one hint
+    an error can give that the model takes a dict, which no signature says."""
     try:
         source = inspect.getsource(type(model).forward)
     except (OSError, TypeError):
         return None
     for name in positional_names(model):
-        if re.search(rf"\b{re.escape(name)}\s*\[\s*[\"']", source):
-            return name
+        keys = re.findall(rf"\b{re.escape(name)}\s*\[\s*[\"']([^\"']+)[\"']", source)
+        if keys:
+            return name, list(dict.fromkeys(keys))
     return None
