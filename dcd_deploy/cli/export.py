@@ -168,10 +168,7 @@ def main(
         n_inputs = 1 if input_set is None else len(input_set.tensors)
         loading = {"arch": arch, "weights": weights, "trust_checkpoint": trust_checkpoint, "seed": seed}
         net = resolve_model(model, input_size=input_size, n_inputs=n_inputs, **loading)
-        inputs, names = (inputs, None) if input_set is None else input_set.for_model(net)
-        from .._input_tree import leaves
-
-        flat = inputs if input_set is None else leaves(inputs)  # a dict argument's tensors, in the file's order
+        inputs, names, flat = _for_model(net, input_set, inputs)
         if progress is not None:
             progress(f"[load] {time.perf_counter() - started:.1f} s")
         result = _export(
@@ -211,6 +208,18 @@ def main(
             strategy=strategy,
             verbose=verbose,
         )
+
+
+def _for_model(net, input_set, inputs) -> tuple:
+    """(the check's inputs as ``net`` takes them, the file's input names or None, the
+    tensors in the file's order): an inputs file's arrays put in ``forward``'s order, into
+    the dict a ``forward(self, batch)`` takes (:meth:`~dcd_deploy.inputs.InputSet.for_model`)."""
+    if input_set is None:
+        return inputs, None, inputs
+    from .._input_tree import leaves
+
+    arranged, names = input_set.for_model(net)
+    return arranged, names, leaves(arranged)
 
 
 def _write_json(json_path, result, *, model: str, inputs_path) -> None:

@@ -247,8 +247,7 @@ def export_onnx(
     if example_inputs is None and _takes_pixels(parity_preprocess):  # its file takes uint8 pixels
         example_inputs = torch.zeros(1, 3, *hw, dtype=torch.uint8)
     example = example_tuple(example_inputs, hw)
-    image_hw = _image_hw(example)
-    hw = image_hw or hw
+    hw = (image_hw := _image_hw(example)) or hw
     check_output_path(path := Path(path), error=ExportError)
     stage = _Stages(progress)
     sizes = (batch,) if batch is not None else tuple(parity_batch_sizes)
