@@ -36,3 +36,17 @@ def keyed_parameter(model: nn.Module) -> tuple[str, list[str]] | None:
         if keys:
             return name, list(dict.fromkeys(keys))
     return None
+
+
+def dict_hint(model: nn.Module) -> str | None:
+    """How to give a ``forward`` that reads its argument by key its dict (the keys its
+    source reads), for an error that fed it a tensor; None for any other model."""
+    keyed = keyed_parameter(model)
+    if keyed is None:
+        return None
+    name, keys = keyed
+    example = ", ".join(f"{k!r}: ..." for k in keys)
+    return (
+        f"{type(model).__name__}.forward takes {name} as a dict ({name}[{keys[0]!r}]): give its tensors with "
+        f"--inputs FILE.npz holding the arrays {', '.join(keys)} (API: example_inputs=({{{example}}},))"
+    )

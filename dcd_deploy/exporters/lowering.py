@@ -26,7 +26,7 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 from torch.utils import _pytree as pytree
 
-from .._forward import keyed_parameter
+from .._forward import dict_hint
 from .._hooks import carry_hooks, copy_model, has_hooks
 from ..errors import ExportError, first_line
 from ..layers import DCDConv2d, DCDLinear, MixtureConv2d
@@ -225,16 +225,7 @@ def analyse(model: nn.Module, example: tuple[torch.Tensor, ...]) -> Analysis:
 def _inputs_hint(model: nn.Module) -> str:
     """How to give a model the inputs it takes: its dict's keys when ``forward`` reads its
     argument by key (``batch["image"]``), else the kinds of inputs there are."""
-    keyed = keyed_parameter(model)
-    if keyed is not None:
-        name, keys = keyed
-        arrays = ", ".join(keys)
-        return (
-            f"{type(model).__name__}.forward takes {name} as a dict ({name}[{keys[0]!r}]): give it with "
-            f"example_inputs=({{{', '.join(f'{k!r}: ...' for k in keys)}}},), or dcd-export --inputs FILE.npz "
-            f"holding the arrays {arrays}"
-        )
-    return (
+    return dict_hint(model) or (
         "a model of other inputs (NHWC, uint8, several) is traced with them: example_inputs=, or dcd-export "
         "--inputs FILE.npz (one array per forward argument) or --preprocess uint8"
     )

@@ -24,7 +24,7 @@ import json
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import onnx
@@ -559,7 +559,7 @@ def _build(
     # a model of no image input records no input_size (the side of an image it never takes)
     size = {} if image_hw is None else {"input_size": _size_text(image_hw)}
     tree = tree_of_view(deploy)  # a model of dict arguments: how its check rebuilds them
-    recorded_tree = {} if tree is None else {TREE_KEY: tree.to_json()}
+    recorded_tree = {} if tree is None else {TREE_KEY: replace(tree, names=tuple(input_names)).to_json()}
     helper.set_model_props(
         proto,
         {

@@ -131,6 +131,13 @@ def test_export_without_inputs_points_at_them(in_dir):
     assert not (in_dir / "none.onnx").exists()
 
 
+def test_bench_without_inputs_points_at_them(in_dir):
+    args = ["latency", "--models", "masked.py:build", "--threads", "1", "--quick", "--backends", "torch"]
+    result = run(bench_main, args + ["--json", "none.json"])
+    one_error_line(result, r"takes batch as a dict .*--inputs FILE\.npz holding the arrays image, mask", notes=True)
+    assert not (in_dir / "none.json").exists()
+
+
 def test_bench_times_the_dict_model_on_the_set(in_dir):
     args = ["latency", "--models", "masked.py:build", "--inputs", "val.npz", "--threads", "1", "--quick"]
     result = run(bench_main, args + ["--backends", "torch,onnxruntime", "--json", "bench.json"])
