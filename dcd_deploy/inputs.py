@@ -352,29 +352,31 @@ class InputSet:
         ``({"image": ..., "mask": ...},)``, ``batch.image`` the key ``image`` of ``batch``;
         the file's inputs are then named by the exporter (by key path), hence None.
         """
-        from ._forward import positional_names
+        from ._forward import keyed_parameter, positional_names
 
         positional = positional_names(model)
         if not positional:  # no Python signature: the set's own order
             return self.tensors, None if self.names is None else list(self.names)
-        dicts = self.as_dicts(positional)
+        dicts = self.as_dicts(positional, by_key=keyed_parameter(model) is not None)
         if dicts is not None:
             return dicts, None
         # more arrays than arguments: arrange() says the count does not fit
         wanted = positional[: len(self.tensors)]
         return self.arrange(wanted, what=f"{type(model).__name__}.forward"), None if self.names is None else wanted
 
-    def as_dicts(self, positional: list[str]) -> tuple | None:
+    def as_dicts(self, positional: list[str], *, by_key: bool = False) -> tuple | None:
         """The arguments of a ``forward`` taking dicts, made of the set's named arrays: an
         array named after an argument is that argument; ``arg.key`` (``arg.a.b``, nested)
         goes into the dict ``arg``; with one argument and several arrays none of which
-        names it, all of them are its dict (dotted names nested). None when the arrays fit
-        the arguments as they are (no dict to make) or the set has no names."""
+        names it, all of them are its dict (dotted names nested), and so is one array when
+        ``by_key`` (``forward`` reads its argument by key: one array is otherwise taken
+        whatever its name). None when the arrays fit the arguments as they are (no dict to
+        make) or the set has no names."""
         if self.names is None or all(n in positional for n in self.names):
             return None
         if (
             len(positional) == 1
-            and len(self.tensors) > 1
+            and (len(self.tensors) > 1 or by_key)
             and not any(n == positional[0] or n.startswith(positional[0] + ".") for n in self.names)
         ):
             return (_nested(zip(self.names, self.tensors)),)

@@ -40,6 +40,20 @@ class MaskedNet(nn.Module):
         return self.head(self.body(batch["image"]) * batch["mask"])
 
 
+class OneKey(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), DCDConv2d(8, 16))
+
+    def forward(self, batch):
+        return self.body(batch["image"]).mean((2, 3))
+
+
+def one_key():
+    torch.manual_seed(1)
+    return OneKey()
+
+
 def build():
     torch.manual_seed(0)
     model = MaskedNet()
@@ -146,3 +160,16 @@ def test_bench_times_the_dict_model_on_the_set(in_dir):
     assert doc["machine"]["inputs"] == "image 1x3x48x64, mask 1x1x48x64"
     timed = {(r["backend"], r["variant"]) for r in doc["records"] if r["p50_ms"] > 0}
     assert timed == {(b, v) for b in ("torch", "onnxruntime") for v in ("static", "dcd")}
+
+
+def test_a_dict_of_one_key_takes_the_sets_one_array_by_its_name(in_dir):
+    """One array is taken whatever its name for a plain forward; a forward reading its
+    argument by key gets it as the dict's one key."""
+    np.savez("one.npz", image=np.load("val.npz")["image"])
+    result = run(export_main, ["masked.py:one_key", "--inputs", "one.npz", "-o", "one.onnx"])
+    assert result.exit_code == 0, result.output
+    assert [i.name for i in onnx.load("one.onnx").graph.input] == ["image"]
+    for inputs in (["--inputs", "one.npz"], []):
+        result = run(validate_main, ["masked.py:one_key", "one.onnx", *inputs])
+        assert result.exit_code == 0, result.output
+        assert result.stdout.strip().splitlines()[-1].startswith("PASS")
