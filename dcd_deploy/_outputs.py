@@ -8,6 +8,11 @@ output, which is not a known type"). A dataclass is a node whose children are it
 ONNX outputs by them (``logits``, ``feats``) and the parity check matches them by name,
 as for a dict.
 
+:func:`output_leaves` is the one walk of a model's outputs: the export names the file's
+outputs by it and the parity check matches the model's outputs to them by it, so both
+see the leaves in the order ``torch.export`` flattens them (``pytree``'s: dict insertion
+order, dataclass fields in declaration order, a ``None`` dropped).
+
 Registration with ``pytree`` is process-wide, so it is scoped to the export's own use
 (:func:`dataclasses_as_nodes`) and undone after: the user's process is left as found.
 """
@@ -17,6 +22,10 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from collections.abc import Iterator
+
+#: A leaf's place in the output tree: dict keys, dataclass and namedtuple field names
+#: (str) and sequence indices (int), outermost first; () for a lone tensor.
+KeyPath = tuple[str | int, ...]
 
 
 def dataclass_fields(value) -> list[tuple[str, object]] | None:
@@ -69,3 +78,34 @@ def dataclasses_as_nodes(types: tuple[type, ...]) -> Iterator[None]:
     finally:
         for t in added:
             pytree._deregister_pytree_node(t)
+
+
+def output_leaves(out) -> tuple[list[tuple[KeyPath, object]], tuple[type, ...]]:
+    """The leaves of ``out`` with their paths, in ``torch.export``'s order, and the
+    dataclass types among its nodes (to register while tracing, :func:`dataclasses_as_nodes`).
+
+    A leaf is whatever ``pytree`` does not take apart: a tensor, or a value the caller
+    refuses (a string, an int). ``None`` is no leaf: torch.onnx leaves it out of the graph
+    (``return y, None``: an auxiliary head off in eval).
+    """
+    import torch.utils._pytree as pytree
+
+    types = dataclass_types(out)
+    with dataclasses_as_nodes(types):
+        flat = pytree.tree_flatten_with_path(out)[0]
+    return [(tuple(_key(k) for k in keys), leaf) for keys, leaf in flat if leaf is not None], types
+
+
+def leaf_name(path: KeyPath, *, keyed: bool) -> str:
+    """A leaf's name: its keys joined by ``.`` (``heads.boxes``, ``levels.0``) when
+    ``keyed``, else ``output_`` and its path (``output_1_a``) as torch.onnx's names go."""
+    parts = [str(k) for k in path]
+    return ".".join(parts) if keyed else "output_" + "_".join(parts)
+
+
+def _key(entry) -> str | int:
+    """A ``pytree`` key entry (``MappingKey``, ``SequenceKey``, ``GetAttrKey``) as its key."""
+    for attr in ("key", "idx", "name"):
+        if hasattr(entry, attr):
+            return getattr(entry, attr)
+    raise TypeError(f"unknown pytree key entry {entry!r}")

@@ -19,6 +19,7 @@ from typing import Union
 
 import torch
 from torch import nn
+from torch.nn.parameter import is_lazy
 
 from ._hooks import carry_hooks, copy_model
 from .layers import DCDConv2d, DCDLinear, MixtureConv2d, conv_like
@@ -151,6 +152,8 @@ def convert(
             why = "excluded by name"
         elif keep_in is not None and not keep_in(path):
             why = "not matched by include"
+        elif is_lazy(module.weight):
+            why = "a lazy layer not yet initialized (call the model once on an input first)"
         elif wanted is not None and tuple(module.kernel_size) not in wanted:
             why = f"kernel {module.kernel_size[0]}x{module.kernel_size[1]} not in kernel_sizes"
         elif min(module.in_channels, module.out_channels) < min_channels:

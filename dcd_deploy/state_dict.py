@@ -13,6 +13,7 @@ from pathlib import Path
 
 import torch
 from torch import nn
+from torch.nn.parameter import is_lazy
 
 from ._atomic import atomic_output
 from .errors import CheckpointError, StateDictMismatchError, first_line
@@ -66,8 +67,8 @@ def _mismatch(state_dict: dict, expected: Mapping[str, torch.Tensor]) -> list[tu
     misshaped = [
         f"{k}: checkpoint {tuple(v.shape)} vs model {tuple(expected[k].shape)}"
         for k, v in state_dict.items()
-        if k in expected and v.shape != expected[k].shape
-    ]
+        if k in expected and not is_lazy(expected[k]) and v.shape != expected[k].shape
+    ]  # a lazy module's parameter takes the checkpoint's shape as it loads (LazyModuleMixin)
     return [
         (f"{len(keys)} {label} ({listing(keys)})", len(keys))
         for label, keys in (("missing", missing), ("unexpected", unexpected), ("mis-shaped", misshaped))
@@ -130,6 +131,25 @@ def require_float32(model: nn.Module, error: type[Exception]) -> None:
         raise error(
             f"{type(model).__name__} holds {' and '.join(other)} weights; the ONNX files are float32: "
             "pass model.float() (float16 to float32 is exact)"
+        )
+
+
+def require_deployable(model: nn.Module, error: type[Exception]) -> None:
+    """Raise ``error`` unless ``model``'s weights are made (:func:`require_materialized`)
+    and float32 (:func:`require_float32`): what the export, the check and the timing take."""
+    require_materialized(model, error)
+    require_float32(model, error)
+
+
+def require_materialized(model: nn.Module, error: type[Exception]) -> None:
+    """Raise ``error`` when ``model`` has a lazy module's parameters not yet made
+    (``nn.LazyConv2d`` before its first call): each copy the export and its check make
+    would draw its own random weights on its first call, none of them the user's."""
+    lazy = [name for name, t in (*model.named_parameters(), *model.named_buffers()) if is_lazy(t)]
+    if lazy:
+        raise error(
+            f"{type(model).__name__} has lazy parameters not yet initialized ({listing(lazy)}); "
+            "load its weights or call it once on an input before exporting, checking or timing it"
         )
 
 

@@ -624,3 +624,27 @@ def test_a_model_float64_cannot_run_is_still_checked_layer_by_layer_in_float64(t
     onnx.save(proto, str(tmp_path / "t.onnx"))
     tampered = check_parity(net, tmp_path / "t.onnx", batch_sizes=(2,))
     assert not tampered and f"FAIL at {broken} " in tampered.summary(), tampered.summary()
+
+
+def test_a_layer_whose_fp32_and_float64_copies_differ_is_not_passed():
+    """The layer bound grows with PyTorch's own fp32 error (k * err_torch). When the fp32
+    model and its float64 copy compute different layers (lazy weights each copy drew on
+    its first call: the check passed such a file, "1 Conv layer within 1.2"), that term
+    would pass any file: the layer fails as unchecked, saying why. Same weights: passes."""
+    from dcd_deploy.parity._layerwise import LayerRecord, _compare_layer
+
+    record = LayerRecord(path="conv", kind="Conv", form=None, input="x", output="y")
+    torch.manual_seed(0)
+    model = torch.nn.Sequential()
+    model.add_module("conv", torch.nn.Conv2d(4, 6, 3, padding=1))
+    ref64 = copy.deepcopy(model).double()
+    x = torch.randn(2, 4, 5, 7)
+    with torch.no_grad():
+        file_y = model.conv(x).numpy()  # a file computing what the fp32 model computes
+        values = {"x": [x.numpy()], "y": [file_y]}
+        row = _compare_layer(record, values, ref64=ref64, model=model, k=DEFAULT_K, fp32_errors=None)
+        assert row.passed and row.max_rel < 1e-5, row
+        ref64.conv.weight.mul_(2.0)  # the float64 copy holds other weights than the fp32 model
+        values = {"x": [x.numpy()], "y": [ref64.conv(x.double()).float().numpy()]}
+        row = _compare_layer(record, values, ref64=ref64, model=model, k=DEFAULT_K, fp32_errors=None)
+    assert not row.passed and "evaluations of the layer differ by" in row.note, row

@@ -220,6 +220,50 @@ def test_outputs_are_matched_by_dict_key(files):
     assert check_parity(Reordered(), path, batch_sizes=(2,), n_inputs=2)
 
 
+def test_nested_outputs_are_matched_by_their_path(tmp_path):
+    """A dict of lists is matched leaf by leaf by the names the export gives them
+    (``levels.0``): the model returning its keys in another order still passes, and
+    the levels swapped fail, naming one."""
+
+    class Pyramid(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.stem = nn.Conv2d(3, 4, 3, stride=2, padding=1)
+            self.fc = nn.Linear(4, 3)
+
+        def forward(self, x):
+            f = F.relu(self.stem(x))
+            return {"logits": self.fc(f.mean((2, 3))), "levels": [f, F.avg_pool2d(f, 2)]}
+
+    torch.manual_seed(0)
+    model = Pyramid()
+    path = _export(
+        model,
+        (torch.randn(2, 3, 16, 24),),
+        tmp_path / "p.onnx",
+        names=["x"],
+        outputs=["logits", "levels.0", "levels.1"],
+    )
+
+    class Reordered(nn.Module):  # same function, the dict in the other order
+        def __init__(self, inner, swap=False):
+            super().__init__()
+            self.inner, self.swap = inner, swap
+
+        def forward(self, x):
+            out = self.inner(x)
+            levels = out["levels"][::-1] if self.swap else out["levels"]
+            return {"levels": levels, "logits": out["logits"]}
+
+    report = check_parity(Reordered(model), path, batch_sizes=(2,), n_inputs=2)
+    assert report, report.table()
+    assert list(dict.fromkeys(r.output for r in report.rows)) == ["logits", "levels.0", "levels.1"]
+    report = check_parity(Reordered(model, swap=True), path, batch_sizes=(2,), n_inputs=2)
+    assert not report
+    assert all(r.passed for r in report.rows if r.output == "logits")
+    assert report.worst_output in ("levels.0", "levels.1")
+
+
 def test_feature_map_output_with_symbolic_size(files):
     model, path = files["pair"]
     with pytest.raises(DCDDeployError, match="symbolic height or width"):

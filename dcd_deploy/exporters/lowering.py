@@ -31,7 +31,7 @@ from .._hooks import carry_hooks, copy_model, has_hooks
 from ..errors import ExportError, first_line
 from ..layers import DCDConv2d, DCDLinear, MixtureConv2d
 from ..models import check_input_size
-from ..state_dict import unwrap
+from ..state_dict import require_materialized, unwrap
 from ._deploy_dcd import STRATEGIES, DeployDCD
 from ._deploy_mixture import DeployMixture
 from ._fold import fold_conv_bn, fold_linear_bn
@@ -261,6 +261,7 @@ def to_deploy(
     if strategy not in STRATEGIES:
         raise ExportError(f"unknown strategy {strategy!r}; expected one of {', '.join(STRATEGIES)}")
     model = unwrap(model)  # a torch.compile'd or DataParallel model: the module it runs
+    require_materialized(model, ExportError)
     hw = input_hw(input_size)
     example = example_tuple(example_inputs, hw)
     if hw[0] == hw[1]:

@@ -31,16 +31,15 @@ import onnx
 import torch
 from onnx import helper
 from torch import nn
-from torch.utils import _pytree as pytree
 
 from .._atomic import atomic_output, check_output_path
 from .._forward import positional_names
 from .._input_tree import TREE_KEY, flat_view, tree_of, tree_of_view
 from .._modes import onnx_exporting
-from .._outputs import dataclass_fields, dataclass_types, dataclasses_as_nodes
+from .._outputs import dataclass_fields, leaf_name, output_leaves
 from .._version import __version__
 from ..errors import ExportError, ParityError
-from ..state_dict import require_float32, unwrap
+from ..state_dict import require_deployable, unwrap
 from ._builder import DOMAIN
 from ._deploy_dcd import STRATEGIES, DeployDCD
 from ._emit import drop_missing, emit_layers
@@ -240,7 +239,7 @@ def export_onnx(
             NaN or Inf on finite inputs.
     """
     start, model = time.perf_counter(), unwrap(model)  # a torch.compile'd or DataParallel model: what it runs
-    require_float32(model, ExportError)
+    require_deployable(model, ExportError)
     model, example_inputs, parity_inputs = _flat_inputs(model, example_inputs, parity_inputs)
     opset = _checked_arguments(opset=opset, mode=mode, strategy=strategy, batch=batch)
     hw = input_hw(input_size)
@@ -619,27 +618,20 @@ def _output_names(deploy: nn.Module, example, given) -> tuple[list[str], tuple[t
     """The ONNX output names, and the dataclass types among the outputs (traced as nodes)."""
     with torch.no_grad(), onnx_exporting():  # the outputs of the path traced (build_onnx too)
         out = deploy(*[t.clone() for t in example])  # a forward may change its inputs in place
-    types = dataclass_types(out)
-    with dataclasses_as_nodes(types):
-        # torch.onnx leaves a None out of the graph (``return y, None``: an auxiliary head off
-        # in eval), and so does the parity check's flattening
-        flat = [(p, t) for p, t in pytree.tree_flatten_with_path(out)[0] if t is not None]
-    if not flat or not all(isinstance(t, torch.Tensor) for _, t in flat):
+    leaves, types = output_leaves(out)
+    if not leaves or not all(isinstance(t, torch.Tensor) for _, t in leaves):
         raise ExportError("the model's outputs must be tensors (a tensor, or a tuple, list, dict or dataclass of them)")
     if given is not None:
         names = [given] if isinstance(given, str) else list(given)
-        if len(names) != len(flat) or len(set(names)) != len(names):
-            raise ExportError(f"output_names needs {len(flat)} distinct names, got {names}")
+        if len(names) != len(leaves) or len(set(names)) != len(names):
+            raise ExportError(f"output_names needs {len(leaves)} distinct names, got {names}")
         return names, types
     if isinstance(out, torch.Tensor):
         return ["logits"], types
     keyed = isinstance(out, dict) or dataclass_fields(out) is not None  # named by key or field alone
-    names = []
-    for keys, _ in flat:
-        parts = [str(getattr(k, "key", getattr(k, "idx", getattr(k, "name", None)))) for k in keys]
-        names.append(".".join(parts) if keyed else "output_" + "_".join(parts))
+    names = [leaf_name(path, keyed=keyed) for path, _ in leaves]
     if len(set(names)) != len(names):
-        names = [f"output_{i}" for i in range(len(flat))]
+        names = [f"output_{i}" for i in range(len(leaves))]
     return names, types
 
 

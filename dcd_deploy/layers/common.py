@@ -60,3 +60,10 @@ def require_rank(layer: nn.Module, x: torch.Tensor, rank: int, shape: str) -> No
             f"{type(layer).__name__} takes {shape} input (its dynamic weights are one per sample), "
             f"got shape {tuple(x.shape)}"
         )
+
+
+def place(layer: nn.Module, device=None, dtype=None) -> None:
+    """Move a layer built on the default device and dtype to ``nn.Conv2d``'s factory
+    arguments ``device`` and ``dtype`` (in place), when either is given."""
+    if device is not None or dtype is not None:
+        layer.to(device=device, dtype=dtype)

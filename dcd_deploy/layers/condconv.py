@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from ._mixture import MixtureConv2d
+from .common import place
 
 
 class CondConv2d(MixtureConv2d):
@@ -26,6 +27,8 @@ class CondConv2d(MixtureConv2d):
         num_kernels: K experts.
         bias: per-expert biases.
         padding_mode: ``nn.Conv2d``'s (zeros, reflect, replicate, circular).
+        device: ``nn.Conv2d``'s factory argument: where the parameters are made.
+        dtype: ``nn.Conv2d``'s factory argument: their floating-point type.
     """
 
     def __init__(
@@ -41,11 +44,14 @@ class CondConv2d(MixtureConv2d):
         num_kernels: int = 8,
         bias: bool = False,
         padding_mode: str = "zeros",
+        device=None,
+        dtype=None,
     ):
         super().__init__(
             in_channels, out_channels, kernel_size, stride, padding, dilation, groups, num_kernels, bias, padding_mode
         )
         self.route = nn.Linear(in_channels, num_kernels)
+        place(self, device, dtype)
 
     def routing(self, y: torch.Tensor) -> torch.Tensor:
         return torch.sigmoid(self.route(y))

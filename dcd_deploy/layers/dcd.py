@@ -43,7 +43,7 @@ from ._geometry import (
     resolve_padding,
     square,
 )
-from .common import hsig, make_gate, require_rank
+from .common import hsig, make_gate, place, require_rank
 
 #: Smallest width of the squeeze FC, as in the authors' code.
 MIN_SQUEEZE = 4
@@ -257,6 +257,8 @@ class DCDConv2d(_DCDBase):
         pool_size: 1 (global average) or 2 (2x2 adaptive, flattened channel-major).
         gate: activation between the FCs, ``"relu"`` (paper) or ``"se"`` (release).
         latent_bn: the release's ``bn1``/``bn2`` and identity in the latent path.
+        device: ``nn.Conv2d``'s factory argument: where the parameters are made.
+        dtype: ``nn.Conv2d``'s factory argument: their floating-point type.
     """
 
     def __init__(
@@ -282,6 +284,8 @@ class DCDConv2d(_DCDBase):
         pool_size: int = 1,
         gate: str = "relu",
         latent_bn: bool = False,
+        device=None,
+        dtype=None,
     ):
         super().__init__()
         kernel, strides, dilations = (
@@ -340,6 +344,7 @@ class DCDConv2d(_DCDBase):
         )
         self.register_parameter("bias", nn.Parameter(torch.empty(out_channels)) if bias else None)
         self.reset_parameters()
+        place(self, device, dtype)
 
     def _build_conv(self, kernel, strides, dilations, padding_mode: str) -> None:
         """``W0``'s convolution, the padding mode's pads and the centre tap's."""
@@ -524,6 +529,8 @@ class DCDLinear(_DCDBase):
         channel_fusion: use PΦQᵀ.
         gate: ``"relu"`` or ``"se"``.
         latent_bn: the release's ``bn1``/``bn2`` and identity.
+        device: ``nn.Linear``'s factory argument: where the parameters are made.
+        dtype: ``nn.Linear``'s factory argument: their floating-point type.
     """
 
     def __init__(
@@ -540,6 +547,8 @@ class DCDLinear(_DCDBase):
         channel_fusion: bool = True,
         gate: str = "relu",
         latent_bn: bool = False,
+        device=None,
+        dtype=None,
     ):
         super().__init__()
         _require_dynamic(channel_attention, channel_fusion)
@@ -571,6 +580,7 @@ class DCDLinear(_DCDBase):
             channel_attention=channel_attention,
             channel_fusion=channel_fusion,
         )
+        place(self, device, dtype)
 
     def _project(self, layer: nn.Module, v: torch.Tensor) -> torch.Tensor:
         """Apply ``cls_q``/``cls_p`` to (B, F) features, dense or block-diagonal."""

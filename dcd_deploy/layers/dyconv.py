@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from ._mixture import MixtureConv2d
+from .common import place
 
 #: Smallest hidden width of the attention MLP.
 MIN_HIDDEN = 4
@@ -32,6 +33,8 @@ class DynamicConv2d(MixtureConv2d):
         temperature: τ of the softmax.
         bias: per-kernel biases.
         padding_mode: ``nn.Conv2d``'s (zeros, reflect, replicate, circular).
+        device: ``nn.Conv2d``'s factory argument: where the parameters are made.
+        dtype: ``nn.Conv2d``'s factory argument: their floating-point type.
     """
 
     def __init__(
@@ -49,6 +52,8 @@ class DynamicConv2d(MixtureConv2d):
         temperature: float = 1.0,
         bias: bool = False,
         padding_mode: str = "zeros",
+        device=None,
+        dtype=None,
     ):
         super().__init__(
             in_channels, out_channels, kernel_size, stride, padding, dilation, groups, num_kernels, bias, padding_mode
@@ -57,6 +62,7 @@ class DynamicConv2d(MixtureConv2d):
         self.temperature = float(temperature)
         self.fc1 = nn.Linear(in_channels, hidden)
         self.fc2 = nn.Linear(hidden, num_kernels)
+        place(self, device, dtype)
 
     def routing(self, y: torch.Tensor) -> torch.Tensor:
         return torch.softmax(self.fc2(torch.relu(self.fc1(y))) / self.temperature, dim=1)

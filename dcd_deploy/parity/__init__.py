@@ -63,7 +63,7 @@ from .._input_tree import flat_view, read_tree, tree_of_view
 from .._modes import evaluating, onnx_exporting
 from ..errors import DCDDeployError, UnsupportedInputError, first_line
 from ..preprocess import PRESETS, Preprocess, make_preprocess
-from ..state_dict import require_float32, unwrap
+from ..state_dict import require_deployable, unwrap
 from ._compare import compare as _compare
 from ._compare import refuse_nonfinite as _refuse_nonfinite
 from ._layerwise import LAYER_RTOL, LAYER_SAMPLES, LayerRecord, LayerRow, compare_layers, read_layers
@@ -155,7 +155,7 @@ def check_parity(
     k = DEFAULT_K if k is None else float(k)
     onnx_path = Path(onnx_path)
     model = unwrap(model)  # a torch.compile'd or DataParallel model: the module it runs
-    require_float32(model, DCDDeployError)
+    require_deployable(model, DCDDeployError)
     unknown = sorted(set(backends) - set(BACKENDS))
     if unknown or not backends:
         raise DCDDeployError(f"unknown parity backend {', '.join(unknown) or '(none)'}; expected {', '.join(BACKENDS)}")

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .._outputs import dataclass_fields
+from .._outputs import leaf_name, output_leaves
 from ..errors import DCDDeployError, ExportError
 
 #: Seed offset between the synthetic data of successive inputs (the first keeps ``seed``,
@@ -209,30 +209,19 @@ def synthetic_inputs(
 
 
 def flatten_outputs(out) -> list[tuple[str | None, torch.Tensor]]:
-    """A model's outputs (tensor, tuple, list, dict, dataclass, nested) in order, with dict
-    keys and dataclass fields as names."""
-    flat: list[tuple[str | None, torch.Tensor]] = []
-
-    def walk(value, name):
-        fields = dataclass_fields(value)
-        if isinstance(value, torch.Tensor):
-            flat.append((name, value))
-        elif isinstance(value, dict) or fields is not None:
-            for key, v in value.items() if fields is None else fields:
-                walk(v, str(key) if name is None else f"{name}.{key}")
-        elif isinstance(value, (tuple, list)):
-            for v in value:
-                walk(v, name)
-        elif value is not None:
+    """A model's outputs (tensor, tuple, list, dict, dataclass, nested) in the order the
+    export flattens them, each named as the export names a keyed output's (``heads.boxes``,
+    ``levels.0``; None for a lone tensor)."""
+    leaves, _ = output_leaves(out)
+    for _, value in leaves:
+        if not isinstance(value, torch.Tensor):
             raise DCDDeployError(
                 f"the model returns a {type(value).__name__}; parity compares tensors "
                 "(a tensor, or tuples, lists, dicts and dataclasses of tensors)"
             )
-
-    walk(out, None)
-    if not flat:
+    if not leaves:
         raise DCDDeployError("the model returns no tensor")
-    return flat
+    return [(leaf_name(path, keyed=True) if path else None, t) for path, t in leaves]
 
 
 def match_outputs(names: list[str | None], specs: list[TensorSpec], path: Path) -> list[int]:

@@ -434,6 +434,70 @@ def test_the_api_refuses_a_float16_model_with_the_way_out(tmp_path, user_dir, mo
     assert {p.dtype for p in model.parameters()} == {torch.float16}
 
 
+LAZY_NET = """\
+import torch
+from torch import nn
+from dcd_deploy.layers import DCDConv2d
+
+
+class LazyNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.LazyConv2d(8, 3, padding=1)  # in_channels from the first input
+        self.dcd = DCDConv2d(8, 8, 1)
+        self.fc = nn.LazyLinear(4)
+
+    def forward(self, x):
+        return self.fc(torch.relu(self.dcd(torch.relu(self.stem(x)))).mean((2, 3)))
+
+
+def build():
+    torch.manual_seed(0)
+    return LazyNet().eval()
+"""
+
+
+def test_a_model_of_lazy_layers_loads_its_weights_and_is_refused_without(tmp_path, monkeypatch):
+    """``nn.LazyConv2d`` makes its weights on its first call: every copy the export makes
+    (deploy form, float64 reference) drew its own, and the check passed a file of other
+    weights ("decided layer by layer ... 1 Conv layer within 1.2"). Loading a state dict
+    makes them (the shape check took an uninitialized parameter's shape: a traceback)."""
+    import numpy as np
+    import onnxruntime as ort
+
+    (tmp_path / "lazy_net.py").write_text(LAZY_NET, encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    from lazy_net import build
+
+    trained = build()
+    trained(torch.zeros(1, 3, 16, 16))
+    torch.save(trained.state_dict(), tmp_path / "lazy.pt")
+    result = run(export_main, ["lazy_net.py:build", "--input-size", "16", "-o", "no.onnx"])
+    assert result.exit_code == 1 and not (tmp_path / "no.onnx").exists()
+    (line,) = [ln for ln in result.output.splitlines() if ln.startswith("Error")]
+    assert line.startswith("Error: LazyNet has lazy parameters not yet initialized (stem.weight, "), line
+    assert "Traceback" not in result.output
+    result = run(export_main, ["lazy_net.py:build", "--weights", "lazy.pt", "--input-size", "16", "-o", "m.onnx"])
+    assert result.exit_code == 0, result.output
+    assert "parity   PASS:" in result.stdout
+    x = torch.randn(2, 3, 16, 16)
+    with torch.no_grad():
+        want = trained(x).numpy()
+    got = ort.InferenceSession("m.onnx", providers=["CPUExecutionProvider"]).run(None, {"input": x.numpy()})[0]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    lazy = build()
+    for call in (
+        lambda: dcd_deploy.export_onnx(lazy, tmp_path / "api.onnx", input_size=16),
+        lambda: dcd_deploy.check_parity(lazy, tmp_path / "m.onnx"),
+        lambda: dcd_deploy.to_deploy(lazy, input_size=16),
+    ):
+        with pytest.raises(dcd_deploy.errors.DCDDeployError, match="lazy parameters not yet initialized"):
+            call()
+    assert not (tmp_path / "api.onnx").exists()
+    assert isinstance(lazy.stem.weight, torch.nn.parameter.UninitializedParameter)
+
+
 NHWC_NET = """\
 import torch
 from torch import nn

@@ -6,6 +6,8 @@ and the same model without the hooks (which the file must then not compute).
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import onnxruntime as ort
 import pytest
@@ -144,3 +146,70 @@ def test_hooks_closing_over_the_model_act_on_each_copy(tmp_path, mode):
     deploy = to_deploy(net, input_size=(16, 24))
     deploy(x)
     assert torch.equal(net.features["c2"], want[1])  # the copy's hooks wrote into the copy
+
+
+class _HelperNeck(nn.Module):
+    """Hooks reaching the model one step removed: through a helper closing over it (the
+    hook a lambda calling ``save``) and through a partial of a bound method."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1 = DCDConv2d(3, 8, 3, stride=2, padding=1)
+        self.c2 = nn.Conv2d(8, 8, 3, padding=1)
+        self.features: dict[str, torch.Tensor] = {}
+
+        def save(name, output):
+            self.features[name] = output
+
+        self.c1.register_forward_hook(lambda m, i, o: save("c1", o))
+        self.c2.register_forward_hook(functools.partial(self._keep, "c2"))
+
+    def _keep(self, name, module, args, output):
+        self.features[name] = output
+
+    def forward(self, x):
+        self.c2(torch.relu(self.c1(x)))
+        return self.features["c1"].mean((2, 3)) + self.features["c2"].amax((2, 3))
+
+
+def test_hooks_reaching_the_model_through_a_helper_act_on_each_copy(tmp_path):
+    """The copy's lambda once called the user's ``save``, which wrote into the user's model:
+    the copy's ``forward`` found its ``self.features`` empty ("'c1'")."""
+    torch.manual_seed(0)
+    net = _HelperNeck().eval()
+    result = export_onnx(net, tmp_path / "m.onnx", input_size=(16, 20))
+    assert result, result.parity.summary()
+    x = torch.randn(2, 3, 16, 20)
+    with torch.no_grad():
+        want = net(x)
+    np.testing.assert_allclose(_run(tmp_path / "m.onnx", x), want.numpy(), rtol=1e-4, atol=1e-5)
+    net.features.clear()
+    deploy = to_deploy(net, input_size=(16, 20))
+    with torch.no_grad():
+        deploy(x)
+    assert net.features == {} and set(deploy.features) == {"c1", "c2"}
+
+
+def test_copy_model_rebinds_a_recursive_helper_once():
+    """A helper that calls itself (a cycle through its own closure) is rebuilt once, and
+    still reaches the copy; a hook reaching nothing of the model stays the same object."""
+    from dcd_deploy._hooks import copy_model
+
+    net = nn.Sequential(nn.Conv2d(3, 4, 1), nn.ReLU())
+    net.seen = []
+
+    def count(n):
+        return count(n - 1) if n else net.seen
+
+    def hook(m, i, o):
+        count(2).append(o.shape[1])
+
+    def plain(m, i, o):
+        return o + 1
+
+    net[0].register_forward_hook(hook)
+    net[1].register_forward_hook(plain)
+    copy = copy_model(net)
+    copy(torch.zeros(1, 3, 2, 2))
+    assert net.seen == [] and copy.seen == [4]
+    assert next(iter(copy[1]._forward_hooks.values())) is plain

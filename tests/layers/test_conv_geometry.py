@@ -14,6 +14,7 @@ Everything runs in float64, so any geometry mistake is O(1) while rounding is ~1
 
 from __future__ import annotations
 
+import inspect
 import math
 
 import pytest
@@ -209,6 +210,39 @@ def test_defaults_are_the_papers():
     assert layer.conv.padding == (1, 1) and layer.conv.dilation == (1, 1) and layer.bias is None
     assert (layer.kernel_size, layer.stride, layer.groups, layer.num_blocks) == (3, 2, 1, 1)
     assert "bias" not in dict(layer.named_parameters())
+
+
+def test_every_argument_of_nn_conv2d_and_nn_linear_is_taken():
+    """``nn.Conv2d``'s own signature is the oracle: a model written for it (``device=``,
+    ``dtype=`` as factory code passes them) builds with the dynamic layers too."""
+    conv = set(inspect.signature(nn.Conv2d).parameters)
+    for layer in (DCDConv2d, DynamicConv2d, CondConv2d):
+        assert conv <= set(inspect.signature(layer).parameters), layer.__name__
+    assert set(inspect.signature(nn.Linear).parameters) <= set(inspect.signature(DCDLinear).parameters)
+
+
+FACTORIES = {
+    "dcd": lambda **kw: DCDConv2d(8, 16, 3, padding=1, bias=True, latent_bn=True, **kw),
+    "linear": lambda **kw: DCDLinear(8, 4, **kw),
+    "dyconv": lambda **kw: DynamicConv2d(8, 8, 3, bias=True, **kw),
+    "condconv": lambda **kw: CondConv2d(8, 8, 1, **kw),
+}
+
+
+@pytest.mark.parametrize("make", FACTORIES.values(), ids=FACTORIES)
+def test_device_and_dtype_make_the_layer_there(make):
+    """As ``nn.Conv2d(..., dtype=torch.float64)``: every floating parameter and buffer of
+    that type, the values of the layer made from the same seed and cast; ``device="meta"``
+    makes no storage."""
+    torch.manual_seed(0)
+    want = make().double().state_dict()
+    torch.manual_seed(0)
+    got = make(device="cpu", dtype=torch.float64).state_dict()
+    assert list(got) == list(want)
+    for key, value in got.items():
+        assert value.dtype == want[key].dtype and torch.equal(value, want[key]), key
+    assert any(v.dtype == torch.float64 for v in got.values())
+    assert all(p.is_meta for p in make(device="meta").parameters())
 
 
 @pytest.mark.parametrize("case", list(GEOMETRIES))
