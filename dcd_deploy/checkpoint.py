@@ -23,7 +23,6 @@ arbitrary objects, a TorchScript archive) is refused unless the caller trusts it
 from __future__ import annotations
 
 import argparse
-import inspect
 import os
 import pickle
 import re
@@ -36,6 +35,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from ._forward import forward_parameters
 from ._limits import check_config
 from ._safe_pickle import check_regular_file, check_zip, scan_pickle
 from .errors import CheckpointError, StateDictMismatchError, UnsafeCheckpointError, UnsupportedInputError, first_line
@@ -538,10 +538,7 @@ def _sides(input_size) -> tuple[int, int]:
 def forward_inputs(model: nn.Module) -> tuple[list[str], list[str]]:
     """(required, positional): the names of ``model.forward``'s arguments without a
     default, and of all it takes by position (empty when it has no Python signature)."""
-    try:
-        params = list(inspect.signature(model.forward).parameters.values())
-    except (TypeError, ValueError):  # no Python signature: the trace will say what is wrong
-        params = []
+    params = forward_parameters(model)  # none without a Python signature: the trace will say what is wrong
     positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     required = [p.name for p in params if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
     return required, [p.name for p in positional]

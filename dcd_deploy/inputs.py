@@ -342,18 +342,53 @@ class InputSet:
         ]
         return f"{self.path} ({', '.join(parts)}, taken as the model takes them)"
 
-    def for_model(self, model) -> tuple[tuple[torch.Tensor, ...], list[str] | None]:
+    def for_model(self, model) -> tuple[tuple, list[str] | None]:
         """The tensors in the order ``model.forward`` takes them (by name when the set has
         names, else by position: its first ``len(set)`` positional arguments), and the
-        names a file's inputs get: the arguments' when the set names them, else None."""
-        from .checkpoint import forward_inputs
+        names a file's inputs get: the arguments' when the set names them, else None.
 
-        _, positional = forward_inputs(model)
+        Named arrays that no argument is named after go into dicts (:meth:`as_dicts`):
+        ``image`` and ``mask`` for a ``forward(self, batch)`` of one argument become
+        ``({"image": ..., "mask": ...},)``, ``batch.image`` the key ``image`` of ``batch``;
+        the file's inputs are then named by the exporter (by key path), hence None.
+        """
+        from ._forward import keyed_parameter, positional_names
+
+        positional = positional_names(model)
         if not positional:  # no Python signature: the set's own order
             return self.tensors, None if self.names is None else list(self.names)
+        dicts = self.as_dicts(positional, by_key=keyed_parameter(model) is not None)
+        if dicts is not None:
+            return dicts, None
         # more arrays than arguments: arrange() says the count does not fit
         wanted = positional[: len(self.tensors)]
         return self.arrange(wanted, what=f"{type(model).__name__}.forward"), None if self.names is None else wanted
+
+    def as_dicts(self, positional: list[str], *, by_key: bool = False) -> tuple | None:
+        """The arguments of a ``forward`` taking dicts, made of the set's named arrays: an
+        array named after an argument is that argument; ``arg.key`` (``arg.a.b``, nested)
+        goes into the dict ``arg``; with one argument and several arrays none of which
+        names it, all of them are its dict (dotted names nested), and so is one array when
+        ``by_key`` (``forward`` reads its argument by key: one array is otherwise taken
+        whatever its name). None when the arrays fit the arguments as they are (no dict to
+        make) or the set has no names."""
+        if self.names is None or all(n in positional for n in self.names):
+            return None
+        if (
+            len(positional) == 1
+            and (len(self.tensors) > 1 or by_key)
+            and not any(n == positional[0] or n.startswith(positional[0] + ".") for n in self.names)
+        ):
+            return (_nested(zip(self.names, self.tensors)),)
+        args = []
+        for p in positional:
+            keyed = [(n[len(p) + 1 :], t) for n, t in zip(self.names, self.tensors) if n.startswith(p + ".")]
+            plain = [t for n, t in zip(self.names, self.tensors) if n == p]
+            if not keyed and not plain:
+                break  # the arguments after it keep their defaults
+            args.append(plain[0] if plain else _nested(keyed))
+        used = sum(1 for n in self.names if any(n == p or n.startswith(p + ".") for p in positional[: len(args)]))
+        return tuple(args) if args and used == len(self.names) else None
 
     def arrange(self, wanted: list[str], *, what: str) -> tuple[torch.Tensor, ...]:
         """The tensors in the order of ``wanted`` (the model's or the file's input names):
@@ -380,6 +415,18 @@ class InputSet:
             )
         by_name = dict(zip(self.names, self.tensors))
         return tuple(by_name[n] for n in wanted)
+
+
+def _nested(items) -> dict:
+    """``{"a.b": x, "c": y}`` as ``{"a": {"b": x}, "c": y}``."""
+    out: dict = {}
+    for name, tensor in items:
+        *parents, key = name.split(".")
+        node = out
+        for parent in parents:
+            node = node.setdefault(parent, {})
+        node[key] = tensor
+    return out
 
 
 def read_input_set(path: str | os.PathLike) -> InputSet | None:

@@ -162,3 +162,40 @@ def test_a_set_that_does_not_fit_names_what_is_wrong(tmp_path):
     np.savez(tmp_path / "pos.npz", np.zeros((1, 3)))
     with pytest.raises(UnsupportedInputError, match=r"holds 1 arrays; m takes 2 \(rgb, depth\)"):
         load_input_set(tmp_path / "pos.npz").arrange(["rgb", "depth"], what="m")
+
+
+class _Batch(torch.nn.Module):
+    def forward(self, batch):
+        return batch["image"] * batch["mask"]
+
+
+class _BatchAndGain(torch.nn.Module):
+    def forward(self, batch, gain=None):
+        return batch["img"] * gain
+
+
+def test_named_arrays_become_the_dict_of_a_one_argument_forward(tmp_path):
+    from dcd_deploy.inputs import InputSet
+
+    image, mask, depth = torch.randn(2, 3, 4, 4), torch.ones(2, 1, 4, 4), torch.zeros(2, 1, 4, 4)
+    given = InputSet((image, mask, depth), ("image", "mask", "aux.depth"), tmp_path / "in.npz")
+    (batch,), names = given.for_model(_Batch())
+    assert names is None and list(batch) == ["image", "mask", "aux"]
+    assert batch["image"] is image and batch["aux"]["depth"] is depth
+
+
+def test_arg_dot_key_arrays_go_into_that_arguments_dict(tmp_path):
+    from dcd_deploy.inputs import InputSet
+
+    img, gain = torch.randn(2, 3, 4, 4), torch.ones(2, 1, 1, 1)
+    given = InputSet((gain, img), ("gain", "batch.img"), tmp_path / "in.npz")
+    args, names = given.for_model(_BatchAndGain())
+    assert names is None and args[0] == {"img": img} and args[1] is gain
+
+
+def test_a_set_of_the_arguments_own_names_is_taken_as_before(tmp_path):
+    from dcd_deploy.inputs import InputSet
+
+    a, b = torch.randn(2, 3), torch.randn(2, 3)
+    given = InputSet((b, a), ("gain", "batch"), tmp_path / "in.npz")
+    assert given.for_model(_BatchAndGain()) == ((a, b), ["batch", "gain"])

@@ -63,6 +63,24 @@ def in_model_order(inputs: dict, models: Sequence) -> tuple:
     return tensors
 
 
+def flat_run(x, built: dict) -> tuple:
+    """``(x, built)`` for a run whose models take dicts (``x`` holds one, as
+    :func:`in_model_order` gives it for a ``forward(self, batch)``): the tensors in tree
+    order, and each PyTorch model as its flat view (:mod:`dcd_deploy._input_tree`), which
+    the torch backends time as ``model(*tensors)`` (the dict rebuilt inside: a few dict
+    insertions) and the exporter writes a file of those inputs from; else as they are."""
+    from torch import nn
+
+    from .._input_tree import flat_view, tree_of
+
+    modules = [m for m in built.values() if isinstance(m, nn.Module)]
+    tree = None if x is None or not modules else tree_of(modules[0], tuple(x))
+    if tree is None:
+        return x, built
+    views = {name: flat_view(m, tree) if isinstance(m, nn.Module) else m for name, m in built.items()}
+    return tree.flatten(tuple(x)), views
+
+
 def _check_fits(spec, tensor, path: str) -> None:
     """Refuse ``tensor`` for the file's input ``spec`` (a :class:`~dcd_deploy.runtimes.GraphInput`)
     when its element type, rank or a fixed axis differs: the runtimes would stop at the

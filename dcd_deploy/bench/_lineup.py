@@ -140,15 +140,16 @@ def _check_runs(model, shape: tuple[int, ...]) -> None:
     """
     import torch
 
+    from .._forward import dict_hint
     from .._modes import evaluating
 
     try:
         with torch.no_grad(), evaluating(model):
             model(torch.zeros(shape))
-    except (RuntimeError, ValueError, TypeError) as exc:
+    except (RuntimeError, ValueError, TypeError, IndexError, KeyError) as exc:
         raise UnsupportedInputError(
             f"{type(model).__name__} does not run on a {shape} input: {first_line(exc)}"
-            " (--channels and --input-size set it)"
+            f" ({dict_hint(model) or '--channels and --input-size set it'})"
         ) from exc
 
 
@@ -167,7 +168,12 @@ def size_counts(model, input_size, channels: int = 3, *, images: bool = True) ->
         c = count_complexity(model, input_size=input_hw(input_size), in_channels=channels)
     except (TypeError, DCDDeployError):  # a checkpoint with a layer the counter has no rule for
         return {"params_m": params, **unknown}
-    except (RuntimeError, ValueError):  # meta tensors stopped: an op without them, or an input that does not fit
+    except (
+        RuntimeError,
+        ValueError,
+        IndexError,
+        KeyError,
+    ):  # meta tensors stopped: an op without them, or an input that does not fit
         _check_runs(model, (1, channels, *input_hw(input_size)))
         return {"params_m": params, **unknown}
     dynamic = c.madds_latent != c.madds_weight

@@ -58,7 +58,7 @@ from ._backends import (
     default_backends,
     select_backends,
 )
-from ._given_inputs import given_inputs, in_model_order, inputs_text
+from ._given_inputs import flat_run, given_inputs, in_model_order, inputs_text
 from ._latency_result import (
     CI_ROUNDS,
     CI_RUNS,
@@ -206,12 +206,14 @@ def run_benchmark(
             **({} if inputs is None else {"n_inputs": len(inputs), "images": False}),
         )
         notes += unpaired_notes(entries)
+        x = None if inputs is None else in_model_order(inputs, [built[e.name] for e in entries])
+        x, built = flat_run(x, built)  # a forward taking a dict: its tensors, the models' flat views
         timings, forms, profiles = _measure(
             entries,
             built,
             backends,
             shape=shape,
-            x=None if inputs is None else in_model_order(inputs, [built[e.name] for e in entries]),
+            x=x,
             pixels=image_file_input(files[0]).dtype if files and inputs is None else "float32",
             seed=seed,
             threads=threads,

@@ -168,7 +168,7 @@ def main(
         n_inputs = 1 if input_set is None else len(input_set.tensors)
         loading = {"arch": arch, "weights": weights, "trust_checkpoint": trust_checkpoint, "seed": seed}
         net = resolve_model(model, input_size=input_size, n_inputs=n_inputs, **loading)
-        inputs, names = (inputs, None) if input_set is None else input_set.for_model(net)
+        inputs, names, flat = _for_model(net, input_set, inputs)
         if progress is not None:
             progress(f"[load] {time.perf_counter() - started:.1f} s")
         result = _export(
@@ -200,14 +200,26 @@ def main(
             label=model_label(model, net),
             params=sum(p.numel() for p in net.parameters()),
             shape=_shape_text(
-                result, input_set, inputs, channels=channels, size=input_size, batch=batch, dynamic_size=dynamic_size
+                result, input_set, flat, channels=channels, size=input_size, batch=batch, dynamic_size=dynamic_size
             ),
             channels=channels
             if input_set is None
-            else {n: [batch or 1, *t.shape[1:]] for n, t in zip(result.input_names, inputs)},
+            else {n: [batch or 1, *t.shape[1:]] for n, t in zip(result.input_names, flat)},
             strategy=strategy,
             verbose=verbose,
         )
+
+
+def _for_model(net, input_set, inputs) -> tuple:
+    """(the check's inputs as ``net`` takes them, the file's input names or None, the
+    tensors in the file's order): an inputs file's arrays put in ``forward``'s order, into
+    the dict a ``forward(self, batch)`` takes (:meth:`~dcd_deploy.inputs.InputSet.for_model`)."""
+    if input_set is None:
+        return inputs, None, inputs
+    from .._input_tree import leaves
+
+    arranged, names = input_set.for_model(net)
+    return arranged, names, leaves(arranged)
 
 
 def _write_json(json_path, result, *, model: str, inputs_path) -> None:
@@ -338,6 +350,8 @@ def _example(
         return {}
     import torch
 
+    from .._input_tree import map_leaves
+
     image = torch.zeros(1, channels, *size, dtype=getattr(torch, pixels))
-    example = {"example_inputs": (image,) if inputs is None else tuple(t[:1] for t in inputs)}
+    example = {"example_inputs": (image,) if inputs is None else map_leaves(lambda t: t[:1], tuple(inputs))}
     return {"dynamic_size": True, **example} if dynamic_size else example

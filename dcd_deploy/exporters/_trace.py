@@ -27,6 +27,7 @@ import onnx
 import torch
 from torch import nn
 
+from .._forward import forward_parameters
 from .._hooks import carry_hooks
 from .._modes import onnx_exporting
 from .._outputs import dataclasses_as_nodes
@@ -94,12 +95,7 @@ def _dynamic_shapes(example: tuple[torch.Tensor, ...], *, batch: int | None, dyn
 def _as_signature(model: nn.Module, specs: tuple):
     """``specs`` (one per positional input) grouped as ``forward`` takes them: torch.export
     binds the inputs to its parameters, so those ``*views`` takes are one tuple of specs."""
-    import inspect
-
-    try:
-        params = list(inspect.signature(model.forward).parameters.values())
-    except (TypeError, ValueError):
-        return specs
+    params = forward_parameters(model)
     star = next((i for i, p in enumerate(params) if p.kind == p.VAR_POSITIONAL), None)
     if star is None or star > len(specs):
         return specs

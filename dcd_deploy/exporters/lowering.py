@@ -26,6 +26,7 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 from torch.utils import _pytree as pytree
 
+from .._forward import dict_hint
 from .._hooks import carry_hooks, copy_model, has_hooks
 from ..errors import ExportError, first_line
 from ..layers import DCDConv2d, DCDLinear, MixtureConv2d
@@ -209,9 +210,7 @@ def analyse(model: nn.Module, example: tuple[torch.Tensor, ...]) -> Analysis:
     except Exception as exc:
         raise ExportError(
             f"{type(model).__name__} does not run on its example inputs "
-            f"({', '.join(str(tuple(t.shape)) for t in example)}): {first_line(exc)}; a model of other "
-            "inputs (NHWC, uint8, several) is traced with them: example_inputs=, or dcd-export --inputs "
-            "FILE.npz (one array per forward argument) or --preprocess uint8"
+            f"({', '.join(str(tuple(t.shape)) for t in example)}): {first_line(exc)}; {_inputs_hint(model)}"
         ) from exc
     finally:
         for h in handles:
@@ -221,6 +220,15 @@ def analyse(model: nn.Module, example: tuple[torch.Tensor, ...]) -> Analysis:
             analysis.uses[id(leaf)] = analysis.uses.get(id(leaf), 0) + 1
     analysis.outputs = out
     return analysis
+
+
+def _inputs_hint(model: nn.Module) -> str:
+    """How to give a model the inputs it takes: its dict's keys when ``forward`` reads its
+    argument by key (``batch["image"]``), else the kinds of inputs there are."""
+    return dict_hint(model) or (
+        "a model of other inputs (NHWC, uint8, several) is traced with them: example_inputs=, or dcd-export "
+        "--inputs FILE.npz (one array per forward argument) or --preprocess uint8"
+    )
 
 
 def _recorder(analysis: Analysis, path: str):

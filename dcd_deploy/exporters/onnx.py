@@ -24,7 +24,7 @@ import json
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import onnx
@@ -33,6 +33,8 @@ from onnx import helper
 from torch import nn
 
 from .._atomic import atomic_output, check_output_path
+from .._forward import positional_names
+from .._input_tree import TREE_KEY, flat_view, tree_of, tree_of_view
 from .._modes import onnx_exporting
 from .._outputs import dataclass_fields, leaf_name, output_leaves
 from .._version import __version__
@@ -181,9 +183,12 @@ def export_onnx(
         path: output ``.onnx`` path; its directory must exist.
         input_size: side or ``(H, W)`` of the default example image.
         example_inputs: a tensor or tuple of tensors passed positionally to ``forward``
-            (default one zero (1, 3, H, W) image); axis 0 of each is the batch.
+            (default one zero (1, 3, H, W) image); axis 0 of each is the batch. An
+            argument may be a dict, list or tuple of tensors (nested): the file takes
+            its tensors, named by key path (the keys alone for a single dict argument,
+            else ``argname.key``), and records the structure (:data:`TREE_KEY`).
         input_names: ONNX input names (default ``input`` for one input, else the
-            ``forward`` argument names).
+            ``forward`` argument names, or the key paths of dict arguments).
         output_names: ONNX output names (default ``logits`` for a tensor, ``output_0``..
             for a tuple or list, the keys of a dict).
         dynamic_size: make height and width symbolic too (4-D inputs); an
@@ -206,7 +211,8 @@ def export_onnx(
         strategy: DCD layer form, ``latent``, ``weight`` or ``auto``.
         parity_batch_sizes: batch sizes the parity check runs (a fixed ``batch`` overrides).
         parity_inputs: the check's inputs instead of synthetic ones (a tensor, or a tuple
-            in input order; see :func:`~dcd_deploy.check_parity`).
+            in input order, or the arguments as ``forward`` takes them; see
+            :func:`~dcd_deploy.check_parity`).
         progress: called with one line per finished stage (``[lower] 0.4 s``, ``[emit]`` (the
             trace included), ``[simplify]``, ``[write]``, ``[check]``).
         accept_inconclusive: let the check pass when its end-to-end comparison is
@@ -234,13 +240,13 @@ def export_onnx(
     """
     start, model = time.perf_counter(), unwrap(model)  # a torch.compile'd or DataParallel model: what it runs
     require_deployable(model, ExportError)
+    model, example_inputs, parity_inputs = _flat_inputs(model, example_inputs, parity_inputs)
     opset = _checked_arguments(opset=opset, mode=mode, strategy=strategy, batch=batch)
     hw = input_hw(input_size)
     if example_inputs is None and _takes_pixels(parity_preprocess):  # its file takes uint8 pixels
         example_inputs = torch.zeros(1, 3, *hw, dtype=torch.uint8)
     example = example_tuple(example_inputs, hw)
-    image_hw = _image_hw(example)
-    hw = image_hw or hw
+    hw = (image_hw := _image_hw(example)) or hw
     check_output_path(path := Path(path), error=ExportError)
     stage = _Stages(progress)
     sizes = (batch,) if batch is not None else tuple(parity_batch_sizes)
@@ -292,6 +298,20 @@ def export_onnx(
         parity=report,
         **_file_facts(path, written),
     )
+
+
+def _flat_inputs(model: nn.Module, example_inputs, parity_inputs):
+    """(model, example_inputs, parity_inputs) with flat tensors: a model of dict (list,
+    tuple) arguments becomes its flat view (:mod:`dcd_deploy._input_tree`), the
+    examples and the check's inputs their leaves; any other model is returned as it is."""
+    if isinstance(example_inputs, dict):  # a single dict argument, not wrapped in a tuple
+        example_inputs = (example_inputs,)
+    if not isinstance(example_inputs, (tuple, list)) or not example_inputs:
+        return model, example_inputs, parity_inputs
+    tree = tree_of(model, tuple(example_inputs))
+    if tree is None:
+        return model, example_inputs, parity_inputs
+    return flat_view(model, tree), tree.flatten(tuple(example_inputs)), tree.flat_inputs(parity_inputs)
 
 
 def _prefetch(model, example, *, batch, dynamic_size, sizes, inputs, example_inputs, preprocess):
@@ -537,6 +557,8 @@ def _build(
     image_hw = _image_hw(example)
     # a model of no image input records no input_size (the side of an image it never takes)
     size = {} if image_hw is None else {"input_size": _size_text(image_hw)}
+    tree = tree_of_view(deploy)  # a model of dict arguments: how its check rebuilds them
+    recorded_tree = {} if tree is None else {TREE_KEY: replace(tree, names=tuple(input_names)).to_json()}
     helper.set_model_props(
         proto,
         {
@@ -548,6 +570,7 @@ def _build(
             "mode": mode,
             "strategies": ",".join(f"{k}={v}" for k, v in getattr(deploy, "strategies", {}).items()),
             LAYERS_KEY: json.dumps(emitted.layers),
+            **recorded_tree,
         },
     )
     if progress is not None:
@@ -582,18 +605,12 @@ def _input_names(model: nn.Module, example, given) -> list[str]:
         if len(names) != len(example) or len(set(names)) != len(names):
             raise ExportError(f"input_names needs {len(example)} distinct names, got {names}")
         return names
+    tree = tree_of_view(model)
+    if tree is not None:
+        return list(tree.names)
     if len(example) == 1:
         return ["input"]
-    import inspect
-
-    try:
-        params = [
-            p.name
-            for p in inspect.signature(model.forward).parameters.values()
-            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
-        ]
-    except (TypeError, ValueError):
-        params = []
+    params = positional_names(model)
     return params[: len(example)] if len(params) >= len(example) else [f"input_{i}" for i in range(len(example))]
 
 
@@ -793,4 +810,13 @@ def _simplify_keeping_layers(proto: onnx.ModelProto, *, own_check: bool = True) 
     return after, True
 
 
-__all__ = ["ALLOWED_OPS", "ExportResult", "TraceWorker", "build_onnx", "export_onnx", "LAYERS_KEY", "trace_worker"]
+__all__ = [
+    "ALLOWED_OPS",
+    "ExportResult",
+    "TraceWorker",
+    "build_onnx",
+    "export_onnx",
+    "LAYERS_KEY",
+    "TREE_KEY",
+    "trace_worker",
+]

@@ -59,6 +59,7 @@ import torch
 from torch import nn
 
 from .._hooks import copy_model
+from .._input_tree import flat_view, read_tree, tree_of_view
 from .._modes import evaluating, onnx_exporting
 from ..errors import DCDDeployError, UnsupportedInputError, first_line
 from ..preprocess import PRESETS, Preprocess, make_preprocess
@@ -120,7 +121,9 @@ def check_parity(
         inputs: explicit inputs instead of synthetic ones, all used in whole batches of
             each size: a tensor for a one-input file (e.g. (N, 3, H, W) images), else a
             tuple in the file's input order or a dict by ONNX input name; axis 0 is the
-            batch of every tensor.
+            batch of every tensor. For a model of dict arguments (the file records their
+            structure) also the arguments as ``forward`` takes them (a tuple of them, or
+            the one dict alone); the model is called with that structure rebuilt.
         example_inputs: a tuple of tensors as the export traced with (any batch): the
             shapes and dtypes of synthetic data for inputs that are not images, and the
             image size where the file's is symbolic.
@@ -166,6 +169,7 @@ def check_parity(
         raise DCDDeployError(f"unknown parity backend {', '.join(unknown) or '(none)'}; expected {', '.join(BACKENDS)}")
     proto = load_onnx(onnx_path) if onnx_proto is None else onnx_proto
     in_specs, out_specs = read_signature(onnx_path, proto)
+    model, inputs, example_inputs = _as_file_takes(model, proto, inputs, example_inputs)
     examples = as_list(example_inputs, in_specs, "example_inputs")
     given = as_list(inputs, in_specs, "inputs")
     records = read_layers(onnx_path, proto) if layers else None
@@ -210,6 +214,16 @@ def check_parity(
                 first_backend=backends[0],
             )
         return report
+
+
+def _as_file_takes(model: nn.Module, proto, inputs, example_inputs):
+    """(model, inputs, example_inputs) as the file takes them: for a file recording an
+    input tree (a model of dict arguments, :mod:`dcd_deploy._input_tree`), the model's flat
+    view and the leaves of inputs given as ``forward`` takes them; else as they are."""
+    tree = read_tree(proto)
+    if tree is None or tree_of_view(model) is not None:
+        return model, inputs, example_inputs
+    return flat_view(model, tree), tree.flat_inputs(inputs), tree.flat_inputs(example_inputs)
 
 
 def _pytorch_side(model: nn.Module, given: list[torch.Tensor], plans: dict, prefetched, records, report):
