@@ -11,6 +11,8 @@ import onnx
 import onnxruntime as ort
 import pytest
 import torch
+from _dict_net import MaskedNet
+from _dict_net import build as build_masked
 from _tamper import scale_weight
 from torch import nn
 
@@ -18,18 +20,6 @@ from dcd_deploy import check_parity, export_onnx
 from dcd_deploy.layers import DCDConv2d
 
 TREE_KEY = "dcd_deploy.input_tree"
-
-
-class MaskedNet(nn.Module):
-    """An image and its mask in one dict, as a data loader hands them over."""
-
-    def __init__(self):
-        super().__init__()
-        self.body = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), DCDConv2d(8, 16))
-        self.head = nn.Conv2d(16, 4, 1)
-
-    def forward(self, batch):
-        return self.head(self.body(batch["image"]) * batch["mask"])
 
 
 class DepthNet(nn.Module):
@@ -47,12 +37,7 @@ class DepthNet(nn.Module):
 
 
 def _masked():
-    torch.manual_seed(0)
-    model = MaskedNet().eval()
-    with torch.no_grad():  # the DCD layer's dynamic heads start at zero: make them matter
-        for p in model.body[3].parameters():
-            p.add_(0.05 * torch.randn_like(p))
-    return model
+    return build_masked().eval()
 
 
 def _batch(n=1, seed=0):
