@@ -17,6 +17,24 @@ BIN = Path(sys.executable).parent
 TIMEOUT = 300  # a safety net against hangs, not a timing assertion
 
 
+def run(cmd, args):
+    """``cmd`` (a click command) invoked in this process on ``args``, each made a string."""
+    from click.testing import CliRunner
+
+    return CliRunner().invoke(cmd, [str(a) for a in args])
+
+
+def run_in(directory: Path, cmd, args):
+    """:func:`run` with ``directory`` the working directory for the call (in a module
+    fixture, where ``monkeypatch.chdir`` is not available)."""
+    cwd = os.getcwd()
+    os.chdir(directory)
+    try:
+        return run(cmd, args)
+    finally:
+        os.chdir(cwd)
+
+
 def one_error_line(result, pattern: str, status: int = 1, *, notes: bool = False) -> None:
     """``result`` (a CliRunner result) failed with ``status`` and printed exactly one line,
     ``Error: ...`` matching ``pattern``, and no traceback; with ``notes``, other stderr lines

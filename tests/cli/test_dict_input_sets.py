@@ -9,15 +9,13 @@ validation; one ``Error:`` line naming ``--inputs`` and the keys without a file.
 from __future__ import annotations
 
 import json
-import os
 
 import numpy as np
 import onnx
 import pytest
 import torch
-from _cli import one_error_line
+from _cli import one_error_line, run, run_in
 from _tamper import scale_weight
-from click.testing import CliRunner
 
 from dcd_deploy.cli.bench import main as bench_main
 from dcd_deploy.cli.export import main as export_main
@@ -30,10 +28,6 @@ from _dict_net import build, one_key  # noqa: F401 (the factories the commands n
 H, W = 48, 64
 
 
-def run(cmd, args):
-    return CliRunner().invoke(cmd, [str(a) for a in args])
-
-
 @pytest.fixture(scope="module")
 def user_dir(tmp_path_factory):
     d = tmp_path_factory.mktemp("dicts")
@@ -42,13 +36,7 @@ def user_dir(tmp_path_factory):
     image = g.standard_normal((4, 3, H, W)).astype(np.float32)
     mask = (g.random((4, 1, H, W)) > 0.5).astype(np.float32)
     np.savez(d / "val.npz", image=image, mask=mask)
-    cwd = os.getcwd()
-    os.chdir(d)
-    try:
-        result = run(export_main, ["masked.py:build", "--inputs", "val.npz", "-o", "masked.onnx"])
-    finally:
-        os.chdir(cwd)
-    return d, result
+    return d, run_in(d, export_main, ["masked.py:build", "--inputs", "val.npz", "-o", "masked.onnx"])
 
 
 @pytest.fixture

@@ -9,14 +9,11 @@ one ``Error:`` line (status 1, or click's usage error, status 2) for what does n
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import onnx
 import pytest
 import torch
-from _cli import one_error_line
-from click.testing import CliRunner
+from _cli import one_error_line, run, run_in
 
 from dcd_deploy.cli.export import main as export_main
 from dcd_deploy.cli.validate import main as validate_main
@@ -84,10 +81,6 @@ def tagged():
 H, W = 24, 20
 
 
-def run(cmd, args):
-    return CliRunner().invoke(cmd, [str(a) for a in args])
-
-
 @pytest.fixture(scope="module")
 def user_dir(tmp_path_factory):
     d = tmp_path_factory.mktemp("sets")
@@ -102,13 +95,7 @@ def user_dir(tmp_path_factory):
     np.savez(d / "three.npz", rgb, depth, depth)
     np.savez(d / "feats.npz", feats=g.standard_normal((5, 16)).astype(np.float32))
     np.savez(d / "tagged.npz", image=g.standard_normal((3, 3, 8, 8)).astype(np.float32), ids=np.array([0, 3, 2]))
-    cwd = os.getcwd()
-    os.chdir(d)
-    try:
-        result = run(export_main, ["rgbd.py:build", "--inputs", "val.npz", "-o", "rgbd.onnx"])
-    finally:
-        os.chdir(cwd)
-    return d, result
+    return d, run_in(d, export_main, ["rgbd.py:build", "--inputs", "val.npz", "-o", "rgbd.onnx"])
 
 
 @pytest.fixture
