@@ -168,12 +168,8 @@ def size_counts(model, input_size, channels: int = 3, *, images: bool = True) ->
         c = count_complexity(model, input_size=input_hw(input_size), in_channels=channels)
     except (TypeError, DCDDeployError):  # a checkpoint with a layer the counter has no rule for
         return {"params_m": params, **unknown}
-    except (
-        RuntimeError,
-        ValueError,
-        IndexError,
-        KeyError,
-    ):  # meta tensors stopped: an op without them, or an input that does not fit
+    # meta tensors stopped: an op without them, or an input that does not fit (a dict's key)
+    except (RuntimeError, ValueError, IndexError, KeyError):
         _check_runs(model, (1, channels, *input_hw(input_size)))
         return {"params_m": params, **unknown}
     dynamic = c.madds_latent != c.madds_weight

@@ -28,6 +28,7 @@ from torch.utils import _pytree as pytree
 
 from .._forward import dict_hint
 from .._hooks import carry_hooks, copy_model, has_hooks
+from .._input_tree import tree_of_view
 from ..errors import ExportError, first_line
 from ..layers import DCDConv2d, DCDLinear, MixtureConv2d
 from ..models import check_input_size
@@ -224,7 +225,16 @@ def analyse(model: nn.Module, example: tuple[torch.Tensor, ...]) -> Analysis:
 
 def _inputs_hint(model: nn.Module) -> str:
     """How to give a model the inputs it takes: its dict's keys when ``forward`` reads its
-    argument by key (``batch["image"]``), else the kinds of inputs there are."""
+    argument by key (``batch["image"]``); what it was given when that was a dict made of
+    named arrays (an inputs file's, for a ``forward`` of fewer arguments); else the kinds
+    of inputs there are."""
+    tree = tree_of_view(model)
+    if tree is not None and dict_hint(model) is None:
+        return (
+            f"it was given {', '.join(tree.names)} as the keys of a dict, since its forward takes fewer "
+            "arguments: an inputs file holds one array per forward argument (named after it), or the keys "
+            "of the dict an argument is"
+        )
     return dict_hint(model) or (
         "a model of other inputs (NHWC, uint8, several) is traced with them: example_inputs=, or dcd-export "
         "--inputs FILE.npz (one array per forward argument) or --preprocess uint8"

@@ -179,6 +179,12 @@ def test_one_input_that_is_no_image(in_dir):
         ),
         (export_main, ["rgbd.py:build", "--inputs", "bad.npz"], r"holds rgb, dept; RGBD\.forward takes rgb, depth", 1),
         (export_main, ["rgbd.py:build", "--inputs", "three.npz"], r"holds 3 arrays; RGBD\.forward takes 2", 1),
+        (  # two named arrays for one argument: its dict, which this forward does not read
+            export_main,
+            ["rgbd.py:features", "--inputs", "val.npz"],
+            r"Features does not run .* it was given rgb, depth as the keys of a dict, since its forward takes fewer",
+            1,
+        ),
         (export_main, ["rgbd.py:build", "--inputs", "val.npz", "--input-size", "32"], r"--input-size describes", 2),
         (export_main, ["rgbd.py:build", "--inputs", "val.npz", "--preprocess", "unit"], r"--preprocess describes", 2),
         (validate_main, ["rgbd.py:build", "rgbd.onnx", "--inputs", "bad.npz"], r"rgbd\.onnx takes rgb, depth", 1),
