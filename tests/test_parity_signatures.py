@@ -292,6 +292,23 @@ def test_an_output_whose_batch_is_not_its_first_axis_is_compared_by_sample(tmp_p
     assert not check_parity(model, _tamper(path, tmp_path / "bad.onnx", "fc.weight"), batch_sizes=(1, 2), n_inputs=4)
 
 
+def test_batch_axes_read_the_files_dims():
+    from dcd_deploy.parity._signature import TensorSpec, batch_axes
+
+    f32 = np.dtype("float32")
+    ins = [TensorSpec("x", ("N", 3, 8, 8), f32)]
+    outs = [
+        TensorSpec("ctc", (12, "N", 5), f32),
+        TensorSpec("logits", ("N", 5), f32),
+        TensorSpec("square", ("N", "N"), f32),  # the batch on two axes: the first
+        TensorSpec("anchors", (12, 4), f32),  # no batch: axis 0, as always
+        TensorSpec("unknown", None, f32),  # a rank the file does not give
+    ]
+    assert batch_axes(ins, outs) == [1, 0, 0, 0, 0]
+    fixed = [TensorSpec("x", (1, 3, 8, 8), f32)]
+    assert batch_axes(fixed, [TensorSpec("t", (12, 1, 5), f32), TensorSpec("u", (1, 1, 5), f32)]) == [1, 0]
+
+
 def test_a_fixed_batch_file_of_a_sequence_first_output_checks(tmp_path):
     """A fixed batch of 1: the output is (12, 1, 5), the one axis of the batch's size."""
     from dcd_deploy import export_onnx

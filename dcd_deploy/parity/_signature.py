@@ -234,8 +234,9 @@ def batch_axes(in_specs: list[TensorSpec], out_specs: list[TensorSpec]) -> list[
     batch = in_specs[0].dims[0] if in_specs and in_specs[0].dims else None
     axes = []
     for spec in out_specs:
-        named = [i for i, d in enumerate(spec.dims) if batch is not None and d == batch]
-        axes.append(named[0] if len(named) == 1 and spec.dims[0] != batch else 0)
+        dims = spec.dims or ()  # None: a rank the file does not give
+        named = [i for i, d in enumerate(dims) if batch is not None and d == batch]
+        axes.append(named[0] if len(named) == 1 and dims[0] != batch else 0)
     return axes
 
 
