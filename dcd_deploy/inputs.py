@@ -425,6 +425,10 @@ def _nested(items) -> dict:
         node = out
         for parent in parents:
             node = node.setdefault(parent, {})
+            if not isinstance(node, dict):  # "a" and "a.b": a tensor cannot hold a key
+                raise UnsupportedInputError(f"inputs: the array {name} nests under {parent}, which is an array itself")
+        if key in node:
+            raise UnsupportedInputError(f"inputs: the array {name} names a dict that other arrays' keys fill")
         node[key] = tensor
     return out
 

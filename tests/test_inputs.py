@@ -199,3 +199,13 @@ def test_a_set_of_the_arguments_own_names_is_taken_as_before(tmp_path):
     a, b = torch.randn(2, 3), torch.randn(2, 3)
     given = InputSet((b, a), ("gain", "batch"), tmp_path / "in.npz")
     assert given.for_model(_BatchAndGain()) == ((a, b), ["batch", "gain"])
+
+
+@pytest.mark.parametrize("names", [("aux", "aux.depth"), ("aux.depth", "aux")])
+def test_an_array_and_a_key_under_it_are_one_error(tmp_path, names):
+    """``aux`` and ``aux.depth``: a tensor cannot hold a key (a TypeError traceback before)."""
+    from dcd_deploy.inputs import InputSet
+
+    given = InputSet((torch.zeros(2, 1), torch.zeros(2, 1)), names, tmp_path / "in.npz")
+    with pytest.raises(UnsupportedInputError, match=r"^inputs: the array aux"):
+        given.for_model(_Batch())
