@@ -71,6 +71,11 @@ class InputTree:
                 return self.flatten(args)
         return value
 
+    def applied(self, model: nn.Module, *values) -> tuple:
+        """(``model``'s flat view, then each of ``values`` as flat tensors by
+        :meth:`flat_inputs`): a model and its inputs as a file of this tree takes them."""
+        return (flat_view(model, self), *(self.flat_inputs(v) for v in values))
+
     def rebuild(self, flat) -> tuple:
         """The positional arguments made of ``flat`` (the leaves in order)."""
         return tuple(_built(node, flat) for node in self.args)
@@ -189,32 +194,3 @@ def _view_class(base: type) -> type:
 
     forward.__doc__ = base.forward.__doc__
     return type(base.__name__, (base,), {"forward": forward, "__qualname__": base.__qualname__})
-
-
-def leaves(args) -> tuple[torch.Tensor, ...]:
-    """Every tensor of ``args`` (nested dicts, lists and tuples) in tree order."""
-    out: list[torch.Tensor] = []
-
-    def walk(value):
-        if isinstance(value, torch.Tensor):
-            out.append(value)
-        elif isinstance(value, dict):
-            for v in value.values():
-                walk(v)
-        elif isinstance(value, (tuple, list)):
-            for v in value:
-                walk(v)
-
-    walk(args)
-    return tuple(out)
-
-
-def map_leaves(fn, args):
-    """``args`` with each tensor replaced by ``fn(tensor)``, the structure kept."""
-    if isinstance(args, torch.Tensor):
-        return fn(args)
-    if isinstance(args, dict):
-        return {k: map_leaves(fn, v) for k, v in args.items()}
-    if isinstance(args, (tuple, list)):
-        return type(args)(map_leaves(fn, v) for v in args)
-    return args

@@ -216,10 +216,10 @@ def _for_model(net, input_set, inputs) -> tuple:
     the dict a ``forward(self, batch)`` takes (:meth:`~dcd_deploy.inputs.InputSet.for_model`)."""
     if input_set is None:
         return inputs, None, inputs
-    from .._input_tree import leaves
+    from torch.utils._pytree import tree_leaves
 
     arranged, names = input_set.for_model(net)
-    return arranged, names, leaves(arranged)
+    return arranged, names, tuple(tree_leaves(arranged))
 
 
 def _write_json(json_path, result, *, model: str, inputs_path) -> None:
@@ -349,9 +349,10 @@ def _example(
     if inputs is None and not dynamic_size and channels == 3 and pixels == "float32":
         return {}
     import torch
-
-    from .._input_tree import map_leaves
+    from torch.utils._pytree import tree_map_only
 
     image = torch.zeros(1, channels, *size, dtype=getattr(torch, pixels))
-    example = {"example_inputs": (image,) if inputs is None else map_leaves(lambda t: t[:1], tuple(inputs))}
+    example = {
+        "example_inputs": (image,) if inputs is None else tree_map_only(torch.Tensor, lambda t: t[:1], tuple(inputs))
+    }
     return {"dynamic_size": True, **example} if dynamic_size else example

@@ -34,7 +34,7 @@ from torch import nn
 
 from .._atomic import atomic_output, check_output_path
 from .._forward import positional_names
-from .._input_tree import TREE_KEY, flat_view, tree_of, tree_of_view
+from .._input_tree import TREE_KEY, tree_of, tree_of_view
 from .._modes import onnx_exporting
 from .._outputs import dataclass_fields, leaf_name, output_leaves
 from .._version import __version__
@@ -311,7 +311,7 @@ def _flat_inputs(model: nn.Module, example_inputs, parity_inputs):
     tree = tree_of(model, tuple(example_inputs))
     if tree is None:
         return model, example_inputs, parity_inputs
-    return flat_view(model, tree), tree.flatten(tuple(example_inputs)), tree.flat_inputs(parity_inputs)
+    return tree.applied(model, tuple(example_inputs), parity_inputs)
 
 
 def _prefetch(model, example, *, batch, dynamic_size, sizes, inputs, example_inputs, preprocess):

@@ -59,7 +59,7 @@ import torch
 from torch import nn
 
 from .._hooks import copy_model
-from .._input_tree import flat_view, read_tree, tree_of_view
+from .._input_tree import read_tree, tree_of_view
 from .._modes import evaluating, onnx_exporting
 from ..errors import DCDDeployError, UnsupportedInputError, first_line
 from ..preprocess import PRESETS, Preprocess, make_preprocess
@@ -223,7 +223,7 @@ def _as_file_takes(model: nn.Module, proto, inputs, example_inputs):
     tree = read_tree(proto)
     if tree is None or tree_of_view(model) is not None:
         return model, inputs, example_inputs
-    return flat_view(model, tree), tree.flat_inputs(inputs), tree.flat_inputs(example_inputs)
+    return tree.applied(model, inputs, example_inputs)
 
 
 def _pytorch_side(model: nn.Module, given: list[torch.Tensor], plans: dict, prefetched, records, report):
