@@ -390,6 +390,20 @@ class InputSet:
         used = sum(1 for n in self.names if any(n == p or n.startswith(p + ".") for p in positional[: len(args)]))
         return tuple(args) if args and used == len(self.names) else None
 
+    def without(self, unread) -> InputSet:
+        """This set without its arrays under the key paths ``unread`` (the entries a
+        file's model never reads, :attr:`~dcd_deploy._input_tree.InputTree.unread`)."""
+        if self.names is None or not unread:
+            return self
+
+        def dropped(name: str) -> bool:
+            return any(name == u or name.startswith(u + ".") for u in unread)
+
+        kept = [(n, t) for n, t in zip(self.names, self.tensors) if not dropped(n)]
+        if not kept or len(kept) == len(self.names):
+            return self
+        return InputSet(tuple(t for _, t in kept), tuple(n for n, _ in kept), self.path)
+
     def arrange(self, wanted: list[str], *, what: str) -> tuple[torch.Tensor, ...]:
         """The tensors in the order of ``wanted`` (the model's or the file's input names):
         by name when the set has names, else (or when both sides have one) by position.
@@ -466,9 +480,8 @@ def _input_set_of(path: Path, data) -> InputSet:
     if isinstance(data, torch.Tensor):
         names, tensors = None, [data]
     elif isinstance(data, dict):
-        if not all(isinstance(k, str) for k in data):
-            raise UnsupportedInputError(f"inputs file {path} holds a dict whose keys are not all input names")
-        names, tensors = list(data), list(data.values())
+        flat = _dotted(path, data)
+        names, tensors = list(flat), list(flat.values())
     elif isinstance(data, (list, tuple)):
         names, tensors = None, list(data)
     else:
@@ -477,6 +490,21 @@ def _input_set_of(path: Path, data) -> InputSet:
             "tuple of tensors (one per input)"
         )
     return InputSet(tuple(_checked_member(path, tensors)), None if names is None else tuple(names), path)
+
+
+def _dotted(path: Path, data: dict, prefix: str = "") -> dict:
+    """A dict of a ``.pt`` with its nested dicts' entries under dotted names
+    (``{"aux": {"depth": d}}`` as ``aux.depth``, which :func:`_nested` reads back): a
+    data loader's batch saved as it is."""
+    if not all(isinstance(k, str) for k in data):
+        raise UnsupportedInputError(f"inputs file {path} holds a dict whose keys are not all input names")
+    flat: dict = {}
+    for key, value in data.items():
+        if isinstance(value, dict):
+            flat.update(_dotted(path, value, f"{prefix}{key}."))
+        else:
+            flat[prefix + key] = value
+    return flat
 
 
 def _checked_member(path: Path, tensors: list) -> list[torch.Tensor]:

@@ -95,6 +95,16 @@ def test_a_set_keeps_names_order_and_dtypes(tmp_path):
     assert read_input_set(tmp_path / "one.pt") is None  # one tensor: a batch of images, as before
 
 
+def test_a_pt_of_nested_dicts_names_its_arrays_by_dotted_key(tmp_path):
+    from dcd_deploy.inputs import load_input_set
+
+    depth, image = torch.rand(2, 1, 4, 4), torch.rand(2, 3, 4, 4)
+    torch.save({"image": image, "aux": {"depth": depth, "more": {"ir": depth + 1}}}, tmp_path / "b.pt")
+    got = load_input_set(tmp_path / "b.pt")
+    assert got.names == ("image", "aux.depth", "aux.more.ir")
+    assert torch.equal(got.tensors[1], depth) and torch.equal(got.tensors[2], depth + 1)
+
+
 def test_np_savez_positions_sort_as_numbers(tmp_path):
     from dcd_deploy.inputs import load_input_set
 

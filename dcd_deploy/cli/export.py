@@ -168,7 +168,7 @@ def main(
         n_inputs = 1 if input_set is None else len(input_set.tensors)
         loading = {"arch": arch, "weights": weights, "trust_checkpoint": trust_checkpoint, "seed": seed}
         net = resolve_model(model, input_size=input_size, n_inputs=n_inputs, **loading)
-        inputs, names, flat = _for_model(net, input_set, inputs)
+        inputs, names = _for_model(net, input_set, inputs)
         if progress is not None:
             progress(f"[load] {time.perf_counter() - started:.1f} s")
         result = _export(
@@ -193,6 +193,7 @@ def main(
             input_names=names,
         )
     click.echo(f"wrote {result.path} ({result.size_bytes / 1e6:.1f} MB) in {time.perf_counter() - started:.1f} s")
+    flat = _file_inputs(net, input_set, inputs, result)
     _write_json(json_path, result, model=model, inputs_path=inputs_path)
     if not quiet:
         _print_report(
@@ -211,15 +212,28 @@ def main(
 
 
 def _for_model(net, input_set, inputs) -> tuple:
-    """(the check's inputs as ``net`` takes them, the file's input names or None, the
-    tensors in the file's order): an inputs file's arrays put in ``forward``'s order, into
-    the dict a ``forward(self, batch)`` takes (:meth:`~dcd_deploy.inputs.InputSet.for_model`)."""
+    """(the check's inputs as ``net`` takes them, the file's input names or None): an
+    inputs file's arrays put in ``forward``'s order, into the dict a ``forward(self,
+    batch)`` takes (:meth:`~dcd_deploy.inputs.InputSet.for_model`)."""
     if input_set is None:
-        return inputs, None, inputs
-    from torch.utils._pytree import tree_leaves
+        return inputs, None
+    return input_set.for_model(net)
 
-    arranged, names = input_set.for_model(net)
-    return arranged, names, tuple(tree_leaves(arranged))
+
+def _file_inputs(net, input_set, inputs, result) -> tuple:
+    """The tensors the written file takes (of an inputs file's set: the leaves of
+    ``inputs`` but those ``forward`` never reads, which the export left out and this
+    names)."""
+    if input_set is None:
+        return inputs
+    from .._input_tree import file_leaves
+
+    if result.unread_inputs:
+        unread = result.unread_inputs
+        click.echo(
+            f"  left out {', '.join(unread)}: {type(net).__name__}.forward never reads {'them' if len(unread) > 1 else 'it'}"
+        )
+    return file_leaves(net, inputs, result.unread_inputs)
 
 
 def _write_json(json_path, result, *, model: str, inputs_path) -> None:

@@ -212,18 +212,39 @@ def _general_plan(onnx_path: Path, proto, input_set, sizes, n_inputs: int, resol
     if not names:
         raise UnsupportedInputError(f"{onnx_path} has 0 inputs; a model's file takes at least one")
     sizes = sizes or ((batch,) if batch is not None else DEFAULT_BATCH_SIZES)
-    inputs = None if input_set is None else input_set.arrange(names, what=str(onnx_path))
     check_parity_budget(input_size=max(sides, default=1), batch_sizes=sizes, n_inputs=n_inputs)
+    model = resolve(n_inputs=len(names))
     return {
-        "model": resolve(n_inputs=len(names)),
+        "model": model,
         "onnx_path": onnx_path,
         "batch_sizes": sizes,
         "n_inputs": n_inputs,
-        "inputs": inputs,
+        "inputs": None if input_set is None else _set_for_file(input_set, proto, names, model, onnx_path),
         "preprocess": None if input_set is not None else preprocess(),
         "described": None if input_set is None else input_set.describe(),
         "channels": None,
     }
+
+
+def _set_for_file(input_set, proto, names: list[str], model, onnx_path: Path):
+    """An inputs file's arrays as the file takes them: by the file's input names, or, for a
+    file recording an input tree (a model of dict arguments), as ``forward`` takes them
+    when the arrays are named so (``batch.image``, a nested dict in a ``.pt``); the
+    entries its model never reads dropped (a batch's labels)."""
+    from .._input_tree import read_tree
+
+    tree = read_tree(proto)
+    if tree is None:
+        return input_set.arrange(names, what=str(onnx_path))
+    fitted = input_set.without(tree.unread)
+    if fitted.names is not None and set(fitted.names) != set(names):
+        try:
+            arranged = fitted.for_model(model)[0]
+        except UnsupportedInputError:  # the file's names say it better
+            arranged = ()
+        if tree.fits(tuple(arranged)):
+            return arranged
+    return fitted.arrange(names, what=str(onnx_path))
 
 
 def _builtin(preprocess, channels: int | None) -> str:

@@ -34,7 +34,7 @@ from torch import nn
 
 from .._atomic import atomic_output, check_output_path
 from .._forward import positional_names
-from .._input_tree import TREE_KEY, tree_of, tree_of_view
+from .._input_tree import TREE_KEY, read_tree, tree_of, tree_of_view, unread_entries
 from .._modes import onnx_exporting
 from .._outputs import dataclass_fields, leaf_name, output_leaves
 from .._version import __version__
@@ -54,7 +54,8 @@ DEFAULT_OPSET = NATIVE_OPSET
 MIN_OPSET = 11  # onnx's converter writes Unsqueeze/ReduceSum's axes as attributes below 13
 MODES = ("standard", "function", "fused")
 #: Version of the layout of :meth:`ExportResult.to_dict` (``dcd-export --json``).
-EXPORT_SCHEMA = "dcd-export.report/1"  # fields added since: fused, unfused, input/output names, dynamic_size
+EXPORT_SCHEMA = "dcd-export.report/1"  # fields added since: fused, unfused, input/output names, dynamic_size,
+# unread_inputs
 #: metadata_props key of the layer record (read by :mod:`dcd_deploy.parity`).
 LAYERS_KEY = "dcd_deploy.layers"
 #: Ops OUR emission of a dynamic layer may write (docs/design.md#emission); the rest of
@@ -112,6 +113,8 @@ class ExportResult:
             for a model of no image input (no input of shape (N, C, H, W)).
         fused: DCD layers written as ``DCDPointwise`` nodes (fused mode).
         unfused: DCD layer path -> why it is not fused (fused mode).
+        unread_inputs: the key paths of the example dicts' entries that ``forward`` never
+            reads, left out of the file (``label`` of a data loader's batch).
     """
 
     path: Path
@@ -131,6 +134,7 @@ class ExportResult:
     input_names: list[str] = field(default_factory=list)
     output_names: list[str] = field(default_factory=list)
     dynamic_size: bool = False
+    unread_inputs: list[str] = field(default_factory=list)
     parity: object | None = None  # ParityReport
 
     def __bool__(self) -> bool:
@@ -308,10 +312,11 @@ def _flat_inputs(model: nn.Module, example_inputs, parity_inputs):
         example_inputs = (example_inputs,)
     if not isinstance(example_inputs, (tuple, list)) or not example_inputs:
         return model, example_inputs, parity_inputs
-    tree = tree_of(model, tuple(example_inputs))
-    if tree is None:
+    if all(isinstance(a, torch.Tensor) for a in example_inputs):
         return model, example_inputs, parity_inputs
-    return tree.applied(model, tuple(example_inputs), parity_inputs)
+    args = tuple(example_inputs)
+    tree = tree_of(model, args, unread=unread_entries(model, args))
+    return tree.applied(model, args, parity_inputs)
 
 
 def _prefetch(model, example, *, batch, dynamic_size, sizes, inputs, example_inputs, preprocess):
@@ -397,6 +402,7 @@ def _file_facts(path: Path, proto: onnx.ModelProto) -> dict:
         "size_bytes": path.stat().st_size,
         "input_names": [i.name for i in proto.graph.input],
         "output_names": [o.name for o in proto.graph.output],
+        "unread_inputs": list(getattr(read_tree(proto), "unread", ())),
     }
 
 

@@ -125,3 +125,23 @@ def test_a_dict_of_one_key_takes_the_sets_one_array_by_its_name(in_dir):
         result = run(validate_main, ["masked.py:one_key", "one.onnx", *inputs])
         assert result.exit_code == 0, result.output
         assert result.stdout.strip().splitlines()[-1].startswith("PASS")
+
+
+def test_a_loaders_batch_saved_as_it_is_exports_without_its_labels(in_dir):
+    """``torch.save(batch)`` of a data loader: a label beside the inputs (which the file
+    leaves out, saying so), and a nested dict read back by its dotted keys."""
+    data = np.load("val.npz")
+    image, mask = (torch.from_numpy(data[k]) for k in ("image", "mask"))
+    torch.save({"image": image, "label": torch.arange(4), "mask": mask}, "batch.pt")
+    result = run(export_main, ["masked.py:build", "--inputs", "batch.pt", "-o", "batch.onnx"])
+    assert result.exit_code == 0, result.output
+    assert "left out label: MaskedNet.forward never reads it" in result.stdout
+    assert "input image Nx3x48x64, mask Nx1x48x64" in result.stdout
+    assert [i.name for i in onnx.load("batch.onnx").graph.input] == ["image", "mask"]
+    for inputs in ("batch.pt", "val.npz"):
+        result = run(validate_main, ["masked.py:build", "batch.onnx", "--inputs", inputs])
+        assert result.exit_code == 0, result.output
+        assert result.stdout.strip().splitlines()[-1].startswith("PASS")
+    torch.save({"batch": {"image": image, "mask": mask}}, "nested.pt")  # the argument's own name
+    result = run(validate_main, ["masked.py:build", "masked.onnx", "--inputs", "nested.pt"])
+    assert result.exit_code == 0, result.output

@@ -153,3 +153,75 @@ def test_a_leaf_that_is_no_tensor_is_one_line(tmp_path):
     with pytest.raises(ExportError, match="image is a float"):
         export_onnx(_masked(), tmp_path / "m.onnx", example_inputs=({"image": 1.0, "mask": torch.ones(1)},))
     assert not (tmp_path / "m.onnx").exists()
+
+
+class ReadsSome(nn.Module):
+    """Reads ``image`` by ``[]`` and ``mask`` by ``get``; a batch's ``label`` and ``path`` never."""
+
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), DCDConv2d(8, 4))
+
+    def forward(self, batch):
+        mask = batch.get("mask")
+        return self.body(batch["image"]) * mask
+
+
+class ReadsAll(ReadsSome):
+    """Iterates the batch: every entry is read (a sum over all of them)."""
+
+    def forward(self, batch):
+        extra = sum(v.float().mean() for k, v in batch.items() if k != "image")
+        return self.body(batch["image"]) + extra
+
+
+def _loader_batch(n=1, seed=0):
+    """A data loader's batch: the model's inputs with a label and file names among them."""
+    g = torch.Generator().manual_seed(seed)
+    return {
+        "image": torch.randn(n, 3, 24, 32, generator=g),
+        "label": torch.randint(0, 4, (n,), generator=g),
+        "path": [f"{i}.png" for i in range(n)],
+        "mask": torch.rand(n, 1, 24, 32, generator=g).round(),
+    }
+
+
+def test_entries_forward_never_reads_are_left_out_of_the_file(tmp_path):
+    torch.manual_seed(3)
+    model = ReadsSome().eval()
+    result = export_onnx(model, tmp_path / "r.onnx", example_inputs=(_loader_batch(),))
+    assert result and result.input_names == ["image", "mask"]
+    assert result.unread_inputs == ["label", "path"]
+    props = {p.key: p.value for p in onnx.load(str(result.path)).metadata_props}
+    assert json.loads(props[TREE_KEY])["args"] == [{"dict": {"image": 0, "mask": 1}, "unread": ["label", "path"]}]
+    batch = _loader_batch(3, seed=4)
+    (got,) = _ort(result.path, {"image": batch["image"], "mask": batch["mask"]})
+    with torch.no_grad():
+        want = ReadsSome().double().eval()
+        want.load_state_dict(model.state_dict())
+        want = want({"image": batch["image"].double(), "mask": batch["mask"].double()}).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    # the check takes the batch as the loader gives it, labels and names included
+    assert check_parity(model, result.path, inputs=(batch,))
+
+
+def test_entries_read_by_iterating_the_dict_are_all_kept(tmp_path):
+    torch.manual_seed(3)
+    batch = _loader_batch()
+    del batch["path"]  # a string cannot be a graph input: every entry here is read
+    result = export_onnx(ReadsAll().eval(), tmp_path / "a.onnx", example_inputs=(batch,))
+    assert result and result.input_names == ["image", "label", "mask"] and result.unread_inputs == []
+
+
+def test_root_hooks_see_the_dict_as_the_users_call_does(tmp_path):
+    model = _masked()
+    model.register_forward_pre_hook(lambda m, args: ({**args[0], "image": args[0]["image"] * 2 - 1},))
+    model.register_forward_hook(lambda m, args, out: out + args[0]["mask"])
+    result = export_onnx(model, tmp_path / "h.onnx", example_inputs=(_batch(),))
+    assert result and result.input_names == ["image", "mask"]
+    batch = _batch(2, seed=6)
+    (got,) = _ort(result.path, batch)
+    with torch.no_grad():
+        want = model(batch).numpy()  # the user's own call: its hooks on the dict
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    assert np.abs(want - _float64(_masked(), batch).numpy()).max() > 0.1  # the hooks do change it
