@@ -271,7 +271,9 @@ def _post_hooks(view: nn.Module, args: tuple, kwargs: dict, out):
 class _KeyLog(dict):
     """A copy of a dict of the example that notes which of its keys ``forward`` looks up:
     by key (``[]``, ``get``, ``in``, ``pop``, ``setdefault``) one at a time; by iterating
-    (``items()``, ``**batch``, ``dict(batch)``, ``for``) all of them."""
+    (``items()``, ``**batch``, ``dict(batch)``, ``for``, ``==``) all of them."""
+
+    __hash__ = None
 
     def __init__(self, source: dict, read: set):
         super().__init__((k, _logged(v, read)) for k, v in source.items())
@@ -280,54 +282,30 @@ class _KeyLog(dict):
     def _note(self, *keys) -> None:
         self._read.update((self._source, k) for k in keys)
 
-    def __getitem__(self, key):
-        self._note(key)
-        return super().__getitem__(key)
-
-    def get(self, key, default=None):
-        self._note(key)
-        return super().get(key, default)
-
-    def __contains__(self, key):
-        self._note(key)
-        return super().__contains__(key)
-
-    def pop(self, key, *default):
-        self._note(key)
-        return super().pop(key, *default)
-
-    def setdefault(self, key, default=None):
-        self._note(key)
-        return super().setdefault(key, default)
-
-    def _every(self):
-        self._note(*super().keys())
-
-    def __iter__(self):
-        self._every()
-        return super().__iter__()
-
-    def keys(self):
-        self._every()
-        return super().keys()
-
-    def values(self):
-        self._every()
-        return super().values()
-
-    def items(self):
-        self._every()
-        return super().items()
-
     def copy(self):
-        self._every()
-        return dict(super().items())
+        return dict(self.items())
 
-    def __eq__(self, other):
-        self._every()
-        return super().__eq__(other)
 
-    __hash__ = None
+def _by_key(name: str):
+    def method(self, key, *args):
+        self._note(key)
+        return getattr(dict, name)(self, key, *args)
+
+    return method
+
+
+def _by_all(name: str):
+    def method(self, *args):
+        self._note(*dict.keys(self))
+        return getattr(dict, name)(self, *args)
+
+    return method
+
+
+for _name in ("__getitem__", "get", "__contains__", "pop", "setdefault"):
+    setattr(_KeyLog, _name, _by_key(_name))
+for _name in ("__iter__", "keys", "values", "items", "__eq__"):
+    setattr(_KeyLog, _name, _by_all(_name))
 
 
 def _logged(value, read: set):
