@@ -444,7 +444,18 @@ def _nested(items) -> dict:
         if key in node:
             raise UnsupportedInputError(f"inputs: the array {name} names a dict that other arrays' keys fill")
         node[key] = tensor
-    return out
+    return _listed(out)
+
+
+def _listed(node):
+    """``node`` with each dict keyed ``0`` .. ``n-1`` made a list (``views.0``, ``views.1``:
+    the items of a list argument, as the export names them)."""
+    if not isinstance(node, dict):
+        return node
+    items = {k: _listed(v) for k, v in node.items()}
+    if sorted(items) == sorted(map(str, range(len(items)))) and items:
+        return [items[str(i)] for i in range(len(items))]
+    return items
 
 
 def read_input_set(path: str | os.PathLike) -> InputSet | None:
@@ -494,12 +505,14 @@ def _input_set_of(path: Path, data) -> InputSet:
 
 def _dotted(path: Path, data: dict, prefix: str = "") -> dict:
     """A dict of a ``.pt`` with its nested dicts' entries under dotted names
-    (``{"aux": {"depth": d}}`` as ``aux.depth``, which :func:`_nested` reads back): a
-    data loader's batch saved as it is."""
+    (``{"aux": {"depth": d}}`` as ``aux.depth``, a list's items as ``views.0``, which
+    :func:`_nested` reads back): a data loader's batch saved as it is."""
     if not all(isinstance(k, str) for k in data):
         raise UnsupportedInputError(f"inputs file {path} holds a dict whose keys are not all input names")
     flat: dict = {}
     for key, value in data.items():
+        if isinstance(value, (list, tuple)) and value:  # the items of a list argument: key.0, key.1
+            value = {str(i): v for i, v in enumerate(value)}
         if isinstance(value, dict):
             flat.update(_dotted(path, value, f"{prefix}{key}."))
         else:

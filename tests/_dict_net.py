@@ -35,6 +35,19 @@ class OneKey(nn.Module):
         return self.body(batch["image"]).mean((2, 3))
 
 
+class TwoViews(nn.Module):
+    """A list of two images (``forward(self, views)``: stereo pairs, multi-crop)."""
+
+    def __init__(self):
+        super().__init__()
+        self.enc = nn.Sequential(nn.Conv2d(3, 8, 3, stride=2, padding=1), nn.ReLU(), DCDConv2d(8, 8))
+        self.fc = nn.Linear(16, 2)
+
+    def forward(self, views):
+        a, b = (self.enc(v).mean((2, 3)) for v in views)
+        return self.fc(torch.cat([a, b], 1))
+
+
 def build() -> MaskedNet:
     """A MaskedNet whose DCD layer's dynamic heads (zero at construction) matter."""
     torch.manual_seed(0)
@@ -48,3 +61,8 @@ def build() -> MaskedNet:
 def one_key() -> OneKey:
     torch.manual_seed(1)
     return OneKey()
+
+
+def two_views() -> TwoViews:
+    torch.manual_seed(2)
+    return TwoViews()

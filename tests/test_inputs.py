@@ -105,6 +105,18 @@ def test_a_pt_of_nested_dicts_names_its_arrays_by_dotted_key(tmp_path):
     assert torch.equal(got.tensors[1], depth) and torch.equal(got.tensors[2], depth + 1)
 
 
+def test_items_named_by_index_are_a_list_argument(tmp_path):
+    from dcd_deploy.inputs import load_input_set
+
+    a, b = torch.rand(2, 3, 4, 4), torch.rand(2, 3, 4, 4)
+    torch.save({"views": (a, b), "meta": {"1": a, "2": b}}, tmp_path / "v.pt")
+    got = load_input_set(tmp_path / "v.pt")
+    assert got.names == ("views.0", "views.1", "meta.1", "meta.2")
+    (arg,) = got.as_dicts(["batch"])  # one argument that no array names: a dict of them all
+    assert isinstance(arg["views"], list) and arg["views"][1] is got.tensors[1]
+    assert sorted(arg["meta"]) == ["1", "2"]  # keys not 0..n-1 stay a dict
+
+
 def test_np_savez_positions_sort_as_numbers(tmp_path):
     from dcd_deploy.inputs import load_input_set
 

@@ -22,7 +22,7 @@ from dcd_deploy.cli.export import main as export_main
 from dcd_deploy.cli.validate import main as validate_main
 
 SOURCE = """\
-from _dict_net import build, one_key  # noqa: F401 (the factories the commands name)
+from _dict_net import build, one_key, two_views  # noqa: F401 (the factories the commands name)
 """
 
 H, W = 48, 64
@@ -144,4 +144,29 @@ def test_a_loaders_batch_saved_as_it_is_exports_without_its_labels(in_dir):
         assert result.stdout.strip().splitlines()[-1].startswith("PASS")
     torch.save({"batch": {"image": image, "mask": mask}}, "nested.pt")  # the argument's own name
     result = run(validate_main, ["masked.py:build", "masked.onnx", "--inputs", "nested.pt"])
+    assert result.exit_code == 0, result.output
+
+
+@pytest.mark.parametrize("saved", ["pt", "npz"])
+def test_a_list_argument_takes_its_items_by_index(in_dir, saved):
+    """``forward(self, views)`` of a list of two images: a ``.pt`` of ``{"views": [a, b]}``
+    or an ``.npz`` of ``views.0``, ``views.1`` (the names the file's inputs get)."""
+    from _dict_net import two_views as make
+
+    g = torch.Generator().manual_seed(5)
+    a, b = torch.rand(3, 3, 32, 32, generator=g), torch.rand(3, 3, 32, 32, generator=g)
+    if saved == "pt":
+        torch.save({"views": [a, b]}, "views.pt")
+    else:
+        np.savez("views.npz", **{"views.0": a.numpy(), "views.1": b.numpy()})
+    result = run(export_main, ["masked.py:two_views", "--inputs", f"views.{saved}", "-o", f"views_{saved}.onnx"])
+    assert result.exit_code == 0, result.output
+    assert "input views.0 Nx3x32x32, views.1 Nx3x32x32" in result.stdout
+    import onnxruntime as ort
+
+    (got,) = ort.InferenceSession(f"views_{saved}.onnx").run(None, {"views.0": a.numpy(), "views.1": b.numpy()})
+    with torch.no_grad():
+        want = make().double().eval()([a.double(), b.double()]).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
+    result = run(validate_main, ["masked.py:two_views", f"views_{saved}.onnx", "--inputs", f"views.{saved}"])
     assert result.exit_code == 0, result.output
