@@ -506,7 +506,8 @@ def _input_set_of(path: Path, data) -> InputSet:
 def _dotted(path: Path, data: dict, prefix: str = "") -> dict:
     """A dict of a ``.pt`` with its nested dicts' entries under dotted names
     (``{"aux": {"depth": d}}`` as ``aux.depth``, a list's items as ``views.0``, which
-    :func:`_nested` reads back): a data loader's batch saved as it is."""
+    :func:`_nested` reads back): a data loader's batch saved as it is, its strings left
+    out."""
     if not all(isinstance(k, str) for k in data):
         raise UnsupportedInputError(f"inputs file {path} holds a dict whose keys are not all input names")
     flat: dict = {}
@@ -515,7 +516,7 @@ def _dotted(path: Path, data: dict, prefix: str = "") -> dict:
             value = {str(i): v for i, v in enumerate(value)}
         if isinstance(value, dict):
             flat.update(_dotted(path, value, f"{prefix}{key}."))
-        else:
+        elif not isinstance(value, str):  # a batch's file names or ids: no input of any graph
             flat[prefix + key] = value
     return flat
 

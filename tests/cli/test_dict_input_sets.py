@@ -132,7 +132,8 @@ def test_a_loaders_batch_saved_as_it_is_exports_without_its_labels(in_dir):
     leaves out, saying so), and a nested dict read back by its dotted keys."""
     data = np.load("val.npz")
     image, mask = (torch.from_numpy(data[k]) for k in ("image", "mask"))
-    torch.save({"image": image, "label": torch.arange(4), "mask": mask}, "batch.pt")
+    names = [f"{i}.png" for i in range(4)]  # a batch's file names: read as no input at all
+    torch.save({"image": image, "label": torch.arange(4), "path": names, "mask": mask}, "batch.pt")
     result = run(export_main, ["masked.py:build", "--inputs", "batch.pt", "-o", "batch.onnx"])
     assert result.exit_code == 0, result.output
     assert "left out label: MaskedNet.forward never reads it" in result.stdout
