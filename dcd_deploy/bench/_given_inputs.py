@@ -64,11 +64,12 @@ def in_model_order(inputs: dict, models: Sequence) -> tuple:
 
 
 def flat_run(x, built: dict) -> tuple:
-    """``(x, built)`` for a run whose models take dicts (``x`` holds one, as
+    """``(x, built, unread)`` for a run whose models take dicts (``x`` holds one, as
     :func:`in_model_order` gives it for a ``forward(self, batch)``): the tensors in tree
-    order, and each PyTorch model as its flat view (:mod:`dcd_deploy._input_tree`), which
-    the torch backends time as ``model(*tensors)`` (the dict rebuilt inside: a few dict
-    insertions) and the exporter writes a file of those inputs from; else as they are."""
+    order, each PyTorch model as its flat view (:mod:`dcd_deploy._input_tree`), which the
+    torch backends time as ``model(*tensors)`` (the dict rebuilt inside: a few dict
+    insertions) and the exporter writes a file of those inputs from, and the key paths of
+    the entries ``forward`` never reads, left out; else ``(x, built, ())``."""
     import torch
     from torch import nn
 
@@ -76,13 +77,13 @@ def flat_run(x, built: dict) -> tuple:
 
     modules = [m for m in built.values() if isinstance(m, nn.Module)]
     if x is None or not modules or all(isinstance(a, torch.Tensor) for a in x):
-        return x, built
+        return x, built, ()
     # entries the model never reads (a batch's labels) are left out, as dcd-export leaves them
     tree = tree_of(modules[0], tuple(x), unread=unread_entries(modules[0], tuple(x)))
     if tree is None:
-        return x, built
+        return x, built, ()
     views = {name: flat_view(m, tree) if isinstance(m, nn.Module) else m for name, m in built.items()}
-    return tree.flatten(tuple(x)), views
+    return tree.flatten(tuple(x)), views, tree.unread
 
 
 def _check_fits(spec, tensor, path: str) -> None:

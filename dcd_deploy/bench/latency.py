@@ -207,7 +207,9 @@ def run_benchmark(
         )
         notes += unpaired_notes(entries)
         x = None if inputs is None else in_model_order(inputs, [built[e.name] for e in entries])
-        x, built = flat_run(x, built)  # a forward taking a dict: its tensors, the models' flat views
+        x, built, unread = flat_run(x, built)  # a forward taking a dict: its tensors, the models' flat views
+        if unread:
+            notes.append(f"inputs: {', '.join(unread)} left out: the models' forward never reads them")
         timings, forms, profiles = _measure(
             entries,
             built,

@@ -13,8 +13,8 @@ def test_a_batchs_entries_the_model_never_reads_are_not_timed_inputs():
 
     model = build().eval()
     batch = {"image": torch.randn(2, 3, 16, 16), "label": torch.arange(2), "mask": torch.ones(2, 1, 16, 16)}
-    flat, views = flat_run((batch,), {"dcd": model})
-    assert len(flat) == 2
+    flat, views, unread = flat_run((batch,), {"dcd": model})
+    assert len(flat) == 2 and unread == ("label",)
     assert flat[0] is batch["image"] and flat[1] is batch["mask"]
     with torch.no_grad():
         assert torch.equal(views["dcd"](*flat), model(batch))

@@ -143,6 +143,10 @@ def test_a_loaders_batch_saved_as_it_is_exports_without_its_labels(in_dir):
         result = run(validate_main, ["masked.py:build", "batch.onnx", "--inputs", inputs])
         assert result.exit_code == 0, result.output
         assert result.stdout.strip().splitlines()[-1].startswith("PASS")
+    args = ["latency", "--models", "masked.py:build", "--inputs", "batch.pt", "--threads", "1", "--quick"]
+    result = run(bench_main, args + ["--backends", "torch", "--json", "batch_bench.json"])
+    assert result.exit_code == 0, result.output
+    assert "label left out: the models' forward never reads them" in result.output
     torch.save({"batch": {"image": image, "mask": mask}}, "nested.pt")  # the argument's own name
     result = run(validate_main, ["masked.py:build", "masked.onnx", "--inputs", "nested.pt"])
     assert result.exit_code == 0, result.output
