@@ -9,6 +9,7 @@ file's metadata (:data:`TREE_KEY`), so a later check rebuilds the same tree from
 file's inputs without being told.
 
 A node of the tree, as stored: an int (the index of a leaf, i.e. of the file's input),
+``null`` (a ``None`` argument, as ``forward(x, mask=None)`` is called: no input),
 ``{"dict": {key: node}}``, ``{"list": [node]}`` or ``{"tuple": [node]}``. A dict node may
 also hold ``"unread": [key]``: entries of the example's dict that ``forward`` never looked
 up (a data loader's batch carries its labels and file names beside the image), left out
@@ -98,6 +99,10 @@ class InputTree:
 
 
 def _collect(node, value, leaves: list) -> None:
+    if node is None:
+        if value is not None:
+            raise DCDDeployError(f"inputs: expected None where the file takes no input, got {type(value).__name__}")
+        return
     if isinstance(node, int):
         if not isinstance(value, torch.Tensor):
             raise DCDDeployError(f"inputs: expected a tensor for input {node}, got {type(value).__name__}")
@@ -124,6 +129,8 @@ def _parts(node: dict) -> tuple[str, dict | list]:
 
 
 def _built(node, flat):
+    if node is None:
+        return None
     if isinstance(node, int):
         return flat[node]
     kind, children = _parts(node)
@@ -164,6 +171,8 @@ def _node(value, path: str, names: list[str], unread: tuple[frozenset, list[str]
     if isinstance(value, torch.Tensor):
         names.append(path or f"input_{len(names)}")
         return len(names) - 1
+    if value is None:  # an optional argument left out: forward gets None, the file no input
+        return None
     if isinstance(value, dict):
         if not all(isinstance(k, str) for k in value):
             raise ExportError(f"input {path or 'dict'}: dict keys must be strings, got {list(value)}")

@@ -225,3 +225,35 @@ def test_root_hooks_see_the_dict_as_the_users_call_does(tmp_path):
         want = model(batch).numpy()  # the user's own call: its hooks on the dict
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
     assert np.abs(want - _float64(_masked(), batch).numpy()).max() > 0.1  # the hooks do change it
+
+
+class OptionalMask(nn.Module):
+    """``forward(x, mask=None)``, called as ``model(x, None)``."""
+
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), DCDConv2d(8, 4))
+
+    def forward(self, x, mask=None, gain=None):
+        y = self.body(x)
+        y = y if mask is None else y * mask
+        return y if gain is None else y * gain["scale"]
+
+
+def test_a_none_argument_is_no_input_of_the_file(tmp_path):
+    torch.manual_seed(4)
+    model = OptionalMask().eval()
+    x = torch.randn(1, 3, 20, 24)
+    gain = {"scale": torch.full((1, 1, 1, 1), 2.0)}
+    result = export_onnx(model, tmp_path / "n.onnx", example_inputs=(x, None, gain))
+    assert result and result.input_names == ["x", "gain.scale"]
+    props = {p.key: p.value for p in onnx.load(str(result.path)).metadata_props}
+    assert json.loads(props[TREE_KEY])["args"] == [0, None, {"dict": {"scale": 1}}]
+    x2, scale2 = torch.randn(3, 3, 20, 24), torch.rand(3, 1, 1, 1)
+    (got,) = _ort(result.path, {"x": x2, "gain.scale": scale2})
+    with torch.no_grad():
+        ref = OptionalMask().double().eval()
+        ref.load_state_dict(model.state_dict())
+        want = ref(x2.double(), None, {"scale": scale2.double()}).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
+    assert check_parity(model, result.path, inputs=(x2, None, {"scale": scale2}))
