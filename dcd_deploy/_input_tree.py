@@ -198,10 +198,19 @@ def file_leaves(model: nn.Module, args, unread=()) -> tuple[torch.Tensor, ...]:
     if tree is None:
         return args
 
-    def kept(name: str) -> bool:
-        return not any(name == u or name.startswith(u + ".") for u in unread)
+    return tuple(t for name, t in zip(tree.names, tree.flatten(args)) if not under(name, unread))
 
-    return tuple(t for name, t in zip(tree.names, tree.flatten(args)) if kept(name))
+
+def under(name: str, paths) -> bool:
+    """Whether the leaf ``name`` is one of the key ``paths`` or inside one (``aux.depth``
+    under ``aux``)."""
+    return any(name == p or name.startswith(p + ".") for p in paths)
+
+
+def example_tree(model: nn.Module, args: tuple) -> InputTree | None:
+    """:func:`tree_of` the example ``args``, the dict entries ``forward`` never reads left
+    out (:func:`unread_entries`; no run of the model for arguments that hold no dict)."""
+    return tree_of(model, args, unread=unread_entries(model, args))
 
 
 def read_tree(proto) -> InputTree | None:

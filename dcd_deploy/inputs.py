@@ -393,13 +393,11 @@ class InputSet:
     def without(self, unread) -> InputSet:
         """This set without its arrays under the key paths ``unread`` (the entries a
         file's model never reads, :attr:`~dcd_deploy._input_tree.InputTree.unread`)."""
+        from ._input_tree import under
+
         if self.names is None or not unread:
             return self
-
-        def dropped(name: str) -> bool:
-            return any(name == u or name.startswith(u + ".") for u in unread)
-
-        kept = [(n, t) for n, t in zip(self.names, self.tensors) if not dropped(n)]
+        kept = [(n, t) for n, t in zip(self.names, self.tensors) if not under(n, unread)]
         if not kept or len(kept) == len(self.names):
             return self
         return InputSet(tuple(t for _, t in kept), tuple(n for n, _ in kept), self.path)

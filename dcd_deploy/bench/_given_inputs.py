@@ -70,16 +70,13 @@ def flat_run(x, built: dict) -> tuple:
     torch backends time as ``model(*tensors)`` (the dict rebuilt inside: a few dict
     insertions) and the exporter writes a file of those inputs from, and the key paths of
     the entries ``forward`` never reads, left out; else ``(x, built, ())``."""
-    import torch
     from torch import nn
 
-    from .._input_tree import flat_view, tree_of, unread_entries
+    from .._input_tree import example_tree, flat_view
 
     modules = [m for m in built.values() if isinstance(m, nn.Module)]
-    if x is None or not modules or all(isinstance(a, torch.Tensor) for a in x):
-        return x, built, ()
     # entries the model never reads (a batch's labels) are left out, as dcd-export leaves them
-    tree = tree_of(modules[0], tuple(x), unread=unread_entries(modules[0], tuple(x)))
+    tree = None if x is None or not modules else example_tree(modules[0], tuple(x))
     if tree is None:
         return x, built, ()
     views = {name: flat_view(m, tree) if isinstance(m, nn.Module) else m for name, m in built.items()}

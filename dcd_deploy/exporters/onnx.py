@@ -34,7 +34,7 @@ from torch import nn
 
 from .._atomic import atomic_output, check_output_path
 from .._forward import positional_names
-from .._input_tree import TREE_KEY, read_tree, tree_of, tree_of_view, unread_entries
+from .._input_tree import TREE_KEY, example_tree, read_tree, tree_of_view
 from .._modes import onnx_exporting
 from .._outputs import dataclass_fields, leaf_name, output_leaves
 from .._version import __version__
@@ -312,11 +312,10 @@ def _flat_inputs(model: nn.Module, example_inputs, parity_inputs):
         example_inputs = (example_inputs,)
     if not isinstance(example_inputs, (tuple, list)) or not example_inputs:
         return model, example_inputs, parity_inputs
-    if all(isinstance(a, torch.Tensor) for a in example_inputs):
+    tree = example_tree(model, tuple(example_inputs))
+    if tree is None:
         return model, example_inputs, parity_inputs
-    args = tuple(example_inputs)
-    tree = tree_of(model, args, unread=unread_entries(model, args))
-    return tree.applied(model, args, parity_inputs)
+    return tree.applied(model, tuple(example_inputs), parity_inputs)
 
 
 def _prefetch(model, example, *, batch, dynamic_size, sizes, inputs, example_inputs, preprocess):
