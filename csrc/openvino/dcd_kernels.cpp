@@ -63,6 +63,12 @@ constexpr int MC = MR * 16;  // rows per block
 #ifndef DCD_PF_LOCALITY
 #define DCD_PF_LOCALITY 2
 #endif
+#ifndef DCD_FORM_PF_ROWS
+// measured on an Intel Xeon (AVX-512, AMX): forming W(x) 384 x 384 from a w0 out of L2
+// 104-109 -> 77-82 µs (12 rows: 84, 96: 80-83, 192: 87-98); MobileNetV2 x1.0's forming
+// 0.309-0.319 -> 0.291-0.293 ms per image (docs/performance.md, round twenty-six)
+#define DCD_FORM_PF_ROWS 24
+#endif
 #ifndef DCD_ROWS_OUTER_BYTES
 #define DCD_ROWS_OUTER_BYTES (64 * 1024)  // measured: helps 16->96@112 by ~10%, hurts 64->384@14 above it
 #endif
@@ -563,6 +569,9 @@ struct Gemm {
     // latent form's w0 and q): each panel's first row tile fetches the next B block
     // (Tile::pf). Off for a B just written (W(x), ppk): there it measured 2-4% slower.
     bool prefetch_b;
+    // C0 is a constant streamed from memory, rows ldc0 == n apart (the weight form's w0
+    // panel when forming W(x)): each row tile fetches the C0 rows this many rows ahead
+    int prefetch_c0_rows;
 };
 
 // One micro-tile: rows [i, i + mm), the panel at column j0, K block [k0, k0 + kc); pf: the
@@ -628,6 +637,13 @@ BlockRef next_block(const Gemm& g, int b, int nb, int j0) {
     return {g.b1 + (long)j0 * g.k1 + (long)k0 * wp, (int)(((long)kc * wp + 15) / 16)};
 }
 
+// The C0 rows g.prefetch_c0_rows below row i (h rows' worth), or {null, 0}
+inline BlockRef c0_ahead(const Gemm& g, bool first, int i, int h) {
+    const int r = i + g.prefetch_c0_rows;
+    if (!first || !g.prefetch_c0_rows || r >= g.m) return {nullptr, 0};
+    return {g.c0 + (long)r * g.ldc0, (int)(((long)imin(h, g.m - r) * g.ldc0 + 15) / 16)};
+}
+
 // shortk_gemm: a short K's GEMM (the expansions), in its own file but this translation unit
 #include "shortk_kernels.inc"
 
@@ -658,7 +674,7 @@ void gemm(const Gemm& g) {
                 for (int ti = 0, i = i0; ti < nt; i += h + (ti < tall), ++ti)
                     for (int j0 = 0; j0 < g.n; j0 += NR)
                         gemm_tile(g, k0, kc, first, last, i, h + (ti < tall), j0,
-                                  pf && ti == 0 ? next_block(g, b, nb, j0 + NR) : BlockRef{nullptr, 0});
+                                  pf && ti == 0 ? next_block(g, b, nb, j0 + NR) : c0_ahead(g, first, i, h));
             } else {
                 for (int j0 = 0; j0 < g.n; j0 += NR)
                     for (int ti = 0, i = i0; ti < nt; i += h + (ti < tall), ++ti)
@@ -1193,6 +1209,7 @@ void form_panels(void* ctx, int p0, int p1) {
         f.c0scale = lam + j0;  // (B, Cin, wp) = lam * w0 + qᵀ (Cin x L) . (p phi)ᵀ (L x wp)
         f.c = wpk + (long)j0 * Cin;
         f.ldc = wp;
+        f.prefetch_c0_rows = DCD_FORM_PF_ROWS;
         gemm(f);
     }
     if (p1 > (Cout + NR - 1) / NR) form_cvec(j);
