@@ -444,7 +444,7 @@ def _check(
     traced_hw = _image_hw(example_inputs) if dynamic_size else None
     other = other_size_example(model, example_inputs) if report and traced_hw else None
     if other is not None:
-        check_other_size(model, path, other, traced_hw=traced_hw, preprocess=preprocess)
+        check_other_size(model, path, other, traced=example_inputs, preprocess=preprocess)
     return report
 
 

@@ -16,7 +16,7 @@ from torch import nn
 
 from dcd_deploy import export_onnx
 from dcd_deploy.errors import ExportError
-from dcd_deploy.exporters._other_size import STEPS, other_size_example
+from dcd_deploy.exporters._other_size import STEPS, other_size_example, size_fixing_calls
 from dcd_deploy.layers import DCDConv2d
 
 
@@ -82,12 +82,30 @@ class _Pyramid(nn.Module):
         return self.cells(self.body(x)).flatten(1)
 
 
+class _PyramidCall(nn.Module):
+    """The same cell as a functional call in forward, as in most pooling-pyramid code."""
+
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(nn.Conv2d(3, 8, 3, 2, 1), nn.ReLU(), DCDConv2d(8, 8, 3, 1, 1))
+
+    def forward(self, x):
+        return F.adaptive_avg_pool2d(self.body(x), (3, 3)).flatten(1)
+
+
 @pytest.mark.parametrize(
     "cls, size, checked, named",
     [
         (_TextLine, (16, 64), "16x128 (traced at 16x64)", "perhaps rnn (LSTM)"),
-        (_SoftArgmax, (24, 32), "56x96 (traced at 24x32)", "e.g. an LSTM's sequence length"),  # functional
+        # a functional call, by its size and the line of the model's code that made it
+        (_SoftArgmax, (24, 32), "56x96 (traced at 24x32)", "perhaps torch.linspace(16) at test_other_size.py:"),
         (_Pyramid, (20, 28), "52x92 (traced at 20x28)", "perhaps cells (AdaptiveAvgPool2d to (3, 3))"),
+        (
+            _PyramidCall,
+            (20, 28),
+            "52x92 (traced at 20x28)",
+            "perhaps F.adaptive_avg_pool2d((3, 3)) at test_other_size.py:",
+        ),
     ],
 )
 def test_a_size_fixed_inside_the_graph_is_refused_and_nothing_written(tmp_path, cls, size, checked, named):
@@ -100,6 +118,29 @@ def test_a_size_fixed_inside_the_graph_is_refused_and_nothing_written(tmp_path, 
     assert not out.exists() and list(tmp_path.iterdir()) == []
     # the same model exports at its fixed size, and that file is right there
     export_onnx(model, out, example_inputs=x)
+
+
+def test_the_calls_named_are_the_models_own_and_fix_a_size():
+    class Calls(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.cells = nn.AdaptiveAvgPool2d(3)  # a layer: named as one, not as its call
+
+        def forward(self, x):
+            rows = F.adaptive_max_pool2d(x, (4, None))
+            pooled = F.adaptive_avg_pool2d(x, 1) + F.adaptive_avg_pool2d(x, (1, None)).mean()  # no size fixed
+            return rows.sum() + pooled.sum() + self.cells(x).sum() + torch.linspace(0, 1, steps=x.shape[-1]).sum()
+
+    found = size_fixing_calls(Calls(), (torch.randn(1, 2, 8, 12),))
+    assert [f.split(" at ")[0] for f in found] == ["F.adaptive_max_pool2d((4, None))", "torch.linspace(12)"]
+    assert all(f.endswith(" in forward") and " at test_other_size.py:" in f for f in found)
+
+    class Fails(nn.Module):
+        def forward(self, x):
+            F.adaptive_avg_pool2d(x, 3)
+            raise RuntimeError("the model's own failure")
+
+    assert size_fixing_calls(Fails(), (torch.randn(1, 2, 8, 12),)) == []
 
 
 def test_the_refused_file_was_indeed_wrong_at_the_other_size(tmp_path, monkeypatch):
