@@ -23,6 +23,7 @@ arbitrary objects, a TorchScript archive) is refused unless the caller trusts it
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import pickle
 import re
@@ -406,7 +407,9 @@ def resolve_model(
 
     A zoo name gives the model with :func:`~dcd_deploy.models.pseudo_train` weights for
     ``seed`` (deterministic, so export, validate and bench see the same model), or its
-    plain initialisation when ``seed`` is None. A plain state dict that names no
+    plain initialisation when ``seed`` is None. ``MODULE:FUNCTION`` is called with torch's
+    random generator seeded with ``seed`` (and restored after): a factory that leaves its
+    weights at their random initialisation builds the same model in every command. A plain state dict that names no
     architecture is taken to be the zoo model its file is named after
     (``mobilenetv2_100_dcd.pt``) when ``arch`` is not given. ``MODULE:FUNCTION`` (a Python
     file or importable module, and the function that returns the model:
@@ -420,7 +423,8 @@ def resolve_model(
             the same safe loader as any checkpoint.
         trust_checkpoint: allow files that need full unpickling. A trusted file holding a
             pickled ``nn.Module`` of no zoo architecture is the model itself.
-        seed: pseudo-training seed of a zoo model (not used with ``weights``).
+        seed: pseudo-training seed of a zoo model (not used with ``weights``), torch's
+            seed while ``MODULE:FUNCTION`` runs (None: the generator as it is).
         input_size: the side, or ``(H, W)``, the model must take (when fed one input).
         n_inputs: how many input tensors the command feeds (an inputs file's arrays).
 
@@ -441,7 +445,7 @@ def resolve_model(
     if factory is not None:
         if arch is not None:
             raise CheckpointError(f"--arch names a zoo architecture; {spec} builds the model itself (leave --arch out)")
-        with preparation_threads():
+        with preparation_threads(), _seeded(seed):
             model = _as_float32(build_from_factory(factory), spec)  # before --weights: loaded exactly
         if weights is not None:
             load_weights_file(model, weights, trust_checkpoint=trust_checkpoint, label=factory.name)
@@ -542,6 +546,17 @@ def forward_inputs(model: nn.Module) -> tuple[list[str], list[str]]:
     positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     required = [p.name for p in params if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
     return required, [p.name for p in positional]
+
+
+@contextlib.contextmanager
+def _seeded(seed: int | None):
+    """torch's CPU generator seeded with ``seed`` inside, as it was outside (None: untouched)."""
+    if seed is None:
+        yield
+        return
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        yield
 
 
 def _as_float32(model: nn.Module, spec: str) -> nn.Module:

@@ -94,6 +94,8 @@ def model_options(fn):
         type=click.IntRange(0, MAX_SEED),
         default=0,
         show_default=True,
-        help="For a zoo name: pseudo-train seed giving non-trivial weights.",
+        help="For a zoo name: pseudo-train seed giving non-trivial weights; for "
+        "MODULE:FUNCTION: torch's seed while it builds the model (weights it leaves at their "
+        "random initialisation are then the same in every command).",
     )(fn)
     return fn

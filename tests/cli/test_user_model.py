@@ -534,3 +534,54 @@ def test_a_model_of_nhwc_input_is_told_how_to_give_it_and_exports_with_it(tmp_pa
         16,
         3,
     ]
+
+
+RANDOM_NET = """\
+import torch.nn.functional as F
+from torch import nn
+
+from dcd_deploy.layers import DCDConv2d
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Conv2d(3, 8, 3, padding=1)
+        self.dcd = DCDConv2d(8, 8, 1)
+        self.head = nn.Conv2d(8, 2, 1)
+
+    def forward(self, x):
+        return self.head(F.silu(self.dcd(F.relu(self.stem(x)))))
+
+
+def build():
+    return Net()  # no weights loaded: nn.init's random values
+"""
+
+
+def test_a_factory_left_at_its_random_initialisation_is_one_model_in_every_command(tmp_path, monkeypatch):
+    # a user trying the tool before training: export, then validate the file against the
+    # same MODULE:FUNCTION; the factory draws its weights from torch's generator each time
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "rnd.py").write_text(RANDOM_NET)
+    exported = run(export_main, ["rnd.py:build", "--input-size", "24x32", "-o", "rnd.onnx"])
+    assert exported.exit_code == 0, exported.output
+    torch.rand(7)  # whatever the process draws between two commands
+    validated = run(validate_main, ["rnd.py:build", "rnd.onnx"])
+    assert validated.exit_code == 0 and "PASS" in validated.output, validated.output
+    # another seed builds another model, which the file does not compute
+    other = run(validate_main, ["rnd.py:build", "rnd.onnx", "--seed", "1"])
+    assert other.exit_code == 1 and "FAIL" in other.output
+
+
+def test_building_a_factory_leaves_torchs_generator_as_it_was(tmp_path, monkeypatch):
+    from dcd_deploy.checkpoint import resolve_model
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "rnd.py").write_text(RANDOM_NET)
+    state = torch.get_rng_state()
+    a = resolve_model("rnd.py:build", input_size=(24, 32))
+    assert torch.equal(torch.get_rng_state(), state)
+    b = resolve_model("rnd.py:build", input_size=(24, 32), seed=0)
+    c = resolve_model("rnd.py:build", input_size=(24, 32), seed=5)
+    assert torch.equal(a.stem.weight, b.stem.weight) and not torch.equal(a.stem.weight, c.stem.weight)
