@@ -409,9 +409,9 @@ def resolve_model(
     ``seed`` (deterministic, so export, validate and bench see the same model), or its
     plain initialisation when ``seed`` is None. ``MODULE:FUNCTION`` is called with torch's
     random generator seeded with ``seed`` (and restored after): a factory that leaves its
-    weights at their random initialisation builds the same model in every command. A plain state dict that names no
-    architecture is taken to be the zoo model its file is named after
-    (``mobilenetv2_100_dcd.pt``) when ``arch`` is not given. ``MODULE:FUNCTION`` (a Python
+    weights at their random initialisation builds the same model in every command. A
+    plain state dict that names no architecture is taken to be the zoo model its file is
+    named after (``mobilenetv2_100_dcd.pt``) when ``arch`` is not given. ``MODULE:FUNCTION`` (a Python
     file or importable module, and the function that returns the model:
     :mod:`dcd_deploy._factory_spec`) runs the user's own code, because they named it.
 
