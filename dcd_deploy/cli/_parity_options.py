@@ -12,12 +12,18 @@ from ..errors import DCDDeployError, ParityError
 from ._model_arg import file_option
 
 
-def parity_failure(report) -> ParityError:
+def parity_failure(report, *, file_of_its_own: bool = False) -> ParityError:
     """The error for a failed or inconclusive check; it names ``--inputs`` where the inputs
-    were to blame."""
+    were to blame, and, for a file checked against a model it need not come from
+    (``file_of_its_own``: dcd-validate), other weights where every layer is off."""
     if report.verdict == "INCONCLUSIVE":
         return ParityError(f"parity check inconclusive: {report.summary()}", report)
     message = f"parity check failed: {report.summary()}"
+    if file_of_its_own and report.other_weights_likely:
+        message += (
+            "; every layer is off, the first included: most likely the file holds other weights than "
+            "this model's (exported from another checkpoint, or from a model left at its random initialisation)"
+        )
     if report.ill_conditioned and report.synthetic_inputs and report.first_failing_layer is None:
         message += (
             "; the built-in synthetic images are outside this model's working range: "

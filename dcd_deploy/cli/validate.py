@@ -152,7 +152,7 @@ def main(
             },
         )
     if not report:
-        raise parity_failure(report)
+        raise parity_failure(report, file_of_its_own=True)
 
 
 def _image_plan(onnx_path: Path, proto, inputs_path, sizes, n_inputs: int, resolve, preprocess) -> dict:

@@ -18,13 +18,9 @@ DEFAULT_K = 10.0
 #: of 1e-3 or more.
 DISCRETE_FRACTION = 1e-4
 #: A FAIL in which every layer is out of bound, the first one by at least this much (not
-#: rounding: a layer is checked on its own inputs), says so: the file was most likely
-#: exported from other weights than those of the model it is checked against.
+#: rounding: a layer is checked on its own inputs), is most likely a file of other weights
+#: than the model it is checked against (:attr:`ParityReport.other_weights_likely`).
 OTHER_WEIGHTS_REL = 0.1
-OTHER_WEIGHTS_HINT = (
-    " (every layer, the first included: most likely the file holds other weights than this model's, "
-    "exported from another checkpoint or from a model left at its random initialisation)"
-)
 #: Version of the layout of :meth:`ParityReport.to_dict` (``dcd-validate --json``).
 SCHEMA = "dcd-validate.parity/1"  # fields are only added: readers of /1 still work
 
@@ -151,6 +147,18 @@ class ParityReport:
         return min(bad, key=lambda r: order[r.path]) if bad else None
 
     @property
+    def other_weights_likely(self) -> bool:
+        """Every layer out of bound, the first by more than :data:`OTHER_WEIGHTS_REL`: the
+        file most likely holds other weights than the model (another checkpoint, or a model
+        left at its random initialisation)."""
+        first = self.first_failing_layer
+        return (
+            first is not None
+            and first.max_rel >= OTHER_WEIGHTS_REL
+            and len({r.path for r in self.layers if not r.passed}) == len({r.path for r in self.layers})
+        )
+
+    @property
     def dynamic_layers_checked(self) -> int:
         return len({r.path for r in self.layers if r.kind in DYNAMIC_KINDS})
 
@@ -213,11 +221,11 @@ class ParityReport:
         first = self.first_failing_layer
         if first is not None:
             where = "" if len({(r.backend, r.optimization) for r in self.layers}) == 1 else f" in {_runtime(first)}"
-            bad, total = len({r.path for r in self.layers if not r.passed}), len({r.path for r in self.layers})
+            bad = len({r.path for r in self.layers if not r.passed})
             return (
                 f"FAIL at {first.path} ({first.label}): max rel {first.max_rel:.2g} > {first.bound_rel:.2g}"
-                f"{where}{'; ' + first.note if first.note else ''}; {bad} of {total} layers out of bound"
-                f"{OTHER_WEIGHTS_HINT if bad == total and first.max_rel >= OTHER_WEIGHTS_REL else ''}; end to end "
+                f"{where}{'; ' + first.note if first.note else ''}; {bad} of "
+                f"{len({r.path for r in self.layers})} layers out of bound; end to end "
                 f"{'passed' if self.end_to_end_passed else 'failed'}: {self._end_to_end()}"
             )
         if verdict == "FAIL" or (not self.inconclusive):

@@ -104,7 +104,7 @@ def test_validate_catches_a_different_model(exported):
     assert result.exit_code == 1
     # other weights everywhere: the very first layer is already out of bound
     assert "NO" in result.stdout and "FAIL at features.0.0 (Conv): " in result.stdout
-    assert "every layer, the first included: most likely the file holds other weights" in result.stdout
+    assert "every layer is off, the first included: most likely the file holds other weights" in result.output
 
 
 def test_validate_missing_file(tmp_path):
