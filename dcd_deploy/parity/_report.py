@@ -370,6 +370,7 @@ class ParityReport:
         d["inconclusive"] = self.inconclusive
         first = self.first_failing_layer
         d["first_failing_layer"] = None if first is None else first.path
+        d["other_weights_likely"] = self.other_weights_likely
         d["ill_conditioned"] = self.ill_conditioned
         d["torch_fp32_rel"] = self.torch_fp32_rel
         for row, r in zip(d["rows"], self.rows):

@@ -88,6 +88,7 @@ def test_validate_the_written_file(exported, tmp_path):
     assert lines[-1].startswith("PASS: ")
     data = json.loads(report.read_text(encoding="utf-8"))
     assert data["passed"] is True and data["input_size"] == int(SIZE)
+    assert data["other_weights_likely"] is False
 
 
 def test_validate_batch_sizes_and_inputs(exported):
@@ -98,13 +99,15 @@ def test_validate_batch_sizes_and_inputs(exported):
     assert [(r[1], r[2]) for r in rows] == [("1", "3"), ("1", "3"), ("3", "3"), ("3", "3")]
 
 
-def test_validate_catches_a_different_model(exported):
+def test_validate_catches_a_different_model(exported, tmp_path):
     _, out, _ = exported
-    result = run(validate_main, [MODEL, out, "--seed", "1"])  # other pseudo-trained weights
+    report = tmp_path / "other.json"
+    result = run(validate_main, [MODEL, out, "--seed", "1", "--json", report])  # other pseudo-trained weights
     assert result.exit_code == 1
     # other weights everywhere: the very first layer is already out of bound
     assert "NO" in result.stdout and "FAIL at features.0.0 (Conv): " in result.stdout
     assert "every layer is off, the first included: most likely the file holds other weights" in result.output
+    assert json.loads(report.read_text(encoding="utf-8"))["other_weights_likely"] is True
 
 
 def test_validate_missing_file(tmp_path):
