@@ -423,8 +423,8 @@ def resolve_model(
             the same safe loader as any checkpoint.
         trust_checkpoint: allow files that need full unpickling. A trusted file holding a
             pickled ``nn.Module`` of no zoo architecture is the model itself.
-        seed: pseudo-training seed of a zoo model (not used with ``weights``), torch's
-            seed while ``MODULE:FUNCTION`` runs (None: the generator as it is).
+        seed: pseudo-training seed of a zoo model (not used with ``weights``), the
+            global generators' seed while ``MODULE:FUNCTION`` runs (see ``_seeded``; None: as they are).
         input_size: the side, or ``(H, W)``, the model must take (when fed one input).
         n_inputs: how many input tensors the command feeds (an inputs file's arrays).
 
@@ -550,13 +550,27 @@ def forward_inputs(model: nn.Module) -> tuple[list[str], list[str]]:
 
 @contextlib.contextmanager
 def _seeded(seed: int | None):
-    """torch's CPU generator seeded with ``seed`` inside, as it was outside (None: untouched)."""
+    """The global generators a factory may draw its initial weights from (torch's CPU
+    generator, numpy's legacy ``np.random`` and Python's ``random``) seeded with ``seed``
+    inside, as they were outside (None: untouched). A ``np.random.default_rng()`` without
+    a seed draws from the OS: nothing here can make that repeatable."""
     if seed is None:
         yield
         return
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        yield
+    import random
+
+    import numpy as np
+
+    np_state, py_state = np.random.get_state(), random.getstate()
+    try:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            np.random.seed(seed)  # takes 0..2**32-1: the range --seed allows
+            random.seed(seed)
+            yield
+    finally:
+        np.random.set_state(np_state)
+        random.setstate(py_state)
 
 
 def _as_float32(model: nn.Module, spec: str) -> nn.Module:

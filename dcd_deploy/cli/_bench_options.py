@@ -120,8 +120,8 @@ def seed_option(fn):
         type=click.IntRange(0, MAX_SEED),
         default=0,
         show_default=True,
-        help="Pseudo-training seed of zoo models, torch's seed while MODULE:FUNCTION builds "
-        "its model, and the input's seed.",
+        help="Pseudo-training seed of zoo models, the generators' seed while MODULE:FUNCTION "
+        "builds its model, and the input's seed.",
     )(fn)
 
 

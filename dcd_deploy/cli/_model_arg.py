@@ -95,7 +95,8 @@ def model_options(fn):
         default=0,
         show_default=True,
         help="For a zoo name: pseudo-train seed giving non-trivial weights; for "
-        "MODULE:FUNCTION: torch's seed while it builds the model (weights it leaves at their "
+        "MODULE:FUNCTION: the seed of torch's, numpy's and Python's generators while it builds "
+        "the model (weights it leaves at their "
         "random initialisation are then the same in every command).",
     )(fn)
     return fn

@@ -585,3 +585,45 @@ def test_building_a_factory_leaves_torchs_generator_as_it_was(tmp_path, monkeypa
     b = resolve_model("rnd.py:build", input_size=(24, 32), seed=0)
     c = resolve_model("rnd.py:build", input_size=(24, 32), seed=5)
     assert torch.equal(a.stem.weight, b.stem.weight) and not torch.equal(a.stem.weight, c.stem.weight)
+
+
+NUMPY_RANDOM_NET = """\
+import random
+
+import numpy as np
+import torch
+from torch import nn
+
+from dcd_deploy.layers import DCDConv2d
+
+
+def build():
+    net = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), DCDConv2d(8, 8, 1), nn.Conv2d(8, 2, 1))
+    with torch.no_grad():  # an initialisation of the user's own, from numpy and random
+        w = net[0].weight
+        w.copy_(torch.from_numpy(np.random.randn(*w.shape).astype("float32") * 0.3))
+        net[3].bias.copy_(torch.tensor([random.gauss(0, 1) for _ in range(2)]))
+    return net
+"""
+
+
+def test_a_factory_drawing_from_numpy_and_random_is_one_model_in_every_command(tmp_path, monkeypatch):
+    import random
+
+    from dcd_deploy.checkpoint import resolve_model
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "nprnd.py").write_text(NUMPY_RANDOM_NET)
+    np_state, py_state = np.random.get_state(), random.getstate()
+    a = resolve_model("nprnd.py:build", input_size=(24, 32), seed=0)
+    # the caller's draws are as they were
+    assert np.array_equal(np.random.get_state()[1], np_state[1]) and random.getstate() == py_state
+    np.random.rand(5), random.random()  # whatever the process draws between two commands
+    b = resolve_model("nprnd.py:build", input_size=(24, 32), seed=0)
+    c = resolve_model("nprnd.py:build", input_size=(24, 32), seed=3)
+    assert torch.equal(a[0].weight, b[0].weight) and torch.equal(a[3].bias, b[3].bias)
+    assert not torch.equal(a[0].weight, c[0].weight) and not torch.equal(a[3].bias, c[3].bias)
+    exported = run(export_main, ["nprnd.py:build", "--input-size", "24x32", "-o", "nprnd.onnx"])
+    assert exported.exit_code == 0, exported.output
+    validated = run(validate_main, ["nprnd.py:build", "nprnd.onnx"])
+    assert validated.exit_code == 0 and "PASS" in validated.output, validated.output
