@@ -648,3 +648,27 @@ def test_a_layer_whose_fp32_and_float64_copies_differ_is_not_passed():
         values = {"x": [x.numpy()], "y": [ref64.conv(x.double()).float().numpy()]}
         row = _compare_layer(record, values, ref64=ref64, model=model, k=DEFAULT_K, fp32_errors=None)
     assert not row.passed and "evaluations of the layer differ by" in row.note, row
+
+
+class _SqueezesItsBatch(torch.nn.Module):
+    """``.mean((2, 3)).squeeze()``: at a batch of 1 the batch axis goes too."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = DCDConv2d(3, 8, 3, padding=1)
+        self.fc = torch.nn.Linear(8, 5)
+
+    def forward(self, x):
+        return self.fc(torch.relu(self.a(x)).mean((2, 3)).squeeze())
+
+
+def test_a_model_that_drops_its_batch_axis_at_batch_1_is_told_so(tmp_path):
+    torch.manual_seed(0)
+    net = _SqueezesItsBatch().eval()
+    x = torch.rand(4, 3, 12, 12)
+    result = export_onnx(net, tmp_path / "m.onnx", example_inputs=x[:1], check=False)
+    # the file keeps the batch axis at every batch, the model not at 1
+    sess = ort.InferenceSession(str(result.path), providers=["CPUExecutionProvider"])
+    assert sess.run(None, {sess.get_inputs()[0].name: x[:1].numpy()})[0].shape == (1, 5)
+    with pytest.raises(DCDDeployError, match=r"returns \(5,\) for a batch of 1 but \(4, 5\) for a batch of 4.*squeeze"):
+        check_parity(net, result.path, inputs=x, batch_sizes=(1, 4))

@@ -345,6 +345,12 @@ def _same_shapes(ref32: list[np.ndarray], ref: list[np.ndarray], out_specs, batc
     can tell (a fixed-batch file's output with its batch inside and another axis of the
     same size)."""
     for r32, r, spec in zip(ref32, ref, out_specs):
+        if r32.shape != r.shape and batch == 1 and r32.ndim == r.ndim - 1:
+            raise DCDDeployError(
+                f"output {spec.name!r}: the model returns {r.shape[1:]} for a batch of 1 but {r.shape} for "
+                f"a batch of {r.shape[0]}: it drops the batch axis when it is 1 (as `.squeeze()` with no dim does), "
+                "where the file keeps it; squeeze the axes you mean (`.squeeze(-1)`, `.flatten(1)`)"
+            )
         if r32.shape != r.shape:
             raise DCDDeployError(
                 f"output {spec.name!r}: the model's outputs join to {r32.shape} run {batch} at a time but to "
