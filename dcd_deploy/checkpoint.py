@@ -104,7 +104,12 @@ def save_checkpoint(model: nn.Module, path: str | os.PathLike) -> Path:
 
 
 def load_checkpoint(
-    path: str | os.PathLike, *, arch: str | None = None, trust_checkpoint: bool = False, **overrides
+    path: str | os.PathLike,
+    *,
+    arch: str | None = None,
+    trust_checkpoint: bool = False,
+    weights_key: str | None = None,
+    **overrides,
 ) -> nn.Module:
     """Build the model a checkpoint file describes and load its weights.
 
@@ -116,6 +121,8 @@ def load_checkpoint(
             for files that need it (pickled modules, TorchScript archives). A trusted
             pickled ``nn.Module`` of no zoo architecture, with no ``arch`` or
             ``overrides`` given, is returned as it is: the model itself.
+        weights_key: the entry of a checkpoint dict holding the weights to load (an EMA
+            copy: ``state_dict_ema``); None: the first of :data:`STATE_DICT_KEYS`.
         **overrides: knobs passed to :func:`~dcd_deploy.create_model` (e.g.
             ``num_classes``), replacing those the file records or implies.
 
@@ -132,9 +139,9 @@ def load_checkpoint(
     """
     path = Path(path)
     obj = _read(path, trust_checkpoint)
-    if _own_module(obj) and arch is None and not overrides:
+    if _own_module(obj) and arch is None and not overrides and weights_key is None:
         return obj.eval()  # a trusted pickled model of no zoo architecture: the model itself
-    state_dict, file_arch, config, ours = _unpack(obj, path)
+    state_dict, file_arch, config, ours = _unpack(obj, path, weights_key)
     state_dict = strip_module_prefix(state_dict)
     # A release arch names a family (mobilenetv2_dcd): the variant is inferred from the tensors.
     release = None if ours else file_arch or arch
@@ -305,8 +312,12 @@ def _sniff(path: Path) -> str:
     return "pickle"
 
 
-def _unpack(obj, path: Path) -> tuple[Mapping[str, torch.Tensor], str | None, dict, bool]:
-    """(state dict, recorded arch, recorded config, whether this toolkit wrote it)."""
+def _unpack(obj, path: Path, key: str | None = None) -> tuple[Mapping[str, torch.Tensor], str | None, dict, bool]:
+    """(state dict, recorded arch, recorded config, whether this toolkit wrote it); ``key``:
+    the entry of a checkpoint dict that holds the weights (None: the first of
+    :data:`STATE_DICT_KEYS`, with a warning when the file holds other weights too)."""
+    if key is not None and not (isinstance(obj, Mapping) and obj.get("format") == FORMAT and key == "state_dict"):
+        return _entry(obj, path, key)
     if isinstance(obj, nn.Module):  # only from a trusted file
         arch, config = getattr(obj, "arch", None), getattr(obj, "config", None)
         if isinstance(arch, str) and isinstance(config, dict):
@@ -328,15 +339,48 @@ def _unpack(obj, path: Path) -> tuple[Mapping[str, torch.Tensor], str | None, di
         return _state_dict(obj.get("state_dict"), path), arch, config, True
     key = next((k for k in STATE_DICT_KEYS if k in obj), None)
     if key is not None:  # the release format, or a training script's {"model": ..., "epoch": ...}
-        if isinstance(obj[key], nn.Module):  # only from a trusted file
-            return obj[key].state_dict(), None, {}, False
-        arch = obj.get("arch")
-        return _state_dict(obj[key], path, key), arch if isinstance(arch, str) else None, {}, False
+        others = [k for k in _weights_keys(obj) if k != key]
+        if others:
+            warnings.warn(
+                f"{path}: loaded the weights under {key!r}; it also holds {_listing(others)} "
+                "(an EMA copy?): --weights-key NAME (Python: weights_key=NAME) loads another",
+                UserWarning,
+                stacklevel=2,
+            )
+        return _entry(obj, path, key)
     if obj and all(isinstance(v, torch.Tensor) for v in obj.values()):
         return _state_dict(obj, path), None, {}, False
     raise CheckpointError(
         f"{path} holds a dict that is neither a checkpoint nor a state dict (keys: {_listing([str(k) for k in obj])})"
     )
+
+
+def _entry(obj, path: Path, key: str) -> tuple[Mapping[str, torch.Tensor], str | None, dict, bool]:
+    """The weights under ``key`` of the checkpoint dict ``obj``, as :func:`_unpack` gives them."""
+    if not isinstance(obj, Mapping):
+        raise CheckpointError(f"{path} holds a {type(obj).__name__}, not a dict: there is no {key!r} in it to load")
+    if key not in obj:
+        held = _weights_keys(obj)
+        where = f"its weights are under {_listing(held)}" if held else f"its keys: {_listing([str(k) for k in obj])}"
+        raise CheckpointError(f"{path} has no {key!r} ({where})")
+    if isinstance(obj[key], nn.Module):  # only from a trusted file
+        return obj[key].state_dict(), None, {}, False
+    arch = obj.get("arch")
+    return _state_dict(obj[key], path, key), arch if isinstance(arch, str) else None, {}, False
+
+
+def _weights_keys(obj: Mapping) -> list[str]:
+    """The entries of a checkpoint dict that hold a model's weights (a training checkpoint
+    may keep an EMA copy beside them: timm's ``state_dict_ema``, ``model_ema``)."""
+    return [
+        k
+        for k, v in obj.items()
+        if isinstance(k, str)
+        and (
+            isinstance(v, nn.Module)
+            or (isinstance(v, Mapping) and v and all(isinstance(t, torch.Tensor) for t in v.values()))
+        )
+    ]
 
 
 def _state_dict(obj, path: Path, where: str = "state_dict") -> Mapping[str, torch.Tensor]:
@@ -399,6 +443,7 @@ def resolve_model(
     arch: str | None = None,
     weights: str | os.PathLike | None = None,
     trust_checkpoint: bool = False,
+    weights_key: str | None = None,
     seed: int | None = 0,
     input_size: int | tuple[int, int] = 224,
     n_inputs: int = 1,
@@ -423,6 +468,8 @@ def resolve_model(
             the same safe loader as any checkpoint.
         trust_checkpoint: allow files that need full unpickling. A trusted file holding a
             pickled ``nn.Module`` of no zoo architecture is the model itself.
+        weights_key: the entry of the checkpoint dict (``spec`` or ``weights``) holding
+            the weights to load (an EMA copy); None: the first of :data:`STATE_DICT_KEYS`.
         seed: pseudo-training seed of a zoo model (not used with ``weights``), the
             global generators' seed while ``MODULE:FUNCTION`` runs (see ``_seeded``; None: as they are).
         input_size: the side, or ``(H, W)``, the model must take (when fed one input).
@@ -442,13 +489,16 @@ def resolve_model(
 
     sides = _sides(input_size)
     factory = parse_factory_spec(spec)
+    _check_weights_key(spec, built=factory is not None or is_model(spec), weights=weights, weights_key=weights_key)
     if factory is not None:
         if arch is not None:
             raise CheckpointError(f"--arch names a zoo architecture; {spec} builds the model itself (leave --arch out)")
         with preparation_threads(), _seeded(seed):
             model = _as_float32(build_from_factory(factory), spec)  # before --weights: loaded exactly
         if weights is not None:
-            load_weights_file(model, weights, trust_checkpoint=trust_checkpoint, label=factory.name)
+            load_weights_file(
+                model, weights, trust_checkpoint=trust_checkpoint, label=factory.name, weights_key=weights_key
+            )
         _check_users_model(model, spec, sides, check_input_size, n_inputs)
         return model
     path = Path(spec)
@@ -467,14 +517,8 @@ def resolve_model(
             )
         if weights is not None:
             raise CheckpointError(f"{spec} is a checkpoint already; --weights goes with a zoo name or MODULE:FUNCTION")
-        named = path.name.split(".")[0]
         try:
-            try:
-                model = load_checkpoint(path, arch=arch, trust_checkpoint=trust_checkpoint)
-            except CheckpointError as exc:
-                if arch is not None or "does not name its architecture" not in str(exc) or not is_model(named):
-                    raise
-                model = load_checkpoint(path, arch=named, trust_checkpoint=trust_checkpoint)
+            model = _load_named_file(path, arch=arch, trust_checkpoint=trust_checkpoint, weights_key=weights_key)
         except UnknownModelError as exc:
             raise UnknownModelError(
                 f"{exc}; a model of your own is given as MODULE:FUNCTION (e.g. mynet.py:build) with --weights FILE"
@@ -485,7 +529,7 @@ def resolve_model(
         raise CheckpointError(f"{spec} is a zoo name; --arch {arch} contradicts it (leave --arch out)")
     with preparation_threads():  # see dcd_deploy._threads
         if weights is not None:
-            model = load_checkpoint(weights, arch=spec, trust_checkpoint=trust_checkpoint)
+            model = load_checkpoint(weights, arch=spec, trust_checkpoint=trust_checkpoint, weights_key=weights_key)
             _check_sides(model, sides, check_input_size)
             return model
         model = create_model(spec)
@@ -496,8 +540,35 @@ def resolve_model(
     return model
 
 
+def _load_named_file(path: Path, *, arch: str | None, trust_checkpoint: bool, weights_key: str | None) -> nn.Module:
+    """:func:`load_checkpoint`; a plain state dict that names no architecture is taken to
+    be the zoo model its file is named after (``mobilenetv2_100_dcd.pt``)."""
+    from .models import is_model
+
+    try:
+        return load_checkpoint(path, arch=arch, trust_checkpoint=trust_checkpoint, weights_key=weights_key)
+    except CheckpointError as exc:
+        named = path.name.split(".")[0]
+        if arch is not None or "does not name its architecture" not in str(exc) or not is_model(named):
+            raise
+        return load_checkpoint(path, arch=named, trust_checkpoint=trust_checkpoint, weights_key=weights_key)
+
+
+def _check_weights_key(spec: str, *, built: bool, weights, weights_key: str | None) -> None:
+    """``weights_key`` needs a checkpoint file to pick from: MODEL's, or ``weights``."""
+    if weights_key is not None and weights is None and built:
+        raise CheckpointError(
+            f"--weights-key {weights_key} picks the weights in a checkpoint file; {spec} reads none (add --weights FILE)"
+        )
+
+
 def load_weights_file(
-    model: nn.Module, path: str | os.PathLike, *, trust_checkpoint: bool = False, label: str | None = None
+    model: nn.Module,
+    path: str | os.PathLike,
+    *,
+    trust_checkpoint: bool = False,
+    label: str | None = None,
+    weights_key: str | None = None,
 ) -> nn.Module:
     """Load the state dict stored in ``path`` into ``model`` (in place), strictly.
 
@@ -512,6 +583,8 @@ def load_weights_file(
         path: the weights file.
         trust_checkpoint: allow a file that needs full unpickling.
         label: the model's name in a mismatch message (default: its class name).
+        weights_key: the entry of a checkpoint dict holding the weights (an EMA copy);
+            None: the first of :data:`STATE_DICT_KEYS`.
 
     Returns:
         ``model``, in eval mode.
@@ -522,7 +595,7 @@ def load_weights_file(
         StateDictMismatchError: keys are missing, unexpected or mis-shaped.
     """
     path = Path(path)
-    state_dict, _, _, _ = _unpack(_read(path, trust_checkpoint), path)
+    state_dict, _, _, _ = _unpack(_read(path, trust_checkpoint), path, weights_key)
     label = label or type(model).__name__
     try:
         load_weights(model, strip_module_prefix(state_dict))

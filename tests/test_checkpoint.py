@@ -411,3 +411,38 @@ def test_bad_file_gives_one_line_checkpoint_error(tmp_path, kind):
     assert isinstance(err, DCDDeployError) and not isinstance(err, UnsafeCheckpointError)
     assert expected in str(err)
     assert "\n" not in str(err)
+
+
+# -- a training checkpoint with an EMA copy beside the weights ------------------------
+
+
+def _with_ema(tmp_path, trained, key="state_dict", ema_key="state_dict_ema"):
+    """timm's train.py layout: the trained weights and their EMA, which differs from them."""
+    model = trained("mobilenetv2_050_dcd")
+    ema = {k: v + 0.01 if v.is_floating_point() else v for k, v in model.state_dict().items()}
+    torch.save({"epoch": 9, key: model.state_dict(), ema_key: ema}, tmp_path / "c.pt")
+    return tmp_path / "c.pt", model, ema
+
+
+def test_the_ema_copy_loads_when_named_and_the_default_warns_that_it_is_there(tmp_path, trained):
+    path, model, ema = _with_ema(tmp_path, trained)
+    with pytest.warns(UserWarning, match=r"loaded the weights under 'state_dict'; it also holds state_dict_ema"):
+        loaded = load_checkpoint(path, arch="mobilenetv2_050_dcd")
+    assert_same_model(loaded, model)
+    got = load_checkpoint(path, arch="mobilenetv2_050_dcd", weights_key="state_dict_ema").state_dict()
+    assert all(torch.equal(got[k], v) for k, v in ema.items())
+    with pytest.raises(
+        CheckpointError, match=r"c\.pt has no 'ema' \(its weights are under state_dict, state_dict_ema\)"
+    ):
+        load_checkpoint(path, arch="mobilenetv2_050_dcd", weights_key="ema")
+    with pytest.raises(CheckpointError, match=r"its epoch maps|epoch is a int"):
+        load_checkpoint(path, arch="mobilenetv2_050_dcd", weights_key="epoch")
+
+
+def test_one_set_of_weights_loads_without_a_warning(tmp_path, trained, recwarn):
+    model = trained("mobilenetv2_050_dcd")
+    torch.save(
+        {"epoch": 9, "model": model.state_dict(), "optimizer": {"state": {}, "param_groups": []}}, tmp_path / "c.pt"
+    )
+    assert_same_model(load_checkpoint(tmp_path / "c.pt", arch="mobilenetv2_050_dcd"), model)
+    assert not [w for w in recwarn if "also holds" in str(w.message)]

@@ -1138,6 +1138,7 @@ def test_warnings_show_after_success_and_never_before_an_error(capsys):
 
     import click
 
+    import dcd_deploy.cli._run
     from dcd_deploy.cli._run import run_cli
 
     @run_cli
@@ -1156,6 +1157,16 @@ def test_warnings_show_after_success_and_never_before_an_error(capsys):
     assert capsys.readouterr().err.strip().splitlines() == ["Error: the reason"]
     with pytest.warns(UserWarning, match="torch said something"):
         works()
+
+    @run_cli
+    def ours():  # a warning of this package's own is told as one line, without its file and line
+        warnings.warn_explicit("the toolkit said something", UserWarning, click.__file__.replace("click", "x"), 1)
+        warnings.warn_explicit("the toolkit said something", UserWarning, dcd_deploy.cli._run.__file__, 1)
+        click.echo("done")
+
+    with pytest.warns(UserWarning, match="the toolkit said something"):  # the first: not ours
+        ours()
+    assert capsys.readouterr().err.strip().splitlines() == ["Warning: the toolkit said something"]
 
 
 def test_an_error_line_is_capped(capsys):

@@ -85,6 +85,14 @@ def model_options(fn):
     )(fn)
     fn = weights_option(fn)
     fn = click.option(
+        "--weights-key",
+        default=None,
+        metavar="KEY",
+        help="The entry of a checkpoint dict (MODEL's, or --weights') whose weights are loaded, e.g. "
+        "state_dict_ema for timm's EMA copy (default: state_dict, model_state_dict or model, the "
+        "first found; a warning names any other weights the file holds).",
+    )(fn)
+    fn = click.option(
         "--trust-checkpoint",
         is_flag=True,
         help="Allow checkpoints that need full unpickling (runs code from the file).",

@@ -25,6 +25,7 @@ import sys
 import threading
 import warnings
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import click
@@ -81,7 +82,19 @@ def _warnings_after_success():
     with warnings.catch_warnings(record=True) as caught:
         yield
     for w in caught:
-        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
+        if w.category is UserWarning and _is_ours(w.filename):  # said to the user: one line, as errors are
+            click.echo(f"Warning: {w.message}", err=True)
+        else:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
+
+
+def _is_ours(filename: str) -> bool:
+    """Whether a warning was raised in this package (its file and line mean nothing to a user)."""
+    package = Path(__file__).resolve().parents[1]
+    try:
+        return Path(filename).resolve().is_relative_to(package)
+    except (OSError, ValueError):
+        return False
 
 
 #: OSErrors that are the machine's state, not a bug: full disk, quota, file too large.

@@ -145,6 +145,7 @@ def main(
     quiet,
     arch,
     weights,
+    weights_key,
     trust_checkpoint,
     seed,
 ):
@@ -166,8 +167,8 @@ def main(
     started = time.perf_counter()
     with trace_worker() as worker:  # imports the exporter on the second core while the model loads
         n_inputs = 1 if input_set is None else len(input_set.tensors)
-        loading = {"arch": arch, "weights": weights, "trust_checkpoint": trust_checkpoint, "seed": seed}
-        net = resolve_model(model, input_size=input_size, n_inputs=n_inputs, **loading)
+        loading = {"arch": arch, "weights": weights, "weights_key": weights_key, "trust_checkpoint": trust_checkpoint}
+        net = resolve_model(model, input_size=input_size, n_inputs=n_inputs, seed=seed, **loading)
         inputs, names = _for_model(net, input_set, inputs)
         if progress is not None:
             progress(f"[load] {time.perf_counter() - started:.1f} s")

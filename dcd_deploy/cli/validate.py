@@ -98,6 +98,7 @@ def main(
     json_path,
     arch,
     weights,
+    weights_key,
     trust_checkpoint,
     seed,
 ):
@@ -113,7 +114,13 @@ def main(
     if input_set is not None:
         refuse_image_options(inputs_path, preset=preset, mean=mean, std=std, scale=scale, bgr=bgr)
     resolve = functools.partial(
-        resolve_model, model, arch=arch, weights=weights, trust_checkpoint=trust_checkpoint, seed=seed
+        resolve_model,
+        model,
+        arch=arch,
+        weights=weights,
+        weights_key=weights_key,
+        trust_checkpoint=trust_checkpoint,
+        seed=seed,
     )
     preprocess = functools.partial(make_preprocess_from_options, preset, mean, std, scale, bgr)
     proto = load_onnx_checked(onnx_path)  # read once: a big file takes seconds to parse

@@ -402,9 +402,11 @@ def test_a_factory_of_float16_or_float64_weights_exports_float32(user_dir, tmp_p
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
     common = ["--weights", d / "tiny.pt", "--input-size", SIZE, "--no-simplify"]
-    with pytest.warns(UserWarning, match=rf"^precision.py:{factory}: TinyNet holds {dtype} weights; taken as float32"):
-        result = run(export_main, [f"precision.py:{factory}", *common, "-o", "other.onnx"])
+    result = run(export_main, [f"precision.py:{factory}", *common, "-o", "other.onnx"])
     assert result.exit_code == 0, result.output
+    # one line on stderr, not Python's warning with our file and line
+    assert f"Warning: precision.py:{factory}: TinyNet holds {dtype} weights; taken as float32" in result.stderr
+    assert "UserWarning" not in result.output
     assert "parity   PASS" in result.stdout
     result = run(export_main, ["tiny.py:build", *common, "-o", "fp32.onnx"])
     assert result.exit_code == 0, result.output
@@ -627,3 +629,37 @@ def test_a_factory_drawing_from_numpy_and_random_is_one_model_in_every_command(t
     assert exported.exit_code == 0, exported.output
     validated = run(validate_main, ["nprnd.py:build", "nprnd.onnx"])
     assert validated.exit_code == 0 and "PASS" in validated.output, validated.output
+
+
+def test_the_ema_weights_of_a_training_checkpoint_are_chosen_by_key(tmp_path, monkeypatch):
+    # timm's train.py saves the weights and their EMA side by side; people deploy the EMA
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "rnd.py").write_text(RANDOM_NET)
+    from dcd_deploy.checkpoint import resolve_model
+
+    torch.manual_seed(4)
+    net = resolve_model("rnd.py:build", input_size=(24, 32))
+    sd = {k: (torch.randn_like(v) * 0.3).abs() + ("running_var" in k) for k, v in net.state_dict().items()}
+    ema = {k: v * 0.9 for k, v in sd.items()}
+    torch.save({"epoch": 30, "state_dict": sd, "state_dict_ema": ema}, "train.pth")
+    plain = run(export_main, ["rnd.py:build", "--weights", "train.pth", "--input-size", "24x32", "-o", "a.onnx"])
+    assert plain.exit_code == 0, plain.output
+    # said once, as one line, with the way to the other weights
+    assert (
+        plain.output.count("Warning: train.pth: loaded the weights under 'state_dict'; it also holds state_dict_ema")
+        == 1
+        and "UserWarning" not in plain.output
+    )
+    args = ["rnd.py:build", "--weights", "train.pth", "--weights-key", "state_dict_ema"]
+    ema_file = run(export_main, [*args, "--input-size", "24x32", "-o", "ema.onnx"])
+    assert ema_file.exit_code == 0 and "Warning" not in ema_file.output, ema_file.output
+    assert run(validate_main, [*args, "ema.onnx"]).exit_code == 0
+    other = run(validate_main, [*args, "a.onnx"])  # the EMA is another model than the weights
+    assert other.exit_code == 1 and "other weights than this model's" in other.output
+    one_error_line(
+        run(export_main, ["rnd.py:build", "--weights-key", "state_dict_ema"]), r"reads none \(add --weights FILE\)"
+    )
+    one_error_line(
+        run(export_main, ["rnd.py:build", "--weights", "train.pth", "--weights-key", "ema"]),
+        r"train\.pth has no 'ema' \(its weights are under state_dict, state_dict_ema\)",
+    )
