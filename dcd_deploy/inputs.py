@@ -153,11 +153,14 @@ def load_images(
             f"inputs file {path} holds {data.dtype} values; expected floating-point "
             "(preprocessed) or uint8 (pixel) images"
         )
-    if data.dim() != 4 or channels not in (shape[1], shape[3]):
+    if data.dim() == 3 and channels in (shape[0], shape[2]):
+        data = data.unsqueeze(0)  # one image (cv2.imread's H x W x 3, or C x H x W): a batch of one
+    if data.dim() != 4 or channels not in tuple(data.shape)[1::2]:
         raise UnsupportedInputError(
             f"inputs file {path} holds a tensor of shape {shape}; "
-            f"expected N x {channels} x H x W or N x H x W x {channels}"
+            f"expected N x {channels} x H x W or N x H x W x {channels} (or one image, without N)"
         )
+    shape = tuple(data.shape)
     pre = make_preprocess(preprocess)
     if data.dtype == torch.uint8 and channels != 3 and not (channels == 1 and pre.dtype == "uint8"):
         raise UnsupportedInputError(

@@ -71,6 +71,26 @@ def test_images_of_other_channel_counts(tmp_path):
         load_images(tmp_path / "g.npy")  # a grey batch for an RGB model
 
 
+def test_one_image_without_a_batch_axis_is_a_batch_of_one(tmp_path):
+    # cv2.imread's H x W x 3 pixels, or a C x H x W float image, saved as they are
+    from dcd_deploy.inputs import load_images
+
+    rng = np.random.default_rng(2)
+    pixels = rng.integers(0, 256, (8, 10, 3), dtype=np.uint8)
+    np.save(tmp_path / "one.npy", pixels)
+    np.save(tmp_path / "batch.npy", pixels[None])
+    one, _ = load_images(tmp_path / "one.npy", input_size=(8, 10))
+    batch, _ = load_images(tmp_path / "batch.npy", input_size=(8, 10))
+    assert one.shape == (1, 3, 8, 10) and torch.equal(one, batch)
+    chw = rng.standard_normal((3, 8, 10)).astype(np.float32)
+    np.save(tmp_path / "chw.npy", chw)
+    got, _ = load_images(tmp_path / "chw.npy", input_size=(8, 10))
+    assert torch.equal(got, torch.from_numpy(chw)[None])
+    np.save(tmp_path / "flat.npy", np.zeros((8, 10), np.float32))  # no channel axis: not an image
+    with pytest.raises(UnsupportedInputError, match=r"shape \(8, 10\); expected N x 3 x H x W"):
+        load_images(tmp_path / "flat.npy")
+
+
 # -- sets of inputs: one array per forward argument --
 
 

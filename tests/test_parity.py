@@ -672,3 +672,30 @@ def test_a_model_that_drops_its_batch_axis_at_batch_1_is_told_so(tmp_path):
     assert sess.run(None, {sess.get_inputs()[0].name: x[:1].numpy()})[0].shape == (1, 5)
     with pytest.raises(DCDDeployError, match=r"returns \(5,\) for a batch of 1 but \(4, 5\) for a batch of 4.*squeeze"):
         check_parity(net, result.path, inputs=x, batch_sizes=(1, 4))
+
+
+def test_default_batch_sizes_are_those_the_given_inputs_fill(tmp_path):
+    from dcd_deploy.parity import DEFAULT_BATCH_SIZES, default_batch_sizes
+
+    assert DEFAULT_BATCH_SIZES == (1, 2) and default_batch_sizes(None) == (1, 2)
+    assert default_batch_sizes(torch.zeros(1, 3, 4, 4)) == (1,)
+    assert default_batch_sizes(np.zeros((5, 3, 4, 4))) == (1, 2)
+    assert default_batch_sizes({"image": torch.zeros(1, 3), "meta": {"k": torch.zeros(1)}}) == (1,)
+    assert default_batch_sizes((torch.zeros(()), [torch.zeros(2, 1)])) == (1, 2)  # the first with a batch axis
+
+
+class _KeepsItsBatch(_SqueezesItsBatch):
+    def forward(self, x):
+        return self.fc(torch.relu(self.a(x)).mean((2, 3)))
+
+
+def test_one_image_of_the_users_is_checked_at_batch_1(tmp_path):
+    torch.manual_seed(0)
+    net = _KeepsItsBatch().eval()
+    x = torch.rand(1, 3, 12, 12)
+    result = export_onnx(net, tmp_path / "m.onnx", example_inputs=x, parity_inputs=x)
+    assert result.parity and {r.batch_size for r in result.parity.rows} == {1}
+    report = check_parity(net, result.path, inputs=x)
+    assert report and {r.batch_size for r in report.rows} == {1}
+    with pytest.raises(DCDDeployError, match=r"batch size 2 needs at least 2 inputs; got 1 \(give more"):
+        check_parity(net, result.path, inputs=x, batch_sizes=(1, 2))  # asked for: not trimmed

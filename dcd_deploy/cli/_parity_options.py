@@ -39,7 +39,7 @@ def inputs_option(fn):
         "--inputs",
         "inputs_path",
         help="Check parity on these images: a .npy or .pt tensor, N x C x H x W or N x H x W x C "
-        "(C = 3, or the model's channels); floating-point values are taken as preprocessed, "
+        "(C = 3, or the model's channels; one image may leave N out); floating-point values are taken as preprocessed, "
         "uint8 RGB pixels go through --preprocess (default: built-in synthetic images). "
         "A model of several inputs (or of one that is no image): a .npz, or a .pt dict, list or "
         "tuple, one array per forward argument (by name, else in order), axis 0 the batch, taken "

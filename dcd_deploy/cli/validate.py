@@ -25,9 +25,6 @@ from ._parity_options import (
 )
 from ._run import run_cli
 
-#: --batch-sizes when not given, for a file with a dynamic batch axis.
-DEFAULT_BATCH_SIZES = (1, 2)
-
 
 def _sizes(value: str) -> tuple[int, ...]:
     try:
@@ -46,7 +43,7 @@ def _sizes(value: str) -> tuple[int, ...]:
 @click.option(
     "--batch-sizes",
     default=None,
-    help=f"Comma-separated batch sizes (1-{MAX_BATCH}).  [default: 1,2; a file of fixed batch N: N]",
+    help=f"Comma-separated batch sizes (1-{MAX_BATCH}).  [default: 1,2 (1 for one --inputs sample); a file of fixed batch N: N]",
 )
 @click.option(
     "--num-inputs",
@@ -165,10 +162,9 @@ def main(
 def _image_plan(onnx_path: Path, proto, inputs_path, sizes, n_inputs: int, resolve, preprocess) -> dict:
     """``check_parity``'s arguments for a file of one image input (N, C, H, W)."""
     from ..inputs import load_images
+    from ..parity import default_batch_sizes
 
     file_input = read_onnx_input(onnx_path, proto)
-    # a file exported with --batch N runs batch N only
-    sizes = sizes or ((file_input.shape[0],) if file_input.shape[0] is not None else DEFAULT_BATCH_SIZES)
     input_size = file_input.image_size()  # (H, W): a zoo model is pseudo-trained at that size
     preprocess = _file_preprocess(preprocess(channels=file_input.channels), file_input)
     inputs, described = None, None
@@ -176,6 +172,8 @@ def _image_plan(onnx_path: Path, proto, inputs_path, sizes, n_inputs: int, resol
         inputs, described = load_images(
             inputs_path, input_size=input_size, preprocess=preprocess, channels=file_input.channels
         )
+    # a file exported with --batch N runs batch N only; one image of the user's, batch 1
+    sizes = sizes or ((file_input.shape[0],) if file_input.shape[0] is not None else default_batch_sizes(inputs))
     check_parity_budget(input_size=max(input_size), batch_sizes=sizes, n_inputs=n_inputs)
     return {
         "model": resolve(input_size=input_size),
@@ -215,18 +213,21 @@ def _general_plan(onnx_path: Path, proto, input_set, sizes, n_inputs: int, resol
     array per input (``--inputs`` .npz or .pt dict): the set's arrays in the file's input
     order, else what :func:`~dcd_deploy.check_parity` makes for each input (the built-in
     images for a 3-channel image input, seeded samples of the file's shape otherwise)."""
+    from ..parity import default_batch_sizes
+
     names, batch, sides, _ = _file_inputs(proto.graph)
     if not names:
         raise UnsupportedInputError(f"{onnx_path} has 0 inputs; a model's file takes at least one")
-    sizes = sizes or ((batch,) if batch is not None else DEFAULT_BATCH_SIZES)
-    check_parity_budget(input_size=max(sides, default=1), batch_sizes=sizes, n_inputs=n_inputs)
     model = resolve(n_inputs=len(names))
+    inputs = None if input_set is None else _set_for_file(input_set, proto, names, model, onnx_path)
+    sizes = sizes or ((batch,) if batch is not None else default_batch_sizes(inputs))
+    check_parity_budget(input_size=max(sides, default=1), batch_sizes=sizes, n_inputs=n_inputs)
     return {
         "model": model,
         "onnx_path": onnx_path,
         "batch_sizes": sizes,
         "n_inputs": n_inputs,
-        "inputs": None if input_set is None else _set_for_file(input_set, proto, names, model, onnx_path),
+        "inputs": inputs,
         "preprocess": None if input_set is not None else preprocess(),
         "described": None if input_set is None else input_set.describe(),
         "channels": None,

@@ -170,7 +170,7 @@ def export_onnx(
     mode: str = "standard",
     check: bool = True,
     strategy: str = "auto",
-    parity_batch_sizes=(1, 2),
+    parity_batch_sizes=None,
     parity_inputs=None,
     progress: Callable[[str], None] | None = None,
     accept_inconclusive: bool = False,
@@ -213,7 +213,8 @@ def export_onnx(
             ONNX Runtime (its function bodies) and, when openvino is installed, in OpenVINO
             with the fused kernels.
         strategy: DCD layer form, ``latent``, ``weight`` or ``auto``.
-        parity_batch_sizes: batch sizes the parity check runs (a fixed ``batch`` overrides).
+        parity_batch_sizes: batch sizes the parity check runs (a fixed ``batch`` overrides);
+            None: :func:`~dcd_deploy.parity.default_batch_sizes` of ``parity_inputs``.
         parity_inputs: the check's inputs instead of synthetic ones (a tensor, or a tuple
             in input order, or the arguments as ``forward`` takes them; see
             :func:`~dcd_deploy.check_parity`).
@@ -253,7 +254,9 @@ def export_onnx(
     hw = (image_hw := _image_hw(example)) or hw
     check_output_path(path := Path(path), error=ExportError)
     stage = _Stages(progress)
-    sizes = (batch,) if batch is not None else tuple(parity_batch_sizes)
+    from ..parity import default_batch_sizes
+
+    sizes = (batch,) if batch is not None else tuple(parity_batch_sizes or default_batch_sizes(parity_inputs))
     checked_with = {
         "sizes": sizes,
         "inputs": parity_inputs,

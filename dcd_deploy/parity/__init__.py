@@ -85,13 +85,33 @@ from ._signature import load as load_onnx
 
 #: Inputs per float64 reference batch (bounds the copy's activation memory).
 REFERENCE_CHUNK = 8
+#: The batch sizes a check runs when none are given: one sample, and two (a batch axis
+#: that is dynamic in the file); of these, those the caller's inputs fill.
+DEFAULT_BATCH_SIZES = (1, 2)
+
+
+def default_batch_sizes(inputs=None) -> tuple[int, ...]:
+    """:data:`DEFAULT_BATCH_SIZES`, those that ``inputs`` (the caller's, in any form the
+    check takes; None: synthetic ones, as many as needed) fill, batch 1 at least: one
+    image of the user's is checked at batch 1 rather than refused."""
+    n = _samples(inputs)
+    return DEFAULT_BATCH_SIZES if n is None else tuple(b for b in DEFAULT_BATCH_SIZES if b <= n) or (1,)
+
+
+def _samples(inputs) -> int | None:
+    """The batch (axis 0) of the first array in ``inputs`` (a tensor, array, tuple, list
+    or dict, nested), None without one."""
+    if isinstance(inputs, (torch.Tensor, np.ndarray)):
+        return int(inputs.shape[0]) if inputs.ndim else None
+    values = inputs.values() if isinstance(inputs, dict) else inputs if isinstance(inputs, (list, tuple)) else ()
+    return next((n for n in map(_samples, values) if n is not None), None)
 
 
 def check_parity(
     model: nn.Module,
     onnx_path,
     *,
-    batch_sizes=(1, 2),
+    batch_sizes=None,
     n_inputs: int = 8,
     seed: int = 0,
     atol: float | None = None,
@@ -111,7 +131,8 @@ def check_parity(
     Args:
         model: the original model (not modified; a float64 copy serves as reference).
         onnx_path: an ONNX file exported from it.
-        batch_sizes: batch sizes to run (each must fit the file's batch axis).
+        batch_sizes: batch sizes to run (each must fit the file's batch axis); None: a
+            fixed batch file's batch, else :func:`default_batch_sizes` of ``inputs``.
         n_inputs: synthetic inputs per batch size (rounded up to whole batches).
         seed: seed of the synthetic inputs.
         atol: absolute tolerance (default :data:`DEFAULT_ATOL`).
@@ -169,6 +190,9 @@ def check_parity(
         raise DCDDeployError(f"unknown parity backend {', '.join(unknown) or '(none)'}; expected {', '.join(BACKENDS)}")
     proto = load_onnx(onnx_path) if onnx_proto is None else onnx_proto
     in_specs, out_specs = read_signature(onnx_path, proto)
+    if batch_sizes is None:
+        fixed = in_specs[0].static(0) if in_specs else None
+        batch_sizes = (fixed,) if fixed is not None else default_batch_sizes(inputs)
     model, inputs, example_inputs = _as_file_takes(model, proto, inputs, example_inputs)
     examples = as_list(example_inputs, in_specs, "example_inputs")
     given = as_list(inputs, in_specs, "inputs")
@@ -476,7 +500,9 @@ def _used(batch: int, available: int, n_inputs: int | None, fixed_batch: int | N
     wanted = available if n_inputs is None else min(available, -(-n_inputs // batch) * batch)
     used = wanted // batch * batch
     if not used:
-        raise DCDDeployError(f"batch size {batch} needs at least {batch} inputs; got {available}")
+        raise DCDDeployError(
+            f"batch size {batch} needs at least {batch} inputs; got {available} (give more, or smaller batch sizes)"
+        )
     return used
 
 

@@ -418,6 +418,14 @@ def test_export_and_validate_on_the_users_inputs(tmp_path):
     result = run(validate_main, [MODEL, out, "--inputs", tmp_path / "x.pt", "--batch-sizes", "1"])
     assert result.exit_code == 0, result.output
     assert [line.split()[2] for line in result.stdout.splitlines()[1:-1]] == ["5", "5"]
+    # one image as cv2.imread gives it (H x W x 3 pixels, no batch axis): checked at batch 1
+    pixels = np.random.default_rng(3).integers(0, 256, (48, 48, 3), dtype=np.uint8)
+    np.save(tmp_path / "cat.npy", pixels)
+    result = run(validate_main, [MODEL, out, "--inputs", tmp_path / "cat.npy"])
+    assert result.exit_code == 0, result.output
+    assert [line.split()[1:3] for line in result.stdout.splitlines()[1:-1]] == [["1", "1"], ["1", "1"]]
+    result = run(export_main, [MODEL, "--inputs", tmp_path / "cat.npy", "-o", tmp_path / "cat.onnx"])
+    assert result.exit_code == 0 and "parity   PASS" in result.stdout, result.output
 
 
 @pytest.mark.parametrize(
