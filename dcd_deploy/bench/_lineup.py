@@ -61,6 +61,7 @@ def build_models(
     progress: Progress,
     baseline: str | None = None,
     weights=None,
+    weights_key: str | None = None,
     channels: int = 3,
     n_inputs: int = 1,
     images: bool = True,
@@ -82,6 +83,7 @@ def build_models(
             seed=seed,
             trust_checkpoint=trust_checkpoint,
             weights=weights if spec in specs else None,
+            weights_key=weights_key if spec in specs else None,
             n_inputs=n_inputs,
             images=images,
         )

@@ -129,6 +129,7 @@ def load_model(
     seed: int = DEFAULT_SEED,
     trust_checkpoint: bool = False,
     weights=None,
+    weights_key: str | None = None,
     n_inputs: int = 1,
     images: bool = True,
 ):
@@ -148,7 +149,13 @@ def load_model(
         return Path(spec), "onnx"
     source = "zoo" if _is_zoo(spec) else "factory" if parse_factory_spec(spec) else "checkpoint"
     model = resolve_model(
-        spec, weights=weights, trust_checkpoint=trust_checkpoint, seed=seed, input_size=input_size, n_inputs=n_inputs
+        spec,
+        weights=weights,
+        weights_key=weights_key,
+        trust_checkpoint=trust_checkpoint,
+        seed=seed,
+        input_size=input_size,
+        n_inputs=n_inputs,
     )
     return model.eval(), source
 

@@ -135,6 +135,7 @@ def run_benchmark(
     progress: Progress | None = None,
     baseline: str | None = None,
     weights: str | os.PathLike | None = None,
+    weights_key: str | None = None,
     inputs=None,
 ) -> BenchResult:
     """Time ``models`` on ``backends`` and set them beside the paper (module docstring).
@@ -164,6 +165,9 @@ def run_benchmark(
         weights: a checkpoint loaded (weights-only, strictly) into the one model of
             ``models``, which a zoo name or ``MODULE:FUNCTION`` builds; its static
             counterpart is ``to_static`` of the loaded model.
+        weights_key: the entry of the checkpoint dicts of ``models`` (or ``weights``)
+            whose weights are loaded (an EMA copy); None: the first of
+            :data:`~dcd_deploy.checkpoint.STATE_DICT_KEYS`.
         inputs: the timed input of a model of several inputs (or of one that is no image),
             instead of synthetic images: a tuple of tensors in ``forward``'s order (an ONNX
             file's input order) or a dict by argument (input) name, each with at least
@@ -203,6 +207,7 @@ def run_benchmark(
             trust_checkpoint=trust_checkpoint,
             progress=progress,
             weights=weights,
+            weights_key=weights_key,
             **({} if inputs is None else {"n_inputs": len(inputs), "images": False}),
         )
         notes += unpaired_notes(entries)

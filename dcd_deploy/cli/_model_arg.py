@@ -48,6 +48,18 @@ def weights_option(fn):
     )(fn)
 
 
+def weights_key_option(fn):
+    """``--weights-key KEY``: which weights of a training checkpoint are loaded."""
+    return click.option(
+        "--weights-key",
+        default=None,
+        metavar="KEY",
+        help="The entry of a checkpoint dict (MODEL's, or --weights') whose weights are loaded, e.g. "
+        "state_dict_ema for timm's EMA copy (default: state_dict, model_state_dict or model, the "
+        "first found; a warning names any other weights the file holds).",
+    )(fn)
+
+
 def model_inputs(model: str, weights: Path | None = None) -> list:
     """The files MODEL (and ``--weights``) reads: outputs must not be any of them."""
     factory = parse_factory_spec(model)
@@ -84,14 +96,7 @@ def model_options(fn):
         "your own give MODEL as MODULE:FUNCTION with --weights).",
     )(fn)
     fn = weights_option(fn)
-    fn = click.option(
-        "--weights-key",
-        default=None,
-        metavar="KEY",
-        help="The entry of a checkpoint dict (MODEL's, or --weights') whose weights are loaded, e.g. "
-        "state_dict_ema for timm's EMA copy (default: state_dict, model_state_dict or model, the "
-        "first found; a warning names any other weights the file holds).",
-    )(fn)
+    fn = weights_key_option(fn)
     fn = click.option(
         "--trust-checkpoint",
         is_flag=True,

@@ -48,7 +48,7 @@ from ._bench_options import (
 )
 from ._input_set import largest_side
 from ._input_size import api_size, channels_option, format_size
-from ._model_arg import file_option
+from ._model_arg import file_option, weights_key_option
 from ._outputs import OutputPath
 from ._run import run_cli
 
@@ -201,6 +201,7 @@ def _square(input_size: tuple[int, int], command: str) -> int:
     "zoo name builds: read weights-only like any checkpoint, strictly, 'module.' prefixes dropped; "
     "its static counterpart is made from the loaded model.",
 )
+@weights_key_option
 @file_option(
     "--inputs",
     "inputs_path",

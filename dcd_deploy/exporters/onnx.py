@@ -254,9 +254,7 @@ def export_onnx(
     hw = (image_hw := _image_hw(example)) or hw
     check_output_path(path := Path(path), error=ExportError)
     stage = _Stages(progress)
-    from ..parity import default_batch_sizes
-
-    sizes = (batch,) if batch is not None else tuple(parity_batch_sizes or default_batch_sizes(parity_inputs))
+    sizes = _parity_sizes(batch, parity_batch_sizes, parity_inputs)
     checked_with = {
         "sizes": sizes,
         "inputs": parity_inputs,
@@ -305,6 +303,14 @@ def export_onnx(
         parity=report,
         **_file_facts(path, written),
     )
+
+
+def _parity_sizes(batch: int | None, asked, inputs) -> tuple[int, ...]:
+    """The check's batch sizes: a fixed ``batch``; else those ``asked``; else the
+    defaults that ``inputs`` fill (:func:`~dcd_deploy.parity.default_batch_sizes`)."""
+    from ..parity import default_batch_sizes
+
+    return (batch,) if batch is not None else tuple(asked or default_batch_sizes(inputs))
 
 
 def _flat_inputs(model: nn.Module, example_inputs, parity_inputs):
