@@ -92,3 +92,23 @@ def test_bad_weights_are_one_error_line(user_dir, args, pattern):
     result = run(args + ["--backends", "torch", *FAST])
     one_error_line(result, pattern, notes=True)
     assert (user_dir / "tiny.pt").read_bytes() == before
+
+
+def test_the_ema_copy_is_benched_when_named(user_dir, benched):
+    trained = torch.load(user_dir / "tiny.pt", weights_only=True)
+    ema = {k: v * 0.5 if v.is_floating_point() else v for k, v in trained.items()}
+    torch.save({"epoch": 3, "state_dict": trained, "state_dict_ema": ema}, user_dir / "train.pth")
+    args = ["--models", "tiny.py:build", "--weights", "train.pth", "--backends", "torch", *FAST]
+    result = run([*args, "--weights-key", "state_dict_ema"])
+    assert result.exit_code == 0, result.output
+    got = benched["dcd"].state_dict()
+    assert all(torch.equal(got[k], v) for k, v in ema.items())
+    result = run(args)  # the default: the weights, and a warning that the EMA is there
+    assert result.exit_code == 0, result.output
+    assert "Warning: train.pth: loaded the weights under 'state_dict'; it also holds state_dict_ema" in result.stderr
+    assert all(torch.equal(benched["dcd"].state_dict()[k], v) for k, v in trained.items())
+    one_error_line(
+        run(["--models", "tiny.py:build", "--weights-key", "ema", "--backends", "torch", *FAST]),
+        r"--weights-key ema picks the weights in a checkpoint file; tiny\.py:build reads none",
+        notes=True,
+    )
