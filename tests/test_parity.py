@@ -699,3 +699,17 @@ def test_one_image_of_the_users_is_checked_at_batch_1(tmp_path):
     assert report and {r.batch_size for r in report.rows} == {1}
     with pytest.raises(DCDDeployError, match=r"batch size 2 needs at least 2 inputs; got 1 \(give more"):
         check_parity(net, result.path, inputs=x, batch_sizes=(1, 2))  # asked for: not trimmed
+
+
+def test_numpy_inputs_are_taken_and_other_things_named(tmp_path):
+    torch.manual_seed(0)
+    net = _KeepsItsBatch().eval()
+    x = np.random.default_rng(0).random((2, 3, 12, 12), dtype=np.float32)
+    path = export_onnx(net, tmp_path / "m.onnx", input_size=12, check=False).path
+    by_numpy = check_parity(net, path, inputs=x)
+    by_torch = check_parity(net, path, inputs=torch.from_numpy(x.copy()))
+    assert by_numpy and [r.max_abs for r in by_numpy.rows] == [r.max_abs for r in by_torch.rows]
+    with pytest.raises(
+        DCDDeployError, match=r"expected tensors or NumPy arrays, one per file input \(input\), got list"
+    ):
+        check_parity(net, path, inputs=(x.tolist(),))

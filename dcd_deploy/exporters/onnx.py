@@ -27,6 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+import numpy as np
 import onnx
 import torch
 from onnx import helper
@@ -159,7 +160,7 @@ def export_onnx(
     model: nn.Module,
     path,
     *,
-    input_size: int | tuple[int, int] = 224,
+    input_size: int | tuple[int, int] | None = None,
     example_inputs=None,
     input_names=None,
     output_names=None,
@@ -185,9 +186,12 @@ def export_onnx(
         model: any module with this package's dynamic layers (not modified), traceable by
             ``torch.export``.
         path: output ``.onnx`` path; its directory must exist.
-        input_size: side or ``(H, W)`` of the default example image.
+        input_size: side or ``(H, W)`` of the default example image (None: 224, or
+            the size of ``parity_inputs``' images).
         example_inputs: a tensor or tuple of tensors passed positionally to ``forward``
-            (default one zero (1, 3, H, W) image); axis 0 of each is the batch. An
+            (default: the first sample of each of ``parity_inputs`` when ``input_size`` is
+            left out, so the file takes what it is checked on; else one zero (1, 3, H, W)
+            image); axis 0 of each is the batch. An
             argument may be a dict, list or tuple of tensors (nested): the file takes
             its tensors, named by key path (the keys alone for a single dict argument,
             else ``argname.key``), and records the structure (:data:`TREE_KEY`).
@@ -247,9 +251,7 @@ def export_onnx(
     require_deployable(model, ExportError)
     model, example_inputs, parity_inputs = _flat_inputs(model, example_inputs, parity_inputs)
     opset = _checked_arguments(opset=opset, mode=mode, strategy=strategy, batch=batch)
-    hw = input_hw(input_size)
-    if example_inputs is None and _takes_pixels(parity_preprocess):  # its file takes uint8 pixels
-        example_inputs = torch.zeros(1, 3, *hw, dtype=torch.uint8)
+    example_inputs, hw = _traced_with(example_inputs, parity_inputs, input_size, parity_preprocess, dynamic_size)
     example = example_tuple(example_inputs, hw)
     hw = (image_hw := _image_hw(example)) or hw
     check_output_path(path := Path(path), error=ExportError)
@@ -590,6 +592,36 @@ def _build(
     if progress is not None:
         progress("emit")
     return proto, emitted
+
+
+def _traced_with(example_inputs, parity_inputs, input_size, preprocess, dynamic_size: bool):
+    """``(example_inputs, (H, W))`` the export traces with. Without ``example_inputs``: uint8
+    zeros for a file of pixels; the first sample of each of ``parity_inputs`` (tensors or
+    NumPy arrays) when ``input_size`` is left out; else the default image of ``input_size``.
+
+    Raises:
+        ExportError: ``input_size`` and fixed-size image ``parity_inputs`` disagree (the
+            check would fail in ONNX Runtime on a file of the other size).
+    """
+    hw = input_hw(224 if input_size is None else input_size)
+    if example_inputs is not None:
+        return example_inputs, hw
+    if _takes_pixels(preprocess):  # its file takes uint8 pixels
+        return torch.zeros(1, 3, *hw, dtype=torch.uint8), hw
+    given = parity_inputs if isinstance(parity_inputs, (tuple, list)) else (parity_inputs,)
+    given = [torch.from_numpy(np.ascontiguousarray(t)) if isinstance(t, np.ndarray) else t for t in given]
+    if not given or not all(isinstance(t, torch.Tensor) and t.dim() >= 1 and len(t) for t in given):
+        return None, hw
+    if input_size is None:
+        first = tuple(t[:1] for t in given)
+        return (first[0] if len(first) == 1 else first), _image_hw(first) or hw
+    got = _image_hw(given)
+    if len(given) == 1 and got not in (None, hw) and not dynamic_size:
+        raise ExportError(
+            f"parity_inputs are {got[0]}x{got[1]} images, but input_size makes a {hw[0]}x{hw[1]} file: leave "
+            "input_size out (the file then takes the inputs' size), or give inputs of its size, or dynamic_size=True"
+        )
+    return None, hw
 
 
 def _takes_pixels(preprocess) -> bool:

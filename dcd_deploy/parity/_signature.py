@@ -125,6 +125,7 @@ def as_list(value, specs: list[TensorSpec], what: str) -> list[torch.Tensor] | N
     """The caller's tensors in the file's input order (None stays None)."""
     if value is None:
         return None
+    value = _as_tensor(value)
     if isinstance(value, torch.Tensor):
         value = (value,)
     if isinstance(value, dict):
@@ -135,16 +136,24 @@ def as_list(value, specs: list[TensorSpec], what: str) -> list[torch.Tensor] | N
                 f"it has {', '.join(map(str, value))}"
             )
         value = tuple(value[s.name] for s in specs)
-    value = tuple(value)
-    if len(value) != len(specs) or not all(isinstance(v, torch.Tensor) for v in value):
+    value = tuple(map(_as_tensor, value))
+    names = ", ".join(s.name for s in specs)
+    if len(value) != len(specs):
+        raise DCDDeployError(f"{what}: expected {len(specs)} tensor(s), one per file input ({names}), got {len(value)}")
+    others = [type(v).__name__ for v in value if not isinstance(v, torch.Tensor)]
+    if others:
         raise DCDDeployError(
-            f"{what}: expected {len(specs)} tensor(s), one per file input "
-            f"({', '.join(s.name for s in specs)}), got {len(value)}"
+            f"{what}: expected tensors or NumPy arrays, one per file input ({names}), got {', '.join(others)}"
         )
     for v, s in zip(value, specs):
         if s.rank is not None and v.dim() != s.rank:
             raise DCDDeployError(f"{what}: input {s.name!r} takes rank {s.rank}, got shape {tuple(v.shape)}")
     return list(value)
+
+
+def _as_tensor(value):
+    """A NumPy array as a tensor (sharing its memory); anything else as it is."""
+    return torch.from_numpy(np.ascontiguousarray(value)) if isinstance(value, np.ndarray) else value
 
 
 def image_size(spec: TensorSpec, example: torch.Tensor | None) -> tuple[int, int] | None:

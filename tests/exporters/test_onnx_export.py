@@ -678,3 +678,34 @@ def test_release_checkpoint_at_224_exports_with_defaults_and_matches_the_authors
     for sess in sessions(tmp_path / "model_best.onnx"):
         got = sess.run(None, {"input": x.numpy()})[0]
         assert np.abs(got - expected).max() <= 1e-4 * scale
+
+
+class _SmallNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Conv2d(3, 8, 3, padding=1)
+        self.dcd = DCDConv2d(8, 8, 3, padding=1)
+
+    def forward(self, x):
+        return self.dcd(torch.relu(self.stem(x))).mean((2, 3))
+
+
+def test_the_export_takes_the_size_of_the_images_it_is_checked_on(tmp_path):
+    # a user's own images (NumPy, 40x56): without input_size the file is made at their size
+    torch.manual_seed(0)
+    net = _SmallNet().eval()
+    images = np.random.default_rng(1).random((3, 3, 40, 56), dtype=np.float32)
+    result = export_onnx(net, tmp_path / "m.onnx", parity_inputs=images)
+    assert result.parity and result.parity.input_size == [40, 56]
+    dims = onnx.load(str(result.path)).graph.input[0].type.tensor_type.shape.dim
+    assert [d.dim_value for d in dims][1:] == [3, 40, 56]
+    sess = ort.InferenceSession(str(result.path), providers=["CPUExecutionProvider"])
+    with torch.no_grad():
+        want = net(torch.from_numpy(images)).numpy()
+    np.testing.assert_allclose(sess.run(None, {"input": images})[0], want, rtol=1e-4, atol=1e-5)
+    # an input_size that contradicts them is said before anything is traced, and nothing written
+    with pytest.raises(ExportError, match=r"parity_inputs are 40x56 images, but input_size makes a 64x64 file"):
+        export_onnx(net, tmp_path / "n.onnx", parity_inputs=images, input_size=64)
+    assert not (tmp_path / "n.onnx").exists()
+    # with dynamic sides a file traced at another size is checked on them
+    assert export_onnx(net, tmp_path / "d.onnx", parity_inputs=images, input_size=64, dynamic_size=True).parity
