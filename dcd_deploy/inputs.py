@@ -31,7 +31,7 @@ POSITIONAL_NPZ = re.compile(r"arr_([0-9]+)")
 NPY_MAGIC = b"\x93NUMPY"
 
 
-def load_inputs(path: str | os.PathLike, *, input_size: int | None = None) -> torch.Tensor:
+def load_inputs(path: str | os.PathLike, *, input_size: int | tuple[int, int] | None = None) -> torch.Tensor:
     """Read an (N, 3, H, W) float tensor of images from a ``.npy`` or ``.pt`` file.
 
     ``.npy`` is read without pickle; ``.pt`` with ``torch.load(weights_only=True)`` and
@@ -39,14 +39,14 @@ def load_inputs(path: str | os.PathLike, *, input_size: int | None = None) -> to
 
     Args:
         path: the file.
-        input_size: the model's square input side; H and W must equal it when given.
+        input_size: the model's input side or (H, W); the images must have it when given.
 
     Returns:
-        A float32 CPU tensor of shape (N, 3, S, S).
+        A float32 CPU tensor of shape (N, 3, H, W).
 
     Raises:
         UnsupportedInputError: a missing or unreadable file, or a tensor that is not a
-            batch of square 3-channel float images of the model's size.
+            batch of 3-channel float images of the model's size.
     """
     path = _checked_path(path)
     data = _read(path)
@@ -60,12 +60,9 @@ def load_inputs(path: str | os.PathLike, *, input_size: int | None = None) -> to
         raise UnsupportedInputError(f"inputs file {path} holds an empty tensor of shape {shape}")
     if n > MAX_IMAGES:
         raise UnsupportedInputError(f"inputs file {path} holds {n} images; at most {MAX_IMAGES} are checked")
-    if h != w:
-        raise UnsupportedInputError(f"inputs file {path} holds {h}x{w} images; the export takes square inputs")
-    if input_size is not None and h != input_size:
-        raise UnsupportedInputError(
-            f"inputs file {path} holds {h}x{w} images, but the model takes {input_size}x{input_size}"
-        )
+    want = (input_size, input_size) if isinstance(input_size, int) else input_size
+    if want is not None and (h, w) != tuple(want):
+        raise UnsupportedInputError(f"inputs file {path} holds {h}x{w} images, but the model takes {want[0]}x{want[1]}")
     return data.to(torch.float32).contiguous()
 
 

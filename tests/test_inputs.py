@@ -251,3 +251,11 @@ def test_an_array_and_a_key_under_it_are_one_error(tmp_path, names):
     given = InputSet((torch.zeros(2, 1), torch.zeros(2, 1)), names, tmp_path / "in.npz")
     with pytest.raises(UnsupportedInputError, match=r"^inputs: the array aux"):
         given.for_model(_Batch())
+
+
+def test_load_inputs_takes_images_of_any_size(tmp_path):
+    x = np.random.default_rng(3).standard_normal((2, 3, 6, 10)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    assert torch.equal(load_inputs(tmp_path / "x.npy", input_size=(6, 10)), torch.from_numpy(x))
+    with pytest.raises(UnsupportedInputError, match="holds 6x10 images, but the model takes 8x8"):
+        load_inputs(tmp_path / "x.npy", input_size=8)
