@@ -12,7 +12,9 @@
   checkpoints, :data:`STATE_DICT_KEYS`), for an architecture the caller names;
   wrappers' key prefixes (``module.``, ``_orig_mod.``) are dropped, and so is a
   container prefix every key shares when that makes the keys fit (Lightning's
-  ``model.``, :func:`~dcd_deploy.state_dict.load_weights`).
+  ``model.``, :func:`~dcd_deploy.state_dict.load_weights`); ``weights_key`` names
+  another entry (an EMA copy, ``state_dict_ema``), and a file holding weights under
+  other entries than the one loaded warns with their names.
 
 Files are read with ``torch.load(weights_only=True)``, which rebuilds tensors and plain
 containers and never runs code from the file (safetensors files with the safetensors
