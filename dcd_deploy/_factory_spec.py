@@ -4,8 +4,10 @@ The commands take, wherever they take a MODEL, ``MODULE:FUNCTION`` as uvicorn an
 gunicorn spell an application: ``MODULE`` is a Python file (``mynet.py``,
 ``path/to/net.py``) or an importable dotted module (``pkg.nets``; the current directory
 is on the import path, as for uvicorn), and ``FUNCTION`` (an attribute path such as
-``nets.build`` is allowed) is called with no arguments and must return the
-:class:`torch.nn.Module`. Weights come apart, from a checkpoint read with the safe loader
+``nets.build`` is allowed) is called and must return the :class:`torch.nn.Module`: with
+no arguments, or with those the spec spells as gunicorn does, Python literals in a call
+(``'mynet.py:build(num_classes=10, width=0.5)'``; read with :func:`ast.literal_eval`, so
+no code in them runs). Weights come apart, from a checkpoint read with the safe loader
 (``--weights FILE``, :func:`dcd_deploy.checkpoint.resolve_model`).
 
 Importing the module and calling the function run the user's own code, because they
@@ -17,7 +19,9 @@ with the line of the user's file where it happened, not a traceback.
 
 from __future__ import annotations
 
+import ast
 import difflib
+import functools
 import importlib
 import importlib.util
 import inspect
@@ -35,6 +39,8 @@ if TYPE_CHECKING:
     from torch import nn
 
 _DOTTED = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
+#: ``FUNCTION`` or ``FUNCTION(ARGUMENTS)``.
+_CALL = re.compile(r"(?P<function>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)(?:\((?P<arguments>.*)\))?", re.DOTALL)
 #: Longest part of a message quoted from the user's exception.
 _MAX_QUOTED = 300
 
@@ -48,18 +54,24 @@ class FactorySpec:
         module: the file path or dotted module name.
         function: the attribute path of the factory inside the module.
         is_file: ``module`` is a file path (it ends in ``.py`` or contains a separator).
+        args: the literal positional arguments the spec gives the function.
+        kwargs: its literal keyword arguments, as ``(name, value)`` pairs.
+        arguments: the arguments as spelled (``""`` without any).
     """
 
     spec: str
     module: str
     function: str
     is_file: bool
+    args: tuple = ()
+    kwargs: tuple = ()
+    arguments: str = ""
 
     @property
     def name(self) -> str:
         """A short name for tables: ``mynet:build`` for ``path/to/mynet.py:build``."""
         base = Path(self.module).stem if self.is_file else self.module
-        return f"{base}:{self.function}"
+        return f"{base}:{self.function}" + (f"({self.arguments})" if self.arguments else "")
 
 
 def parse_factory_spec(spec: str) -> FactorySpec | None:
@@ -69,13 +81,45 @@ def parse_factory_spec(spec: str) -> FactorySpec | None:
     """
     if ":" not in spec or os.path.exists(spec):
         return None
-    module, _, function = spec.rpartition(":")
-    if not module or not _DOTTED.fullmatch(function):
+    head, _, tail = spec.partition("(")  # the arguments may hold ':' (a dict)
+    module, _, function = head.rpartition(":")
+    spelled = function + ("(" + tail if tail or spec.endswith("(") else "")
+    call = _CALL.fullmatch(spelled)
+    if module and call is None and re.match(r"[A-Za-z_][\w.]*\(", spelled):
+        raise ModelSpecError(f"{spec}: expected MODULE:FUNCTION(ARGUMENTS), the parentheses closed at the end")
+    if not module or call is None:
         return None
     is_file = module.endswith(".py") or "/" in module or os.sep in module
     if not is_file and not _DOTTED.fullmatch(module):
         return None
-    return FactorySpec(spec, module, function, is_file)
+    arguments = call["arguments"]
+    args, kwargs = _literal_arguments(spec, arguments) if arguments is not None else ((), ())
+    return FactorySpec(spec, module, call["function"], is_file, args, kwargs, (arguments or "").strip())
+
+
+def _literal_arguments(spec: str, arguments: str) -> tuple[tuple, tuple]:
+    """``(args, kwargs pairs)`` of ``FUNCTION(ARGUMENTS)``, each a Python literal.
+
+    Raises:
+        ModelSpecError: not a call's arguments, or one that is no literal.
+    """
+    try:
+        call = ast.parse(f"f({arguments})", mode="eval").body
+    except SyntaxError:
+        call = None
+    if not isinstance(call, ast.Call) or any(isinstance(a, ast.Starred) for a in call.args):
+        raise ModelSpecError(f"{spec}: the factory's arguments must be Python literals, e.g. build(num_classes=10)")
+    if any(k.arg is None for k in call.keywords):
+        raise ModelSpecError(f"{spec}: **kwargs cannot be given; name each argument")
+    try:
+        args = tuple(ast.literal_eval(a) for a in call.args)
+        kwargs = tuple((k.arg, ast.literal_eval(k.value)) for k in call.keywords)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        raise ModelSpecError(
+            f"{spec}: the factory's arguments must be Python literals (numbers, strings, True/False/None, "
+            "tuples, lists, dicts), e.g. build(num_classes=10); no names or calls"
+        ) from None
+    return args, kwargs
 
 
 def build_from_factory(spec: str | FactorySpec) -> nn.Module:
@@ -99,9 +143,9 @@ def build_from_factory(spec: str | FactorySpec) -> nn.Module:
         raise ModelSpecError(
             f"{where} is a value of type {type(factory).__name__}, not a function that returns the model"
         )
-    _check_no_required_arguments(factory, where)
+    _check_arguments(factory, where, parsed)
     try:
-        model = _run_user_code(factory, parsed)
+        model = _run_user_code(functools.partial(factory, *parsed.args, **dict(parsed.kwargs)), parsed)
     except _UserCodeFailed as exc:
         raise ModelSpecError(f"{where} raised {exc.text}") from None
     from torch import nn
@@ -169,10 +213,16 @@ def _attribute(module, parsed: FactorySpec):
     return obj
 
 
-def _check_no_required_arguments(factory, where: str) -> None:
+def _check_arguments(factory, where: str, parsed: FactorySpec) -> None:
     try:
         signature = inspect.signature(factory)
     except (TypeError, ValueError):  # builtins and some C callables: just call them
+        return
+    if parsed.args or parsed.kwargs:
+        try:
+            signature.bind(*parsed.args, **dict(parsed.kwargs))
+        except TypeError as exc:
+            raise ModelSpecError(f"{where}{signature} cannot take ({parsed.arguments}): {exc}") from None
         return
     required = [
         p.name
@@ -181,8 +231,9 @@ def _check_no_required_arguments(factory, where: str) -> None:
     ]
     if required:
         raise ModelSpecError(
-            f"{where} takes required arguments ({', '.join(required)}); the factory is called "
-            "with none: give them defaults, or wrap it in a function without arguments"
+            f"{where} takes required arguments ({', '.join(required)}); give them in MODEL as Python "
+            f"literals, e.g. '{parsed.module}:{parsed.function}({required[0]}=...)' (quoted for the shell), "
+            "or give them defaults"
         )
 
 

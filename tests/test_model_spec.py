@@ -53,11 +53,61 @@ def factory(tmp_path, monkeypatch):
         ("mynet.py:1build", None),
         ("mynet.py:", None),
         (":build", None),
+        ("mynet.py:build()", ("mynet.py", "build", True)),
+        ("pkg.nets:make.build(10, w=0.5)", ("pkg.nets", "make.build", False)),
     ],
 )
 def test_parse(spec, expected):
     parsed = parse_factory_spec(spec)
     assert (None if parsed is None else (parsed.module, parsed.function, parsed.is_file)) == expected
+
+
+def test_literal_arguments_in_the_spec_as_gunicorn_takes_them():
+    parsed = parse_factory_spec("net.py:build(10, width=0.5, act='silu', cfg={'k': (1, None)}, on=True)")
+    assert parsed.args == (10,) and dict(parsed.kwargs) == {
+        "width": 0.5,
+        "act": "silu",
+        "cfg": {"k": (1, None)},
+        "on": True,
+    }
+    assert parsed.name == "net:build(10, width=0.5, act='silu', cfg={'k': (1, None)}, on=True)"
+    assert parse_factory_spec("net.py:build").args == () and parse_factory_spec("net.py:build").name == "net:build"
+
+
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ("net.py:build(n=__import__('os').system('true'))", "must be Python literals"),
+        ("net.py:build(n=x)", "must be Python literals"),
+        ("net.py:build(*[1])", "must be Python literals"),
+        ("net.py:build(**{'n': 1})", r"\*\*kwargs cannot be given"),
+        ("net.py:build(n=1", "the parentheses closed at the end"),
+        ("net.py:build(n=1) ", "the parentheses closed at the end"),
+    ],
+)
+def test_arguments_that_are_no_literals_are_refused_without_running(spec, message):
+    with pytest.raises(ModelSpecError, match=message):
+        parse_factory_spec(spec)
+
+
+def test_the_factory_is_called_with_the_specs_arguments(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "wide.py").write_text(
+        "from torch import nn\n"
+        "def build(num_classes, width=1, names=()):\n"
+        "    net = nn.Linear(4 * width, num_classes)\n"
+        "    net.names = names\n"
+        "    return net\n"
+    )
+    net = build_from_factory("wide.py:build(3, width=2, names=['a', 'b'])")
+    assert (net.in_features, net.out_features, net.names) == (8, 3, ["a", "b"])
+    with pytest.raises(
+        ModelSpecError,
+        match=r"wide\.py:build\(num_classes, width=1, names=\(\)\) cannot take \(3, depth=2\): got an unexpected keyword argument .depth.",
+    ):
+        build_from_factory("wide.py:build(3, depth=2)")
+    with pytest.raises(ModelSpecError, match=r"takes required arguments \(num_classes\); give them in MODEL"):
+        build_from_factory("wide.py:build")
 
 
 def test_an_existing_file_with_a_colon_is_not_a_factory(tmp_path, monkeypatch):

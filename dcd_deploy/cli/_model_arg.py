@@ -18,7 +18,8 @@ from .._limits import MAX_SEED
 MODEL_HELP = (
     "MODEL is a checkpoint path, a zoo name (dcd-bench --list-models) or MODULE:FUNCTION: a Python "
     "file (mynet.py) or importable module (pkg.nets) and the function that returns your nn.Module "
-    "(mynet.py:build), with --weights FILE for its state dict. MODULE:FUNCTION imports and runs "
+    "(mynet.py:build; arguments as Python literals: 'mynet.py:build(num_classes=10)'), with --weights "
+    "FILE for its state dict. MODULE:FUNCTION imports and runs "
     "that code (your own, because you named it); checkpoints never run code."
 )
 

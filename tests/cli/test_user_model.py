@@ -663,3 +663,36 @@ def test_the_ema_weights_of_a_training_checkpoint_are_chosen_by_key(tmp_path, mo
         run(export_main, ["rnd.py:build", "--weights", "train.pth", "--weights-key", "ema"]),
         r"train\.pth has no 'ema' \(its weights are under state_dict, state_dict_ema\)",
     )
+
+
+ARGS_NET = """\
+import torch.nn.functional as F
+from torch import nn
+
+from dcd_deploy.layers import DCDConv2d
+
+
+def build(num_classes, width=1.0, act="relu"):
+    c = int(16 * width)
+    net = nn.Sequential(nn.Conv2d(3, c, 3, padding=1), DCDConv2d(c, c, 1), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+                        nn.Linear(c, num_classes))
+    net.act = act
+    return net
+"""
+
+
+def test_a_factory_of_arguments_is_called_with_the_literals_the_model_spells(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "argnet.py").write_text(ARGS_NET)
+    spec = "argnet.py:build(num_classes=7, width=0.5)"
+    exported = run(export_main, [spec, "--input-size", "24x32"])
+    assert exported.exit_code == 0, exported.output
+    assert "argnet:build(num_classes=7, width=0.5) (Sequential)" in exported.stdout
+    outputs = onnx.load("argnet.onnx").graph.output[0].type.tensor_type.shape.dim  # named after the file
+    assert outputs[1].dim_value == 7
+    assert run(validate_main, [spec, "argnet.onnx"]).exit_code == 0
+    other = run(validate_main, ["argnet.py:build(num_classes=7, width=1.0)", "argnet.onnx"])
+    assert other.exit_code == 1  # another model than the file's
+    one_error_line(run(export_main, ["argnet.py:build", "-o", "x.onnx"]), r"takes required arguments \(num_classes\)")
+    one_error_line(run(export_main, ["argnet.py:build(num_classes=n)", "-o", "x.onnx"]), r"must be Python literals")
+    assert not (tmp_path / "x.onnx").exists()
