@@ -218,10 +218,11 @@ def _general_plan(onnx_path: Path, proto, input_set, sizes, n_inputs: int, resol
     names, batch, sides, _ = _file_inputs(proto.graph)
     if not names:
         raise UnsupportedInputError(f"{onnx_path} has 0 inputs; a model's file takes at least one")
+    given = None if input_set is None else input_set.tensors
+    sizes = sizes or ((batch,) if batch is not None else default_batch_sizes(given))
+    check_parity_budget(input_size=max(sides, default=1), batch_sizes=sizes, n_inputs=n_inputs)  # before the load
     model = resolve(n_inputs=len(names))
     inputs = None if input_set is None else _set_for_file(input_set, proto, names, model, onnx_path)
-    sizes = sizes or ((batch,) if batch is not None else default_batch_sizes(inputs))
-    check_parity_budget(input_size=max(sides, default=1), batch_sizes=sizes, n_inputs=n_inputs)
     return {
         "model": model,
         "onnx_path": onnx_path,
