@@ -606,21 +606,20 @@ def _traced_with(example_inputs, parity_inputs, input_size, preprocess, dynamic_
     hw = input_hw(224 if input_size is None else input_size)
     if example_inputs is not None:
         return example_inputs, hw
-    if _takes_pixels(preprocess):  # its file takes uint8 pixels
-        return torch.zeros(1, 3, *hw, dtype=torch.uint8), hw
     given = parity_inputs if isinstance(parity_inputs, (tuple, list)) else (parity_inputs,)
     given = [torch.from_numpy(np.ascontiguousarray(t)) if isinstance(t, np.ndarray) else t for t in given]
-    if not given or not all(isinstance(t, torch.Tensor) and t.dim() >= 1 and len(t) for t in given):
-        return None, hw
-    if input_size is None:
-        first = tuple(t[:1] for t in given)
-        return (first[0] if len(first) == 1 else first), _image_hw(first) or hw
-    got = _image_hw(given)
-    if len(given) == 1 and got not in (None, hw) and not dynamic_size:
-        raise ExportError(
-            f"parity_inputs are {got[0]}x{got[1]} images, but input_size makes a {hw[0]}x{hw[1]} file: leave "
-            "input_size out (the file then takes the inputs' size), or give inputs of its size, or dynamic_size=True"
-        )
+    if given and all(isinstance(t, torch.Tensor) and t.dim() >= 1 and len(t) for t in given):
+        if input_size is None:  # copies: a model that writes into its input must not change the caller's
+            first = tuple(t[:1].clone() for t in given)
+            return (first[0] if len(first) == 1 else first), _image_hw(first) or hw
+        got = _image_hw(given)
+        if len(given) == 1 and got not in (None, hw) and not dynamic_size:
+            raise ExportError(
+                f"parity_inputs are {got[0]}x{got[1]} images, but input_size makes a {hw[0]}x{hw[1]} file: leave "
+                "input_size out (the file then takes the inputs' size), or give inputs of its size, or dynamic_size=True"
+            )
+    if _takes_pixels(preprocess):  # its file takes uint8 pixels
+        return torch.zeros(1, 3, *hw, dtype=torch.uint8), hw
     return None, hw
 
 
