@@ -81,9 +81,9 @@ def parse_factory_spec(spec: str) -> FactorySpec | None:
     """
     if ":" not in spec or os.path.exists(spec):
         return None
-    head, _, tail = spec.partition("(")  # the arguments may hold ':' (a dict)
+    head = spec.partition("(")[0]  # the arguments may hold ":" (a dict)
     module, _, function = head.rpartition(":")
-    spelled = function + ("(" + tail if tail or spec.endswith("(") else "")
+    spelled = spec[len(module) + 1 :]  # FUNCTION and its arguments, if any
     call = _CALL.fullmatch(spelled)
     if module and call is None and re.match(r"[A-Za-z_][\w.]*\(", spelled):
         raise ModelSpecError(f"{spec}: expected MODULE:FUNCTION(ARGUMENTS), the parentheses closed at the end")

@@ -350,7 +350,7 @@ def _unpack(obj, path: Path, key: str | None = None) -> tuple[Mapping[str, torch
                 stacklevel=2,
             )
         return _entry(obj, path, key)
-    if obj and all(isinstance(v, torch.Tensor) for v in obj.values()):
+    if _is_tensor_map(obj):
         return _state_dict(obj, path), None, {}, False
     raise CheckpointError(
         f"{path} holds a dict that is neither a checkpoint nor a state dict (keys: {_listing([str(k) for k in obj])})"
@@ -374,15 +374,12 @@ def _entry(obj, path: Path, key: str) -> tuple[Mapping[str, torch.Tensor], str |
 def _weights_keys(obj: Mapping) -> list[str]:
     """The entries of a checkpoint dict that hold a model's weights (a training checkpoint
     may keep an EMA copy beside them: timm's ``state_dict_ema``, ``model_ema``)."""
-    return [
-        k
-        for k, v in obj.items()
-        if isinstance(k, str)
-        and (
-            isinstance(v, nn.Module)
-            or (isinstance(v, Mapping) and v and all(isinstance(t, torch.Tensor) for t in v.values()))
-        )
-    ]
+    return [k for k, v in obj.items() if isinstance(k, str) and (isinstance(v, nn.Module) or _is_tensor_map(v))]
+
+
+def _is_tensor_map(obj) -> bool:
+    """A non-empty mapping of tensors: a state dict's shape."""
+    return isinstance(obj, Mapping) and bool(obj) and all(isinstance(v, torch.Tensor) for v in obj.values())
 
 
 def _state_dict(obj, path: Path, where: str = "state_dict") -> Mapping[str, torch.Tensor]:

@@ -27,7 +27,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-import numpy as np
 import onnx
 import torch
 from onnx import helper
@@ -603,11 +602,13 @@ def _traced_with(example_inputs, parity_inputs, input_size, preprocess, dynamic_
         ExportError: ``input_size`` and fixed-size image ``parity_inputs`` disagree (the
             check would fail in ONNX Runtime on a file of the other size).
     """
+    from ..parity import as_tensor
+
     hw = input_hw(224 if input_size is None else input_size)
     if example_inputs is not None:
         return example_inputs, hw
     given = parity_inputs if isinstance(parity_inputs, (tuple, list)) else (parity_inputs,)
-    given = [torch.from_numpy(np.ascontiguousarray(t)) if isinstance(t, np.ndarray) else t for t in given]
+    given = [as_tensor(t) for t in given]
     if given and all(isinstance(t, torch.Tensor) and t.dim() >= 1 and len(t) for t in given):
         if input_size is None:  # copies: a model that writes into its input must not change the caller's
             first = tuple(t[:1].clone() for t in given)

@@ -75,6 +75,7 @@ from ._runtimes import runners as _runners
 from ._signature import (
     TensorSpec,
     as_list,
+    as_tensor,
     batch_axes,
     flatten_outputs,
     match_outputs,
@@ -630,7 +631,9 @@ __all__ = [
     "Preprocess",
     "ParityRow",
     "TensorSpec",
+    "as_tensor",
     "check_parity",
+    "default_batch_sizes",
     "prefetch",
     "read_signature",
 ]

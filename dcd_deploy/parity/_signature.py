@@ -125,7 +125,7 @@ def as_list(value, specs: list[TensorSpec], what: str) -> list[torch.Tensor] | N
     """The caller's tensors in the file's input order (None stays None)."""
     if value is None:
         return None
-    value = _as_tensor(value)
+    value = as_tensor(value)
     if isinstance(value, torch.Tensor):
         value = (value,)
     if isinstance(value, dict):
@@ -136,7 +136,7 @@ def as_list(value, specs: list[TensorSpec], what: str) -> list[torch.Tensor] | N
                 f"it has {', '.join(map(str, value))}"
             )
         value = tuple(value[s.name] for s in specs)
-    value = tuple(map(_as_tensor, value))
+    value = tuple(map(as_tensor, value))
     names = ", ".join(s.name for s in specs)
     if len(value) != len(specs):
         raise DCDDeployError(f"{what}: expected {len(specs)} tensor(s), one per file input ({names}), got {len(value)}")
@@ -151,7 +151,7 @@ def as_list(value, specs: list[TensorSpec], what: str) -> list[torch.Tensor] | N
     return list(value)
 
 
-def _as_tensor(value):
+def as_tensor(value):
     """A NumPy array as a tensor (sharing its memory); anything else as it is."""
     return torch.from_numpy(np.ascontiguousarray(value)) if isinstance(value, np.ndarray) else value
 
